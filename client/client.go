@@ -1,0 +1,219 @@
+// Package client is the Go client of the Better Compute public API. The CLI
+// and the tests use it; errors come back as *Error with the server's code.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+// Error is an error answer from the API.
+type Error struct {
+	Status    int
+	Code      string
+	Message   string
+	RequestID string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s: %s (request %s)", e.Code, e.Message, e.RequestID)
+}
+
+// CodeOf returns the API error code in err, or "" when err is not one.
+func CodeOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// Client calls one control plane with one API key.
+type Client struct {
+	BaseURL string
+	key     string
+	HTTP    *http.Client
+}
+
+// New returns a client for baseURL (e.g. http://127.0.0.1:7780) with key.
+func New(baseURL, key string) *Client {
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), key: key, HTTP: &http.Client{Timeout: 60 * time.Second}}
+}
+
+// FromEnv builds a client from BC_ADDR and BC_API_KEY_FILE (or BC_API_KEY).
+func FromEnv() (*Client, error) {
+	addr := os.Getenv("BC_ADDR")
+	if addr == "" {
+		return nil, errors.New("BC_ADDR is not set (run `. DATA/env` after `better-compute dev`)")
+	}
+	key := os.Getenv("BC_API_KEY")
+	if f := os.Getenv("BC_API_KEY_FILE"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("read BC_API_KEY_FILE: %w", err)
+		}
+		key = strings.TrimSpace(string(b))
+	}
+	if key == "" {
+		return nil, errors.New("set BC_API_KEY_FILE (or BC_API_KEY) to an API key")
+	}
+	return New(addr, key), nil
+}
+
+// Call invokes method with in and decodes the answer into out (when not nil).
+func (c *Client) Call(ctx context.Context, method string, in, out any) error {
+	if in == nil {
+		in = struct{}{}
+	}
+	body, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("client: encode: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/api/v1/"+method, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("client: request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Better-Compute", "1")
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("client: %s: %w", method, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+	if err != nil {
+		return fmt.Errorf("client: read answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var eb struct {
+			Error struct {
+				Code      string `json:"code"`
+				Message   string `json:"message"`
+				RequestID string `json:"request_id"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(raw, &eb) != nil || eb.Error.Code == "" {
+			return &Error{Status: resp.StatusCode, Code: "INTERNAL_ERROR", Message: "unexpected answer " + resp.Status}
+		}
+		return &Error{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message, RequestID: eb.Error.RequestID}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("client: decode answer: %w", err)
+	}
+	return nil
+}
+
+// Node is a node as listed.
+type Node struct {
+	ID         string            `json:"id"`
+	Name       string            `json:"name"`
+	TenantID   string            `json:"tenant_id"`
+	Role       string            `json:"role"`
+	Connected  bool              `json:"connected"`
+	BootID     string            `json:"boot_id,omitempty"`
+	Version    string            `json:"version,omitempty"`
+	Labels     map[string]string `json:"labels"`
+	Inventory  json.RawMessage   `json:"inventory"`
+	CreatedAt  time.Time         `json:"created_at"`
+	LastSeenAt *time.Time        `json:"last_seen_at,omitempty"`
+}
+
+// Nodes lists the nodes the caller can see.
+func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
+	var out struct {
+		Nodes []Node `json:"nodes"`
+	}
+	err := c.Call(ctx, "nodes.list", nil, &out)
+	return out.Nodes, err
+}
+
+// JoinToken is a created join token; Token is shown once.
+type JoinToken struct {
+	ID        string    `json:"id"`
+	Token     string    `json:"token"`
+	Role      string    `json:"role"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// CreateJoinToken makes a single-use join token.
+func (c *Client) CreateJoinToken(ctx context.Context, role, name string, ttl time.Duration) (JoinToken, error) {
+	var out JoinToken
+	err := c.Call(ctx, "joinTokens.create", map[string]any{"role": role, "name": name, "ttl_seconds": int64(ttl / time.Second)}, &out)
+	return out, err
+}
+
+// Command is a command as the API shows it.
+type Command struct {
+	ID        string          `json:"id"`
+	NodeID    string          `json:"node_id"`
+	TenantID  string          `json:"tenant_id"`
+	Kind      string          `json:"kind"`
+	Payload   json.RawMessage `json:"payload"`
+	State     string          `json:"state"`
+	Attested  bool            `json:"attested"`
+	Result    json.RawMessage `json:"result"`
+	Reason    string          `json:"reason"`
+	CreatedBy string          `json:"created_by"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
+	ExpiresAt time.Time       `json:"expires_at"`
+}
+
+// Terminal reports whether the command's state is final.
+func (c Command) Terminal() bool {
+	return c.State == "succeeded" || c.State == "failed" || c.State == "cancelled"
+}
+
+// CreateCommand queues a command for a node.
+func (c *Client) CreateCommand(ctx context.Context, nodeID, kind string, payload json.RawMessage) (Command, error) {
+	in := map[string]any{"node_id": nodeID, "kind": kind}
+	if len(payload) > 0 {
+		in["payload"] = payload
+	}
+	var out Command
+	err := c.Call(ctx, "commands.create", in, &out)
+	return out, err
+}
+
+// Command reads a command.
+func (c *Client) Command(ctx context.Context, id string) (Command, error) {
+	var out Command
+	err := c.Call(ctx, "commands.get", map[string]any{"id": id}, &out)
+	return out, err
+}
+
+// WaitCommand polls a command until it is final or ctx ends, calling
+// progress (when not nil) on every state change.
+func (c *Client) WaitCommand(ctx context.Context, id string, interval time.Duration, progress func(Command)) (Command, error) {
+	last := ""
+	for {
+		cmd, err := c.Command(ctx, id)
+		if err != nil {
+			return cmd, err
+		}
+		if cmd.State != last && progress != nil {
+			progress(cmd)
+		}
+		last = cmd.State
+		if cmd.Terminal() {
+			return cmd, nil
+		}
+		select {
+		case <-ctx.Done():
+			return cmd, ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}

@@ -1,0 +1,63 @@
+// Package bus is the in-process poke bus: a mutation publishes a topic and
+// whoever waits on it (the signing worker, the gateway holding a node's
+// session) wakes up and reads the database. A poke carries no data, so a
+// lost or coalesced poke costs only latency; periodic sweeps catch up.
+package bus
+
+import "sync"
+
+// Bus fans pokes out to subscribers of a topic. The zero value is not
+// usable; call New.
+type Bus struct {
+	mu   sync.Mutex
+	subs map[string]map[chan struct{}]struct{}
+}
+
+// New returns an empty bus.
+func New() *Bus { return &Bus{subs: map[string]map[chan struct{}]struct{}{}} }
+
+// Subscribe returns a channel that receives a value (coalesced) after each
+// Publish of topic, and a function that ends the subscription.
+func (b *Bus) Subscribe(topic string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	b.mu.Lock()
+	if b.subs[topic] == nil {
+		b.subs[topic] = map[chan struct{}]struct{}{}
+	}
+	b.subs[topic][ch] = struct{}{}
+	b.mu.Unlock()
+	return ch, func() {
+		b.mu.Lock()
+		delete(b.subs[topic], ch)
+		if len(b.subs[topic]) == 0 {
+			delete(b.subs, topic)
+		}
+		b.mu.Unlock()
+	}
+}
+
+// Publish pokes every subscriber of topic without blocking.
+func (b *Bus) Publish(topic string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for ch := range b.subs[topic] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Topics used across the control plane.
+const (
+	// TopicSign wakes the signing worker.
+	TopicSign = "commands.sign"
+	// TopicRevoked wakes every gateway's revocation check.
+	TopicRevoked = "certs.revoked"
+)
+
+// NodeTopic is the topic poked when a node has something to receive.
+func NodeTopic(nodeID string) string { return "node." + nodeID }
+
+// CommandTopic is poked when a command's state changes.
+func CommandTopic(id string) string { return "command." + id }

@@ -1,0 +1,358 @@
+// Package commands owns the command queue: creating a command (with its
+// audit row in one transaction), handing signed commands to the gateway,
+// and recording the node's signed updates, which are `attested` only when
+// the node's own certificate verifies them.
+//
+// The package never signs a command: the signing worker (package signing)
+// does, and the gateway relays the stored bytes verbatim.
+package commands
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/bus"
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/kinds"
+	"github.com/bettercompute/bettercompute/internal/nodes"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/store"
+)
+
+// States of a command.
+const (
+	StateQueued    = "queued"
+	StateSent      = "sent"
+	StateRunning   = "running"
+	StateSucceeded = "succeeded"
+	StateFailed    = "failed"
+	StateCancelled = "cancelled"
+)
+
+// Terminal reports whether state is final.
+func Terminal(state string) bool {
+	return state == StateSucceeded || state == StateFailed || state == StateCancelled
+}
+
+// The signature contexts, re-exported from package wire.
+const (
+	UpdateSigContext  = wire.UpdateSigContext
+	CommandSigContext = wire.CommandSigContext
+)
+
+// AttestGrace is how long after its expiry a node certificate still attests
+// results (for results journaled offline).
+const AttestGrace = 7 * 24 * time.Hour
+
+// MaxPayload bounds a command's payload.
+const MaxPayload = 64 << 10
+
+// Command is a command as the API shows it.
+type Command struct {
+	ID        string          `json:"id"`
+	NodeID    string          `json:"node_id"`
+	TenantID  string          `json:"tenant_id"`
+	Kind      string          `json:"kind"`
+	Payload   json.RawMessage `json:"payload"`
+	State     string          `json:"state"`
+	Attested  bool            `json:"attested"`
+	Result    json.RawMessage `json:"result"`
+	Reason    string          `json:"reason"`
+	CreatedBy string          `json:"created_by"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
+	ExpiresAt time.Time       `json:"expires_at"`
+}
+
+// CertLookup reads node certificates; the nodes module implements it.
+type CertLookup interface {
+	CertState(ctx context.Context, serial string) (nodes.CertState, error)
+}
+
+// Service is the commands module.
+type Service struct {
+	db    *store.DB
+	clk   clock.Clock
+	bus   *bus.Bus
+	certs CertLookup
+	nodes *nodes.Service
+	log   *slog.Logger
+}
+
+// New returns the commands module.
+func New(db *store.DB, clk clock.Clock, b *bus.Bus, n *nodes.Service, log *slog.Logger) *Service {
+	return &Service{db: db, clk: clk, bus: b, certs: n, nodes: n, log: log}
+}
+
+// Create queues a command for nodeID, with its audit row in the same
+// transaction, and wakes the signing worker.
+func (s *Service) Create(ctx context.Context, actor audit.Entry, nodeID, kind string, payload json.RawMessage, ttl time.Duration) (Command, error) {
+	if !kinds.Known(kind) {
+		return Command{}, errs.New(errs.InvalidInput, "kind: unknown command kind")
+	}
+	if len(payload) == 0 {
+		payload = json.RawMessage("{}")
+	}
+	if len(payload) > MaxPayload {
+		return Command{}, errs.New(errs.PayloadTooLarge, "payload: larger than 64 KiB")
+	}
+	if !json.Valid(payload) {
+		return Command{}, errs.New(errs.InvalidInput, "payload: not valid JSON")
+	}
+	if ttl <= 0 {
+		ttl = 10 * time.Minute
+	}
+	if ttl > 24*time.Hour {
+		return Command{}, errs.New(errs.InvalidInput, "ttl: at most 24 hours")
+	}
+	tenant, err := s.nodes.TenantOf(ctx, nodeID)
+	if err != nil {
+		return Command{}, err
+	}
+	if actor.TenantID != "root" && actor.TenantID != tenant {
+		return Command{}, errs.New(errs.NotFound, "node not found")
+	}
+	now := s.clk.Now()
+	c := Command{ID: ids.New("c"), NodeID: nodeID, TenantID: tenant, Kind: kind, Payload: payload, State: StateQueued,
+		CreatedBy: actor.Actor, CreatedAt: now.UTC(), UpdatedAt: now.UTC(), ExpiresAt: now.Add(ttl).UTC()}
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			c.ID, tenant, nodeID, kind, []byte(payload), StateQueued, actor.Actor, now.UnixMilli(), now.UnixMilli(), c.ExpiresAt.UnixMilli()); err != nil {
+			return fmt.Errorf("commands: insert: %w", err)
+		}
+		sum := sha256.Sum256(payload)
+		actor.TenantID = tenant
+		actor.Action, actor.Resource, actor.Outcome = "compute:commands:create", "command/"+c.ID, "allowed"
+		actor.Details = map[string]any{"node_id": nodeID, "kind": kind, "payload_sha256": fmt.Sprintf("%x", sum)}
+		return audit.Record(ctx, tx, now, actor)
+	})
+	if err != nil {
+		return Command{}, err
+	}
+	s.bus.Publish(bus.TopicSign)
+	return c, nil
+}
+
+// ErrNotFound is returned for a command that does not exist.
+var ErrNotFound = errs.New(errs.NotFound, "command not found")
+
+// Get returns a command by id, NOT_FOUND when absent or outside tenant
+// (unless tenant is root).
+func (s *Service) Get(ctx context.Context, tenant, id string) (Command, error) {
+	var c Command
+	var payload, result []byte
+	var attested int
+	var created, updated, expires int64
+	err := s.db.QueryRowContext(ctx, `SELECT id, node_id, tenant_id, kind, payload, state, attested, result, reason, created_by, created_at, updated_at, expires_at
+		FROM commands WHERE id = $1`, id).Scan(&c.ID, &c.NodeID, &c.TenantID, &c.Kind, &payload, &c.State, &attested, &result, &c.Reason,
+		&c.CreatedBy, &created, &updated, &expires)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && tenant != "root" && c.TenantID != tenant {
+		return Command{}, ErrNotFound
+	}
+	if err != nil {
+		return Command{}, fmt.Errorf("commands: get: %w", err)
+	}
+	c.Payload = json.RawMessage(payload)
+	c.Attested = attested == 1
+	c.Result = asJSON(result)
+	c.CreatedAt, c.UpdatedAt, c.ExpiresAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC(), time.UnixMilli(expires).UTC()
+	return c, nil
+}
+
+// asJSON shows a result as JSON: itself when it is valid JSON, else a JSON
+// string of its bytes; null when empty.
+func asJSON(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	if json.Valid(b) {
+		return json.RawMessage(b)
+	}
+	q, _ := json.Marshal(string(b))
+	return q
+}
+
+// Pending returns the signed, queued commands for nodeID, oldest first.
+func (s *Service) Pending(ctx context.Context, nodeID string) ([]*nodev1.SignedCommand, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, body, signature, signer_cert FROM commands
+		WHERE node_id = $1 AND state = $2 AND body IS NOT NULL ORDER BY created_at, id LIMIT 256`, nodeID, StateQueued)
+	if err != nil {
+		return nil, fmt.Errorf("commands: pending: %w", err)
+	}
+	defer rows.Close()
+	var out []*nodev1.SignedCommand
+	for rows.Next() {
+		c := &nodev1.SignedCommand{}
+		if err := rows.Scan(&c.Id, &c.Body, &c.Signature, &c.SignerCertDer); err != nil {
+			return nil, fmt.Errorf("commands: scan pending: %w", err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// MarkSent moves a queued command to sent.
+func (s *Service) MarkSent(ctx context.Context, id string) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE commands SET state = $1, updated_at = $2 WHERE id = $3 AND state = $4`,
+		StateSent, s.clk.Now().UnixMilli(), id, StateQueued)
+	if err != nil {
+		return fmt.Errorf("commands: mark sent: %w", err)
+	}
+	return nil
+}
+
+// ApplyUpdate records a node's CommandUpdate received on nodeID's session.
+// The signed body and signature are stored verbatim; the result is attested
+// only when the signature verifies against a certificate of this node that
+// is not revoked, not of role node-tenant, and expired less than
+// AttestGrace ago. It returns the state recorded.
+func (s *Service) ApplyUpdate(ctx context.Context, nodeID string, upd *nodev1.CommandUpdate) (string, error) {
+	var body nodev1.UpdateBody
+	if err := proto.Unmarshal(upd.GetBody(), &body); err != nil {
+		return "", errs.Wrap(errs.InvalidInput, "update body does not parse", err)
+	}
+	if body.NodeId != nodeID {
+		return "", errs.New(errs.AccessDenied, "update names another node")
+	}
+	switch body.State {
+	case StateRunning, StateSucceeded, StateFailed, StateCancelled:
+	default:
+		return "", errs.New(errs.InvalidInput, "update state is not valid")
+	}
+	attested, why := s.attest(ctx, nodeID, upd)
+	if !attested {
+		s.log.Warn("update not attested", "node_id", nodeID, "command_id", body.CommandId, "why", why)
+	}
+	a := 0
+	if attested {
+		a = 1
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE commands SET state = $1, reason = $2, result = $3, attested = $4, update_body = $5, node_sig = $6,
+		update_cert_serial = $7, updated_at = $8 WHERE id = $9 AND node_id = $10 AND state NOT IN ($11, $12, $13)`,
+		body.State, body.Reason, body.Result, a, upd.Body, upd.NodeSig, upd.CertSerial, s.clk.Now().UnixMilli(), body.CommandId, nodeID,
+		StateSucceeded, StateFailed, StateCancelled)
+	if err != nil {
+		return "", fmt.Errorf("commands: apply update: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		// Unknown, another node's, or already final: nothing changes. The
+		// node still gets an ack so it stops resending.
+		var st string
+		err := s.db.QueryRowContext(ctx, `SELECT state FROM commands WHERE id = $1 AND node_id = $2`, body.CommandId, nodeID).Scan(&st)
+		if err != nil {
+			return "", errs.New(errs.NotFound, "command not found")
+		}
+		return st, nil
+	}
+	s.bus.Publish(bus.CommandTopic(body.CommandId))
+	return body.State, nil
+}
+
+// attest checks the node's signature on an update.
+func (s *Service) attest(ctx context.Context, nodeID string, upd *nodev1.CommandUpdate) (bool, string) {
+	st, err := s.certs.CertState(ctx, upd.CertSerial)
+	if err != nil {
+		return false, "cert-unknown"
+	}
+	switch {
+	case st.NodeID != nodeID:
+		return false, "cert-other-node"
+	case st.Revoked:
+		return false, "cert-revoked"
+	case st.Role == pki.RoleNodeTenant:
+		return false, "node-tenant"
+	case s.clk.Now().After(st.NotAfter.Add(AttestGrace)):
+		return false, "cert-expired"
+	}
+	digest := sha256.Sum256(append([]byte(UpdateSigContext), upd.Body...))
+	switch pub := st.Cert.PublicKey.(type) {
+	case *ecdsa.PublicKey:
+		if ecdsa.VerifyASN1(pub, digest[:], upd.NodeSig) {
+			return true, ""
+		}
+	case ed25519.PublicKey:
+		if ed25519.Verify(pub, digest[:], upd.NodeSig) {
+			return true, ""
+		}
+	}
+	return false, "bad-signature"
+}
+
+// CancelDisallowed cancels nodeID's unfinished commands whose kind the
+// certificate's role or allowed list does not permit (reason
+// kind-not-allowed). The gateway calls it at Hello.
+func (s *Service) CancelDisallowed(ctx context.Context, nodeID, role string, allowed []string) (int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, kind FROM commands WHERE node_id = $1 AND state IN ($2, $3, $4)`,
+		nodeID, StateQueued, StateSent, StateRunning)
+	if err != nil {
+		return 0, fmt.Errorf("commands: list unfinished: %w", err)
+	}
+	var cancel []string
+	for rows.Next() {
+		var id, kind string
+		if err := rows.Scan(&id, &kind); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("commands: scan unfinished: %w", err)
+		}
+		if !KindPermitted(role, allowed, kind) {
+			cancel = append(cancel, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("commands: list unfinished: %w", err)
+	}
+	for _, id := range cancel {
+		if _, err := s.db.ExecContext(ctx, `UPDATE commands SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND state IN ($5, $6, $7)`,
+			StateCancelled, "kind-not-allowed", s.clk.Now().UnixMilli(), id, StateQueued, StateSent, StateRunning); err != nil {
+			return 0, fmt.Errorf("commands: cancel: %w", err)
+		}
+		s.bus.Publish(bus.CommandTopic(id))
+	}
+	return len(cancel), nil
+}
+
+// KindPermitted reports whether a certificate of role, narrowed to allowed
+// (nil: no narrowing), may run kind.
+func KindPermitted(role string, allowed []string, kind string) bool {
+	if !kinds.AllowedForRole(role, kind) {
+		return false
+	}
+	if allowed == nil {
+		return true
+	}
+	for _, k := range allowed {
+		if k == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// SweepExpired cancels unfinished commands past their expiry (reason
+// expired). The workers role runs it.
+func (s *Service) SweepExpired(ctx context.Context) (int64, error) {
+	now := s.clk.Now().UnixMilli()
+	res, err := s.db.ExecContext(ctx, `UPDATE commands SET state = $1, reason = $2, updated_at = $3 WHERE expires_at < $4 AND state IN ($5, $6)`,
+		StateCancelled, "expired", now, now, StateQueued, StateSent)
+	if err != nil {
+		return 0, fmt.Errorf("commands: sweep: %w", err)
+	}
+	return res.RowsAffected()
+}

@@ -1,0 +1,252 @@
+// Package journal is bcd's crash-safe command journal: an append-only file
+// of JSON lines, each fsynced before the step it records goes on. A command
+// is journaled before it runs ("start") and after ("done", with its signed
+// update); the gateway's ack is journaled too. After a restart a command
+// that started but never finished is not run again (it is reported failed,
+// reason interrupted), results not yet acknowledged are sent again, and
+// every id ever seen is refused as a replay until its expiry has passed.
+package journal
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Entry is one line of the journal.
+type Entry struct {
+	Op        string `json:"op"` // start, done, ack
+	ID        string `json:"id"`
+	ExpiresMS int64  `json:"exp,omitempty"`
+	Update    []byte `json:"update,omitempty"` // a marshalled CommandUpdate
+}
+
+// Record is the journal's view of one command.
+type Record struct {
+	ID        string
+	ExpiresMS int64
+	Started   bool
+	Done      bool
+	Acked     bool
+	Update    []byte
+}
+
+// Journal is an open journal; it is safe for concurrent use.
+type Journal struct {
+	mu      sync.Mutex
+	path    string
+	f       *os.File
+	records map[string]*Record
+}
+
+// maxLine bounds a journal line; an update is at most a few MiB.
+const maxLine = 16 << 20
+
+// Open reads the journal at path (creating it 0600), compacts away commands
+// that are acknowledged and expired more than keep ago as of now, and
+// returns it ready for appends.
+func Open(path string, now time.Time, keep time.Duration) (*Journal, error) {
+	j := &Journal{path: path, records: map[string]*Record{}}
+	if err := j.load(); err != nil {
+		return nil, err
+	}
+	cutoff := now.Add(-keep).UnixMilli()
+	for id, r := range j.records {
+		if r.Acked && r.ExpiresMS < cutoff {
+			delete(j.records, id)
+		}
+	}
+	if err := j.rewrite(); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("journal: open for append: %w", err)
+	}
+	j.f = f
+	return j, nil
+}
+
+func (j *Journal) load() error {
+	f, err := os.Open(j.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("journal: open: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
+	for sc.Scan() {
+		var e Entry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			// A torn last line from a crash mid-append: stop there. What it
+			// recorded did not happen as far as the journal knows, and the
+			// step it guarded had not begun.
+			break
+		}
+		j.apply(e)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("journal: read: %w", err)
+	}
+	return nil
+}
+
+func (j *Journal) apply(e Entry) {
+	r := j.records[e.ID]
+	if r == nil {
+		r = &Record{ID: e.ID}
+		j.records[e.ID] = r
+	}
+	switch e.Op {
+	case "start":
+		r.Started = true
+		if e.ExpiresMS > r.ExpiresMS {
+			r.ExpiresMS = e.ExpiresMS
+		}
+	case "done":
+		r.Done = true
+		r.Update = e.Update
+		if e.ExpiresMS > r.ExpiresMS {
+			r.ExpiresMS = e.ExpiresMS
+		}
+	case "ack":
+		r.Acked = true
+	}
+}
+
+// rewrite writes the current records to a temp file and renames it over
+// the journal, so a crash leaves either the old or the new file.
+func (j *Journal) rewrite() error {
+	tmp := j.path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("journal: compact: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	ids := make([]string, 0, len(j.records))
+	for id := range j.records {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	enc := json.NewEncoder(w)
+	for _, id := range ids {
+		r := j.records[id]
+		if r.Started {
+			_ = enc.Encode(Entry{Op: "start", ID: id, ExpiresMS: r.ExpiresMS})
+		}
+		if r.Done {
+			_ = enc.Encode(Entry{Op: "done", ID: id, ExpiresMS: r.ExpiresMS, Update: r.Update})
+		}
+		if r.Acked {
+			_ = enc.Encode(Entry{Op: "ack", ID: id})
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("journal: compact: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("journal: compact sync: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("journal: compact close: %w", err)
+	}
+	if err := os.Rename(tmp, j.path); err != nil {
+		return fmt.Errorf("journal: compact rename: %w", err)
+	}
+	d, err := os.Open(filepath.Dir(j.path))
+	if err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// append writes and fsyncs one entry, then applies it.
+func (j *Journal) append(e Entry) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("journal: encode: %w", err)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if _, err := j.f.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("journal: append: %w", err)
+	}
+	if err := j.f.Sync(); err != nil {
+		return fmt.Errorf("journal: sync: %w", err)
+	}
+	j.apply(e)
+	return nil
+}
+
+// Seen reports whether id was ever journaled (a replay when true).
+func (j *Journal) Seen(id string) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	_, ok := j.records[id]
+	return ok
+}
+
+// Start records that id is about to run; it must be durable first.
+func (j *Journal) Start(id string, expires time.Time) error {
+	return j.append(Entry{Op: "start", ID: id, ExpiresMS: expires.UnixMilli()})
+}
+
+// Done records id's final signed update (also for a refusal, which makes
+// the id seen).
+func (j *Journal) Done(id string, expires time.Time, update []byte) error {
+	return j.append(Entry{Op: "done", ID: id, ExpiresMS: expires.UnixMilli(), Update: update})
+}
+
+// Ack records that the gateway stored id's final update.
+func (j *Journal) Ack(id string) error {
+	j.mu.Lock()
+	r := j.records[id]
+	j.mu.Unlock()
+	if r == nil || r.Acked {
+		return nil
+	}
+	return j.append(Entry{Op: "ack", ID: id})
+}
+
+// Interrupted returns the commands that started but never finished.
+func (j *Journal) Interrupted() []Record {
+	return j.filter(func(r *Record) bool { return r.Started && !r.Done })
+}
+
+// Unacked returns finished commands whose update the gateway has not
+// acknowledged, oldest id first.
+func (j *Journal) Unacked() []Record {
+	return j.filter(func(r *Record) bool { return r.Done && !r.Acked })
+}
+
+func (j *Journal) filter(keep func(*Record) bool) []Record {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out []Record
+	for _, r := range j.records {
+		if keep(r) {
+			out = append(out, *r)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	return out
+}
+
+// Close closes the journal file.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.f.Close()
+}

@@ -1,0 +1,542 @@
+// Package daemon is bcd's node agent: join, the mutual-TLS session with a
+// gateway, verification of every signed command against what the node
+// pinned at join, the crash-safe journal, node-signed (attested) updates,
+// renewal before expiry, and reconnects with jittered back-off. Drivers
+// (package driver) do the actual work.
+package daemon
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
+	"github.com/bettercompute/bettercompute/internal/daemon/driver"
+	"github.com/bettercompute/bettercompute/internal/daemon/journal"
+	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+)
+
+// Version is reported in Hello.
+const Version = "0.1.0"
+
+// Config configures a node agent.
+type Config struct {
+	DataDir string
+	Gateway string // overrides the join record's gateway when set
+	Driver  driver.Driver
+	Clock   clock.Clock
+	Log     *slog.Logger
+	BootID  string // default: a fresh id per process
+	Labels  map[string]string
+	// Backoff bounds reconnect delays (defaults 200ms to 30s, full jitter).
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// Node is a running node agent.
+type Node struct {
+	cfg     Config
+	rec     *JoinRecord
+	bundle  pki.TrustBundle
+	verify  *Verifier
+	journal *journal.Journal
+
+	mu        sync.Mutex
+	key       crypto.Signer
+	chain     []*x509.Certificate
+	highestMS int64
+	offset    time.Duration
+	connected bool
+	sessionID string
+
+	// onState, when set, is told of session changes (tests and dev wait on
+	// it instead of sleeping).
+	onState func(connected bool)
+}
+
+// Open loads a joined node from cfg.DataDir and its journal. It reports
+// (and journals) commands interrupted by a crash as failed, so they are not
+// run again and their result reaches the control plane.
+func Open(cfg Config) (*Node, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.BootID == "" {
+		cfg.BootID = ids.New("b")
+	}
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff = 200 * time.Millisecond
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = 30 * time.Second
+	}
+	if cfg.Driver == nil {
+		return nil, errors.New("daemon: no driver")
+	}
+	var rec JoinRecord
+	if err := readJSON(cfg.DataDir, joinFile, &rec); err != nil {
+		return nil, ErrNotJoined
+	}
+	var pin [32]byte
+	copy(pin[:], rec.Pin)
+	tb, err := pki.VerifyTrustBundle(rec.BundleBody, rec.BundleSig, ed25519.PublicKey(rec.JoinPublicKey), pin)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: join record's trust bundle does not verify: %w", err)
+	}
+	var id identity
+	if err := readJSON(cfg.DataDir, identityFile, &id); err != nil {
+		return nil, fmt.Errorf("daemon: identity: %w", err)
+	}
+	key, chain, err := id.parse()
+	if err != nil {
+		return nil, err
+	}
+	nid, err := pki.ParseNodeCert(chain[0])
+	if err != nil {
+		return nil, fmt.Errorf("daemon: node certificate: %w", err)
+	}
+	roots, err := tb.CommandRootCerts()
+	if err != nil {
+		return nil, fmt.Errorf("daemon: command roots: %w", err)
+	}
+	var st state
+	_ = readJSON(cfg.DataDir, stateFile, &st)
+	j, err := journal.Open(filepath.Join(cfg.DataDir, journalFile), cfg.Clock.Now(), MaxLifetime+MaxSkew)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Gateway == "" {
+		cfg.Gateway = rec.Gateway
+	}
+	n := &Node{cfg: cfg, rec: &rec, bundle: tb, journal: j, key: key, chain: chain, highestMS: st.HighestServerTimeMS,
+		verify: &Verifier{NodeID: rec.NodeID, Role: nid.Role, TrustDomain: tb.TrustDomain, CommandRoots: roots}}
+	for _, r := range j.Interrupted() {
+		upd, err := n.signUpdate(&nodev1.UpdateBody{CommandId: r.ID, State: "failed", Reason: "interrupted"})
+		if err != nil {
+			return nil, err
+		}
+		if err := j.Done(r.ID, time.UnixMilli(r.ExpiresMS), upd); err != nil {
+			return nil, err
+		}
+		cfg.Log.Warn("command interrupted by restart", "command_id", r.ID)
+	}
+	return n, nil
+}
+
+// NodeID returns this node's id.
+func (n *Node) NodeID() string { return n.rec.NodeID }
+
+// BootID returns this process's boot id.
+func (n *Node) BootID() string { return n.cfg.BootID }
+
+// Close closes the journal.
+func (n *Node) Close() error { return n.journal.Close() }
+
+// OnState registers f to be told when the session comes up or goes down.
+func (n *Node) OnState(f func(connected bool)) {
+	n.mu.Lock()
+	n.onState = f
+	n.mu.Unlock()
+}
+
+// Connected reports whether a session is up.
+func (n *Node) Connected() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.connected
+}
+
+func (n *Node) setConnected(c bool) {
+	n.mu.Lock()
+	n.connected = c
+	f := n.onState
+	n.mu.Unlock()
+	if f != nil {
+		f(c)
+	}
+}
+
+// now is the node's idea of the time: its clock moved by the offset of the
+// last Welcome it trusted.
+func (n *Node) now() time.Time {
+	n.mu.Lock()
+	off := n.offset
+	n.mu.Unlock()
+	return n.cfg.Clock.Now().Add(off)
+}
+
+// Serial returns the current certificate's serial (hex).
+func (n *Node) Serial() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return pki.SerialHex(n.chain[0])
+}
+
+// signUpdate encodes and signs an update body with the current node key.
+func (n *Node) signUpdate(b *nodev1.UpdateBody) ([]byte, error) {
+	b.NodeId = n.rec.NodeID
+	b.TimeMs = n.now().UnixMilli()
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(b)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: encode update: %w", err)
+	}
+	n.mu.Lock()
+	key, serial := n.key, pki.SerialHex(n.chain[0])
+	n.mu.Unlock()
+	digest := sha256.Sum256(append([]byte(wire.UpdateSigContext), body...))
+	var sig []byte
+	switch k := key.(type) {
+	case *ecdsa.PrivateKey:
+		sig, err = ecdsa.SignASN1(rand.Reader, k, digest[:])
+	case ed25519.PrivateKey:
+		sig = ed25519.Sign(k, digest[:])
+	default:
+		err = errors.New("unsupported node key")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("daemon: sign update: %w", err)
+	}
+	return proto.Marshal(&nodev1.CommandUpdate{Body: body, NodeSig: sig, CertSerial: serial})
+}
+
+// tlsConfig presents the current certificate and accepts only the pinned
+// gateway identity.
+func (n *Node) tlsConfig() (*tls.Config, error) {
+	roots, err := n.bundle.ServerRootPool()
+	if err != nil {
+		return nil, err
+	}
+	td := n.bundle.TrustDomain
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		InsecureSkipVerify: true, // replaced by VerifyPeerCertificate: pinned roots and SPIFFE ID, not a host name
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			return verifyGateway(raw, roots, td)
+		},
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			c := &tls.Certificate{PrivateKey: n.key, Leaf: n.chain[0]}
+			for _, x := range n.chain {
+				c.Certificate = append(c.Certificate, x.Raw)
+			}
+			return c, nil
+		},
+	}, nil
+}
+
+// Dial opens a client connection to the gateway with this node's identity.
+func (n *Node) Dial() (*grpc.ClientConn, error) {
+	cfg, err := n.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	return grpc.NewClient(n.cfg.Gateway, grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}))
+}
+
+// Run keeps a session with the gateway until ctx ends, reconnecting with
+// full-jitter exponential back-off and renewing the certificate before it
+// expires.
+func (n *Node) Run(ctx context.Context) error {
+	backoff := n.cfg.MinBackoff
+	for {
+		start := time.Now()
+		err := n.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(start) > time.Minute {
+			backoff = n.cfg.MinBackoff
+		}
+		n.cfg.Log.Info("session ended", "node_id", n.rec.NodeID, "err", err)
+		delay := time.Duration(mrand.Int64N(int64(backoff) + 1))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		backoff = min(backoff*2, n.cfg.MaxBackoff)
+	}
+}
+
+// renewAt is when the current certificate should be renewed: two thirds
+// into its life, jittered by up to a tenth of the life either way.
+func (n *Node) renewAt() time.Time {
+	n.mu.Lock()
+	c := n.chain[0]
+	n.mu.Unlock()
+	life := c.NotAfter.Sub(c.NotBefore)
+	jitter := time.Duration(mrand.Int64N(int64(life/5)+1)) - life/10
+	return c.NotBefore.Add(life*2/3 + jitter)
+}
+
+// Renew asks the gateway for a certificate for a fresh key over conn and
+// installs it (0600, atomically).
+func (n *Node) Renew(ctx context.Context, conn *grpc.ClientConn) error {
+	key, err := pki.NewNodeKey()
+	if err != nil {
+		return fmt.Errorf("daemon: renew key: %w", err)
+	}
+	csr, err := pki.CSR(key, n.rec.NodeID)
+	if err != nil {
+		return fmt.Errorf("daemon: renew csr: %w", err)
+	}
+	resp, err := nodev1.NewGatewayClient(conn).Renew(ctx, &nodev1.RenewRequest{CsrDer: csr})
+	if err != nil {
+		return fmt.Errorf("daemon: renew refused: %w", err)
+	}
+	roots, err := n.bundle.NodeRootPool()
+	if err != nil {
+		return err
+	}
+	var chain []*x509.Certificate
+	for _, der := range resp.CertChainDer {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return fmt.Errorf("daemon: renewed certificate: %w", err)
+		}
+		chain = append(chain, c)
+	}
+	if len(chain) == 0 || !key.PublicKey.Equal(chain[0].PublicKey) {
+		return errors.New("daemon: renewed certificate is for another key")
+	}
+	if id, err := pki.VerifyNodeChain(chain, roots, n.bundle.TrustDomain, chain[0].NotBefore.Add(1)); err != nil || id.NodeID != n.rec.NodeID {
+		return fmt.Errorf("daemon: renewed certificate does not verify: %w", err)
+	}
+	keyPEM, err := pki.MarshalPrivateKeyPEM(key)
+	if err != nil {
+		return err
+	}
+	if err := writeJSON(n.cfg.DataDir, identityFile, identity{KeyPEM: keyPEM, Chain: resp.CertChainDer}); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.key, n.chain = key, chain
+	n.mu.Unlock()
+	n.cfg.Log.Info("certificate renewed", "node_id", n.rec.NodeID, "not_after", chain[0].NotAfter)
+	return nil
+}
+
+// session runs one session: Hello, Welcome, pending reports, then commands.
+func (n *Node) session(ctx context.Context) error {
+	conn, err := n.Dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if time.Now().After(n.renewAt()) {
+		if err := n.Renew(ctx, conn); err != nil {
+			n.cfg.Log.Warn("renew failed", "err", err)
+		} else {
+			conn.Close()
+			if conn, err = n.Dial(); err != nil {
+				return err
+			}
+			defer conn.Close()
+		}
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := nodev1.NewGatewayClient(conn).Session(sctx)
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{
+		NodeId: n.rec.NodeID, BootId: n.cfg.BootID, Version: Version, Labels: n.cfg.Labels, Inventory: n.cfg.Driver.Inventory()}}}); err != nil {
+		return err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	w := first.GetWelcome()
+	if w == nil {
+		return errors.New("daemon: first message is not a Welcome")
+	}
+	rewound := n.acceptWelcome(w)
+	var allowed []string
+	if len(w.AllowedKinds) > 0 {
+		allowed = w.AllowedKinds
+	}
+	var sendMu sync.Mutex
+	send := func(m *nodev1.NodeMessage) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(m)
+	}
+	n.mu.Lock()
+	n.sessionID = w.SessionId
+	n.mu.Unlock()
+	n.setConnected(true)
+	defer n.setConnected(false)
+	n.cfg.Log.Info("session up", "node_id", n.rec.NodeID, "session_id", w.SessionId)
+
+	// Results made while disconnected (or before a crash) go first.
+	for _, r := range n.journal.Unacked() {
+		if err := n.sendUpdate(send, r.Update); err != nil {
+			return err
+		}
+	}
+	work := make(chan *nodev1.SignedCommand, 64)
+	defer close(work)
+	go n.execute(sctx, work, send, allowed, rewound)
+	renew := time.NewTimer(time.Until(n.renewAt()))
+	defer renew.Stop()
+	recvd := make(chan *nodev1.ServerMessage)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case recvd <- m:
+			case <-sctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-recvErr:
+			return err
+		case <-renew.C:
+			if err := n.Renew(ctx, conn); err != nil {
+				n.cfg.Log.Warn("renew failed", "err", err)
+				renew.Reset(time.Minute)
+				continue
+			}
+			return nil // reconnect with the new certificate
+		case m := <-recvd:
+			switch msg := m.Msg.(type) {
+			case *nodev1.ServerMessage_Command:
+				select {
+				case work <- msg.Command:
+				case <-ctx.Done():
+					return nil
+				}
+			case *nodev1.ServerMessage_Ack:
+				if err := n.journal.Ack(msg.Ack.CommandId); err != nil {
+					return err
+				}
+			case *nodev1.ServerMessage_Ping, *nodev1.ServerMessage_Welcome:
+			}
+		}
+	}
+}
+
+// acceptWelcome applies a Welcome's server time unless it is more than
+// MaxSkew behind the highest seen, in which case the session is marked
+// rewound and every command on it is refused.
+func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if w.ServerTimeMs < n.highestMS-MaxSkew.Milliseconds() {
+		n.cfg.Log.Warn("welcome time rewound", "node_id", n.rec.NodeID, "server_time_ms", w.ServerTimeMs, "highest_ms", n.highestMS)
+		return true
+	}
+	n.offset = time.UnixMilli(w.ServerTimeMs).Sub(n.cfg.Clock.Now())
+	if w.ServerTimeMs > n.highestMS {
+		n.highestMS = w.ServerTimeMs
+		if err := writeJSON(n.cfg.DataDir, stateFile, state{HighestServerTimeMS: n.highestMS}); err != nil {
+			n.cfg.Log.Error("persist server time", "err", err)
+		}
+	}
+	return false
+}
+
+func (n *Node) sendUpdate(send func(*nodev1.NodeMessage) error, raw []byte) error {
+	var u nodev1.CommandUpdate
+	if err := proto.Unmarshal(raw, &u); err != nil {
+		return fmt.Errorf("daemon: journaled update: %w", err)
+	}
+	return send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Update{Update: &u}})
+}
+
+// execute verifies and runs commands one at a time, in arrival order.
+func (n *Node) execute(ctx context.Context, work <-chan *nodev1.SignedCommand, send func(*nodev1.NodeMessage) error, allowed []string, rewound bool) {
+	for c := range work {
+		if err := n.handle(ctx, c, send, allowed, rewound); err != nil {
+			n.cfg.Log.Error("handle command", "command_id", c.Id, "err", err)
+		}
+	}
+}
+
+func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*nodev1.NodeMessage) error, allowed []string, rewound bool) error {
+	if len(c.Id) > 64 {
+		return errors.New("command id too long")
+	}
+	reason := ""
+	var body *nodev1.CommandBody
+	if rewound {
+		reason = ReasonClockRewound
+	} else {
+		body, reason = n.verify.Check(c, n.now(), allowed, n.journal.Seen)
+	}
+	expires := n.now().Add(MaxLifetime)
+	if body != nil && body.ExpiresAtMs > 0 && reason != ReasonExpired {
+		expires = time.UnixMilli(body.ExpiresAtMs)
+	}
+	if reason != "" {
+		n.cfg.Log.Warn("command refused", "command_id", c.Id, "reason", reason)
+		upd, err := n.signUpdate(&nodev1.UpdateBody{CommandId: c.Id, State: "cancelled", Reason: reason})
+		if err != nil {
+			return err
+		}
+		// A replay is not journaled again: the first record stands.
+		if reason != ReasonReplayed && !n.journal.Seen(c.Id) {
+			if err := n.journal.Done(c.Id, expires, upd); err != nil {
+				return err
+			}
+		}
+		return n.sendUpdate(send, upd)
+	}
+	if err := n.journal.Start(c.Id, expires); err != nil {
+		return err
+	}
+	running, err := n.signUpdate(&nodev1.UpdateBody{CommandId: c.Id, State: "running"})
+	if err != nil {
+		return err
+	}
+	_ = n.sendUpdate(send, running)
+	result, runErr := n.cfg.Driver.Run(ctx, body.Kind, body.Payload)
+	ub := &nodev1.UpdateBody{CommandId: c.Id, State: "succeeded", Result: result}
+	if runErr != nil {
+		ub.State, ub.Reason, ub.Result = "failed", runErr.Error(), nil
+	}
+	upd, err := n.signUpdate(ub)
+	if err != nil {
+		return err
+	}
+	if err := n.journal.Done(c.Id, expires, upd); err != nil {
+		return err
+	}
+	return n.sendUpdate(send, upd)
+}

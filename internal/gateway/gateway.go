@@ -1,0 +1,465 @@
+// Package gateway is the node-facing gRPC endpoint over mutual TLS 1.3.
+//
+// It authenticates each node by its client certificate (node CA chain,
+// trust domain, role, expiry, and revocation from the registry), relays
+// Join and Renew to the identity services, holds each node's session, sends
+// commands exactly as the database holds them (signed by a worker, which
+// the gateway cannot do: it imports no signing key and no SQL driver), and
+// stores the node's signed updates. A revoked certificate's session is
+// closed within one revocation poll (1 s by default) on every gateway.
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+)
+
+// CertInfo is the registry's record of a node certificate.
+type CertInfo struct {
+	NodeID       string
+	Role         string
+	Revoked      bool
+	AllowedKinds []string // nil: no narrowing
+}
+
+// HelloInfo is a Hello joined with what the certificate proved.
+type HelloInfo struct {
+	NodeID, BootID, Serial, SessionID, GatewayID, Version string
+	Labels                                                map[string]string
+	Inventory                                             []byte // JSON
+}
+
+// SessionResult is the registry's verdict on a Hello.
+type SessionResult struct {
+	Quarantined bool
+}
+
+// Registry is the node registry the gateway reads and writes sessions in.
+type Registry interface {
+	CertInfo(ctx context.Context, serial string) (CertInfo, error)
+	OpenSession(ctx context.Context, h HelloInfo) (SessionResult, error)
+	CloseSession(ctx context.Context, nodeID, sessionID string) error
+	CloseGatewaySessions(ctx context.Context, gatewayID string) error
+	RevokedSince(ctx context.Context, since time.Time) ([]string, time.Time, error)
+}
+
+// Commands is the command queue as the gateway sees it.
+type Commands interface {
+	Pending(ctx context.Context, nodeID string) ([]*nodev1.SignedCommand, error)
+	MarkSent(ctx context.Context, id string) error
+	ApplyUpdate(ctx context.Context, nodeID string, upd *nodev1.CommandUpdate) (string, error)
+	CancelDisallowed(ctx context.Context, nodeID, role string, allowed []string) (int, error)
+}
+
+// Services are the identity services Join and Renew are relayed to.
+type Services interface {
+	Bundle() *nodev1.SignedTrustBundle
+	Join(ctx context.Context, token string, csrDER []byte, name string) (nodeID string, chain [][]byte, err error)
+	Renew(ctx context.Context, id pki.NodeIdentity, csrDER []byte) ([][]byte, error)
+}
+
+// Poker delivers pokes (the in-process bus implements it).
+type Poker interface {
+	Subscribe(topic string) (<-chan struct{}, func())
+}
+
+// Config configures a gateway. NodeRoots and TrustDomain are required:
+// there is no weaker default.
+type Config struct {
+	TrustDomain    string
+	NodeRoots      *x509.CertPool
+	ServerCert     tls.Certificate
+	GatewayID      string
+	Clock          clock.Clock
+	Log            *slog.Logger
+	RevocationPoll time.Duration // default 1s
+	CommandPoll    time.Duration // default 5s
+}
+
+// Gateway serves the Gateway gRPC service.
+type Gateway struct {
+	nodev1.UnimplementedGatewayServer
+	cfg  Config
+	reg  Registry
+	cmds Commands
+	svc  Services
+	poke Poker
+
+	mu       sync.Mutex
+	sessions map[string]*session // by node id
+}
+
+type session struct {
+	id     string
+	nodeID string
+	serial string
+	cancel context.CancelCauseFunc
+}
+
+// ErrInvalidConfig is wrapped by New for a gateway without node-CA roots or
+// a trust domain.
+var ErrInvalidConfig = errs.New(errs.InvalidConfig, "gateway needs node-CA roots and a trust domain")
+
+// New checks cfg and returns a gateway. It refuses (INVALID_CONFIG) to be
+// built without node-CA roots, a trust domain or a server certificate.
+func New(cfg Config, svc Services, reg Registry, cmds Commands, poke Poker) (*Gateway, error) {
+	if cfg.NodeRoots == nil || cfg.TrustDomain == "" || len(cfg.ServerCert.Certificate) == 0 {
+		return nil, ErrInvalidConfig
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.GatewayID == "" {
+		cfg.GatewayID = ids.New("gw")
+	}
+	if cfg.RevocationPoll == 0 {
+		cfg.RevocationPoll = time.Second
+	}
+	if cfg.CommandPoll == 0 {
+		cfg.CommandPoll = 5 * time.Second
+	}
+	return &Gateway{cfg: cfg, reg: reg, cmds: cmds, svc: svc, poke: poke, sessions: map[string]*session{}}, nil
+}
+
+// TLSConfig is the server side: TLS 1.3 only; a client certificate is
+// requested but checked per call, since Join and Bundle accept none.
+func (g *Gateway) TLSConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{g.cfg.ServerCert},
+		ClientAuth:   tls.RequestClientCert,
+	}
+}
+
+// GRPCServer returns a gRPC server with the gateway registered on TLS.
+func (g *Gateway) GRPCServer() *grpc.Server {
+	s := grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(g.TLSConfig())),
+		grpc.MaxRecvMsgSize(4<<20),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	nodev1.RegisterGatewayServer(s, g)
+	return s
+}
+
+// Run closes sessions of revoked or expired certificates until ctx ends.
+// It first marks this gateway's stale sessions closed.
+func (g *Gateway) Run(ctx context.Context) {
+	if err := g.reg.CloseGatewaySessions(ctx, g.cfg.GatewayID); err != nil {
+		g.cfg.Log.Error("close stale sessions", "err", err)
+	}
+	poke, stop := g.poke.Subscribe("certs.revoked")
+	defer stop()
+	t := time.NewTicker(g.cfg.RevocationPoll)
+	defer t.Stop()
+	since := g.cfg.Clock.Now().Add(-time.Minute)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-poke:
+		case <-t.C:
+		}
+		serials, next, err := g.reg.RevokedSince(ctx, since)
+		if err != nil {
+			g.cfg.Log.Error("read revocations", "err", err)
+			continue
+		}
+		// Ask again from a little before the newest seen, so a revocation
+		// committed with an older timestamp is not missed.
+		since = next.Add(-5 * time.Second)
+		revoked := map[string]bool{}
+		for _, s := range serials {
+			revoked[s] = true
+		}
+		g.mu.Lock()
+		for _, s := range g.sessions {
+			if revoked[s.serial] {
+				s.cancel(errRevoked)
+			}
+		}
+		g.mu.Unlock()
+	}
+}
+
+var (
+	errRevoked    = errors.New("certificate revoked")
+	errSuperseded = errors.New("session superseded")
+)
+
+// Connected reports whether nodeID has a live session on this gateway.
+func (g *Gateway) Connected(nodeID string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.sessions[nodeID]
+	return ok
+}
+
+// SessionCount returns the number of live sessions on this gateway.
+func (g *Gateway) SessionCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.sessions)
+}
+
+func toStatus(err error) error {
+	switch errs.CodeOf(err) {
+	case errs.AccessDenied:
+		return status.Error(codes.PermissionDenied, string(errs.AccessDenied))
+	case errs.Unauthenticated:
+		return status.Error(codes.Unauthenticated, string(errs.Unauthenticated))
+	case errs.InvalidInput:
+		return status.Error(codes.InvalidArgument, string(errs.InvalidInput))
+	default:
+		return status.Error(codes.Internal, string(errs.Internal))
+	}
+}
+
+var errUnauthenticated = status.Error(codes.Unauthenticated, string(errs.Unauthenticated))
+
+// authenticate checks the caller's client certificate: chain to the node
+// CA, trust domain, role and expiry, then revocation and role in the
+// registry. Any failure is UNAUTHENTICATED; the detail is logged.
+func (g *Gateway) authenticate(ctx context.Context) (pki.NodeIdentity, CertInfo, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return pki.NodeIdentity{}, CertInfo{}, errUnauthenticated
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.PeerCertificates) == 0 {
+		g.cfg.Log.Info("node refused", "peer", p.Addr.String(), "why", "no client certificate")
+		return pki.NodeIdentity{}, CertInfo{}, errUnauthenticated
+	}
+	id, err := pki.VerifyNodeChain(ti.State.PeerCertificates, g.cfg.NodeRoots, g.cfg.TrustDomain, g.cfg.Clock.Now())
+	if err != nil {
+		g.cfg.Log.Info("node refused", "peer", p.Addr.String(), "why", "certificate does not verify", "err", err)
+		return pki.NodeIdentity{}, CertInfo{}, errUnauthenticated
+	}
+	ci, err := g.reg.CertInfo(ctx, id.Serial)
+	switch {
+	case err != nil:
+		g.cfg.Log.Info("node refused", "node_id", id.NodeID, "why", "certificate unknown", "err", err)
+		return id, ci, errUnauthenticated
+	case ci.Revoked:
+		g.cfg.Log.Info("node refused", "node_id", id.NodeID, "serial", id.Serial, "why", "certificate revoked")
+		return id, ci, errUnauthenticated
+	case ci.NodeID != id.NodeID || ci.Role != id.Role:
+		g.cfg.Log.Warn("node refused", "node_id", id.NodeID, "serial", id.Serial, "why", "certificate does not match its record")
+		return id, ci, errUnauthenticated
+	}
+	return id, ci, nil
+}
+
+// Bundle returns the join-key-signed trust bundle (no client cert needed).
+func (g *Gateway) Bundle(ctx context.Context, _ *nodev1.BundleRequest) (*nodev1.SignedTrustBundle, error) {
+	return g.svc.Bundle(), nil
+}
+
+// Join relays a join to the identity services; it is the only call that
+// takes no client certificate besides Bundle.
+func (g *Gateway) Join(ctx context.Context, req *nodev1.JoinRequest) (*nodev1.JoinResponse, error) {
+	nodeID, chain, err := g.svc.Join(ctx, req.GetToken(), req.GetCsrDer(), req.GetName())
+	if err != nil {
+		if errs.CodeOf(err) == errs.Internal {
+			g.cfg.Log.Error("join failed", "err", err)
+		}
+		return nil, toStatus(err)
+	}
+	return &nodev1.JoinResponse{NodeId: nodeID, CertChainDer: chain, Bundle: g.svc.Bundle()}, nil
+}
+
+// Renew needs mutual TLS with the node's current, unrevoked certificate.
+func (g *Gateway) Renew(ctx context.Context, req *nodev1.RenewRequest) (*nodev1.RenewResponse, error) {
+	id, _, err := g.authenticate(ctx)
+	if err != nil {
+		return nil, status.Error(codes.PermissionDenied, string(errs.AccessDenied))
+	}
+	chain, err := g.svc.Renew(ctx, id, req.GetCsrDer())
+	if err != nil {
+		if errs.CodeOf(err) == errs.Internal {
+			g.cfg.Log.Error("renew failed", "err", err)
+		}
+		return nil, toStatus(err)
+	}
+	return &nodev1.RenewResponse{CertChainDer: chain, Bundle: g.svc.Bundle()}, nil
+}
+
+// Session holds a node's stream: Hello, Welcome, then commands out and
+// updates in, until the node leaves, a newer boot supersedes it, or its
+// certificate is revoked.
+func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
+	ctx := stream.Context()
+	id, ci, err := g.authenticate(ctx)
+	if err != nil {
+		return err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	hello := first.GetHello()
+	if hello == nil || hello.NodeId != id.NodeID || hello.BootId == "" || len(hello.BootId) > 64 {
+		g.cfg.Log.Info("node refused", "node_id", id.NodeID, "why", "first message is not a Hello for this node")
+		return status.Error(codes.PermissionDenied, string(errs.AccessDenied))
+	}
+	inv, err := inventoryJSON(hello.Inventory)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, string(errs.InvalidInput))
+	}
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	s := &session{id: ids.New("s"), nodeID: id.NodeID, serial: id.Serial, cancel: cancel}
+	res, err := g.reg.OpenSession(ctx, HelloInfo{NodeID: id.NodeID, BootID: hello.BootId, Serial: id.Serial, SessionID: s.id,
+		GatewayID: g.cfg.GatewayID, Version: hello.Version, Labels: hello.Labels, Inventory: inv})
+	if err != nil {
+		g.cfg.Log.Error("open session", "node_id", id.NodeID, "err", err)
+		return status.Error(codes.Internal, string(errs.Internal))
+	}
+	if res.Quarantined {
+		g.cfg.Log.Warn("node quarantined", "node_id", id.NodeID, "serial", id.Serial)
+		g.dropSessions(id.NodeID, errRevoked)
+		return errUnauthenticated
+	}
+	g.mu.Lock()
+	if old := g.sessions[id.NodeID]; old != nil {
+		old.cancel(errSuperseded)
+	}
+	g.sessions[id.NodeID] = s
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		if g.sessions[id.NodeID] == s {
+			delete(g.sessions, id.NodeID)
+		}
+		g.mu.Unlock()
+		if err := g.reg.CloseSession(context.WithoutCancel(ctx), id.NodeID, s.id); err != nil {
+			g.cfg.Log.Error("close session", "node_id", id.NodeID, "err", err)
+		}
+	}()
+	if n, err := g.cmds.CancelDisallowed(ctx, id.NodeID, ci.Role, ci.AllowedKinds); err != nil {
+		g.cfg.Log.Error("cancel disallowed kinds", "node_id", id.NodeID, "err", err)
+		return status.Error(codes.Internal, string(errs.Internal))
+	} else if n > 0 {
+		g.cfg.Log.Info("cancelled commands not allowed for certificate", "node_id", id.NodeID, "count", n)
+	}
+
+	var sendMu sync.Mutex
+	send := func(m *nodev1.ServerMessage) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(m)
+	}
+	if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Welcome{Welcome: &nodev1.Welcome{
+		ServerTimeMs: g.cfg.Clock.Now().UnixMilli(), SessionId: s.id, AllowedKinds: ci.AllowedKinds}}}); err != nil {
+		return err
+	}
+	g.cfg.Log.Info("session open", "node_id", id.NodeID, "session_id", s.id, "boot_id", hello.BootId)
+
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- g.receive(sctx, stream, id.NodeID, send) }()
+	go g.deliver(sctx, id.NodeID, send)
+
+	select {
+	case err := <-recvErr:
+		cancel(err)
+		return nil
+	case <-sctx.Done():
+		cause := context.Cause(sctx)
+		g.cfg.Log.Info("session closed", "node_id", id.NodeID, "session_id", s.id, "why", cause)
+		if errors.Is(cause, errRevoked) {
+			return errUnauthenticated
+		}
+		return status.Error(codes.Aborted, "session closed")
+	}
+}
+
+// dropSessions cancels the node's live session on this gateway.
+func (g *Gateway) dropSessions(nodeID string, cause error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if s := g.sessions[nodeID]; s != nil {
+		s.cancel(cause)
+	}
+}
+
+func (g *Gateway) receive(ctx context.Context, stream nodev1.Gateway_SessionServer, nodeID string, send func(*nodev1.ServerMessage) error) error {
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		switch msg := m.Msg.(type) {
+		case *nodev1.NodeMessage_Update:
+			state, err := g.cmds.ApplyUpdate(ctx, nodeID, msg.Update)
+			if err != nil {
+				g.cfg.Log.Warn("update refused", "node_id", nodeID, "err", err)
+				continue
+			}
+			cmdID := ""
+			if id, ok := updateCommandID(msg.Update); ok {
+				cmdID = id
+			}
+			if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Ack{Ack: &nodev1.UpdateAck{CommandId: cmdID, State: state}}}); err != nil {
+				return err
+			}
+		case *nodev1.NodeMessage_Ping:
+			if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Ping{Ping: &nodev1.Ping{TimeMs: g.cfg.Clock.Now().UnixMilli()}}}); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("gateway: unexpected message %T", m.Msg)
+		}
+	}
+}
+
+// deliver sends the node's signed, queued commands whenever it is poked,
+// and every CommandPoll as a fallback for pokes from other processes.
+func (g *Gateway) deliver(ctx context.Context, nodeID string, send func(*nodev1.ServerMessage) error) {
+	poke, stop := g.poke.Subscribe("node." + nodeID)
+	defer stop()
+	t := time.NewTicker(g.cfg.CommandPoll)
+	defer t.Stop()
+	for {
+		cmds, err := g.cmds.Pending(ctx, nodeID)
+		if err != nil && ctx.Err() == nil {
+			g.cfg.Log.Error("read pending commands", "node_id", nodeID, "err", err)
+		}
+		for _, c := range cmds {
+			if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Command{Command: c}}); err != nil {
+				return
+			}
+			if err := g.cmds.MarkSent(ctx, c.Id); err != nil && ctx.Err() == nil {
+				g.cfg.Log.Error("mark command sent", "command_id", c.Id, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-poke:
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,51 @@
+// Package kinds is the table of command kinds: which certificate role may
+// run which kind, and which kinds are destructive. Both the control plane and
+// bcd read it; bcd enforces it against its own certificate's role, so a
+// control plane that sends a kind a role does not allow is refused on the
+// machine (kind-not-allowed).
+package kinds
+
+import "slices"
+
+// The command kinds this release defines.
+const (
+	NodePing   = "node.ping"
+	DiagRun    = "diag.run"
+	NodeReboot = "node.reboot"
+	DiskWipe   = "disk.wipe"
+)
+
+// byRole lists the kinds each certificate role accepts.
+var byRole = map[string][]string{
+	"node":        {NodePing, DiagRun, NodeReboot, DiskWipe},
+	"ramdisk":     {NodePing, DiagRun, DiskWipe},
+	"site":        {NodePing},
+	"node-tenant": {NodePing, DiagRun},
+}
+
+// destructive kinds change or destroy a machine's state.
+var destructive = []string{NodeReboot, DiskWipe, "gpu.reset"}
+
+// Known reports whether kind is defined at all.
+func Known(kind string) bool {
+	for _, ks := range byRole {
+		if slices.Contains(ks, kind) {
+			return true
+		}
+	}
+	return false
+}
+
+// AllowedForRole reports whether a certificate of role may run kind.
+// An unknown role allows nothing.
+func AllowedForRole(role, kind string) bool {
+	return slices.Contains(byRole[role], kind)
+}
+
+// ForRole returns a copy of the kinds role allows.
+func ForRole(role string) []string { return slices.Clone(byRole[role]) }
+
+// Destructive reports whether kind is destructive (any bmc.* kind is).
+func Destructive(kind string) bool {
+	return slices.Contains(destructive, kind) || len(kind) > 4 && kind[:4] == "bmc." || kind == "site.httpProxy"
+}

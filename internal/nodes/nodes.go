@@ -1,0 +1,492 @@
+// Package nodes owns the fleet's identities: join tokens, nodes, their
+// certificates and revocations, and the session registry with its
+// duplicate-identity rules. It implements the Join and Renew services the
+// gateway relays to, and holds the node CA key for that; the gateway itself
+// holds no CA key.
+package nodes
+
+import (
+	"context"
+	"crypto"
+	"crypto/subtle"
+	"crypto/x509"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/bus"
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/jointoken"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/store"
+)
+
+// Event types this module publishes.
+const (
+	EventJoinRefused      = "security.join.refused"
+	EventRenewRefused     = "security.renew.refused"
+	EventDuplicateSession = "security.node.duplicate-session"
+	EventQuarantined      = "security.node.quarantined"
+	EventJoined           = "node.joined"
+)
+
+// Revocation reasons.
+const (
+	ReasonDuplicateIdentity = "duplicate-identity"
+	ReasonOperator          = "operator"
+	ReasonSuperseded        = "superseded"
+)
+
+// Quarantine rule: more than FlipLimit alternations of one certificate
+// between boots within FlipWindow revoke it.
+const (
+	FlipLimit  = 3
+	FlipWindow = 10 * time.Minute
+)
+
+// Config is what the service needs from the PKI.
+type Config struct {
+	TrustDomain  string
+	NodeCA       *x509.Certificate
+	NodeCAKey    crypto.Signer
+	CertLifetime time.Duration // default 24h
+	// Bundle is the join-key-signed trust bundle handed to joining nodes.
+	BundleBody, BundleSig []byte
+	JoinPublicKey         []byte
+	JoinPin               [32]byte
+}
+
+// Service is the nodes module.
+type Service struct {
+	db     *store.DB
+	clk    clock.Clock
+	events *audit.Events
+	bus    *bus.Bus
+	log    *slog.Logger
+	cfg    Config
+}
+
+// New returns the nodes module.
+func New(db *store.DB, clk clock.Clock, events *audit.Events, b *bus.Bus, log *slog.Logger, cfg Config) *Service {
+	if cfg.CertLifetime == 0 {
+		cfg.CertLifetime = 24 * time.Hour
+	}
+	return &Service{db: db, clk: clk, events: events, bus: b, log: log, cfg: cfg}
+}
+
+// Node is a node as the API shows it.
+type Node struct {
+	ID         string            `json:"id"`
+	Name       string            `json:"name"`
+	TenantID   string            `json:"tenant_id"`
+	Role       string            `json:"role"`
+	Connected  bool              `json:"connected"`
+	BootID     string            `json:"boot_id,omitempty"`
+	Version    string            `json:"version,omitempty"`
+	Labels     map[string]string `json:"labels"`
+	Inventory  json.RawMessage   `json:"inventory"`
+	CreatedAt  time.Time         `json:"created_at"`
+	LastSeenAt *time.Time        `json:"last_seen_at,omitempty"`
+}
+
+// CreatedToken is the one-time answer to a token creation: Token is shown
+// once and never stored.
+type CreatedToken struct {
+	ID        string    `json:"id"`
+	Token     string    `json:"token"`
+	Role      string    `json:"role"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// CreateJoinToken makes a single-use join token for role, valid for ttl,
+// with its audit row in the same transaction.
+func (s *Service) CreateJoinToken(ctx context.Context, actor audit.Entry, role, name string, ttl time.Duration) (CreatedToken, error) {
+	if role == "" {
+		role = pki.RoleNode
+	}
+	if !pki.ValidRole(role) {
+		return CreatedToken{}, errs.New(errs.InvalidInput, "role must be one of node, ramdisk, site, node-tenant")
+	}
+	if ttl <= 0 {
+		ttl = time.Hour
+	}
+	if ttl > 7*24*time.Hour {
+		return CreatedToken{}, errs.New(errs.InvalidInput, "ttl must be at most 7 days")
+	}
+	if len(name) > 63 {
+		return CreatedToken{}, errs.New(errs.InvalidInput, "name must be at most 63 characters")
+	}
+	now := s.clk.Now()
+	t := jointoken.Token{Pin: s.cfg.JoinPin, ID: ids.New("jt_"), Secret: ids.Secret(32)}
+	exp := now.Add(ttl)
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO join_tokens (id, tenant_id, hash, role, name, created_by, created_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, t.ID, actor.TenantID, jointoken.HashSecret(t.Secret), role, name, actor.Actor, now.UnixMilli(), exp.UnixMilli()); err != nil {
+			return fmt.Errorf("nodes: insert token: %w", err)
+		}
+		actor.Action, actor.Resource, actor.Outcome = "compute:join-tokens:create", "join-token/"+t.ID, "allowed"
+		actor.Details = map[string]any{"role": role, "expires_at": exp.UnixMilli()}
+		return audit.Record(ctx, tx, now, actor)
+	})
+	if err != nil {
+		return CreatedToken{}, err
+	}
+	return CreatedToken{ID: t.ID, Token: t.String(), Role: role, ExpiresAt: exp.UTC()}, nil
+}
+
+// refuse records a refused Join or Renew and returns the one generic error
+// a node sees.
+func (s *Service) refuse(ctx context.Context, typ, reason, nodeID string, details map[string]any) error {
+	if _, err := s.events.Refused(ctx, typ, reason, nodeID, details); err != nil {
+		s.log.Warn("record refusal", "type", typ, "reason", reason, "err", err)
+	}
+	return errs.New(errs.AccessDenied, "access denied")
+}
+
+// TrustBundle returns the signed trust bundle.
+func (s *Service) TrustBundle() (body, sig, joinPub []byte) {
+	return s.cfg.BundleBody, s.cfg.BundleSig, s.cfg.JoinPublicKey
+}
+
+// Join spends a token and certifies the CSR's key as a new node. Every
+// refusal is one generic ACCESS_DENIED; the reason goes to the event log.
+func (s *Service) Join(ctx context.Context, token string, csrDER []byte, name string) (nodeID string, chain [][]byte, err error) {
+	t, err := jointoken.Parse(token)
+	if err != nil {
+		return "", nil, s.refuse(ctx, EventJoinRefused, "token-malformed", "", nil)
+	}
+	if subtle.ConstantTimeCompare(t.Pin[:], s.cfg.JoinPin[:]) != 1 {
+		return "", nil, s.refuse(ctx, EventJoinRefused, "token-pin-mismatch", "", map[string]any{"token_id": t.ID})
+	}
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	now := s.clk.Now()
+	nodeID = ids.New("n")
+	var reason string
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		var hash []byte
+		var tenant, role, tokName string
+		var expires int64
+		var used sql.NullInt64
+		row := tx.QueryRowContext(ctx, `SELECT hash, tenant_id, role, name, expires_at, used_at FROM join_tokens WHERE id = $1`, t.ID)
+		if err := row.Scan(&hash, &tenant, &role, &tokName, &expires, &used); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				reason = "token-unknown"
+				return errRefused
+			}
+			return fmt.Errorf("nodes: read token: %w", err)
+		}
+		switch {
+		case subtle.ConstantTimeCompare(hash, jointoken.HashSecret(t.Secret)) != 1:
+			reason = "token-unknown"
+			return errRefused
+		case used.Valid:
+			reason = "token-used"
+			return errRefused
+		case now.UnixMilli() >= expires:
+			reason = "token-expired"
+			return errRefused
+		}
+		if name == "" {
+			name = tokName
+		}
+		if name == "" {
+			name = nodeID
+		}
+		leaf, err := pki.IssueNodeCert(s.cfg.NodeCA, s.cfg.NodeCAKey, csrDER, s.cfg.TrustDomain, nodeID, role, s.cfg.CertLifetime, now)
+		if err != nil {
+			reason = "csr-invalid"
+			return errRefused
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE join_tokens SET used_at = $1, node_id = $2 WHERE id = $3 AND used_at IS NULL`, now.UnixMilli(), nodeID, t.ID)
+		if err != nil {
+			return fmt.Errorf("nodes: spend token: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			reason = "token-used"
+			return errRefused
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO nodes (id, tenant_id, name, role, created_at) VALUES ($1, $2, $3, $4, $5)`,
+			nodeID, tenant, name, role, now.UnixMilli()); err != nil {
+			return fmt.Errorf("nodes: insert node: %w", err)
+		}
+		if err := insertCert(ctx, tx, nodeID, role, leaf, now); err != nil {
+			return err
+		}
+		chain = [][]byte{leaf}
+		return audit.Record(ctx, tx, now, audit.Entry{TenantID: tenant, Actor: "node/" + nodeID, Action: "compute:nodes:join",
+			Resource: "node/" + nodeID, Outcome: "allowed", Details: map[string]any{"token_id": t.ID, "role": role, "name": name}})
+	})
+	if errors.Is(err, errRefused) {
+		return "", nil, s.refuse(ctx, EventJoinRefused, reason, "", map[string]any{"token_id": t.ID})
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	if err := s.events.Publish(ctx, EventJoined, nodeID, map[string]any{"name": name}); err != nil {
+		s.log.Warn("publish join event", "err", err)
+	}
+	return nodeID, chain, nil
+}
+
+var errRefused = errors.New("refused")
+
+func insertCert(ctx context.Context, tx *sql.Tx, nodeID, role string, leaf []byte, now time.Time) error {
+	cert, err := x509.ParseCertificate(leaf)
+	if err != nil {
+		return fmt.Errorf("nodes: parse issued cert: %w", err)
+	}
+	serial := pki.SerialHex(cert)
+	_, err = tx.ExecContext(ctx, `INSERT INTO node_certs (serial, node_id, role, cert_der, not_before, not_after, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, serial, nodeID, role, leaf, cert.NotBefore.UnixMilli(), cert.NotAfter.UnixMilli(), now.UnixMilli())
+	if err != nil {
+		return fmt.Errorf("nodes: insert cert: %w", err)
+	}
+	return nil
+}
+
+// Renew certifies a new key for a node that authenticated with its current,
+// valid certificate (checked by the caller's TLS layer and CertState). The
+// new certificate keeps the role and allowed kinds.
+func (s *Service) Renew(ctx context.Context, id pki.NodeIdentity, csrDER []byte) ([][]byte, error) {
+	st, err := s.CertState(ctx, id.Serial)
+	if err != nil {
+		return nil, s.refuse(ctx, EventRenewRefused, "cert-unknown", id.NodeID, map[string]any{"serial": id.Serial})
+	}
+	if st.Revoked {
+		return nil, s.refuse(ctx, EventRenewRefused, "cert-revoked", id.NodeID, map[string]any{"serial": id.Serial})
+	}
+	if st.NodeID != id.NodeID {
+		return nil, s.refuse(ctx, EventRenewRefused, "cert-node-mismatch", id.NodeID, map[string]any{"serial": id.Serial})
+	}
+	now := s.clk.Now()
+	leaf, err := pki.IssueNodeCert(s.cfg.NodeCA, s.cfg.NodeCAKey, csrDER, s.cfg.TrustDomain, id.NodeID, st.Role, s.cfg.CertLifetime, now)
+	if err != nil {
+		return nil, s.refuse(ctx, EventRenewRefused, "csr-invalid", id.NodeID, nil)
+	}
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if err := insertCert(ctx, tx, id.NodeID, st.Role, leaf, now); err != nil {
+			return err
+		}
+		if st.AllowedKinds != nil {
+			b, _ := json.Marshal(st.AllowedKinds)
+			cert, _ := x509.ParseCertificate(leaf)
+			if _, err := tx.ExecContext(ctx, `UPDATE node_certs SET allowed_kinds = $1 WHERE serial = $2`, string(b), pki.SerialHex(cert)); err != nil {
+				return fmt.Errorf("nodes: copy allowed kinds: %w", err)
+			}
+		}
+		var tenant string
+		if err := tx.QueryRowContext(ctx, `SELECT tenant_id FROM nodes WHERE id = $1`, id.NodeID).Scan(&tenant); err != nil {
+			return fmt.Errorf("nodes: read node: %w", err)
+		}
+		return audit.Record(ctx, tx, now, audit.Entry{TenantID: tenant, Actor: "node/" + id.NodeID, Action: "compute:nodes:renew",
+			Resource: "node/" + id.NodeID, Outcome: "allowed", Details: map[string]any{"previous_serial": id.Serial}})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return [][]byte{leaf}, nil
+}
+
+// CertState is what the gateway needs to know of a certificate.
+type CertState struct {
+	Serial       string
+	NodeID       string
+	Role         string
+	Revoked      bool
+	NotAfter     time.Time
+	Cert         *x509.Certificate
+	AllowedKinds []string // nil: the role's table alone
+}
+
+// ErrCertUnknown is returned by CertState for a serial never issued.
+var ErrCertUnknown = errors.New("nodes: certificate unknown")
+
+// CertState reads a certificate's record.
+func (s *Service) CertState(ctx context.Context, serial string) (CertState, error) {
+	var st CertState
+	var der []byte
+	var notAfter int64
+	var revoked sql.NullInt64
+	var allowed sql.NullString
+	err := s.db.QueryRowContext(ctx, `SELECT serial, node_id, role, cert_der, not_after, revoked_at, allowed_kinds FROM node_certs WHERE serial = $1`, serial).
+		Scan(&st.Serial, &st.NodeID, &st.Role, &der, &notAfter, &revoked, &allowed)
+	if errors.Is(err, sql.ErrNoRows) {
+		return CertState{}, ErrCertUnknown
+	}
+	if err != nil {
+		return CertState{}, fmt.Errorf("nodes: read cert: %w", err)
+	}
+	st.Revoked = revoked.Valid
+	st.NotAfter = time.UnixMilli(notAfter)
+	if allowed.Valid {
+		if err := json.Unmarshal([]byte(allowed.String), &st.AllowedKinds); err != nil {
+			return CertState{}, fmt.Errorf("nodes: decode allowed kinds: %w", err)
+		}
+		if st.AllowedKinds == nil {
+			st.AllowedKinds = []string{}
+		}
+	}
+	if st.Cert, err = x509.ParseCertificate(der); err != nil {
+		return CertState{}, fmt.Errorf("nodes: parse stored cert: %w", err)
+	}
+	return st, nil
+}
+
+// SetAllowedKinds narrows a certificate to kinds (nil removes the narrowing).
+// It takes effect at the node's next Hello.
+func (s *Service) SetAllowedKinds(ctx context.Context, actor audit.Entry, serial string, kinds []string) error {
+	var v any
+	if kinds != nil {
+		b, _ := json.Marshal(kinds)
+		v = string(b)
+	}
+	now := s.clk.Now()
+	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE node_certs SET allowed_kinds = $1 WHERE serial = $2`, v, serial)
+		if err != nil {
+			return fmt.Errorf("nodes: set allowed kinds: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return errs.New(errs.NotFound, "certificate not found")
+		}
+		actor.Action, actor.Resource, actor.Outcome = "compute:nodes:restrict", "cert/"+serial, "allowed"
+		actor.Details = map[string]any{"allowed_kinds": kinds}
+		return audit.Record(ctx, tx, now, actor)
+	})
+}
+
+// Revoke revokes every unrevoked certificate of nodeID (or only serial,
+// when given) and pokes the gateways to close their sessions.
+func (s *Service) Revoke(ctx context.Context, actor audit.Entry, nodeID, serial, reason string) (int, error) {
+	now := s.clk.Now()
+	var n int64
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		q := `UPDATE node_certs SET revoked_at = $1, revoke_reason = $2 WHERE revoked_at IS NULL AND `
+		arg := nodeID
+		if serial != "" {
+			q += `serial = $3`
+			arg = serial
+		} else {
+			q += `node_id = $3`
+		}
+		res, err := tx.ExecContext(ctx, q, now.UnixMilli(), reason, arg)
+		if err != nil {
+			return fmt.Errorf("nodes: revoke: %w", err)
+		}
+		n, _ = res.RowsAffected()
+		actor.Action, actor.Resource, actor.Outcome = "compute:nodes:revoke", "node/"+nodeID, "allowed"
+		actor.Details = map[string]any{"serial": serial, "reason": reason, "revoked": n}
+		return audit.Record(ctx, tx, now, actor)
+	})
+	if err != nil {
+		return 0, err
+	}
+	s.bus.Publish(bus.TopicRevoked)
+	return int(n), nil
+}
+
+// RevokedSince returns the serials revoked at or after since, and the time
+// to ask from next. Gateways poll it, so a revocation reaches every gateway.
+func (s *Service) RevokedSince(ctx context.Context, since time.Time) ([]string, time.Time, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT serial, revoked_at FROM node_certs WHERE revoked_at >= $1`, since.UnixMilli())
+	if err != nil {
+		return nil, since, fmt.Errorf("nodes: revoked since: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	next := since
+	for rows.Next() {
+		var serial string
+		var at int64
+		if err := rows.Scan(&serial, &at); err != nil {
+			return nil, since, fmt.Errorf("nodes: scan revoked: %w", err)
+		}
+		out = append(out, serial)
+		if t := time.UnixMilli(at); t.After(next) {
+			next = t
+		}
+	}
+	return out, next, rows.Err()
+}
+
+// List returns every node, in name order.
+func (s *Service) List(ctx context.Context, tenant string) ([]Node, error) {
+	q := `SELECT n.id, n.name, n.tenant_id, n.role, n.boot_id, n.version, n.labels, n.inventory, n.created_at, n.last_seen_at,
+		(SELECT COUNT(*) FROM node_sessions s WHERE s.node_id = n.id AND s.closed_at IS NULL)
+		FROM nodes n`
+	var args []any
+	if tenant != "" && tenant != "root" {
+		q += ` WHERE n.tenant_id = $1`
+		args = append(args, tenant)
+	}
+	q += ` ORDER BY n.name, n.id`
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("nodes: list: %w", err)
+	}
+	defer rows.Close()
+	out := []Node{}
+	for rows.Next() {
+		var n Node
+		var labels, inv string
+		var created int64
+		var seen sql.NullInt64
+		var live int
+		if err := rows.Scan(&n.ID, &n.Name, &n.TenantID, &n.Role, &n.BootID, &n.Version, &labels, &inv, &created, &seen, &live); err != nil {
+			return nil, fmt.Errorf("nodes: scan: %w", err)
+		}
+		n.Connected = live > 0
+		n.CreatedAt = time.UnixMilli(created).UTC()
+		if seen.Valid {
+			t := time.UnixMilli(seen.Int64).UTC()
+			n.LastSeenAt = &t
+		}
+		if err := json.Unmarshal([]byte(labels), &n.Labels); err != nil {
+			return nil, fmt.Errorf("nodes: decode labels: %w", err)
+		}
+		n.Inventory = json.RawMessage(inv)
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// Get returns one node; NOT_FOUND when it does not exist in tenant's view.
+func (s *Service) Get(ctx context.Context, tenant, id string) (Node, error) {
+	all, err := s.List(ctx, tenant)
+	if err != nil {
+		return Node{}, err
+	}
+	for _, n := range all {
+		if n.ID == id {
+			return n, nil
+		}
+	}
+	return Node{}, errs.New(errs.NotFound, "node not found")
+}
+
+// TenantOf returns a node's tenant; NOT_FOUND when unknown.
+func (s *Service) TenantOf(ctx context.Context, nodeID string) (string, error) {
+	var t string
+	err := s.db.QueryRowContext(ctx, `SELECT tenant_id FROM nodes WHERE id = $1`, nodeID).Scan(&t)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", errs.New(errs.NotFound, "node not found")
+	}
+	if err != nil {
+		return "", fmt.Errorf("nodes: tenant of: %w", err)
+	}
+	return t, nil
+}
+
+// ValidateName reports whether a node name is acceptable.
+func ValidateName(name string) bool {
+	return name != "" && len(name) <= 63 && !strings.ContainsAny(name, " \t\r\n/")
+}

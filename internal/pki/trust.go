@@ -1,0 +1,187 @@
+package pki
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/subtle"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// TrustBundle is what a node pins at join: the roots it trusts for node,
+// gateway (server) and command-signing certificates. It travels as the exact
+// bytes of EncodeTrustBundle, signed with the join key.
+type TrustBundle struct {
+	Version      int      `json:"version"` // 1
+	TrustDomain  string   `json:"trust_domain"`
+	Deployment   string   `json:"deployment"`
+	NodeRoots    [][]byte `json:"node_roots"`    // DER
+	ServerRoots  [][]byte `json:"server_roots"`  // DER of internal CA: verifies the gateway's TLS cert
+	CommandRoots [][]byte `json:"command_roots"` // DER
+	IssuedAt     int64    `json:"issued_at"`     // unix seconds
+}
+
+// Limits on untrusted trust bundles.
+const (
+	maxTrustBundleSize  = 256 << 10
+	maxRootsPerList     = 16
+	maxDeploymentLength = 253
+	trustBundleContext  = "bc-trust-bundle-v1\x00"
+)
+
+// TrustBundle returns the trust bundle for b, stamped with now.
+func (b *Bundle) TrustBundle(now time.Time) TrustBundle {
+	return TrustBundle{
+		Version: 1, TrustDomain: b.TrustDomain, Deployment: b.Deployment,
+		NodeRoots: [][]byte{b.NodeCA.Raw}, ServerRoots: [][]byte{b.InternalCA.Raw},
+		CommandRoots: [][]byte{b.CommandRoot.Raw}, IssuedAt: now.Unix(),
+	}
+}
+
+func (tb TrustBundle) validate() error {
+	if tb.Version != 1 {
+		return fmt.Errorf("pki: trust bundle version %d unsupported", tb.Version)
+	}
+	if err := ValidateTrustDomain(tb.TrustDomain); err != nil {
+		return fmt.Errorf("pki: trust bundle: %w", err)
+	}
+	if tb.Deployment == "" || len(tb.Deployment) > maxDeploymentLength {
+		return errors.New("pki: trust bundle deployment must be 1..253 bytes")
+	}
+	if tb.IssuedAt < 0 {
+		return errors.New("pki: trust bundle issued_at is negative")
+	}
+	for _, l := range []struct {
+		name  string
+		roots [][]byte
+	}{{"node_roots", tb.NodeRoots}, {"server_roots", tb.ServerRoots}, {"command_roots", tb.CommandRoots}} {
+		if len(l.roots) == 0 || len(l.roots) > maxRootsPerList {
+			return fmt.Errorf("pki: trust bundle %s must hold 1..%d roots", l.name, maxRootsPerList)
+		}
+		for _, der := range l.roots {
+			if _, err := parseRoot(der); err != nil {
+				return fmt.Errorf("pki: trust bundle %s: %w", l.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func parseRoot(der []byte) (*x509.Certificate, error) {
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	if !c.BasicConstraintsValid || !c.IsCA {
+		return nil, errors.New("root is not a CA certificate")
+	}
+	return c, nil
+}
+
+// EncodeTrustBundle encodes tb deterministically (fields in declaration
+// order, certificates as base64 DER, no whitespace) after validating it.
+func EncodeTrustBundle(tb TrustBundle) ([]byte, error) {
+	if err := tb.validate(); err != nil {
+		return nil, err
+	}
+	out, err := json.Marshal(tb)
+	if err != nil {
+		return nil, fmt.Errorf("pki: encode trust bundle: %w", err)
+	}
+	return out, nil
+}
+
+// DecodeTrustBundle parses untrusted bytes strictly: unknown fields, trailing
+// data, a missing or invalid trust domain, empty root lists, roots that are
+// not CA certificates, and any encoding other than the exact canonical one
+// produced by EncodeTrustBundle are errors.
+func DecodeTrustBundle(data []byte) (TrustBundle, error) {
+	if len(data) > maxTrustBundleSize {
+		return TrustBundle{}, errors.New("pki: trust bundle too large")
+	}
+	var tb TrustBundle
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&tb); err != nil {
+		return TrustBundle{}, fmt.Errorf("pki: decode trust bundle: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return TrustBundle{}, errors.New("pki: trailing data after trust bundle")
+	}
+	if err := tb.validate(); err != nil {
+		return TrustBundle{}, err
+	}
+	// Reject anything but the canonical form (duplicate or case-folded keys,
+	// whitespace, non-canonical base64), so one signed body has one meaning.
+	canon, err := json.Marshal(tb)
+	if err != nil || !bytes.Equal(canon, data) {
+		return TrustBundle{}, errors.New("pki: trust bundle is not canonically encoded")
+	}
+	return tb, nil
+}
+
+// SignTrustBundle signs the exact encoded bytes with the join key:
+// ed25519.Sign(key, "bc-trust-bundle-v1\x00" || body).
+func SignTrustBundle(key ed25519.PrivateKey, body []byte) []byte {
+	return ed25519.Sign(key, append([]byte(trustBundleContext), body...))
+}
+
+// VerifyTrustBundle checks that joinPub matches pin (from the join token),
+// that sig is its signature over body, and then decodes body.
+func VerifyTrustBundle(body, sig []byte, joinPub ed25519.PublicKey, pin [32]byte) (TrustBundle, error) {
+	if len(joinPub) != ed25519.PublicKeySize {
+		return TrustBundle{}, errors.New("pki: join key is not an Ed25519 public key")
+	}
+	got := JoinKeyPin(joinPub)
+	if subtle.ConstantTimeCompare(got[:], pin[:]) != 1 {
+		return TrustBundle{}, errors.New("pki: join key does not match the pin")
+	}
+	if !ed25519.Verify(joinPub, append([]byte(trustBundleContext), body...), sig) {
+		return TrustBundle{}, errors.New("pki: trust bundle signature does not verify")
+	}
+	return DecodeTrustBundle(body)
+}
+
+func certPool(ders [][]byte) (*x509.CertPool, error) {
+	if len(ders) == 0 {
+		return nil, errors.New("pki: no roots")
+	}
+	pool := x509.NewCertPool()
+	for _, der := range ders {
+		c, err := parseRoot(der)
+		if err != nil {
+			return nil, fmt.Errorf("pki: parse root: %w", err)
+		}
+		pool.AddCert(c)
+	}
+	return pool, nil
+}
+
+// NodeRootPool returns the node CAs as a pool for VerifyNodeChain.
+func (tb TrustBundle) NodeRootPool() (*x509.CertPool, error) { return certPool(tb.NodeRoots) }
+
+// ServerRootPool returns the internal CAs as a pool for verifying the gateway's TLS certificate.
+func (tb TrustBundle) ServerRootPool() (*x509.CertPool, error) { return certPool(tb.ServerRoots) }
+
+// CommandRootCerts returns the parsed command roots for VerifyWorkerChain.
+func (tb TrustBundle) CommandRootCerts() ([]*x509.Certificate, error) {
+	if len(tb.CommandRoots) == 0 {
+		return nil, errors.New("pki: no command roots")
+	}
+	out := make([]*x509.Certificate, 0, len(tb.CommandRoots))
+	for _, der := range tb.CommandRoots {
+		c, err := parseRoot(der)
+		if err != nil {
+			return nil, fmt.Errorf("pki: parse command root: %w", err)
+		}
+		if _, ok := c.PublicKey.(ed25519.PublicKey); !ok {
+			return nil, errors.New("pki: command root is not Ed25519")
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}

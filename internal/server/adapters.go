@@ -1,0 +1,63 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/gateway"
+	"github.com/bettercompute/bettercompute/internal/nodes"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+)
+
+// registry adapts the nodes module to the gateway's Registry, so that the
+// gateway depends on an interface and not on the store.
+type registry struct{ n *nodes.Service }
+
+func (r registry) CertInfo(ctx context.Context, serial string) (gateway.CertInfo, error) {
+	st, err := r.n.CertState(ctx, serial)
+	if errors.Is(err, nodes.ErrCertUnknown) {
+		return gateway.CertInfo{}, errs.Wrap(errs.Unauthenticated, "certificate unknown", err)
+	}
+	if err != nil {
+		return gateway.CertInfo{}, err
+	}
+	return gateway.CertInfo{NodeID: st.NodeID, Role: st.Role, Revoked: st.Revoked, AllowedKinds: st.AllowedKinds}, nil
+}
+
+func (r registry) OpenSession(ctx context.Context, h gateway.HelloInfo) (gateway.SessionResult, error) {
+	out, err := r.n.OpenSession(ctx, nodes.Hello{NodeID: h.NodeID, BootID: h.BootID, Serial: h.Serial, SessionID: h.SessionID,
+		GatewayID: h.GatewayID, Version: h.Version, Labels: h.Labels, Inventory: json.RawMessage(h.Inventory)})
+	return gateway.SessionResult{Quarantined: out.Quarantined}, err
+}
+
+func (r registry) CloseSession(ctx context.Context, nodeID, sessionID string) error {
+	return r.n.CloseSession(ctx, nodeID, sessionID)
+}
+
+func (r registry) CloseGatewaySessions(ctx context.Context, gatewayID string) error {
+	return r.n.CloseGatewaySessions(ctx, gatewayID)
+}
+
+func (r registry) RevokedSince(ctx context.Context, since time.Time) ([]string, time.Time, error) {
+	return r.n.RevokedSince(ctx, since)
+}
+
+// gatewayServices adapts the nodes module to the gateway's Services.
+type gatewayServices struct{ n *nodes.Service }
+
+func (s gatewayServices) Bundle() *nodev1.SignedTrustBundle {
+	body, sig, pub := s.n.TrustBundle()
+	return &nodev1.SignedTrustBundle{Body: body, Signature: sig, JoinPublicKey: pub}
+}
+
+func (s gatewayServices) Join(ctx context.Context, token string, csr []byte, name string) (string, [][]byte, error) {
+	return s.n.Join(ctx, token, csr, name)
+}
+
+func (s gatewayServices) Renew(ctx context.Context, id pki.NodeIdentity, csr []byte) ([][]byte, error) {
+	return s.n.Renew(ctx, id, csr)
+}

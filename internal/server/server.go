@@ -1,0 +1,236 @@
+// Package server wires the modules to their transports and runs the
+// control plane's roles (api, gateway, workers) in one process or many.
+// All state lives in the database, so any role can be replicated.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/bettercompute/bettercompute/internal/api"
+	"github.com/bettercompute/bettercompute/internal/apikeys"
+	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/bus"
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/commands"
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/gateway"
+	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/nodes"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/signing"
+	"github.com/bettercompute/bettercompute/internal/store"
+)
+
+// Roles a process can run.
+const (
+	RoleAPI     = "api"
+	RoleGateway = "gateway"
+	RoleWorkers = "workers"
+)
+
+// Options configure a control plane process.
+type Options struct {
+	DB     *store.DB
+	Bundle *pki.Bundle
+	KEK    pki.KEK
+	Roles  []string // default: all three
+	// APIListen and GatewayListen are host:port; port 0 picks one.
+	APIListen, GatewayListen string
+	// GatewayNames are the DNS names in the gateway's TLS certificate
+	// (default localhost); loopback IPs are always included.
+	GatewayNames []string
+	Clock        clock.Clock
+	Log          *slog.Logger
+	// RevocationPoll is how often a gateway reads revocations (default 1s).
+	RevocationPoll time.Duration
+	// NodeCertLifetime is the lifetime of node certificates (default 24h).
+	NodeCertLifetime time.Duration
+}
+
+// ControlPlane is a running control plane process.
+type ControlPlane struct {
+	DB       *store.DB
+	Bus      *bus.Bus
+	Events   *audit.Events
+	Nodes    *nodes.Service
+	Commands *commands.Service
+	APIKeys  *apikeys.Service
+	Signer   *signing.Signer
+	Gateway  *gateway.Gateway
+
+	APIAddr     string // host:port the API listens on ("" without the api role)
+	GatewayAddr string // host:port the gateway listens on
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closers []func()
+}
+
+// Start builds the modules and starts the requested roles. It refuses
+// (INVALID_CONFIG) a configuration it cannot run safely.
+func Start(ctx context.Context, o Options) (*ControlPlane, error) {
+	if o.DB == nil || o.Bundle == nil {
+		return nil, errs.New(errs.InvalidConfig, "a database and a PKI bundle are required")
+	}
+	if len(o.Roles) == 0 {
+		o.Roles = []string{RoleAPI, RoleGateway, RoleWorkers}
+	}
+	for _, r := range o.Roles {
+		if r != RoleAPI && r != RoleGateway && r != RoleWorkers {
+			return nil, errs.New(errs.InvalidConfig, "roles must be api, gateway or workers")
+		}
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	now := o.Clock.Now()
+	b := o.Bundle
+	cp := &ControlPlane{DB: o.DB, Bus: bus.New()}
+	cp.Events = audit.NewEvents(o.DB, o.Clock)
+
+	nodeCAKey, err := b.NodeCAKey(o.KEK)
+	if err != nil {
+		return nil, errs.Wrap(errs.InvalidConfig, "the node CA key does not unseal with this key-encryption key", err)
+	}
+	joinKey, err := b.JoinSigningKey(o.KEK)
+	if err != nil {
+		return nil, errs.Wrap(errs.InvalidConfig, "the join key does not unseal with this key-encryption key", err)
+	}
+	tbBody, err := pki.EncodeTrustBundle(b.TrustBundle(now))
+	if err != nil {
+		return nil, fmt.Errorf("server: encode trust bundle: %w", err)
+	}
+	joinPub := b.JoinKey
+	cp.Nodes = nodes.New(o.DB, o.Clock, cp.Events, cp.Bus, o.Log, nodes.Config{
+		TrustDomain: b.TrustDomain, NodeCA: b.NodeCA, NodeCAKey: nodeCAKey, CertLifetime: o.NodeCertLifetime,
+		BundleBody: tbBody, BundleSig: pki.SignTrustBundle(joinKey, tbBody), JoinPublicKey: joinPub, JoinPin: pki.JoinKeyPin(joinPub),
+	})
+	cp.Commands = commands.New(o.DB, o.Clock, cp.Bus, cp.Nodes, o.Log)
+	cp.APIKeys = apikeys.New(o.DB, o.Clock)
+
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cp.cancel = cancel
+	fail := func(err error) (*ControlPlane, error) {
+		cp.Close()
+		return nil, err
+	}
+
+	if slices.Contains(o.Roles, RoleWorkers) {
+		rootKey, err := b.CommandRootKey(o.KEK)
+		if err != nil {
+			return fail(errs.Wrap(errs.InvalidConfig, "the command-signing root key does not unseal", err))
+		}
+		cp.Signer = signing.New(o.DB, o.Clock, o.KEK, b.CommandRoot, rootKey, b.TrustDomain, cp.Bus, o.Log)
+		cp.wg.Add(2)
+		go func() { defer cp.wg.Done(); cp.Signer.Run(rctx, time.Second) }()
+		go func() { defer cp.wg.Done(); cp.sweep(rctx, o.Log) }()
+	}
+
+	if slices.Contains(o.Roles, RoleGateway) {
+		internalKey, err := b.InternalCAKey(o.KEK)
+		if err != nil {
+			return fail(errs.Wrap(errs.InvalidConfig, "the internal CA key does not unseal", err))
+		}
+		names := o.GatewayNames
+		if len(names) == 0 {
+			names = []string{"localhost"}
+		}
+		serverCert, err := pki.IssueServerCert(b.InternalCA, internalKey, b.TrustDomain, names,
+			[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, 7*24*time.Hour, now)
+		if err != nil {
+			return fail(fmt.Errorf("server: gateway certificate: %w", err))
+		}
+		roots, err := b.TrustBundle(now).NodeRootPool()
+		if err != nil {
+			return fail(fmt.Errorf("server: node roots: %w", err))
+		}
+		gw, err := gateway.New(gateway.Config{TrustDomain: b.TrustDomain, NodeRoots: roots, ServerCert: serverCert,
+			GatewayID: ids.New("gw"), Clock: o.Clock, Log: o.Log, RevocationPoll: o.RevocationPoll},
+			gatewayServices{cp.Nodes}, registry{cp.Nodes}, cp.Commands, cp.Bus)
+		if err != nil {
+			return fail(err)
+		}
+		cp.Gateway = gw
+		lis, err := net.Listen("tcp", orDefault(o.GatewayListen, "127.0.0.1:0"))
+		if err != nil {
+			return fail(errs.Wrap(errs.InvalidConfig, "the gateway cannot listen on its address", err))
+		}
+		cp.GatewayAddr = lis.Addr().String()
+		gs := gw.GRPCServer()
+		cp.wg.Add(2)
+		go func() { defer cp.wg.Done(); gw.Run(rctx) }()
+		go func() { defer cp.wg.Done(); _ = gs.Serve(lis) }()
+		cp.closers = append(cp.closers, gs.Stop)
+	}
+
+	if slices.Contains(o.Roles, RoleAPI) {
+		srv := api.NewServer(cp.APIKeys, o.Log)
+		srv.Register(api.Methods(api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events})...)
+		mux := http.NewServeMux()
+		mux.Handle("/api/v1/", srv)
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Cache-Control", "no-store")
+			_, _ = w.Write([]byte("ok\n"))
+		})
+		lis, err := net.Listen("tcp", orDefault(o.APIListen, "127.0.0.1:0"))
+		if err != nil {
+			return fail(errs.Wrap(errs.InvalidConfig, "the API cannot listen on its address", err))
+		}
+		cp.APIAddr = lis.Addr().String()
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10}
+		cp.wg.Add(1)
+		go func() {
+			defer cp.wg.Done()
+			if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				o.Log.Error("api server stopped", "err", err)
+			}
+		}()
+		cp.closers = append(cp.closers, func() { _ = hs.Close() })
+	}
+	return cp, nil
+}
+
+// sweep cancels expired commands every few seconds.
+func (cp *ControlPlane) sweep(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := cp.Commands.SweepExpired(ctx); err != nil && ctx.Err() == nil {
+				log.Error("sweep expired commands", "err", err)
+			}
+		}
+	}
+}
+
+// Close stops every role and waits for them.
+func (cp *ControlPlane) Close() {
+	if cp.cancel != nil {
+		cp.cancel()
+	}
+	for _, c := range cp.closers {
+		c()
+	}
+	cp.wg.Wait()
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}

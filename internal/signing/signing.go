@@ -1,0 +1,182 @@
+// Package signing is the workers' command signer. It holds a 24 h Ed25519
+// worker key certified by the command-signing root, rotates it before it
+// runs out, and signs the exact body bytes of every queued command. It is
+// the only package that can produce a command signature; the gateway never
+// imports it (a test in package gateway checks).
+package signing
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/bettercompute/bettercompute/internal/bus"
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/commands"
+	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/store"
+)
+
+// Worker key lifetimes: a key is certified for KeyLifetime and replaced
+// once less than RotateBefore of it is left.
+const (
+	KeyLifetime  = 24 * time.Hour
+	RotateBefore = 12 * time.Hour
+)
+
+// Signer signs queued commands with the current worker key.
+type Signer struct {
+	db          *store.DB
+	clk         clock.Clock
+	kek         pki.KEK
+	root        *x509.Certificate
+	rootKey     ed25519.PrivateKey
+	trustDomain string
+	bus         *bus.Bus
+	log         *slog.Logger
+}
+
+// New returns a signer. rootKey is the command-signing root's private key.
+func New(db *store.DB, clk clock.Clock, kek pki.KEK, root *x509.Certificate, rootKey ed25519.PrivateKey, trustDomain string, b *bus.Bus, log *slog.Logger) *Signer {
+	return &Signer{db: db, clk: clk, kek: kek, root: root, rootKey: rootKey, trustDomain: trustDomain, bus: b, log: log}
+}
+
+// workerKey is an unsealed worker key and its certificate.
+type workerKey struct {
+	id   string
+	cert []byte
+	key  ed25519.PrivateKey
+}
+
+func sealAAD(id string) []byte { return []byte("bc-worker-key/" + id) }
+
+// CurrentKey returns the worker key in use, making and certifying a new one
+// when none has at least RotateBefore left. Its id is returned for tests
+// and operators; the private key stays sealed at rest.
+func (s *Signer) CurrentKey(ctx context.Context) (string, error) {
+	k, err := s.currentKey(ctx)
+	if err != nil {
+		return "", err
+	}
+	return k.id, nil
+}
+
+func (s *Signer) currentKey(ctx context.Context) (*workerKey, error) {
+	now := s.clk.Now()
+	var k workerKey
+	var sealed []byte
+	err := s.db.QueryRowContext(ctx, `SELECT id, cert_der, sealed_key FROM worker_keys WHERE not_after > $1 ORDER BY not_after DESC LIMIT 1`,
+		now.Add(RotateBefore).UnixMilli()).Scan(&k.id, &k.cert, &sealed)
+	if err == nil {
+		raw, err := pki.Open(s.kek, sealed, sealAAD(k.id))
+		if err != nil {
+			return nil, fmt.Errorf("signing: open worker key %s: %w", k.id, err)
+		}
+		if len(raw) != ed25519.PrivateKeySize {
+			return nil, fmt.Errorf("signing: worker key %s has the wrong size", k.id)
+		}
+		k.key = ed25519.PrivateKey(raw)
+		return &k, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("signing: read worker key: %w", err)
+	}
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("signing: generate worker key: %w", err)
+	}
+	k.id = ids.New("wk")
+	k.key = priv
+	if k.cert, err = pki.IssueWorkerCert(s.root, s.rootKey, s.trustDomain, k.id, pub, KeyLifetime, now); err != nil {
+		return nil, fmt.Errorf("signing: certify worker key: %w", err)
+	}
+	if sealed, err = pki.Seal(s.kek, priv, sealAAD(k.id)); err != nil {
+		return nil, fmt.Errorf("signing: seal worker key: %w", err)
+	}
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO worker_keys (id, cert_der, sealed_key, not_after, created_at) VALUES ($1, $2, $3, $4, $5)`,
+		k.id, k.cert, sealed, now.Add(KeyLifetime).UnixMilli(), now.UnixMilli()); err != nil {
+		return nil, fmt.Errorf("signing: store worker key: %w", err)
+	}
+	s.log.Info("worker key rotated", "worker_key", k.id)
+	return &k, nil
+}
+
+// SignPending signs every queued, unsigned command and pokes the nodes'
+// gateways. It returns how many it signed.
+func (s *Signer) SignPending(ctx context.Context) (int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, node_id, kind, payload, expires_at FROM commands WHERE state = $1 AND body IS NULL ORDER BY created_at LIMIT 1000`,
+		commands.StateQueued)
+	if err != nil {
+		return 0, fmt.Errorf("signing: list unsigned: %w", err)
+	}
+	var todo []*nodev1.CommandBody
+	for rows.Next() {
+		b := &nodev1.CommandBody{}
+		if err := rows.Scan(&b.CommandId, &b.NodeId, &b.Kind, &b.Payload, &b.ExpiresAtMs); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("signing: scan unsigned: %w", err)
+		}
+		todo = append(todo, b)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("signing: list unsigned: %w", err)
+	}
+	if len(todo) == 0 {
+		return 0, nil
+	}
+	k, err := s.currentKey(ctx)
+	if err != nil {
+		return 0, err
+	}
+	now := s.clk.Now()
+	signed := 0
+	for _, b := range todo {
+		b.IssuedAtMs = now.UnixMilli()
+		b.Nonce = ids.Secret(12)
+		body, err := proto.MarshalOptions{Deterministic: true}.Marshal(b)
+		if err != nil {
+			return signed, fmt.Errorf("signing: encode body: %w", err)
+		}
+		sig := ed25519.Sign(k.key, append([]byte(commands.CommandSigContext), body...))
+		res, err := s.db.ExecContext(ctx, `UPDATE commands SET body = $1, signature = $2, signer_cert = $3, updated_at = $4 WHERE id = $5 AND body IS NULL AND state = $6`,
+			body, sig, k.cert, now.UnixMilli(), b.CommandId, commands.StateQueued)
+		if err != nil {
+			return signed, fmt.Errorf("signing: store signature: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			signed++
+			s.bus.Publish(bus.NodeTopic(b.NodeId))
+		}
+	}
+	return signed, nil
+}
+
+// Run signs on every poke and at least every interval until ctx ends.
+func (s *Signer) Run(ctx context.Context, interval time.Duration) {
+	poke, stop := s.bus.Subscribe(bus.TopicSign)
+	defer stop()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := s.SignPending(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("sign pending commands", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-poke:
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,179 @@
+// Package store opens the control plane's database and keeps its schema.
+//
+// SQLite (pure Go, modernc.org/sqlite) is the embedded default; PostgreSQL
+// (pgx) is the production store. Queries are written once with $N
+// placeholders, which both dialects accept; the few places where the
+// dialects differ go through Dialect. Migrations are embedded and versioned.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+	_ "modernc.org/sqlite"             // registers the "sqlite" driver
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Dialect names the database engine behind a DB.
+type Dialect string
+
+// The supported dialects.
+const (
+	SQLite   Dialect = "sqlite"
+	Postgres Dialect = "postgres"
+)
+
+// DB is a database handle that knows its dialect.
+type DB struct {
+	*sql.DB
+	Dialect Dialect
+}
+
+// Open opens a database by DSN: "sqlite:PATH" (or a path ending in .db) for
+// SQLite, "postgres://…" for PostgreSQL. It does not migrate.
+func Open(ctx context.Context, dsn string) (*DB, error) {
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		sqldb, err := sql.Open("pgx", dsn)
+		if err != nil {
+			return nil, fmt.Errorf("store: open postgres: %w", err)
+		}
+		sqldb.SetMaxOpenConns(16)
+		if err := sqldb.PingContext(ctx); err != nil {
+			sqldb.Close()
+			return nil, fmt.Errorf("store: ping postgres: %w", err)
+		}
+		return &DB{DB: sqldb, Dialect: Postgres}, nil
+	case strings.HasPrefix(dsn, "sqlite:"), strings.HasSuffix(dsn, ".db"):
+		path := strings.TrimPrefix(dsn, "sqlite:")
+		q := "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+		sqldb, err := sql.Open("sqlite", "file:"+path+q)
+		if err != nil {
+			return nil, fmt.Errorf("store: open sqlite: %w", err)
+		}
+		// One connection: SQLite has one writer anyway, and a single
+		// connection makes every transaction strictly serial.
+		sqldb.SetMaxOpenConns(1)
+		if err := sqldb.PingContext(ctx); err != nil {
+			sqldb.Close()
+			return nil, fmt.Errorf("store: ping sqlite: %w", err)
+		}
+		return &DB{DB: sqldb, Dialect: SQLite}, nil
+	default:
+		return nil, errors.New("store: DSN must start with sqlite: or postgres://")
+	}
+}
+
+// Migrate applies every embedded migration not yet applied, each in its own
+// transaction, and records it in schema_migrations.
+func (db *DB) Migrate(ctx context.Context) error {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)`); err != nil {
+		return fmt.Errorf("store: migrations table: %w", err)
+	}
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return fmt.Errorf("store: list migrations: %w", err)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		base := strings.TrimPrefix(name, "migrations/")
+		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("store: migration %s: bad version: %w", base, err)
+		}
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = $1`, version).Scan(&n); err != nil {
+			return fmt.Errorf("store: migration %d: %w", version, err)
+		}
+		if n > 0 {
+			continue
+		}
+		raw, err := migrationFS.ReadFile(name)
+		if err != nil {
+			return fmt.Errorf("store: read %s: %w", base, err)
+		}
+		text := string(raw)
+		if db.Dialect == Postgres {
+			text = strings.ReplaceAll(text, "BLOB", "BYTEA")
+		}
+		err = db.Tx(ctx, func(tx *sql.Tx) error {
+			for _, stmt := range splitStatements(text) {
+				if _, err := tx.ExecContext(ctx, stmt); err != nil {
+					return fmt.Errorf("exec %q: %w", firstLine(stmt), err)
+				}
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version) VALUES ($1)`, version)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("store: migration %s: %w", base, err)
+		}
+	}
+	return nil
+}
+
+// Tx runs fn in a transaction, committing when it returns nil.
+func (db *DB) Tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: commit: %w", err)
+	}
+	return nil
+}
+
+// splitStatements splits a migration on semicolons at line ends, dropping
+// comment-only lines. Migrations hold no semicolons inside literals.
+func splitStatements(text string) []string {
+	var out []string
+	var cur strings.Builder
+	for _, line := range strings.Split(text, "\n") {
+		trim := strings.TrimSpace(line)
+		if trim == "" || strings.HasPrefix(trim, "--") {
+			continue
+		}
+		cur.WriteString(line)
+		cur.WriteString("\n")
+		if strings.HasSuffix(trim, ";") {
+			out = append(out, strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"))
+			cur.Reset()
+		}
+	}
+	if s := strings.TrimSpace(cur.String()); s != "" {
+		out = append(out, s)
+	}
+	return out
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// IsUniqueViolation reports whether err is a unique-constraint violation in
+// either dialect.
+func IsUniqueViolation(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "UNIQUE constraint failed") || strings.Contains(msg, "SQLSTATE 23505")
+}

@@ -1,0 +1,36 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/bettercompute/bettercompute/internal/store"
+	"github.com/bettercompute/bettercompute/internal/store/storetest"
+)
+
+func TestMigrateIsIdempotentAndPlaceholdersWork(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		if err := db.Migrate(ctx); err != nil {
+			t.Fatalf("second migrate: %v", err)
+		}
+		var name string
+		if err := db.QueryRowContext(ctx, `SELECT name FROM tenants WHERE id = $1`, "root").Scan(&name); err != nil {
+			t.Fatalf("query: %v", err)
+		}
+		if name != "root" {
+			t.Fatalf("root tenant name = %q", name)
+		}
+		_, err := db.ExecContext(ctx, `INSERT INTO tenants (id, name, state, created_at) VALUES ($1, $2, $3, $4)`, "root", "x", "active", 1)
+		if !store.IsUniqueViolation(err) {
+			t.Fatalf("duplicate insert: want unique violation, got %v", err)
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO worker_keys (id, cert_der, sealed_key, not_after, created_at) VALUES ($1, $2, $3, $4, $5)`, "w", []byte{0, 1, 2}, []byte{3}, 5, 6); err != nil {
+			t.Fatalf("blob insert: %v", err)
+		}
+		var b []byte
+		if err := db.QueryRowContext(ctx, `SELECT cert_der FROM worker_keys WHERE id = $1`, "w").Scan(&b); err != nil || len(b) != 3 || b[2] != 2 {
+			t.Fatalf("blob read: %v %v", b, err)
+		}
+	})
+}
