@@ -194,6 +194,10 @@ func (n *Node) Serial() string {
 	return pki.SerialHex(n.chain[0])
 }
 
+// SignUpdate encodes and signs an update body with the current node key
+// and returns the marshalled CommandUpdate (what the journal keeps).
+func (n *Node) SignUpdate(b *nodev1.UpdateBody) ([]byte, error) { return n.signUpdate(b) }
+
 // signUpdate encodes and signs an update body with the current node key.
 func (n *Node) signUpdate(b *nodev1.UpdateBody) ([]byte, error) {
 	b.NodeId = n.rec.NodeID
@@ -236,15 +240,20 @@ func (n *Node) tlsConfig() (*tls.Config, error) {
 			return verifyGateway(raw, roots, td)
 		},
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			n.mu.Lock()
-			defer n.mu.Unlock()
-			c := &tls.Certificate{PrivateKey: n.key, Leaf: n.chain[0]}
-			for _, x := range n.chain {
-				c.Certificate = append(c.Certificate, x.Raw)
-			}
-			return c, nil
+			return n.ClientCertificate()
 		},
 	}, nil
+}
+
+// ClientCertificate returns the node's current TLS identity.
+func (n *Node) ClientCertificate() (*tls.Certificate, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := &tls.Certificate{PrivateKey: n.key, Leaf: n.chain[0]}
+	for _, x := range n.chain {
+		c.Certificate = append(c.Certificate, x.Raw)
+	}
+	return c, nil
 }
 
 // Dial opens a client connection to the gateway with this node's identity.

@@ -75,6 +75,9 @@ type Services interface {
 	Bundle() *nodev1.SignedTrustBundle
 	Join(ctx context.Context, token string, csrDER []byte, name string) (nodeID string, chain [][]byte, err error)
 	Renew(ctx context.Context, id pki.NodeIdentity, csrDER []byte) ([][]byte, error)
+	// Refused records a refusal the gateway decided itself (a Renew or
+	// Session whose certificate failed), rate limited per reason.
+	Refused(ctx context.Context, typ, reason, nodeID string)
 }
 
 // Poker delivers pokes (the in-process bus implements it).
@@ -242,35 +245,33 @@ var errUnauthenticated = status.Error(codes.Unauthenticated, string(errs.Unauthe
 
 // authenticate checks the caller's client certificate: chain to the node
 // CA, trust domain, role and expiry, then revocation and role in the
-// registry. Any failure is UNAUTHENTICATED; the detail is logged.
-func (g *Gateway) authenticate(ctx context.Context) (pki.NodeIdentity, CertInfo, error) {
+// registry. Any failure is UNAUTHENTICATED with a reason for the log and
+// the event log.
+func (g *Gateway) authenticate(ctx context.Context) (pki.NodeIdentity, CertInfo, string, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return pki.NodeIdentity{}, CertInfo{}, errUnauthenticated
+		return pki.NodeIdentity{}, CertInfo{}, "no-peer", errUnauthenticated
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(ti.State.PeerCertificates) == 0 {
-		g.cfg.Log.Info("node refused", "peer", p.Addr.String(), "why", "no client certificate")
-		return pki.NodeIdentity{}, CertInfo{}, errUnauthenticated
+		return pki.NodeIdentity{}, CertInfo{}, "no-client-certificate", errUnauthenticated
 	}
 	id, err := pki.VerifyNodeChain(ti.State.PeerCertificates, g.cfg.NodeRoots, g.cfg.TrustDomain, g.cfg.Clock.Now())
 	if err != nil {
-		g.cfg.Log.Info("node refused", "peer", p.Addr.String(), "why", "certificate does not verify", "err", err)
-		return pki.NodeIdentity{}, CertInfo{}, errUnauthenticated
+		g.cfg.Log.Info("node certificate does not verify", "peer", p.Addr.String(), "err", err)
+		return pki.NodeIdentity{}, CertInfo{}, "certificate-invalid", errUnauthenticated
 	}
 	ci, err := g.reg.CertInfo(ctx, id.Serial)
 	switch {
 	case err != nil:
-		g.cfg.Log.Info("node refused", "node_id", id.NodeID, "why", "certificate unknown", "err", err)
-		return id, ci, errUnauthenticated
+		g.cfg.Log.Info("node certificate unknown", "node_id", id.NodeID, "err", err)
+		return id, ci, "certificate-unknown", errUnauthenticated
 	case ci.Revoked:
-		g.cfg.Log.Info("node refused", "node_id", id.NodeID, "serial", id.Serial, "why", "certificate revoked")
-		return id, ci, errUnauthenticated
+		return id, ci, "certificate-revoked", errUnauthenticated
 	case ci.NodeID != id.NodeID || ci.Role != id.Role:
-		g.cfg.Log.Warn("node refused", "node_id", id.NodeID, "serial", id.Serial, "why", "certificate does not match its record")
-		return id, ci, errUnauthenticated
+		return id, ci, "certificate-mismatch", errUnauthenticated
 	}
-	return id, ci, nil
+	return id, ci, "", nil
 }
 
 // Bundle returns the join-key-signed trust bundle (no client cert needed).
@@ -293,8 +294,10 @@ func (g *Gateway) Join(ctx context.Context, req *nodev1.JoinRequest) (*nodev1.Jo
 
 // Renew needs mutual TLS with the node's current, unrevoked certificate.
 func (g *Gateway) Renew(ctx context.Context, req *nodev1.RenewRequest) (*nodev1.RenewResponse, error) {
-	id, _, err := g.authenticate(ctx)
+	id, _, reason, err := g.authenticate(ctx)
 	if err != nil {
+		g.cfg.Log.Info("renew refused", "node_id", id.NodeID, "reason", reason)
+		g.svc.Refused(ctx, "security.renew.refused", reason, id.NodeID)
 		return nil, status.Error(codes.PermissionDenied, string(errs.AccessDenied))
 	}
 	chain, err := g.svc.Renew(ctx, id, req.GetCsrDer())
@@ -312,8 +315,10 @@ func (g *Gateway) Renew(ctx context.Context, req *nodev1.RenewRequest) (*nodev1.
 // certificate is revoked.
 func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	ctx := stream.Context()
-	id, ci, err := g.authenticate(ctx)
+	id, ci, reason, err := g.authenticate(ctx)
 	if err != nil {
+		g.cfg.Log.Info("session refused", "node_id", id.NodeID, "reason", reason)
+		g.svc.Refused(ctx, "security.session.refused", reason, id.NodeID)
 		return err
 	}
 	first, err := stream.Recv()

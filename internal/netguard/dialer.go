@@ -93,8 +93,12 @@ func NewDialer(cfg Config) (*Dialer, error) {
 // when the name itself was refused, e.g. localhost-name) and Reason the
 // stable reason code. Match it with errors.As.
 type RefusedError struct {
+	// Target is the host as asked: a lower-cased name or an address.
 	Target string
-	Addr   netip.Addr
+	// Addr is the first refused address; invalid when the name itself was
+	// refused (localhost-name).
+	Addr netip.Addr
+	// Reason is the stable refusal code.
 	Reason Reason
 }
 
@@ -109,6 +113,7 @@ func (e *RefusedError) Error() string {
 
 // AddrVerdict is the judgement of one address.
 type AddrVerdict struct {
+	// Addr is the address judged (IPv4-mapped answers are unmapped).
 	Addr netip.Addr
 	// Reason is Allowed or the refusal code.
 	Reason Reason
@@ -122,12 +127,17 @@ type AddrVerdict struct {
 // Decision is the judgement of a target: every address it resolved to and
 // the verdict for the whole. A name is allowed only when every address is.
 type Decision struct {
-	Target  string
+	// Target is the host as judged: the canonical address or the
+	// lower-cased name.
+	Target string
+	// Allowed is true only when every address is allowed.
 	Allowed bool
 	// Reason is the refusal code: the first refused address's, or
 	// localhost-name. Empty when allowed.
 	Reason Reason
-	Addrs  []AddrVerdict
+	// Addrs holds every resolved address in resolver order (empty when the
+	// name was refused before lookup).
+	Addrs []AddrVerdict
 }
 
 // Err returns the refusal as a *RefusedError, or nil when allowed.

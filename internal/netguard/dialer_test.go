@@ -352,11 +352,8 @@ func TestDialStaggersToNextAddressWhileFirstPending(t *testing.T) {
 				<-release // connects only after the test says so
 				return late, nil
 			case "8.8.8.8:443":
-				select {
-				case <-firstPending:
-					secondStartedWhileFirstPending.Store(true)
-				default:
-				}
+				<-firstPending // the first attempt has started and is blocked
+				secondStartedWhileFirstPending.Store(true)
 				return winner, nil
 			}
 			return nil, fmt.Errorf("unexpected %s", addr)

@@ -386,12 +386,14 @@ type countingReader struct {
 	n int64
 }
 
+// Read reads from the wrapped body and counts the bytes.
 func (c *countingReader) Read(b []byte) (int, error) {
 	n, err := c.r.Read(b)
 	c.n += int64(n)
 	return n, err
 }
 
+// Close closes the wrapped body.
 func (c *countingReader) Close() error { return c.r.Close() }
 
 func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, rec *record) {

@@ -150,6 +150,12 @@ func (s *Service) refuse(ctx context.Context, typ, reason, nodeID string, detail
 	return errs.New(errs.AccessDenied, "access denied")
 }
 
+// RecordRefusal records a refusal a transport decided (rate limited per
+// reason); the caller has already answered with a generic error.
+func (s *Service) RecordRefusal(ctx context.Context, typ, reason, nodeID string) {
+	_ = s.refuse(ctx, typ, reason, nodeID, nil)
+}
+
 // TrustBundle returns the signed trust bundle.
 func (s *Service) TrustBundle() (body, sig, joinPub []byte) {
 	return s.cfg.BundleBody, s.cfg.BundleSig, s.cfg.JoinPublicKey

@@ -61,3 +61,7 @@ func (s gatewayServices) Join(ctx context.Context, token string, csr []byte, nam
 func (s gatewayServices) Renew(ctx context.Context, id pki.NodeIdentity, csr []byte) ([][]byte, error) {
 	return s.n.Renew(ctx, id, csr)
 }
+
+func (s gatewayServices) Refused(ctx context.Context, typ, reason, nodeID string) {
+	s.n.RecordRefusal(ctx, typ, reason, nodeID)
+}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -56,6 +57,11 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 		return &DB{DB: sqldb, Dialect: Postgres}, nil
 	case strings.HasPrefix(dsn, "sqlite:"), strings.HasSuffix(dsn, ".db"):
 		path := strings.TrimPrefix(dsn, "sqlite:")
+		// The database holds hashes, sealed keys and audit rows: 0600. SQLite
+		// gives its -wal and -shm files the database file's mode.
+		if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
+			f.Close()
+		}
 		q := "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 		sqldb, err := sql.Open("sqlite", "file:"+path+q)
 		if err != nil {

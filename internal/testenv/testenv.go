@@ -6,6 +6,9 @@ package testenv
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
 	"io"
 	"log/slog"
 	"os"
@@ -14,14 +17,19 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/commands"
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
+	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/server"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
@@ -83,7 +91,9 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	if err != nil {
 		t.Fatalf("kek: %v", err)
 	}
-	b, err := pki.Init(filepath.Join(dir, "pki"), "test.bc.local", kek, o.Clock)
+	// The PKI is made as if two days ago, as a real deployment's CAs are
+	// older than the commands they certify.
+	b, err := pki.Init(filepath.Join(dir, "pki"), "test.bc.local", kek, clock.NewFake(o.Clock.Now().Add(-48*time.Hour)))
 	if err != nil {
 		t.Fatalf("pki init: %v", err)
 	}
@@ -108,6 +118,20 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 		e.Nodes = append(e.Nodes, n)
 	}
 	return e
+}
+
+// StartGateway starts a second control plane process with only the
+// gateway role on the same database. It shares nothing in memory with the
+// first (no bus), as another machine's gateway would not.
+func (e *Env) StartGateway(t testing.TB) *server.ControlPlane {
+	t.Helper()
+	cp, err := server.Start(context.Background(), server.Options{DB: e.CP.DB, Bundle: e.Bundle, KEK: e.KEK, Clock: e.Clock, Log: e.Log,
+		Roles: []string{server.RoleGateway}, RevocationPoll: time.Second})
+	if err != nil {
+		t.Fatalf("start second gateway: %v", err)
+	}
+	t.Cleanup(cp.Close)
+	return cp
 }
 
 // Close stops the nodes and the control plane.
@@ -138,9 +162,15 @@ func (e *Env) Join(t testing.TB, role, name string) *Node {
 // set), without starting it.
 func (e *Env) OpenNode(t testing.TB, dir, bootID string) *Node {
 	t.Helper()
+	return e.OpenNodeAt(t, dir, bootID, e.CP.GatewayAddr)
+}
+
+// OpenNodeAt is OpenNode against the gateway at addr.
+func (e *Env) OpenNodeAt(t testing.TB, dir, bootID, addr string) *Node {
+	t.Helper()
 	sim := driver.NewSim(filepath.Base(dir))
 	n := &Node{Dir: dir, Sim: sim, state: make(chan bool, 64)}
-	d, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: e.CP.GatewayAddr, Driver: sim, Clock: e.Clock, Log: e.Log, BootID: bootID,
+	d, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: addr, Driver: sim, Clock: e.Clock, Log: e.Log, BootID: bootID,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("open node: %v", err)
@@ -181,14 +211,18 @@ func (n *Node) Stop() {
 }
 
 // WaitConnected waits for the node's session to come up.
-func (n *Node) WaitConnected(t testing.TB) { n.waitState(t, true) }
+func (n *Node) WaitConnected(t testing.TB) { n.waitState(t, true, WaitTimeout) }
 
 // WaitDisconnected waits for the node's session to go down.
-func (n *Node) WaitDisconnected(t testing.TB) { n.waitState(t, false) }
+func (n *Node) WaitDisconnected(t testing.TB) { n.waitState(t, false, WaitTimeout) }
 
-func (n *Node) waitState(t testing.TB, want bool) {
+// WaitDisconnectedWithin fails the test unless the session goes down
+// within d (a bound the product promises, such as revocation's 5 s).
+func (n *Node) WaitDisconnectedWithin(t testing.TB, d time.Duration) { n.waitState(t, false, d) }
+
+func (n *Node) waitState(t testing.TB, want bool, within time.Duration) {
 	t.Helper()
-	timeout := time.After(WaitTimeout)
+	timeout := time.After(within)
 	for {
 		if n.Connected() == want {
 			// Drain stale notifications so the next wait sees new ones.
@@ -207,7 +241,7 @@ func (n *Node) waitState(t testing.TB, want bool) {
 		select {
 		case <-n.state:
 		case <-timeout:
-			t.Fatalf("node %s: session connected=%v not reached within %v", n.NodeID(), want, WaitTimeout)
+			t.Fatalf("node %s: session connected=%v not reached within %v", n.NodeID(), want, within)
 		}
 	}
 }
@@ -232,4 +266,80 @@ func (e *Env) WaitCommand(t testing.TB, id string) commands.Command {
 			t.Fatalf("command %s still %s after %v", id, c.State, WaitTimeout)
 		}
 	}
+}
+
+// Signer produces a (signature, signer certificate) pair for body bytes.
+type Signer func(body []byte) (sig, cert []byte)
+
+// WorkerSigner certifies a fresh worker key with the environment's real
+// command-signing root, as a worker would, and signs with it.
+func (e *Env) WorkerSigner(t testing.TB) Signer {
+	t.Helper()
+	rootKey, err := e.Bundle.CommandRootKey(e.KEK)
+	if err != nil {
+		t.Fatalf("command root key: %v", err)
+	}
+	return SignerFromRoot(t, e.Bundle.CommandRoot, rootKey, e.Bundle.TrustDomain, e.Clock.Now())
+}
+
+// SignerFromRoot certifies a fresh worker key under root and signs with it.
+func SignerFromRoot(t testing.TB, root *x509.Certificate, rootKey ed25519.PrivateKey, td string, now time.Time) Signer {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := pki.IssueWorkerCert(root, rootKey, td, "wk-test", pub, 24*time.Hour, now)
+	if err != nil {
+		t.Fatalf("worker cert: %v", err)
+	}
+	return func(body []byte) ([]byte, []byte) {
+		return ed25519.Sign(priv, append([]byte(wire.CommandSigContext), body...)), cert
+	}
+}
+
+// InjectCommand writes a command row for nodeID exactly as given (body,
+// signature, signer certificate), as a compromised database or gateway
+// could, and pokes the gateway to send it. It returns the row id.
+func (e *Env) InjectCommand(t testing.TB, nodeID string, body *nodev1.CommandBody, sign Signer) string {
+	t.Helper()
+	id := body.CommandId
+	if id == "" {
+		id = ids.New("c")
+		body.CommandId = id
+	}
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sig, cert []byte
+	if sign != nil {
+		sig, cert = sign(raw)
+	}
+	e.InsertSigned(t, id, nodeID, body.Kind, raw, sig, cert, body.ExpiresAtMs)
+	return id
+}
+
+// InsertSigned inserts a queued command row with the given signed bytes
+// and pokes the node's gateway.
+func (e *Env) InsertSigned(t testing.TB, id, nodeID, kind string, body, sig, cert []byte, expiresMS int64) {
+	t.Helper()
+	now := e.Clock.Now().UnixMilli()
+	if expiresMS == 0 {
+		expiresMS = now + int64(10*time.Minute/time.Millisecond)
+	}
+	_, err := e.CP.DB.ExecContext(context.Background(), `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at, body, signature, signer_cert)
+		VALUES ($1, 'root', $2, $3, $4, 'queued', 'test', $5, $5, $6, $7, $8, $9)`, id, nodeID, kind, []byte("{}"), now, expiresMS, body, sig, cert)
+	if err != nil {
+		t.Fatalf("inject command: %v", err)
+	}
+	e.CP.Bus.Publish(bus.NodeTopic(nodeID))
+}
+
+// Body returns a well-formed command body for nodeID, issued now and
+// expiring in ten minutes by the environment's clock.
+func (e *Env) Body(nodeID, kind string) *nodev1.CommandBody {
+	now := e.Clock.Now()
+	return &nodev1.CommandBody{CommandId: ids.New("c"), NodeId: nodeID, Kind: kind, Payload: []byte("{}"),
+		IssuedAtMs: now.UnixMilli(), ExpiresAtMs: now.Add(10 * time.Minute).UnixMilli(), Nonce: ids.Secret(12)}
 }

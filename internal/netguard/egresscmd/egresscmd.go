@@ -47,8 +47,10 @@ const (
 // ExitError carries the process exit code a command wants. Main must call
 // os.Exit(Code) (see ExitCode); the message has already been printed.
 type ExitError struct {
+	// Code is the process exit code (ExitRefused, ExitBadInput, ...).
 	Code int
-	Err  error
+	// Err is the underlying failure or refusal, if any.
+	Err error
 }
 
 // Error describes the failure.

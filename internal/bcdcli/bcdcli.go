@@ -1,0 +1,158 @@
+// Package bcdcli is the bcd command line: join, node, and tools. It only
+// parses flags and wires the daemon; the daemon's logic is package daemon.
+package bcdcli
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/daemon"
+	"github.com/bettercompute/bettercompute/internal/daemon/driver"
+	"github.com/bettercompute/bettercompute/internal/netguard/egresscmd"
+)
+
+// ExitError carries an exit status for main.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Main runs bcd with args and returns the exit status.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := &cobra.Command{Use: "bcd", Short: "bcd: the Better Compute node daemon", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(joinCmd(stdin), nodeCmd(), egresscmd.NewEgressCommand(), egresscmd.NewProxyCommand())
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	var egress *egresscmd.ExitError
+	if errors.As(err, &egress) {
+		return egress.Code // the egress commands print their own verdicts
+	}
+	code := 1
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		code = ee.Code
+		err = ee.Err
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+	}
+	return code
+}
+
+// readToken takes the join token from BCD_JOIN_TOKEN or standard input,
+// never from an argument, and never echoes it.
+func readToken(stdin io.Reader, stderr io.Writer) (string, error) {
+	if t := strings.TrimSpace(os.Getenv("BCD_JOIN_TOKEN")); t != "" {
+		return t, nil
+	}
+	if f, ok := stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fmt.Fprint(stderr, "join token: ")
+		b, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(stderr)
+		if err != nil {
+			return "", fmt.Errorf("read token: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	line, err := bufio.NewReader(io.LimitReader(stdin, 4096)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("read token: %w", err)
+	}
+	t := strings.TrimSpace(line)
+	if t == "" {
+		return "", errors.New("no join token: set BCD_JOIN_TOKEN or pipe it on standard input")
+	}
+	return t, nil
+}
+
+func joinCmd(stdin io.Reader) *cobra.Command {
+	var o daemon.JoinOptions
+	c := &cobra.Command{
+		Use:   "join",
+		Short: "Join the fleet: the token comes from BCD_JOIN_TOKEN or standard input, never an argument",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Gateway == "" {
+				return &ExitError{Code: 2, Err: errors.New("--gateway is required")}
+			}
+			tok, err := readToken(stdin, cmd.ErrOrStderr())
+			if err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
+			o.Token = tok
+			rec, err := daemon.Join(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "joined as %s; state in %s\n", rec.NodeID, o.DataDir)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&o.Gateway, "gateway", "", "gateway address host:port")
+	c.Flags().StringVar(&o.DataDir, "data", "/var/lib/bcd", "state directory (0700)")
+	c.Flags().StringVar(&o.Name, "name", hostname(), "node name")
+	return c
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+func nodeCmd() *cobra.Command {
+	var dir, drv, gw, level string
+	c := &cobra.Command{
+		Use:   "node",
+		Short: "Run the node agent: hold the session, verify and run signed commands",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			var l slog.Level
+			_ = l.UnmarshalText([]byte(level))
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: l}))
+			d, err := driver.New(drv, hostname())
+			if err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
+			n, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: gw, Driver: d, Clock: clock.Real{}, Log: log})
+			if err != nil {
+				return err
+			}
+			defer n.Close()
+			log.Info("node agent starting", "node_id", n.NodeID(), "driver", drv)
+			return n.Run(ctx)
+		},
+	}
+	c.Flags().StringVar(&dir, "data", "/var/lib/bcd", "state directory")
+	c.Flags().StringVar(&drv, "driver", "linux", "driver: linux or sim")
+	c.Flags().StringVar(&gw, "gateway", "", "gateway address (default: the one joined)")
+	c.Flags().StringVar(&level, "log-level", "info", "log level")
+	return c
+}

@@ -1,0 +1,109 @@
+// Package cli is the better-compute command line: the control plane's
+// processes (dev, serve, pki) and the operator CLI over the public API.
+// Every read takes --json.
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/bettercompute/bettercompute/client"
+)
+
+// ExitError carries a process exit status; main exits with Code.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Main runs the CLI with args and returns the process exit status.
+func Main(args []string, stdout, stderr io.Writer) int {
+	root := NewRoot()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		if ee.Err != nil {
+			fmt.Fprintln(stderr, "error:", ee.Err)
+		}
+		return ee.Code
+	}
+	fmt.Fprintln(stderr, "error:", err)
+	return 1
+}
+
+// NewRoot builds the command tree.
+func NewRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "better-compute",
+		Short:         "Better Compute: the control plane for machines that run other people's code",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(devCmd(), serveCmd(), pkiCmd(), nodesCmd(), joinTokensCmd(), commandsCmd())
+	return root
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func apiClient() (*client.Client, error) {
+	c, err := client.FromEnv()
+	if err != nil {
+		return nil, &ExitError{Code: 2, Err: err}
+	}
+	return c, nil
+}
+
+// apiErr turns an API error into a readable one (code and message).
+func apiErr(err error) error {
+	var e *client.Error
+	if errors.As(err, &e) {
+		return fmt.Errorf("%s: %s", e.Code, e.Message)
+	}
+	return err
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func pad(s string, n int) string {
+	if len(s) >= n {
+		return s
+	}
+	return s + strings.Repeat(" ", n-len(s))
+}

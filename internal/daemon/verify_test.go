@@ -1,0 +1,136 @@
+package daemon
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+)
+
+type fixture struct {
+	v    *Verifier
+	now  time.Time
+	sign func(body []byte) *nodev1.SignedCommand
+}
+
+func newFixture(t testing.TB) fixture {
+	t.Helper()
+	now := time.Now()
+	kek, err := pki.CreateKEK(filepath.Join(t.TempDir(), "kek"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pki.Init(filepath.Join(t.TempDir(), "pki"), "unit.bc.local", kek, clock.NewFake(now.Add(-48*time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rk, err := b.CommandRootKey(kek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	cert, err := pki.IssueWorkerCert(b.CommandRoot, rk, b.TrustDomain, "w1", pub, 24*time.Hour, now.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fixture{
+		v:   &Verifier{NodeID: "n1", Role: pki.RoleNode, TrustDomain: b.TrustDomain, CommandRoots: []*x509.Certificate{b.CommandRoot}},
+		now: now,
+		sign: func(body []byte) *nodev1.SignedCommand {
+			var cb nodev1.CommandBody
+			_ = proto.Unmarshal(body, &cb)
+			return &nodev1.SignedCommand{Id: cb.CommandId, Body: body, Signature: ed25519.Sign(priv, append([]byte(wire.CommandSigContext), body...)), SignerCertDer: cert}
+		},
+	}
+}
+
+func (f fixture) body(mut func(*nodev1.CommandBody)) []byte {
+	b := &nodev1.CommandBody{CommandId: "c1", NodeId: "n1", Kind: "diag.run", Payload: []byte("{}"),
+		IssuedAtMs: f.now.UnixMilli(), ExpiresAtMs: f.now.Add(10 * time.Minute).UnixMilli(), Nonce: "x"}
+	if mut != nil {
+		mut(b)
+	}
+	raw, _ := proto.MarshalOptions{Deterministic: true}.Marshal(b)
+	return raw
+}
+
+func never(string) bool { return false }
+
+func TestVerifierRefusals(t *testing.T) {
+	f := newFixture(t)
+	if _, reason := f.v.Check(f.sign(f.body(nil)), f.now, nil, never); reason != "" {
+		t.Fatalf("good command refused: %s", reason)
+	}
+	cases := []struct {
+		name   string
+		cmd    func() *nodev1.SignedCommand
+		allow  []string
+		seen   func(string) bool
+		reason string
+	}{
+		{"no signature", func() *nodev1.SignedCommand { c := f.sign(f.body(nil)); c.Signature = nil; return c }, nil, never, ReasonSignatureMissing},
+		{"no signer", func() *nodev1.SignedCommand { c := f.sign(f.body(nil)); c.SignerCertDer = nil; return c }, nil, never, ReasonSignatureMissing},
+		{"garbage body", func() *nodev1.SignedCommand { c := f.sign(f.body(nil)); c.Body = []byte{0xff, 0xff}; return c }, nil, never, ReasonBodyMalformed},
+		{"bad signature", func() *nodev1.SignedCommand { c := f.sign(f.body(nil)); c.Signature[3] ^= 1; return c }, nil, never, ReasonSignatureInvalid},
+		{"garbage signer", func() *nodev1.SignedCommand { c := f.sign(f.body(nil)); c.SignerCertDer = []byte{1, 2}; return c }, nil, never, ReasonSignerUntrusted},
+		{"envelope id differs", func() *nodev1.SignedCommand { c := f.sign(f.body(nil)); c.Id = "c2"; return c }, nil, never, ReasonIDMismatch},
+		{"other node", func() *nodev1.SignedCommand {
+			return f.sign(f.body(func(b *nodev1.CommandBody) { b.NodeId = "n2" }))
+		}, nil, never, ReasonWrongNode},
+		{"expired", func() *nodev1.SignedCommand {
+			return f.sign(f.body(func(b *nodev1.CommandBody) { b.ExpiresAtMs = f.now.Add(-time.Second).UnixMilli() }))
+		}, nil, never, ReasonExpired},
+		{"lifetime too long", func() *nodev1.SignedCommand {
+			return f.sign(f.body(func(b *nodev1.CommandBody) { b.ExpiresAtMs = f.now.Add(25 * time.Hour).UnixMilli() }))
+		}, nil, never, ReasonExpired},
+		{"future", func() *nodev1.SignedCommand {
+			return f.sign(f.body(func(b *nodev1.CommandBody) {
+				b.IssuedAtMs = f.now.Add(10 * time.Minute).UnixMilli()
+				b.ExpiresAtMs = f.now.Add(20 * time.Minute).UnixMilli()
+			}))
+		}, nil, never, ReasonNotYetValid},
+		{"replayed", func() *nodev1.SignedCommand { return f.sign(f.body(nil)) }, nil, func(id string) bool { return id == "c1" }, ReasonReplayed},
+		{"kind outside role", func() *nodev1.SignedCommand {
+			return f.sign(f.body(func(b *nodev1.CommandBody) { b.Kind = "bmc.powerOff" }))
+		}, nil, never, ReasonKindNotAllowed},
+		{"kind outside allowed list", func() *nodev1.SignedCommand { return f.sign(f.body(nil)) }, []string{"node.ping"}, never, ReasonKindNotAllowed},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, reason := f.v.Check(c.cmd(), f.now, c.allow, c.seen); reason != c.reason {
+				t.Fatalf("reason %q, want %q", reason, c.reason)
+			}
+		})
+	}
+	other := *f.v
+	other.Role = pki.RoleSite
+	if _, reason := other.Check(f.sign(f.body(nil)), f.now, nil, never); reason != ReasonKindNotAllowed {
+		t.Fatalf("site role ran diag.run: %q", reason)
+	}
+}
+
+// FuzzVerifierCheck feeds arbitrary envelopes to the verifier: it must
+// never panic and never accept anything not signed by the worker key.
+func FuzzVerifierCheck(f *testing.F) {
+	fx := newFixture(f)
+	good := fx.sign(fx.body(nil))
+	f.Add(good.Id, good.Body, good.Signature, good.SignerCertDer)
+	f.Add("c1", []byte{}, []byte{1}, []byte{2})
+	f.Add("c1", good.Body[:len(good.Body)/2], good.Signature, good.SignerCertDer)
+	f.Fuzz(func(t *testing.T, id string, body, sig, cert []byte) {
+		c := &nodev1.SignedCommand{Id: id, Body: body, Signature: sig, SignerCertDer: cert}
+		_, reason := fx.v.Check(c, fx.now, nil, never)
+		if reason == "" && !(string(sig) == string(good.Signature) && string(body) == string(good.Body)) {
+			t.Fatalf("accepted an envelope the worker did not sign: id=%q", id)
+		}
+	})
+}

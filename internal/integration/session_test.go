@@ -1,0 +1,514 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/commands"
+	"github.com/bettercompute/bettercompute/internal/daemon"
+	"github.com/bettercompute/bettercompute/internal/daemon/journal"
+	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/jointoken"
+	"github.com/bettercompute/bettercompute/internal/nodes"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/store"
+	"github.com/bettercompute/bettercompute/internal/store/storetest"
+	"github.com/bettercompute/bettercompute/internal/testenv"
+)
+
+var admin = audit.Entry{TenantID: "root", Actor: "test"}
+
+// events returns the security events of typ.
+func events(t *testing.T, e *testenv.Env, typ string) []audit.Event {
+	t.Helper()
+	evs, err := e.CP.Events.List(context.Background(), typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// hasReason reports whether an event of typ carries reason.
+func hasReason(t *testing.T, e *testenv.Env, typ, reason string) bool {
+	for _, ev := range events(t, e, typ) {
+		if ev.Details["reason"] == reason {
+			return true
+		}
+	}
+	return false
+}
+
+func TestKindNotAllowedForRole(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		n := e.Join(t, pki.RoleNodeTenant, "tenant-box")
+		n.Start(t)
+		n.WaitConnected(t)
+		c, err := e.Client.CreateCommand(context.Background(), n.NodeID(), "disk.wipe", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectCancelled(t, e, n, c.ID, "disk.wipe", daemon.ReasonKindNotAllowed)
+	})
+}
+
+func TestAllowedKindsNarrowedAtHello(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{Nodes: 1})
+		n := e.Nodes[0]
+		ctx := context.Background()
+		n.Stop()
+		if err := e.CP.Nodes.SetAllowedKinds(ctx, admin, n.Serial(), []string{"node.ping"}); err != nil {
+			t.Fatal(err)
+		}
+		// Queued while the node is away; cancelled when it says Hello.
+		queued, err := e.Client.CreateCommand(ctx, n.NodeID(), "diag.run", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n2 := e.OpenNode(t, n.Dir, "")
+		n2.Start(t)
+		n2.WaitConnected(t)
+		if c := e.WaitCommand(t, queued.ID); c.State != "cancelled" || c.Reason != "kind-not-allowed" {
+			t.Fatalf("queued diag.run: %s %q, want cancelled kind-not-allowed", c.State, c.Reason)
+		}
+		// Sent after Hello: the node itself refuses it from the Welcome list.
+		id := e.InjectCommand(t, n2.NodeID(), e.Body(n2.NodeID(), "diag.run"), e.WorkerSigner(t))
+		expectCancelled(t, e, n2, id, "diag.run", daemon.ReasonKindNotAllowed)
+		ping, err := e.Client.CreateCommand(ctx, n2.NodeID(), "node.ping", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := e.WaitCommand(t, ping.ID); c.State != "succeeded" {
+			t.Fatalf("node.ping: %s %q", c.State, c.Reason)
+		}
+	})
+}
+
+func TestWelcomeTimeRewoundRefusesCommands(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		clk := clock.NewFake(time.Now())
+		e := testenv.Start(t, db, testenv.Options{Nodes: 1, Clock: clk})
+		n := e.Nodes[0]
+		start := clk.Now()
+		n.Stop()
+		// The node sees a Welcome 10 minutes later...
+		clk.Advance(10 * time.Minute)
+		n1 := e.OpenNode(t, n.Dir, "")
+		n1.Start(t)
+		n1.WaitConnected(t)
+		n1.Stop()
+		// ...then a gateway claims the earlier time again.
+		clk.Set(start)
+		n2 := e.OpenNode(t, n.Dir, "")
+		n2.Start(t)
+		n2.WaitConnected(t)
+		c, err := e.Client.CreateCommand(context.Background(), n2.NodeID(), "diag.run", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectCancelled(t, e, n2, c.ID, "diag.run", daemon.ReasonClockRewound)
+	})
+}
+
+func TestJoinRefusalsAreGenericAndRecorded(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		clk := clock.NewFake(time.Now())
+		e := testenv.Start(t, db, testenv.Options{Clock: clk})
+		ctx := context.Background()
+		join := func(token string) error {
+			_, err := daemon.Join(ctx, daemon.JoinOptions{DataDir: filepath.Join(t.TempDir(), "n"), Gateway: e.CP.GatewayAddr, Token: token, Name: "x"})
+			return err
+		}
+		expectDenied := func(err error, reason string) {
+			t.Helper()
+			if status.Code(errors.Unwrap(err)) != codes.PermissionDenied || status.Convert(errors.Unwrap(err)).Message() != "ACCESS_DENIED" {
+				t.Fatalf("join: got %v, want ACCESS_DENIED", err)
+			}
+			if !hasReason(t, e, nodes.EventJoinRefused, reason) {
+				t.Fatalf("no %s event with reason %s", nodes.EventJoinRefused, reason)
+			}
+		}
+		tok, err := e.CP.Nodes.CreateJoinToken(ctx, admin, "node", "a", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := join(tok.Token); err != nil {
+			t.Fatalf("first join: %v", err)
+		}
+		expectDenied(join(tok.Token), "token-used")
+
+		parsed, _ := jointoken.Parse(tok.Token)
+		parsed.Secret = ids.Secret(32)
+		expectDenied(join(parsed.String()), "token-unknown")
+
+		short, err := e.CP.Nodes.CreateJoinToken(ctx, admin, "node", "b", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(2 * time.Minute)
+		expectDenied(join(short.Token), "token-expired")
+	})
+}
+
+// rawSession opens a Session stream with tlsCfg and returns the code of
+// the first answer.
+func rawSessionCode(t *testing.T, addr string, tlsCfg *tls.Config, nodeID string) codes.Code {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+	defer cancel()
+	s, err := nodev1.NewGatewayClient(conn).Session(ctx)
+	if err != nil {
+		return status.Code(err)
+	}
+	_ = s.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{NodeId: nodeID, BootId: "b-raw"}}})
+	_, err = s.Recv()
+	return status.Code(err)
+}
+
+func TestSessionNeedsValidClientCertificate(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		// No client certificate at all.
+		if got := rawSessionCode(t, e.CP.GatewayAddr, &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true}, "nx"); got != codes.Unauthenticated {
+			t.Fatalf("no client cert: %v, want Unauthenticated", got)
+		}
+		if !hasReason(t, e, "security.session.refused", "no-client-certificate") {
+			t.Fatal("refusal not recorded")
+		}
+		// A certificate from another node CA with the same trust domain.
+		kek, _ := pki.CreateKEK(filepath.Join(t.TempDir(), "kek"))
+		rogue, err := pki.Init(filepath.Join(t.TempDir(), "pki"), e.Bundle.TrustDomain, kek, clock.Real{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		caKey, _ := rogue.NodeCAKey(kek)
+		key, _ := pki.NewNodeKey()
+		csr, _ := pki.CSR(key, "rogue")
+		leaf, err := pki.IssueNodeCert(rogue.NodeCA, caKey, csr, rogue.TrustDomain, ids.New("n"), pki.RoleNode, time.Hour, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert := tls.Certificate{Certificate: [][]byte{leaf}, PrivateKey: key}
+		cfg := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true, Certificates: []tls.Certificate{cert}}
+		if got := rawSessionCode(t, e.CP.GatewayAddr, cfg, "nx"); got != codes.Unauthenticated {
+			t.Fatalf("rogue CA: %v, want Unauthenticated", got)
+		}
+		if !hasReason(t, e, "security.session.refused", "certificate-invalid") {
+			t.Fatal("rogue CA refusal not recorded")
+		}
+	})
+}
+
+func TestRevocationClosesSessionOnEveryGateway(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{Nodes: 1})
+		gw2 := e.StartGateway(t)
+		n := e.Join(t, pki.RoleNode, "on-gw2")
+		n.Stop()
+		n2 := e.OpenNodeAt(t, n.Dir, "", gw2.GatewayAddr)
+		n2.Start(t)
+		n2.WaitConnected(t)
+		local := e.Nodes[0]
+		for _, x := range []*testenv.Node{local, n2} {
+			if _, err := e.CP.Nodes.Revoke(context.Background(), admin, x.NodeID(), "", nodes.ReasonOperator); err != nil {
+				t.Fatal(err)
+			}
+		}
+		local.WaitDisconnectedWithin(t, 5*time.Second)
+		n2.WaitDisconnectedWithin(t, 5*time.Second)
+		// And it stays out: the next Hello is refused.
+		if c := rawSessionCode(t, gw2.GatewayAddr, clientTLS(t, n2), n2.NodeID()); c != codes.Unauthenticated {
+			t.Fatalf("revoked cert reconnect: %v, want Unauthenticated", c)
+		}
+	})
+}
+
+// clientTLS returns a TLS config presenting the node's current identity.
+func clientTLS(t *testing.T, n *testenv.Node) *tls.Config {
+	t.Helper()
+	cert, err := n.ClientCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true, Certificates: []tls.Certificate{*cert}}
+}
+
+func TestDuplicateIdentityIsQuarantined(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{Nodes: 1})
+		a := e.Nodes[0]
+		serial := a.Serial()
+		// A clone of a's key and certificate on another machine.
+		clone := e.OpenNode(t, a.Dir, "b-clone")
+		quarantined, stop := e.CP.Bus.Subscribe("certs.revoked")
+		defer stop()
+		clone.Start(t)
+		select {
+		case <-quarantined:
+		case <-time.After(testenv.WaitTimeout):
+			t.Fatal("clone was not quarantined")
+		}
+		a.WaitDisconnected(t)
+		clone.WaitDisconnected(t)
+		dups := events(t, e, nodes.EventDuplicateSession)
+		if len(dups) != nodes.FlipLimit {
+			t.Fatalf("%d duplicate-session events, want %d", len(dups), nodes.FlipLimit)
+		}
+		for i, ev := range dups {
+			if ev.Details["count"] != float64(i+1) || ev.Details["boot_id"] == ev.Details["previous_boot_id"] {
+				t.Fatalf("event %d: %v", i, ev.Details)
+			}
+		}
+		q := events(t, e, nodes.EventQuarantined)
+		if len(q) != 1 || q[0].Details["serial"] != serial || q[0].Details["count"] != float64(nodes.FlipLimit+1) {
+			t.Fatalf("quarantine events: %+v", q)
+		}
+		st, err := e.CP.Nodes.CertState(context.Background(), serial)
+		if err != nil || !st.Revoked {
+			t.Fatalf("cert not revoked: %+v %v", st, err)
+		}
+		var reason string
+		if err := db.QueryRowContext(context.Background(), `SELECT revoke_reason FROM node_certs WHERE serial = $1`, serial).Scan(&reason); err != nil || reason != nodes.ReasonDuplicateIdentity {
+			t.Fatalf("revoke reason %q (%v), want %s", reason, err, nodes.ReasonDuplicateIdentity)
+		}
+		if c := rawSessionCode(t, e.CP.GatewayAddr, clientTLS(t, a), a.NodeID()); c != codes.Unauthenticated {
+			t.Fatalf("quarantined Hello: %v, want Unauthenticated", c)
+		}
+	})
+}
+
+func TestRenewNeedsCurrentCertificate(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{Nodes: 1})
+		n := e.Nodes[0]
+		ctx := context.Background()
+		conn, err := n.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		before := n.Serial()
+		if err := n.Renew(ctx, conn); err != nil {
+			t.Fatalf("renew: %v", err)
+		}
+		if n.Serial() == before {
+			t.Fatal("renew kept the serial")
+		}
+		// Without a client certificate: generic ACCESS_DENIED.
+		anon, err := grpc.NewClient(e.CP.GatewayAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer anon.Close()
+		key, _ := pki.NewNodeKey()
+		csr, _ := pki.CSR(key, "x")
+		_, err = nodev1.NewGatewayClient(anon).Renew(ctx, &nodev1.RenewRequest{CsrDer: csr})
+		if status.Code(err) != codes.PermissionDenied || status.Convert(err).Message() != "ACCESS_DENIED" {
+			t.Fatalf("anonymous renew: %v", err)
+		}
+		if !hasReason(t, e, "security.renew.refused", "no-client-certificate") {
+			t.Fatal("anonymous renew not recorded")
+		}
+		// With a revoked certificate: the same answer.
+		if _, err := e.CP.Nodes.Revoke(ctx, admin, n.NodeID(), "", nodes.ReasonOperator); err != nil {
+			t.Fatal(err)
+		}
+		n.WaitDisconnected(t)
+		conn2, err := n.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn2.Close()
+		err = n.Renew(ctx, conn2)
+		if status.Code(errors.Unwrap(err)) != codes.PermissionDenied {
+			t.Fatalf("revoked renew: %v", err)
+		}
+		if !hasReason(t, e, "security.renew.refused", "certificate-revoked") {
+			t.Fatal("revoked renew not recorded")
+		}
+	})
+}
+
+func TestAttestation(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		clk := clock.NewFake(time.Now())
+		e := testenv.Start(t, db, testenv.Options{Nodes: 1, Clock: clk, NodeCertLifetime: time.Hour})
+		ctx := context.Background()
+		n := e.Nodes[0]
+
+		t.Run("node-tenant never attests", func(t *testing.T) {
+			nt := e.Join(t, pki.RoleNodeTenant, "lessee")
+			nt.Start(t)
+			nt.WaitConnected(t)
+			c, err := e.Client.CreateCommand(ctx, nt.NodeID(), "diag.run", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := e.WaitCommand(t, c.ID)
+			if got.State != "succeeded" || got.Attested {
+				t.Fatalf("node-tenant diag.run: %s attested=%v, want succeeded, not attested", got.State, got.Attested)
+			}
+		})
+
+		// apply stores an update signed by n for a fresh command, as the
+		// gateway does with what a session carries, and returns the row.
+		apply := func(t *testing.T, mutate func(*nodev1.CommandUpdate)) commands.Command {
+			t.Helper()
+			c, err := e.CP.Commands.Create(ctx, admin, n.NodeID(), "diag.run", nil, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.ExecContext(ctx, `UPDATE commands SET state = 'sent' WHERE id = $1`, c.ID); err != nil {
+				t.Fatal(err)
+			}
+			raw, err := n.SignUpdate(&nodev1.UpdateBody{CommandId: c.ID, State: "succeeded", Result: []byte(`{"ok":true}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			upd := unmarshalUpdate(t, raw)
+			if mutate != nil {
+				mutate(upd)
+			}
+			if _, err := e.CP.Commands.ApplyUpdate(ctx, n.NodeID(), upd); err != nil {
+				t.Fatal(err)
+			}
+			got, err := e.CP.Commands.Get(ctx, "root", c.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		n.Stop()
+		if got := apply(t, nil); !got.Attested {
+			t.Fatal("a good signature did not attest")
+		}
+		if got := apply(t, func(u *nodev1.CommandUpdate) { u.NodeSig[len(u.NodeSig)-1] ^= 1 }); got.Attested || got.State != "succeeded" {
+			t.Fatalf("forged signature: attested=%v state=%s", got.Attested, got.State)
+		}
+		clk.Advance(time.Hour + 6*24*time.Hour) // expired 6 days ago: still attests
+		if got := apply(t, nil); !got.Attested {
+			t.Fatal("a certificate expired 6 days ago did not attest")
+		}
+		clk.Advance(2 * 24 * time.Hour) // expired 8 days ago
+		if got := apply(t, nil); got.Attested {
+			t.Fatal("a certificate expired 8 days ago attested")
+		}
+		clk.Advance(-8 * 24 * time.Hour)
+		if _, err := e.CP.Nodes.Revoke(ctx, admin, n.NodeID(), "", nodes.ReasonOperator); err != nil {
+			t.Fatal(err)
+		}
+		if got := apply(t, nil); got.Attested {
+			t.Fatal("a revoked certificate attested")
+		}
+	})
+}
+
+func TestJournalAfterRestart(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{Nodes: 1})
+		ctx := context.Background()
+		n := e.Nodes[0]
+		n.Stop()
+		mk := func() commands.Command {
+			c, err := e.CP.Commands.Create(ctx, admin, n.NodeID(), "diag.run", nil, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// It was delivered before the crash.
+			if _, err := db.ExecContext(ctx, `UPDATE commands SET state = 'sent' WHERE id = $1`, c.ID); err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+		interrupted, offline := mk(), mk()
+		j, err := journal.Open(filepath.Join(n.Dir, "journal.log"), time.Now(), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Crashed while running "interrupted"; finished "offline" while the
+		// gateway was unreachable.
+		if err := j.Start(interrupted.ID, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Start(offline.ID, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		upd, err := n.SignUpdate(&nodev1.UpdateBody{CommandId: offline.ID, State: "succeeded", Result: []byte(`{"offline":true}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Done(offline.ID, time.Now().Add(time.Hour), upd); err != nil {
+			t.Fatal(err)
+		}
+		j.Close()
+
+		n2 := e.OpenNode(t, n.Dir, "")
+		n2.Start(t)
+		got := e.WaitCommand(t, interrupted.ID)
+		if got.State != "failed" || got.Reason != "interrupted" || !got.Attested {
+			t.Fatalf("interrupted: %s %q attested=%v, want failed interrupted attested", got.State, got.Reason, got.Attested)
+		}
+		got = e.WaitCommand(t, offline.ID)
+		if got.State != "succeeded" || !got.Attested || string(got.Result) != `{"offline":true}` {
+			t.Fatalf("offline result: %s attested=%v result=%s", got.State, got.Attested, got.Result)
+		}
+		if runs := n2.Sim.Runs("diag.run"); runs != 0 {
+			t.Fatalf("diag.run ran %d times after restart, want 0", runs)
+		}
+	})
+}
+
+func TestWorkerKeyRotates(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		clk := clock.NewFake(time.Now())
+		e := testenv.Start(t, db, testenv.Options{Nodes: 1, Clock: clk})
+		ctx := context.Background()
+		k1, err := e.CP.Signer.CurrentKey(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(13 * time.Hour)
+		k2, err := e.CP.Signer.CurrentKey(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k1 == k2 {
+			t.Fatal("worker key did not rotate with 11h left")
+		}
+		c, err := e.Client.CreateCommand(ctx, e.Nodes[0].NodeID(), "node.ping", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := e.WaitCommand(t, c.ID); got.State != "succeeded" || !got.Attested {
+			t.Fatalf("after rotation: %s %q", got.State, got.Reason)
+		}
+	})
+}
+
+func unmarshalUpdate(t *testing.T, raw []byte) *nodev1.CommandUpdate {
+	t.Helper()
+	var u nodev1.CommandUpdate
+	if err := proto.Unmarshal(raw, &u); err != nil {
+		t.Fatal(err)
+	}
+	return &u
+}
