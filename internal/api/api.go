@@ -1,74 +1,173 @@
 // Package api is the public HTTP API: POST /api/v1/<service>.<method> with a
-// JSON object body. Every method goes through one envelope (method and
-// CSRF checks, size limit, strict decoding, authentication, tenant
-// pre-check, error shaping) before its handler runs; no method can skip it
-// because handlers are only reachable through the registry.
+// JSON object body. Every method passes one envelope, in this order, before
+// its handler runs: method and CSRF checks, size limit, strict decoding,
+// caller address, authentication, tenant pre-check, rate limit, tenant
+// state, resource resolution, the access decision, idempotency. Handlers
+// are reachable only through the registry, so no method can skip it.
 package api
 
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"regexp"
 	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/store"
 )
 
 // MaxBody bounds a request body.
 const MaxBody = 64 << 10
 
-// Caller is the authenticated caller of one request.
+// Caller is the authenticated caller of one request, with what the
+// envelope resolved for it.
 type Caller struct {
 	apikeys.Principal
 	RequestID string
-	Addr      string
+	// Addr is the caller's address for the audit log: the socket peer, or
+	// the client named by a trusted proxy; "" when it cannot be told. It
+	// never reaches an access decision.
+	Addr string
+	// Tenant is the tenant the call acts in: the input's tenant, the
+	// resource's tenant, or the caller's own.
+	Tenant string
 }
 
-// Actor returns the audit entry prefilled with who is calling.
+// Actor returns the audit entry prefilled with who is calling, from where,
+// and in which tenant.
 func (c *Caller) Actor() audit.Entry {
-	return audit.Entry{TenantID: c.TenantID, Actor: c.Identity, RequestID: c.RequestID, Caller: c.Addr}
+	return audit.Entry{TenantID: c.Tenant, Actor: c.Identity, RequestID: c.RequestID, Caller: c.Addr}
 }
 
 // Root reports whether the caller is in the root tenant.
-func (c *Caller) Root() bool { return c.TenantID == "root" }
+func (c *Caller) Root() bool { return c.TenantID == iam.RootTenant }
 
-// Method is one API method.
+// Target is what a call's input names: a tenant, and/or one resource by
+// kind and id. The envelope pre-checks the tenant and resolves the
+// resource's tenant before deciding.
+type Target struct {
+	Tenant string
+	Kind   string
+	ID     string
+}
+
+// Method is one API method. Build it with Def.
 type Method struct {
 	// Name is "<service>.<method>".
 	Name string
 	// Action is decided for the caller, as compute:<resource>:<verb>.
 	Action string
-	// Mutates marks methods that change state.
+	// Mutates marks methods that change state (and are idempotent-keyed,
+	// refused for suspended tenants, rate limited as mutations).
 	Mutates bool
-	// Handle decodes in (already checked to be one JSON object) and runs.
-	Handle func(ctx context.Context, c *Caller, in json.RawMessage) (any, error)
+
+	decode func(raw []byte) (any, Target, error)
+	run    func(ctx context.Context, c *Caller, in any) (any, error)
 }
 
-// Authenticator checks a bearer key.
-type Authenticator interface {
-	Authenticate(ctx context.Context, key string) (apikeys.Principal, error)
+// Def defines a method whose input decodes strictly into In. target tells
+// the envelope which tenant and resource the input names (nil: none).
+func Def[In any](name, action string, mutates bool, target func(In) Target, h func(ctx context.Context, c *Caller, in In) (any, error)) Method {
+	return Method{
+		Name: name, Action: action, Mutates: mutates,
+		decode: func(raw []byte) (any, Target, error) {
+			var in In
+			if err := Decode(raw, &in); err != nil {
+				return nil, Target{}, err
+			}
+			var t Target
+			if target != nil {
+				t = target(in)
+			}
+			return in, t, nil
+		},
+		run: func(ctx context.Context, c *Caller, in any) (any, error) { return h(ctx, c, in.(In)) },
+	}
+}
+
+// Resolver returns the tenant a resource of one kind belongs to; an error
+// coded NOT_FOUND when it does not exist.
+type Resolver func(ctx context.Context, id string) (string, error)
+
+// Config configures the envelope.
+type Config struct {
+	// TrustedProxies are the peers whose X-Forwarded-For is believed.
+	TrustedProxies Proxies
+	// SessionCookies enables the bc_session cookie; it then needs an
+	// Origin exactly equal to BaseURL's origin.
+	SessionCookies bool
+	BaseURL        string
+	RateLimits     RateLimits
+}
+
+// Deps are the modules the envelope reads.
+type Deps struct {
+	DB        *store.DB
+	Keys      *apikeys.Service
+	IAM       *iam.Service
+	Resolvers map[string]Resolver
+	Clock     clock.Clock
+	Log       *slog.Logger
+	Metrics   prometheus.Registerer
 }
 
 // Server routes requests through the envelope to registered methods.
 type Server struct {
 	methods map[string]Method
-	auth    Authenticator
-	log     *slog.Logger
+	cfg     Config
+	deps    Deps
+	origin  string
+	limiter *limiter
+	denials *denialLimiter
+
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
 }
 
 // NewServer returns an API server with no methods.
-func NewServer(auth Authenticator, log *slog.Logger) *Server {
-	return &Server{methods: map[string]Method{}, auth: auth, log: log}
+func NewServer(cfg Config, deps Deps) (*Server, error) {
+	if deps.Clock == nil {
+		deps.Clock = clock.Real{}
+	}
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	s := &Server{methods: map[string]Method{}, cfg: cfg, deps: deps,
+		limiter: newLimiter(cfg.RateLimits, deps.Clock), denials: newDenialLimiter(deps.Clock)}
+	if cfg.SessionCookies {
+		o, err := originOf(cfg.BaseURL)
+		if err != nil {
+			return nil, errs.Wrap(errs.InvalidConfig, "session cookies need a base URL", err)
+		}
+		s.origin = o
+	}
+	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bc_api_requests_total", Help: "API requests by method and answer code."}, []string{"method", "code"})
+	s.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "bc_api_request_seconds", Help: "API request latency.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"method"})
+	if deps.Metrics != nil {
+		if err := deps.Metrics.Register(s.requests); err != nil {
+			return nil, fmt.Errorf("api: register metrics: %w", err)
+		}
+		if err := deps.Metrics.Register(s.latency); err != nil {
+			return nil, fmt.Errorf("api: register metrics: %w", err)
+		}
+	}
+	return s, nil
 }
 
 // Register adds methods; a duplicate name panics at start-up.
@@ -92,8 +191,14 @@ type ErrorBody struct {
 	} `json:"error"`
 }
 
-// ServeHTTP is the envelope.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// errDenied is the one answer to a call outside the caller's tenant, on a
+// resource that does not exist, or that policy denies: the three are
+// indistinguishable, so there is no existence oracle.
+var errDenied = errs.New(errs.AccessDenied, "access denied")
+
+// SecurityHeaders sets the headers every answer carries and returns the
+// request id (the caller's when well-formed, else a fresh one).
+func SecurityHeaders(w http.ResponseWriter, r *http.Request) string {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -103,103 +208,326 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rid = ids.New("req_")
 	}
 	h.Set("X-Request-Id", rid)
-	out, err := s.serve(r, rid)
-	if err != nil {
-		s.writeError(w, rid, err)
-		return
-	}
-	h.Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(out)
+	return rid
 }
 
-func (s *Server) writeError(w http.ResponseWriter, rid string, err error) {
+// answer is a finished response.
+type answer struct {
+	status int
+	body   []byte
+}
+
+// ServeHTTP is the envelope.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rid := SecurityHeaders(w, r)
+	name := strings.TrimPrefix(r.URL.Path, "/api/v1/")
+	m, known := s.methods[name]
+	label := "unknown"
+	if known {
+		label = name
+	}
+	a, c := s.serve(r, rid, m, known)
+	if retry := c.retryAfter; retry > 0 {
+		w.Header().Set("Retry-After", fmt.Sprint(int((retry+time.Second-1)/time.Second)))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(a.status)
+	_, _ = w.Write(a.body)
+	s.requests.WithLabelValues(label, fmt.Sprint(a.status)).Inc()
+	s.latency.WithLabelValues(label).Observe(time.Since(start).Seconds())
+}
+
+type outcome struct{ retryAfter time.Duration }
+
+func (s *Server) errorAnswer(rid string, err error) answer {
 	code := errs.CodeOf(err)
 	if code == errs.Internal {
-		s.log.Error("request failed", "request_id", rid, "err", err)
+		s.deps.Log.Error("request failed", "request_id", rid, "err", err)
 	} else {
-		s.log.Info("request refused", "request_id", rid, "code", code, "err", err)
+		s.deps.Log.Info("request refused", "request_id", rid, "code", code, "err", err)
 	}
 	var body ErrorBody
 	body.Error.Code, body.Error.Message, body.Error.RequestID = code, errs.SafeMessage(err), rid
 	if code == errs.Internal {
 		body.Error.Message = "internal error"
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(errs.HTTPStatus(code))
-	_ = json.NewEncoder(w).Encode(body)
+	b, _ := json.Marshal(body)
+	return answer{status: errs.HTTPStatus(code), body: append(b, '\n')}
 }
 
-func (s *Server) serve(r *http.Request, rid string) (any, error) {
-	const prefix = "/api/v1/"
-	if r.Method != http.MethodPost {
-		return nil, errs.New(errs.InvalidInput, "only POST is accepted")
+func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answer, outcome) {
+	var out outcome
+	fail := func(err error) (answer, outcome) { return s.errorAnswer(rid, err), out }
+	if r.Method != http.MethodPost || !isJSON(r.Header.Get("Content-Type")) || r.Header.Get("X-Better-Compute") != "1" {
+		return fail(errs.New(errs.CSRFRejected, "POST with content-type application/json and X-Better-Compute: 1 is required"))
 	}
-	if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") || r.Header.Get("X-Better-Compute") != "1" {
-		return nil, errs.New(errs.CSRFRejected, "content-type application/json and X-Better-Compute: 1 are required")
-	}
-	m, ok := s.methods[strings.TrimPrefix(r.URL.Path, prefix)]
-	if !ok || !strings.HasPrefix(r.URL.Path, prefix) {
-		return nil, errs.New(errs.NotFound, "no such method")
+	if !known {
+		return fail(errs.New(errs.NotFound, "no such method"))
 	}
 	raw, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
 	if err != nil {
-		return nil, errs.Wrap(errs.InvalidInput, "could not read the body", err)
+		return fail(errs.Wrap(errs.InvalidInput, "the body could not be read", err))
 	}
 	if len(raw) > MaxBody {
-		return nil, errs.New(errs.PayloadTooLarge, "body larger than 64 KiB")
+		return fail(errs.New(errs.PayloadTooLarge, "the body is larger than 64 KiB"))
 	}
-	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
-		return nil, errs.New(errs.InvalidInput, "body must be a JSON object")
-	}
-	authz := r.Header.Get("Authorization")
-	key, ok := strings.CutPrefix(authz, "Bearer ")
-	if !ok {
-		return nil, apikeys.ErrInvalid
-	}
-	p, err := s.auth.Authenticate(r.Context(), key)
+	in, target, err := m.decode(raw)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
-	host, _, _ := net.SplitHostPort(r.RemoteAddr)
-	c := &Caller{Principal: p, RequestID: rid, Addr: host}
-	return m.Handle(r.Context(), c, raw)
+	ctx := r.Context()
+	c := &Caller{RequestID: rid, Addr: s.cfg.TrustedProxies.ClientAddr(r)}
+	p, err := s.authenticate(ctx, r)
+	if err != nil {
+		return fail(err)
+	}
+	c.Principal = p
+	// The tenant pre-check reads nothing: a caller outside the input's
+	// tenant and outside root is denied before any database read.
+	if target.Tenant != "" && !c.Root() && target.Tenant != c.TenantID {
+		s.recordDenial(ctx, c, m, target, "tenant-precheck")
+		return fail(errDenied)
+	}
+	if wait := s.limiter.take(c.Identity, m.Mutates); wait > 0 {
+		out.retryAfter = wait
+		return fail(errs.New(errs.RateLimited, "too many requests"))
+	}
+	if !c.Root() {
+		chain, err := s.deps.IAM.Chain(ctx, c.TenantID)
+		if err != nil {
+			return fail(err)
+		}
+		switch st := iam.EffectiveState(chain); {
+		case st == iam.StateDeleted, st == iam.StateSuspended && m.Mutates:
+			return fail(errs.New(errs.TenantSuspended, "the tenant is "+st))
+		}
+	}
+	c.Tenant = target.Tenant
+	if c.Tenant == "" {
+		c.Tenant = c.TenantID
+	}
+	resource := "tenant/" + c.Tenant
+	if target.Kind != "" {
+		resolve := s.deps.Resolvers[target.Kind]
+		if resolve == nil {
+			return fail(fmt.Errorf("api: no resolver for %q", target.Kind))
+		}
+		t, err := resolve(ctx, target.ID)
+		switch {
+		case errs.CodeOf(err) == errs.NotFound:
+			if c.Root() {
+				return fail(errs.New(errs.NotFound, target.Kind+" not found"))
+			}
+			s.recordDenial(ctx, c, m, target, "not-found")
+			return fail(errDenied)
+		case err != nil:
+			return fail(err)
+		case !c.Root() && t != c.TenantID:
+			s.recordDenial(ctx, c, m, target, "other-tenant")
+			return fail(errDenied)
+		}
+		c.Tenant = t
+		resource = target.Kind + "/" + target.ID
+	}
+	chain, err := s.deps.IAM.Chain(ctx, c.Tenant)
+	if err != nil {
+		return fail(err)
+	}
+	ok, err := s.deps.IAM.Decide(ctx, c.Identity, m.Action, resource, chain, c.Scopes)
+	if err != nil {
+		return fail(err)
+	}
+	if !ok {
+		s.recordDenial(ctx, c, m, target, "policy")
+		return fail(errDenied)
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if m.Mutates && key != "" {
+		return s.idempotent(ctx, c, m, key, raw, func() answer { return s.run(ctx, c, m, in) }), out
+	}
+	return s.run(ctx, c, m, in), out
 }
 
-// Decode strictly decodes a JSON object into v: unknown fields and trailing
-// data are INVALID_INPUT naming what is wrong.
-func Decode(raw json.RawMessage, v any) error {
+func (s *Server) run(ctx context.Context, c *Caller, m Method, in any) answer {
+	res, err := m.run(ctx, c, in)
+	if err != nil {
+		return s.errorAnswer(c.RequestID, err)
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return s.errorAnswer(c.RequestID, fmt.Errorf("api: encode answer: %w", err))
+	}
+	return answer{status: http.StatusOK, body: append(b, '\n')}
+}
+
+func isJSON(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "application/json")
+}
+
+// SessionCookie is the name of the browser session cookie.
+const SessionCookie = "bc_session"
+
+// authenticate reads a bearer API key, or, when enabled, the session
+// cookie with an Origin exactly equal to the configured one.
+func (s *Server) authenticate(ctx context.Context, r *http.Request) (apikeys.Principal, error) {
+	if authz := r.Header.Get("Authorization"); authz != "" {
+		key, ok := strings.CutPrefix(authz, "Bearer ")
+		if !ok {
+			return apikeys.Principal{}, apikeys.ErrInvalid
+		}
+		return s.deps.Keys.Authenticate(ctx, key)
+	}
+	ck, err := r.Cookie(SessionCookie)
+	if err != nil || !s.cfg.SessionCookies {
+		return apikeys.Principal{}, apikeys.ErrInvalid
+	}
+	switch origin := r.Header.Get("Origin"); {
+	case origin == "":
+		return apikeys.Principal{}, errs.New(errs.CSRFRejected, "a session call needs an Origin header")
+	case origin != s.origin:
+		return apikeys.Principal{}, errs.New(errs.UntrustedOrigin, "the Origin is not this deployment's")
+	}
+	return s.deps.Keys.AuthenticateSession(ctx, ck.Value)
+}
+
+// recordDenial writes an audit row for a refused call, at most a few per
+// minute per identity and action.
+func (s *Server) recordDenial(ctx context.Context, c *Caller, m Method, t Target, why string) {
+	if !s.denials.allow(c.Identity + "\x00" + m.Action) {
+		return
+	}
+	resource := "tenant/" + t.Tenant
+	if t.Kind != "" {
+		resource = t.Kind + "/" + t.ID
+	}
+	e := audit.Entry{TenantID: c.TenantID, Actor: c.Identity, Action: m.Action, Resource: resource, Outcome: "denied",
+		RequestID: c.RequestID, Caller: c.Addr, Details: map[string]any{"reason": why}}
+	err := s.deps.DB.Tx(ctx, func(tx *sql.Tx) error { return audit.Record(ctx, tx, s.deps.Clock.Now(), e) })
+	if err != nil {
+		s.deps.Log.Warn("record denial", "request_id", c.RequestID, "err", err)
+	}
+}
+
+// idempotent replays the first answer for the same (tenant, identity, key)
+// and body, refuses the same key with another body (CONFLICT), and records
+// the answer of a first call. A 5xx answer is not kept, so a retry runs.
+func (s *Server) idempotent(ctx context.Context, c *Caller, m Method, key string, raw []byte, run func() answer) answer {
+	if len(key) > 128 || !requestIDRE.MatchString(key) {
+		return s.errorAnswer(c.RequestID, errs.New(errs.InvalidInput, "Idempotency-Key: 1 to 128 of A-Z a-z 0-9 . _ : -"))
+	}
+	sum := sha256.Sum256(append([]byte(m.Name+"\x00"), raw...))
+	_, err := s.deps.DB.ExecContext(ctx, `INSERT INTO idempotency (tenant_id, identity_id, key, method, body_sha256, status, created_at) VALUES ($1, $2, $3, $4, $5, 0, $6)`,
+		c.TenantID, c.Identity, key, m.Name, sum[:], s.deps.Clock.Now().UnixMilli())
+	if store.IsUniqueViolation(err) {
+		var prev []byte
+		var status int
+		var resp []byte
+		if err := s.deps.DB.QueryRowContext(ctx, `SELECT body_sha256, status, response FROM idempotency WHERE tenant_id = $1 AND identity_id = $2 AND key = $3`,
+			c.TenantID, c.Identity, key).Scan(&prev, &status, &resp); err != nil {
+			return s.errorAnswer(c.RequestID, fmt.Errorf("api: read idempotency key: %w", err))
+		}
+		switch {
+		case !bytes.Equal(prev, sum[:]):
+			return s.errorAnswer(c.RequestID, errs.New(errs.Conflict, "Idempotency-Key was used with another request"))
+		case status == 0:
+			return s.errorAnswer(c.RequestID, errs.New(errs.Conflict, "a request with this Idempotency-Key is still running"))
+		}
+		return answer{status: status, body: resp}
+	}
+	if err != nil {
+		return s.errorAnswer(c.RequestID, fmt.Errorf("api: store idempotency key: %w", err))
+	}
+	a := run()
+	if a.status >= 500 {
+		_, _ = s.deps.DB.ExecContext(context.WithoutCancel(ctx), `DELETE FROM idempotency WHERE tenant_id = $1 AND identity_id = $2 AND key = $3`, c.TenantID, c.Identity, key)
+		return a
+	}
+	if _, err := s.deps.DB.ExecContext(context.WithoutCancel(ctx), `UPDATE idempotency SET status = $1, response = $2 WHERE tenant_id = $3 AND identity_id = $4 AND key = $5`,
+		a.status, a.body, c.TenantID, c.Identity, key); err != nil {
+		s.deps.Log.Error("store idempotent answer", "request_id", c.RequestID, "err", err)
+	}
+	return a
+}
+
+// Decode strictly decodes a JSON object into v: duplicate keys, unknown
+// fields and trailing data are INVALID_INPUT naming what is wrong.
+func Decode(raw []byte, v any) error {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
+		return errs.New(errs.InvalidInput, "the body must be a JSON object")
+	}
+	if err := checkDuplicateKeys(raw); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) {
-			return errs.New(errs.InvalidInput, fmt.Sprintf("field %s: wrong type", ute.Field))
+			return errs.New(errs.InvalidInput, fmt.Sprintf("field %q: wrong type", ute.Field))
 		}
-		if strings.HasPrefix(err.Error(), "json: unknown field ") {
-			return errs.New(errs.InvalidInput, "unknown field "+strings.TrimPrefix(err.Error(), "json: unknown field "))
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return errs.New(errs.InvalidInput, "unknown field "+f)
 		}
-		return errs.New(errs.InvalidInput, "body is not valid JSON")
+		return errs.New(errs.InvalidInput, "the body is not valid JSON")
 	}
-	if dec.More() {
-		return errs.New(errs.InvalidInput, "trailing data after the JSON object")
-	}
-	var extra json.RawMessage
-	if err := dec.Decode(&extra); err != io.EOF {
+	if _, err := dec.Token(); err != io.EOF {
 		return errs.New(errs.InvalidInput, "trailing data after the JSON object")
 	}
 	return nil
 }
 
-// Handler adapts a typed handler to Method.Handle.
-func Handler[In any](f func(ctx context.Context, c *Caller, in In) (any, error)) func(context.Context, *Caller, json.RawMessage) (any, error) {
-	return func(ctx context.Context, c *Caller, raw json.RawMessage) (any, error) {
-		var in In
-		if err := Decode(raw, &in); err != nil {
-			return nil, err
+// checkDuplicateKeys walks raw and refuses an object with a key twice.
+func checkDuplicateKeys(raw []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	type frame struct {
+		obj    bool
+		keys   map[string]bool
+		expect bool // the next string token in an object is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
 		}
-		return f(ctx, c, in)
+		if err != nil {
+			return errs.New(errs.InvalidInput, "the body is not valid JSON")
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.obj && top.expect {
+			if k, ok := tok.(string); ok {
+				if top.keys[k] {
+					return errs.New(errs.InvalidInput, fmt.Sprintf("duplicate key %q", k))
+				}
+				top.keys[k] = true
+				top.expect = false
+				continue
+			}
+		}
+		switch d := tok.(type) {
+		case json.Delim:
+			switch d {
+			case '{', '[':
+				if len(stack) >= 64 {
+					return errs.New(errs.InvalidInput, "the body nests too deeply")
+				}
+				if top != nil && top.obj {
+					top.expect = true
+				}
+				stack = append(stack, &frame{obj: d == '{', keys: map[string]bool{}, expect: d == '{'})
+			case '}', ']':
+				stack = stack[:len(stack)-1]
+			}
+		default:
+			if top != nil && top.obj {
+				top.expect = true
+			}
+		}
 	}
 }

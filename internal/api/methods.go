@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 )
 
@@ -16,22 +18,43 @@ type Modules struct {
 	Nodes    *nodes.Service
 	Commands *commands.Service
 	Events   *audit.Events
+	IAM      *iam.Service
+	Keys     *apikeys.Service
 }
 
-// requireRoot refuses non-root callers for fleet-wide methods. The full
-// role-based decision is the access-control issue's; until then only the
-// root tenant manages the fleet.
-func requireRoot(c *Caller) error {
-	if !c.Root() {
-		return errs.New(errs.AccessDenied, "access denied")
+// Resolvers returns how each resource kind's tenant is found.
+func (m Modules) Resolvers() map[string]Resolver {
+	return map[string]Resolver{
+		"node":    m.Nodes.TenantOf,
+		"command": m.Commands.TenantOf,
+		"api-key": m.Keys.TenantOf,
+		"tenant": func(ctx context.Context, id string) (string, error) {
+			chain, err := m.IAM.Chain(ctx, id)
+			if err != nil {
+				return "", err
+			}
+			switch len(chain) {
+			case 0:
+				return "", errs.New(errs.NotFound, "tenant not found")
+			case 1:
+				return chain[0].ID, nil // the root tenant owns itself
+			}
+			return chain[1].ID, nil // a tenant is managed from its parent
+		},
 	}
-	return nil
 }
 
-// Methods returns the methods of the security chain: nodes, join tokens,
-// commands and security events.
+type tenantIn struct {
+	TenantID string `json:"tenant_id"`
+}
+
+func byTenant[In interface{ tenant() string }](in In) Target { return Target{Tenant: in.tenant()} }
+
+func (t tenantIn) tenant() string { return t.TenantID }
+
+// Methods returns every method of the security chain and access control.
 func Methods(m Modules) []Method {
-	type nodeIn struct {
+	type idIn struct {
 		ID string `json:"id"`
 	}
 	type revokeIn struct {
@@ -39,10 +62,12 @@ func Methods(m Modules) []Method {
 		Serial string `json:"serial"`
 	}
 	type restrictIn struct {
+		NodeID       string   `json:"node_id"`
 		Serial       string   `json:"serial"`
 		AllowedKinds []string `json:"allowed_kinds"`
 	}
 	type tokenIn struct {
+		tenantIn
 		Role       string `json:"role"`
 		Name       string `json:"name"`
 		TTLSeconds int64  `json:"ttl_seconds"`
@@ -53,75 +78,62 @@ func Methods(m Modules) []Method {
 		Payload    json.RawMessage `json:"payload"`
 		TTLSeconds int64           `json:"ttl_seconds"`
 	}
-	type getIn struct {
-		ID string `json:"id"`
-	}
 	type eventsIn struct {
 		Type string `json:"type"`
 	}
-	return []Method{
-		{Name: "nodes.list", Action: "compute:nodes:list", Handle: Handler(func(ctx context.Context, c *Caller, _ struct{}) (any, error) {
-			ns, err := m.Nodes.List(ctx, c.TenantID)
+	byID := func(kind string) func(idIn) Target {
+		return func(in idIn) Target { return Target{Kind: kind, ID: in.ID} }
+	}
+	return append([]Method{
+		Def("nodes.list", "compute:nodes:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
+			ns, err := m.Nodes.List(ctx, c.Tenant)
 			if err != nil {
 				return nil, err
 			}
 			return map[string]any{"nodes": ns}, nil
-		})},
-		{Name: "nodes.get", Action: "compute:nodes:get", Handle: Handler(func(ctx context.Context, c *Caller, in nodeIn) (any, error) {
-			return m.Nodes.Get(ctx, c.TenantID, in.ID)
-		})},
-		{Name: "nodes.revoke", Action: "compute:nodes:revoke", Mutates: true, Handle: Handler(func(ctx context.Context, c *Caller, in revokeIn) (any, error) {
-			if err := requireRoot(c); err != nil {
-				return nil, err
-			}
-			if in.NodeID == "" {
-				return nil, errs.New(errs.InvalidInput, "node_id is required")
-			}
-			if _, err := m.Nodes.TenantOf(ctx, in.NodeID); err != nil {
-				return nil, err
-			}
-			n, err := m.Nodes.Revoke(ctx, c.Actor(), in.NodeID, in.Serial, nodes.ReasonOperator)
-			if err != nil {
-				return nil, err
-			}
-			return map[string]any{"revoked": n}, nil
-		})},
-		{Name: "nodes.restrict", Action: "compute:nodes:restrict", Mutates: true, Handle: Handler(func(ctx context.Context, c *Caller, in restrictIn) (any, error) {
-			if err := requireRoot(c); err != nil {
-				return nil, err
-			}
-			if in.Serial == "" {
-				return nil, errs.New(errs.InvalidInput, "serial is required")
-			}
-			return map[string]any{}, m.Nodes.SetAllowedKinds(ctx, c.Actor(), in.Serial, in.AllowedKinds)
-		})},
-		{Name: "joinTokens.create", Action: "compute:join-tokens:create", Mutates: true, Handle: Handler(func(ctx context.Context, c *Caller, in tokenIn) (any, error) {
-			if err := requireRoot(c); err != nil {
-				return nil, err
-			}
+		}),
+		Def("nodes.get", "compute:nodes:get", false, byID("node"), func(ctx context.Context, c *Caller, in idIn) (any, error) {
+			return m.Nodes.Get(ctx, c.Tenant, in.ID)
+		}),
+		Def("nodes.revoke", "compute:nodes:revoke", true, func(in revokeIn) Target { return Target{Kind: "node", ID: in.NodeID} },
+			func(ctx context.Context, c *Caller, in revokeIn) (any, error) {
+				n, err := m.Nodes.Revoke(ctx, c.Actor(), in.NodeID, in.Serial, nodes.ReasonOperator)
+				if err != nil {
+					return nil, err
+				}
+				return map[string]any{"revoked": n}, nil
+			}),
+		Def("nodes.restrict", "compute:nodes:restrict", true, func(in restrictIn) Target { return Target{Kind: "node", ID: in.NodeID} },
+			func(ctx context.Context, c *Caller, in restrictIn) (any, error) {
+				st, err := m.Nodes.CertState(ctx, in.Serial)
+				if err != nil || st.NodeID != in.NodeID {
+					return nil, errs.New(errs.InvalidInput, "serial: not a certificate of this node")
+				}
+				return map[string]any{}, m.Nodes.SetAllowedKinds(ctx, c.Actor(), in.Serial, in.AllowedKinds)
+			}),
+		Def("joinTokens.create", "compute:join-tokens:create", true, byTenant[tokenIn], func(ctx context.Context, c *Caller, in tokenIn) (any, error) {
 			return m.Nodes.CreateJoinToken(ctx, c.Actor(), in.Role, in.Name, time.Duration(in.TTLSeconds)*time.Second)
-		})},
-		{Name: "commands.create", Action: "compute:commands:create", Mutates: true, Handle: Handler(func(ctx context.Context, c *Caller, in createIn) (any, error) {
-			if in.NodeID == "" || in.Kind == "" {
-				return nil, errs.New(errs.InvalidInput, "node_id and kind are required")
-			}
-			return m.Commands.Create(ctx, c.Actor(), in.NodeID, in.Kind, in.Payload, time.Duration(in.TTLSeconds)*time.Second)
-		})},
-		{Name: "commands.get", Action: "compute:commands:get", Handle: Handler(func(ctx context.Context, c *Caller, in getIn) (any, error) {
-			return m.Commands.Get(ctx, c.TenantID, in.ID)
-		})},
-		{Name: "events.list", Action: "compute:events:list", Handle: Handler(func(ctx context.Context, c *Caller, in eventsIn) (any, error) {
-			if err := requireRoot(c); err != nil {
-				return nil, err
-			}
-			evs, err := m.Events.List(ctx, in.Type)
-			if err != nil {
-				return nil, err
-			}
-			if evs == nil {
-				evs = []audit.Event{}
-			}
-			return map[string]any{"events": evs}, nil
-		})},
-	}
+		}),
+		Def("commands.create", "compute:commands:create", true, func(in createIn) Target { return Target{Kind: "node", ID: in.NodeID} },
+			func(ctx context.Context, c *Caller, in createIn) (any, error) {
+				if in.Kind == "" {
+					return nil, errs.New(errs.InvalidInput, "kind is required")
+				}
+				return m.Commands.Create(ctx, c.Actor(), in.NodeID, in.Kind, in.Payload, time.Duration(in.TTLSeconds)*time.Second)
+			}),
+		Def("commands.get", "compute:commands:get", false, byID("command"), func(ctx context.Context, c *Caller, in idIn) (any, error) {
+			return m.Commands.Get(ctx, c.Tenant, in.ID)
+		}),
+		Def("events.list", "compute:events:list", false, func(eventsIn) Target { return Target{Tenant: iam.RootTenant} },
+			func(ctx context.Context, c *Caller, in eventsIn) (any, error) {
+				evs, err := m.Events.List(ctx, in.Type)
+				if err != nil {
+					return nil, err
+				}
+				if evs == nil {
+					evs = []audit.Event{}
+				}
+				return map[string]any{"events": evs}, nil
+			}),
+	}, iamMethods(m)...)
 }

@@ -22,11 +22,14 @@ import (
 // Prefix starts every API key, so a leaked key is recognisable.
 const Prefix = "bck_"
 
-// Principal is who an API key speaks for.
+// Principal is who an API key (or a session) speaks for.
 type Principal struct {
 	KeyID    string
 	TenantID string
 	Identity string
+	// Scopes, when not empty, limit the actions the key may be used for
+	// (action patterns); the identity's roles still decide.
+	Scopes []string
 }
 
 // Service is the API key store.
@@ -44,8 +47,9 @@ func hash(key string) []byte {
 }
 
 // Create makes a key for identity in tenant, valid for ttl (0: no expiry),
-// with its audit row. The key is returned once and never stored.
-func (s *Service) Create(ctx context.Context, actor audit.Entry, tenant, identity, name string, ttl time.Duration) (id, key string, err error) {
+// limited to scopes when given, with its audit row. The key is returned
+// once and never stored. The identity must belong to tenant.
+func (s *Service) Create(ctx context.Context, actor audit.Entry, tenant, identity, name string, ttl time.Duration, scopes ...string) (id, key string, err error) {
 	id = ids.New("k")
 	key = Prefix + id + "_" + ids.Secret(32)
 	now := s.clk.Now()
@@ -53,9 +57,21 @@ func (s *Service) Create(ctx context.Context, actor audit.Entry, tenant, identit
 	if ttl > 0 {
 		exp = now.Add(ttl).UnixMilli()
 	}
+	for _, sc := range scopes {
+		if sc == "" || strings.ContainsAny(sc, " ,") || len(sc) > 128 {
+			return "", "", errs.New(errs.InvalidInput, "scopes: action patterns without spaces or commas")
+		}
+	}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, tenant_id, identity, name, hash, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-			id, tenant, identity, name, hash(key), now.UnixMilli(), exp); err != nil {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM identities WHERE id = $1 AND tenant_id = $2`, identity, tenant).Scan(&n); err != nil {
+			return fmt.Errorf("apikeys: read identity: %w", err)
+		}
+		if n != 1 {
+			return errs.New(errs.InvalidInput, "identity_id: no such identity in this tenant")
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, tenant_id, identity, name, hash, scopes, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+			id, tenant, identity, name, hash(key), strings.Join(scopes, ","), now.UnixMilli(), exp); err != nil {
 			return fmt.Errorf("apikeys: insert: %w", err)
 		}
 		actor.Action, actor.Resource, actor.Outcome = "compute:api-keys:create", "api-key/"+id, "allowed"
@@ -76,8 +92,9 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Principal, erro
 	}
 	var p Principal
 	var exp, revoked sql.NullInt64
-	err := s.db.QueryRowContext(ctx, `SELECT id, tenant_id, identity, expires_at, revoked_at FROM api_keys WHERE hash = $1`, hash(key)).
-		Scan(&p.KeyID, &p.TenantID, &p.Identity, &exp, &revoked)
+	var scopes string
+	err := s.db.QueryRowContext(ctx, `SELECT id, tenant_id, identity, scopes, expires_at, revoked_at FROM api_keys WHERE hash = $1`, hash(key)).
+		Scan(&p.KeyID, &p.TenantID, &p.Identity, &scopes, &exp, &revoked)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Principal{}, ErrInvalid
 	}
@@ -85,6 +102,127 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Principal, erro
 		return Principal{}, fmt.Errorf("apikeys: read: %w", err)
 	}
 	if revoked.Valid || exp.Valid && s.clk.Now().UnixMilli() >= exp.Int64 {
+		return Principal{}, ErrInvalid
+	}
+	if scopes != "" {
+		p.Scopes = strings.Split(scopes, ",")
+	}
+	return p, nil
+}
+
+// Key is a key's metadata; the key itself is never stored or shown again.
+type Key struct {
+	ID        string     `json:"id"`
+	TenantID  string     `json:"tenant_id"`
+	Identity  string     `json:"identity_id"`
+	Name      string     `json:"name"`
+	Scopes    []string   `json:"scopes"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// List returns the keys of tenant.
+func (s *Service) List(ctx context.Context, tenant string) ([]Key, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, tenant_id, identity, name, scopes, created_at, expires_at, revoked_at FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("apikeys: list: %w", err)
+	}
+	defer rows.Close()
+	out := []Key{}
+	for rows.Next() {
+		var k Key
+		var scopes string
+		var created int64
+		var exp, rev sql.NullInt64
+		if err := rows.Scan(&k.ID, &k.TenantID, &k.Identity, &k.Name, &scopes, &created, &exp, &rev); err != nil {
+			return nil, fmt.Errorf("apikeys: scan: %w", err)
+		}
+		k.Scopes = []string{}
+		if scopes != "" {
+			k.Scopes = strings.Split(scopes, ",")
+		}
+		k.CreatedAt = time.UnixMilli(created).UTC()
+		if exp.Valid {
+			t := time.UnixMilli(exp.Int64).UTC()
+			k.ExpiresAt = &t
+		}
+		if rev.Valid {
+			t := time.UnixMilli(rev.Int64).UTC()
+			k.RevokedAt = &t
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// TenantOf returns a key's tenant; NOT_FOUND when unknown.
+func (s *Service) TenantOf(ctx context.Context, id string) (string, error) {
+	var t string
+	err := s.db.QueryRowContext(ctx, `SELECT tenant_id FROM api_keys WHERE id = $1`, id).Scan(&t)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", errs.New(errs.NotFound, "api key not found")
+	}
+	if err != nil {
+		return "", fmt.Errorf("apikeys: tenant of: %w", err)
+	}
+	return t, nil
+}
+
+// Revoke revokes a key of tenant.
+func (s *Service) Revoke(ctx context.Context, actor audit.Entry, tenant, id string) error {
+	now := s.clk.Now()
+	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND tenant_id = $3 AND revoked_at IS NULL`, now.UnixMilli(), id, tenant)
+		if err != nil {
+			return fmt.Errorf("apikeys: revoke: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return errs.New(errs.NotFound, "api key not found or already revoked")
+		}
+		actor.Action, actor.Resource, actor.Outcome = "compute:api-keys:revoke", "api-key/"+id, "allowed"
+		return audit.Record(ctx, tx, now, actor)
+	})
+}
+
+// SessionPrefix starts every session cookie value.
+const SessionPrefix = "bcs_"
+
+// CreateSession makes a browser session for p, valid for ttl; only its
+// hash is stored. The value goes into an HttpOnly cookie.
+func (s *Service) CreateSession(ctx context.Context, actor audit.Entry, p Principal, ttl time.Duration) (string, time.Time, error) {
+	id := ids.New("ss")
+	value := SessionPrefix + id + "_" + ids.Secret(32)
+	now := s.clk.Now()
+	exp := now.Add(ttl)
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, hash, tenant_id, identity_id, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)`,
+			id, hash(value), p.TenantID, p.Identity, now.UnixMilli(), exp.UnixMilli()); err != nil {
+			return fmt.Errorf("apikeys: insert session: %w", err)
+		}
+		actor.Action, actor.Resource, actor.Outcome = "compute:sessions:create", "session/"+id, "allowed"
+		return audit.Record(ctx, tx, now, actor)
+	})
+	return value, exp, err
+}
+
+// AuthenticateSession returns the principal of a session cookie value.
+func (s *Service) AuthenticateSession(ctx context.Context, value string) (Principal, error) {
+	if !strings.HasPrefix(value, SessionPrefix) || len(value) > 200 {
+		return Principal{}, ErrInvalid
+	}
+	var p Principal
+	var exp int64
+	var rev sql.NullInt64
+	err := s.db.QueryRowContext(ctx, `SELECT id, tenant_id, identity_id, expires_at, revoked_at FROM sessions WHERE hash = $1`, hash(value)).
+		Scan(&p.KeyID, &p.TenantID, &p.Identity, &exp, &rev)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Principal{}, ErrInvalid
+	}
+	if err != nil {
+		return Principal{}, fmt.Errorf("apikeys: read session: %w", err)
+	}
+	if rev.Valid || s.clk.Now().UnixMilli() >= exp {
 		return Principal{}, ErrInvalid
 	}
 	return p, nil

@@ -188,6 +188,19 @@ func asJSON(b []byte) json.RawMessage {
 	return q
 }
 
+// TenantOf returns a command's tenant; NOT_FOUND when it does not exist.
+func (s *Service) TenantOf(ctx context.Context, id string) (string, error) {
+	var t string
+	err := s.db.QueryRowContext(ctx, `SELECT tenant_id FROM commands WHERE id = $1`, id).Scan(&t)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", ErrNotFound
+	}
+	if err != nil {
+		return "", fmt.Errorf("commands: tenant of: %w", err)
+	}
+	return t, nil
+}
+
 // Pending returns the signed, queued commands for nodeID, oldest first.
 func (s *Service) Pending(ctx context.Context, nodeID string) ([]*nodev1.SignedCommand, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT id, body, signature, signer_cert FROM commands

@@ -14,6 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
@@ -22,6 +25,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/gateway"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
@@ -53,6 +57,12 @@ type Options struct {
 	RevocationPoll time.Duration
 	// NodeCertLifetime is the lifetime of node certificates (default 24h).
 	NodeCertLifetime time.Duration
+	// API envelope settings: trusted proxies, session cookies and their
+	// base URL, and rate limits (zero: api.DefaultRateLimits).
+	TrustedProxies api.Proxies
+	SessionCookies bool
+	BaseURL        string
+	RateLimits     api.RateLimits
 }
 
 // ControlPlane is a running control plane process.
@@ -63,7 +73,9 @@ type ControlPlane struct {
 	Nodes    *nodes.Service
 	Commands *commands.Service
 	APIKeys  *apikeys.Service
+	IAM      *iam.Service
 	Signer   *signing.Signer
+	Metrics  *prometheus.Registry
 	Gateway  *gateway.Gateway
 
 	APIAddr     string // host:port the API listens on ("" without the api role)
@@ -96,7 +108,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	}
 	now := o.Clock.Now()
 	b := o.Bundle
-	cp := &ControlPlane{DB: o.DB, Bus: bus.New()}
+	cp := &ControlPlane{DB: o.DB, Bus: bus.New(), Metrics: prometheus.NewRegistry()}
 	cp.Events = audit.NewEvents(o.DB, o.Clock)
 
 	nodeCAKey, err := b.NodeCAKey(o.KEK)
@@ -118,6 +130,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	})
 	cp.Commands = commands.New(o.DB, o.Clock, cp.Bus, cp.Nodes, o.Log)
 	cp.APIKeys = apikeys.New(o.DB, o.Clock)
+	cp.IAM = iam.New(o.DB, o.Clock)
 
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cp.cancel = cancel
@@ -175,20 +188,31 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	}
 
 	if slices.Contains(o.Roles, RoleAPI) {
-		srv := api.NewServer(cp.APIKeys, o.Log)
-		srv.Register(api.Methods(api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events})...)
+		mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys}
+		srv, err := api.NewServer(api.Config{TrustedProxies: o.TrustedProxies, SessionCookies: o.SessionCookies, BaseURL: o.BaseURL, RateLimits: o.RateLimits},
+			api.Deps{DB: o.DB, Keys: cp.APIKeys, IAM: cp.IAM, Resolvers: mods.Resolvers(), Clock: o.Clock, Log: o.Log, Metrics: cp.Metrics})
+		if err != nil {
+			return fail(err)
+		}
+		srv.Register(api.Methods(mods)...)
 		mux := http.NewServeMux()
 		mux.Handle("/api/v1/", srv)
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Cache-Control", "no-store")
+		mux.Handle("GET /.well-known/better-compute", api.NewWellKnown(b).Handler(o.Log))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+			api.SecurityHeaders(w, r)
 			_, _ = w.Write([]byte("ok\n"))
+		})
+		metrics := promhttp.HandlerFor(cp.Metrics, promhttp.HandlerOpts{})
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+			api.SecurityHeaders(w, r)
+			metrics.ServeHTTP(w, r)
 		})
 		lis, err := net.Listen("tcp", orDefault(o.APIListen, "127.0.0.1:0"))
 		if err != nil {
 			return fail(errs.Wrap(errs.InvalidConfig, "the API cannot listen on its address", err))
 		}
 		cp.APIAddr = lis.Addr().String()
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10}
+		hs := &http.Server{Handler: api.Guard(mux), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10}
 		cp.wg.Add(1)
 		go func() {
 			defer cp.wg.Done()

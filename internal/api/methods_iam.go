@@ -1,0 +1,136 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
+)
+
+// iamMethods are tenants, identities, roles, bindings and API keys.
+func iamMethods(m Modules) []Method {
+	type tenantCreateIn struct {
+		ParentID string `json:"parent_id"`
+		Name     string `json:"name"`
+	}
+	type idIn struct {
+		ID string `json:"id"`
+	}
+	type identityIn struct {
+		tenantIn
+		Name string `json:"name"`
+		Kind string `json:"kind"`
+	}
+	type roleIn struct {
+		tenantIn
+		Name       string          `json:"name"`
+		Statements []iam.Statement `json:"statements"`
+	}
+	type bindIn struct {
+		tenantIn
+		IdentityID string `json:"identity_id"`
+		RoleID     string `json:"role_id"`
+	}
+	type unbindIn struct {
+		tenantIn
+		ID string `json:"id"`
+	}
+	type keyIn struct {
+		tenantIn
+		IdentityID string   `json:"identity_id"`
+		Name       string   `json:"name"`
+		TTLSeconds int64    `json:"ttl_seconds"`
+		Scopes     []string `json:"scopes"`
+	}
+	tenantByID := func(in idIn) Target { return Target{Kind: "tenant", ID: in.ID} }
+	setState := func(state string) func(context.Context, *Caller, idIn) (any, error) {
+		return func(ctx context.Context, c *Caller, in idIn) (any, error) {
+			return m.IAM.SetTenantState(ctx, c.Actor(), in.ID, state)
+		}
+	}
+	return []Method{
+		Def("tenants.create", "compute:tenants:create", true, func(in tenantCreateIn) Target { return Target{Tenant: in.ParentID} },
+			func(ctx context.Context, c *Caller, in tenantCreateIn) (any, error) {
+				return m.IAM.CreateTenant(ctx, c.Actor(), c.Tenant, in.Name)
+			}),
+		Def("tenants.list", "compute:tenants:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
+			ts, err := m.IAM.ListTenants(ctx, c.Tenant)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"tenants": ts}, nil
+		}),
+		Def("tenants.get", "compute:tenants:get", false, tenantByID, func(ctx context.Context, c *Caller, in idIn) (any, error) {
+			chain, err := m.IAM.Chain(ctx, in.ID)
+			if err != nil || len(chain) == 0 {
+				return nil, errs.New(errs.NotFound, "tenant not found")
+			}
+			return chain[0], nil
+		}),
+		Def("tenants.suspend", "compute:tenants:suspend", true, tenantByID, setState(iam.StateSuspended)),
+		Def("tenants.resume", "compute:tenants:resume", true, tenantByID, setState(iam.StateActive)),
+		Def("tenants.delete", "compute:tenants:delete", true, tenantByID, setState(iam.StateDeleted)),
+		Def("identities.create", "compute:identities:create", true, byTenant[identityIn], func(ctx context.Context, c *Caller, in identityIn) (any, error) {
+			return m.IAM.CreateIdentity(ctx, c.Actor(), c.Tenant, in.Name, in.Kind)
+		}),
+		Def("identities.list", "compute:identities:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
+			is, err := m.IAM.ListIdentities(ctx, c.Tenant)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"identities": is}, nil
+		}),
+		Def("roles.create", "compute:roles:create", true, byTenant[roleIn], func(ctx context.Context, c *Caller, in roleIn) (any, error) {
+			return m.IAM.CreateRole(ctx, c.Actor(), c.Tenant, in.Name, in.Statements)
+		}),
+		Def("roles.list", "compute:roles:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
+			rs, err := m.IAM.ListRoles(ctx, c.Tenant)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"roles": rs}, nil
+		}),
+		Def("bindings.create", "compute:bindings:create", true, byTenant[bindIn], func(ctx context.Context, c *Caller, in bindIn) (any, error) {
+			id, err := m.IAM.Bind(ctx, c.Actor(), c.Tenant, in.IdentityID, in.RoleID)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"id": id}, nil
+		}),
+		Def("bindings.delete", "compute:bindings:delete", true, byTenant[unbindIn], func(ctx context.Context, c *Caller, in unbindIn) (any, error) {
+			return map[string]any{}, m.IAM.Unbind(ctx, c.Actor(), c.Tenant, in.ID)
+		}),
+		Def("apiKeys.create", "compute:api-keys:create", true, byTenant[keyIn], func(ctx context.Context, c *Caller, in keyIn) (any, error) {
+			if in.IdentityID == "" {
+				return nil, errs.New(errs.InvalidInput, "identity_id is required")
+			}
+			if in.TTLSeconds < 0 {
+				return nil, errs.New(errs.InvalidInput, "ttl_seconds must not be negative")
+			}
+			id, key, err := m.Keys.Create(ctx, c.Actor(), c.Tenant, in.IdentityID, in.Name, time.Duration(in.TTLSeconds)*time.Second, in.Scopes...)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"id": id, "key": key, "tenant_id": c.Tenant, "identity_id": in.IdentityID}, nil
+		}),
+		Def("apiKeys.list", "compute:api-keys:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
+			ks, err := m.Keys.List(ctx, c.Tenant)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"api_keys": ks}, nil
+		}),
+		Def("apiKeys.revoke", "compute:api-keys:revoke", true, func(in idIn) Target { return Target{Kind: "api-key", ID: in.ID} },
+			func(ctx context.Context, c *Caller, in idIn) (any, error) {
+				return map[string]any{}, m.Keys.Revoke(ctx, c.Actor(), c.Tenant, in.ID)
+			}),
+		Def("sessions.create", "compute:sessions:create", true, nil, func(ctx context.Context, c *Caller, _ struct{}) (any, error) {
+			v, exp, err := m.Keys.CreateSession(ctx, c.Actor(), c.Principal, 12*time.Hour)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"cookie": SessionCookie, "value": v, "expires_at": exp.UTC()}, nil
+		}),
+	}
+}

@@ -1,0 +1,118 @@
+package api
+
+import (
+	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/pki"
+)
+
+// WellKnown is the public description of a deployment served at
+// GET /.well-known/better-compute: its trust domain and public keys only.
+type WellKnown struct {
+	TrustDomain string             `json:"trust_domain"`
+	Deployment  string             `json:"deployment"`
+	Keys        jose.JSONWebKeySet `json:"keys"`
+	NodeCA      string             `json:"node_ca_pem"`
+	ServerCA    string             `json:"server_ca_pem"`
+	CommandRoot string             `json:"command_root_pem"`
+	extra       []jose.JSONWebKey  // for tests: keys added as given
+}
+
+// NewWellKnown describes b's public material: the join key, the audit key
+// and the command-signing root as Ed25519 JWKs, and the CA certificates.
+func NewWellKnown(b *pki.Bundle) WellKnown {
+	w := WellKnown{TrustDomain: b.TrustDomain, Deployment: b.Deployment,
+		NodeCA: string(pki.CertPEM(b.NodeCA.Raw)), ServerCA: string(pki.CertPEM(b.InternalCA.Raw)), CommandRoot: string(pki.CertPEM(b.CommandRoot.Raw))}
+	add := func(id, use string, key ed25519.PublicKey, chain []*x509.Certificate) {
+		w.Keys.Keys = append(w.Keys.Keys, jose.JSONWebKey{Key: key, KeyID: id, Algorithm: string(jose.EdDSA), Use: use, Certificates: chain})
+	}
+	add("join", "sig", b.JoinKey, nil)
+	add("audit", "sig", b.AuditKey, nil)
+	if pub, ok := b.CommandRoot.PublicKey.(ed25519.PublicKey); ok {
+		add("command-root", "sig", pub, []*x509.Certificate{b.CommandRoot})
+	}
+	return w
+}
+
+// privateMembers are the JWK members that carry private key material
+// (RFC 7517/7518): none of them may ever be served.
+var privateMembers = []string{"d", "p", "q", "dp", "dq", "qi", "oth", "k"}
+
+// Marshal encodes w, refusing (and so never serving) a document in which
+// any key carries a private member.
+func (w WellKnown) Marshal() ([]byte, error) {
+	ks := append(append([]jose.JSONWebKey{}, w.Keys.Keys...), w.extra...)
+	pub := make([]jose.JSONWebKey, 0, len(ks))
+	for _, k := range ks {
+		if !k.IsPublic() {
+			return nil, errors.New("api: well-known key set holds a private key")
+		}
+		pub = append(pub, k)
+	}
+	w.Keys.Keys = pub
+	b, err := json.MarshalIndent(w, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("api: encode well-known: %w", err)
+	}
+	var probe struct {
+		Keys struct {
+			Keys []map[string]json.RawMessage `json:"keys"`
+		} `json:"keys"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return nil, fmt.Errorf("api: re-read well-known: %w", err)
+	}
+	for _, k := range probe.Keys.Keys {
+		for _, m := range privateMembers {
+			if _, ok := k[m]; ok {
+				return nil, fmt.Errorf("api: well-known key carries private member %q", m)
+			}
+		}
+	}
+	return append(b, '\n'), nil
+}
+
+// Handler serves the document; a document that fails Marshal answers 500
+// with no key material.
+func (w WellKnown) Handler(log interface{ Error(string, ...any) }) http.Handler {
+	body, err := w.Marshal()
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rid := SecurityHeaders(rw, r)
+		rw.Header().Set("Content-Type", "application/json")
+		if err != nil {
+			log.Error("well-known document refused", "request_id", rid, "err", err)
+			var eb ErrorBody
+			eb.Error.Code, eb.Error.Message, eb.Error.RequestID = errs.Internal, "internal error", rid
+			rw.WriteHeader(http.StatusInternalServerError)
+			_ = json.NewEncoder(rw).Encode(eb)
+			return
+		}
+		_, _ = rw.Write(body)
+	})
+}
+
+// Guard refuses TRACE, CONNECT and TRACK on every path, and sets the
+// security headers on every answer that passes through it.
+func Guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodTrace, http.MethodConnect, "TRACK":
+			rid := SecurityHeaders(w, r)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			var eb ErrorBody
+			eb.Error.Code, eb.Error.Message, eb.Error.RequestID = errs.InvalidInput, "method not allowed", rid
+			_ = json.NewEncoder(w).Encode(eb)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
