@@ -15,17 +15,44 @@ import (
 	"time"
 )
 
-// Error is an error answer from the API.
+// Error is an error answer from the API. Test for a code with errors.Is
+// against the Err* values (errors.Is(err, client.ErrAccessDenied)) or read
+// Code.
 type Error struct {
 	Status    int
 	Code      string
 	Message   string
 	RequestID string
+	// RetryAfter is set on RATE_LIMITED answers.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %s (request %s)", e.Code, e.Message, e.RequestID)
 }
+
+// Is matches another *Error by code alone, so errors.Is(err, ErrNotFound)
+// works for any NOT_FOUND answer.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && t.Status == 0 && t.RequestID == ""
+}
+
+// The API's error codes as errors for errors.Is.
+var (
+	ErrAccessDenied    = &Error{Code: "ACCESS_DENIED"}
+	ErrUnauthenticated = &Error{Code: "UNAUTHENTICATED"}
+	ErrInvalidInput    = &Error{Code: "INVALID_INPUT"}
+	ErrInvalidState    = &Error{Code: "INVALID_STATE"}
+	ErrNotFound        = &Error{Code: "NOT_FOUND"}
+	ErrConflict        = &Error{Code: "CONFLICT"}
+	ErrRateLimited     = &Error{Code: "RATE_LIMITED"}
+	ErrPayloadTooLarge = &Error{Code: "PAYLOAD_TOO_LARGE"}
+	ErrCSRFRejected    = &Error{Code: "CSRF_REJECTED"}
+	ErrUntrustedOrigin = &Error{Code: "UNTRUSTED_ORIGIN"}
+	ErrTenantSuspended = &Error{Code: "TENANT_SUSPENDED"}
+	ErrInternal        = &Error{Code: "INTERNAL_ERROR"}
+)
 
 // CodeOf returns the API error code in err, or "" when err is not one.
 func CodeOf(err error) string {
@@ -70,6 +97,12 @@ func FromEnv() (*Client, error) {
 
 // Call invokes method with in and decodes the answer into out (when not nil).
 func (c *Client) Call(ctx context.Context, method string, in, out any) error {
+	return c.CallIdempotent(ctx, method, "", in, out)
+}
+
+// CallIdempotent is Call with an Idempotency-Key (none when key is ""): the
+// server replays the first answer for the same key and body.
+func (c *Client) CallIdempotent(ctx context.Context, method, key string, in, out any) error {
 	if in == nil {
 		in = struct{}{}
 	}
@@ -84,6 +117,9 @@ func (c *Client) Call(ctx context.Context, method string, in, out any) error {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Better-Compute", "1")
 	req.Header.Set("Authorization", "Bearer "+c.key)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return fmt.Errorf("client: %s: %w", method, err)
@@ -104,7 +140,11 @@ func (c *Client) Call(ctx context.Context, method string, in, out any) error {
 		if json.Unmarshal(raw, &eb) != nil || eb.Error.Code == "" {
 			return &Error{Status: resp.StatusCode, Code: "INTERNAL_ERROR", Message: "unexpected answer " + resp.Status}
 		}
-		return &Error{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message, RequestID: eb.Error.RequestID}
+		e := &Error{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message, RequestID: eb.Error.RequestID}
+		if ra, err := time.ParseDuration(resp.Header.Get("Retry-After") + "s"); err == nil {
+			e.RetryAfter = ra
+		}
+		return e
 	}
 	if out == nil {
 		return nil
@@ -217,3 +257,68 @@ func (c *Client) WaitCommand(ctx context.Context, id string, interval time.Durat
 		}
 	}
 }
+
+// Tenant is a tenant.
+type Tenant struct {
+	ID       string `json:"id"`
+	ParentID string `json:"parent_id,omitempty"`
+	Name     string `json:"name"`
+	State    string `json:"state"`
+}
+
+// CreateTenant makes a tenant under parent ("" for the caller's tenant).
+func (c *Client) CreateTenant(ctx context.Context, parent, name string) (Tenant, error) {
+	var out Tenant
+	err := c.Call(ctx, "tenants.create", map[string]any{"parent_id": parent, "name": name}, &out)
+	return out, err
+}
+
+// SetTenantState calls tenants.suspend, tenants.resume or tenants.delete.
+func (c *Client) SetTenantState(ctx context.Context, id, verb string) (Tenant, error) {
+	var out Tenant
+	err := c.Call(ctx, "tenants."+verb, map[string]any{"id": id}, &out)
+	return out, err
+}
+
+// Identity is a person or agent.
+type Identity struct {
+	ID       string `json:"id"`
+	TenantID string `json:"tenant_id"`
+	Name     string `json:"name"`
+	Kind     string `json:"kind"`
+}
+
+// CreateIdentity makes an identity in tenant.
+func (c *Client) CreateIdentity(ctx context.Context, tenant, name, kind string) (Identity, error) {
+	var out Identity
+	err := c.Call(ctx, "identities.create", map[string]any{"tenant_id": tenant, "name": name, "kind": kind}, &out)
+	return out, err
+}
+
+// Bind gives an identity a role in tenant.
+func (c *Client) Bind(ctx context.Context, tenant, identity, role string) error {
+	return c.Call(ctx, "bindings.create", map[string]any{"tenant_id": tenant, "identity_id": identity, "role_id": role}, nil)
+}
+
+// APIKey is a new key; Key is shown once.
+type APIKey struct {
+	ID         string `json:"id"`
+	Key        string `json:"key"`
+	TenantID   string `json:"tenant_id"`
+	IdentityID string `json:"identity_id"`
+}
+
+// CreateAPIKey makes a key for identity in tenant.
+func (c *Client) CreateAPIKey(ctx context.Context, tenant, identity, name string, ttl time.Duration, scopes ...string) (APIKey, error) {
+	var out APIKey
+	in := map[string]any{"tenant_id": tenant, "identity_id": identity, "name": name, "ttl_seconds": int64(ttl / time.Second)}
+	if len(scopes) > 0 {
+		in["scopes"] = scopes
+	}
+	err := c.Call(ctx, "apiKeys.create", in, &out)
+	return out, err
+}
+
+// Key returns the API key the client sends (for tests and tools that need
+// to make raw requests with it).
+func (c *Client) Key() string { return c.key }

@@ -43,6 +43,8 @@ type Options struct {
 	Clock clock.Clock // default: the real clock
 	// NodeCertLifetime for issued node certificates (default 24h).
 	NodeCertLifetime time.Duration
+	// Tune, when set, adjusts the control plane's options before start.
+	Tune func(*server.Options)
 }
 
 // Env is a running control plane with its nodes.
@@ -98,8 +100,12 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 		t.Fatalf("pki init: %v", err)
 	}
 	log := Logger(t)
-	cp, err := server.Start(context.Background(), server.Options{DB: db, Bundle: b, KEK: kek, Clock: o.Clock, Log: log,
-		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime})
+	so := server.Options{DB: db, Bundle: b, KEK: kek, Clock: o.Clock, Log: log,
+		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime}
+	if o.Tune != nil {
+		o.Tune(&so)
+	}
+	cp, err := server.Start(context.Background(), so)
 	if err != nil {
 		t.Fatalf("start control plane: %v", err)
 	}
@@ -132,6 +138,40 @@ func (e *Env) StartGateway(t testing.TB) *server.ControlPlane {
 	}
 	t.Cleanup(cp.Close)
 	return cp
+}
+
+// TenantAdmin makes a tenant under root with an identity bound to the
+// built-in admin role, and returns the tenant id and a client with that
+// identity's key.
+func (e *Env) TenantAdmin(t testing.TB, name string) (string, *client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	tn, err := e.Client.CreateTenant(ctx, "", name)
+	if err != nil {
+		t.Fatalf("create tenant: %v", err)
+	}
+	return tn.ID, e.IdentityClient(t, tn.ID, name+"-admin", "admin")
+}
+
+// IdentityClient makes an identity in tenant bound to role and returns a
+// client with a key for it.
+func (e *Env) IdentityClient(t testing.TB, tenant, name, role string) *client.Client {
+	t.Helper()
+	ctx := context.Background()
+	id, err := e.Client.CreateIdentity(ctx, tenant, name, "person")
+	if err != nil {
+		t.Fatalf("create identity: %v", err)
+	}
+	if role != "" {
+		if err := e.Client.Bind(ctx, tenant, id.ID, role); err != nil {
+			t.Fatalf("bind: %v", err)
+		}
+	}
+	k, err := e.Client.CreateAPIKey(ctx, tenant, id.ID, name, 0)
+	if err != nil {
+		t.Fatalf("create key: %v", err)
+	}
+	return client.New("http://"+e.CP.APIAddr, k.Key)
 }
 
 // Close stops the nodes and the control plane.

@@ -1,0 +1,459 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/api"
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/server"
+	"github.com/bettercompute/bettercompute/internal/store"
+	"github.com/bettercompute/bettercompute/internal/store/storetest"
+	"github.com/bettercompute/bettercompute/internal/testenv"
+)
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) code() string {
+	var eb api.ErrorBody
+	_ = json.Unmarshal(r.body, &eb)
+	return string(eb.Error.Code)
+}
+
+func (r reply) message() string {
+	var eb api.ErrorBody
+	_ = json.Unmarshal(r.body, &eb)
+	return eb.Error.Message
+}
+
+// withoutRequestID strips the request id so two answers can be compared.
+func (r reply) withoutRequestID() string {
+	return regexp.MustCompile(`"request_id":\s*"[^"]*"`).ReplaceAllString(string(r.body), "")
+}
+
+// do sends a raw request; hdr may override the defaults (set a value to
+// "" to drop it).
+func do(t *testing.T, e *testenv.Env, method, path, key string, hdr map[string]string, body string) reply {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+e.CP.APIAddr+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Better-Compute", "1")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for k, v := range hdr {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+func expectCode(t *testing.T, r reply, status int, code string) {
+	t.Helper()
+	if r.status != status || r.code() != code {
+		t.Fatalf("got %d %s (%s), want %d %s", r.status, r.code(), r.body, status, code)
+	}
+}
+
+func TestCSRFAndMethods(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	k := e.AdminKey
+	expectCode(t, do(t, e, "GET", "/api/v1/nodes.list", k, nil, ""), 403, "CSRF_REJECTED")
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", k, map[string]string{"X-Better-Compute": ""}, "{}"), 403, "CSRF_REJECTED")
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", k, map[string]string{"Content-Type": "text/plain"}, "{}"), 403, "CSRF_REJECTED")
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", k, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, "{}"), 403, "CSRF_REJECTED")
+	for _, m := range []string{"TRACE", "TRACK"} {
+		for _, p := range []string{"/api/v1/nodes.list", "/healthz"} {
+			if r := do(t, e, m, p, k, nil, ""); r.status != http.StatusMethodNotAllowed {
+				t.Fatalf("%s %s: %d, want 405", m, p, r.status)
+			}
+		}
+	}
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", k, map[string]string{"Content-Type": "application/json; charset=utf-8"}, "{}"), 200, "")
+}
+
+func TestBodyRules(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	k := e.AdminKey
+	big := `{"name":"` + strings.Repeat("a", 64<<10) + `"}`
+	expectCode(t, do(t, e, "POST", "/api/v1/tenants.create", k, nil, big), 413, "PAYLOAD_TOO_LARGE")
+	cases := map[string]struct{ body, msg string }{
+		"array":         {`[]`, "the body must be a JSON object"},
+		"unknown field": {`{"name":"a","colour":1}`, `unknown field "colour"`},
+		"duplicate key": {`{"name":"a","name":"b"}`, `duplicate key "name"`},
+		"nested dup":    {`{"name":"a","parent_id":"root","x":{"y":1,"y":2}}`, `duplicate key "y"`},
+		"trailing":      {`{"name":"a"} {}`, "trailing data after the JSON object"},
+		"wrong type":    {`{"name":7}`, `field "name": wrong type`},
+		"not json":      {`{"name":`, "the body is not valid JSON"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := do(t, e, "POST", "/api/v1/tenants.create", k, nil, c.body)
+			expectCode(t, r, 400, "INVALID_INPUT")
+			if r.message() != c.msg {
+				t.Fatalf("message %q, want %q", r.message(), c.msg)
+			}
+		})
+	}
+}
+
+func TestErrorShapeHeadersAndRequestID(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	for _, path := range []string{"/api/v1/nodes.list", "/api/v1/nope", "/healthz", "/.well-known/better-compute", "/metrics"} {
+		method := "POST"
+		if !strings.HasPrefix(path, "/api/") {
+			method = "GET"
+		}
+		r := do(t, e, method, path, e.AdminKey, map[string]string{"X-Request-Id": "abc.DEF:1-2_3"}, "{}")
+		for h, want := range map[string]string{"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "X-Request-Id": "abc.DEF:1-2_3"} {
+			if got := r.header.Get(h); got != want {
+				t.Fatalf("%s: %s = %q, want %q", path, h, got, want)
+			}
+		}
+	}
+	r := do(t, e, "POST", "/api/v1/nope", e.AdminKey, map[string]string{"X-Request-Id": "bad id with spaces"}, "{}")
+	rid := r.header.Get("X-Request-Id")
+	if rid == "bad id with spaces" || rid == "" {
+		t.Fatalf("invalid request id echoed: %q", rid)
+	}
+	var eb map[string]map[string]any
+	if err := json.Unmarshal(r.body, &eb); err != nil || len(eb) != 1 || len(eb["error"]) != 3 || eb["error"]["request_id"] != rid {
+		t.Fatalf("error body %s", r.body)
+	}
+	expectCode(t, r, 404, "NOT_FOUND")
+}
+
+func TestUnexpectedErrorIsGeneric(t *testing.T) {
+	db := storetest.NewTestSQLite(t)
+	e := testenv.Start(t, db, testenv.Options{})
+	if _, err := db.ExecContext(context.Background(), `DROP TABLE nodes`); err != nil {
+		t.Fatal(err)
+	}
+	r := do(t, e, "POST", "/api/v1/nodes.list", e.AdminKey, nil, "{}")
+	expectCode(t, r, 500, "INTERNAL_ERROR")
+	if r.message() != "internal error" || strings.Contains(string(r.body), "nodes") {
+		t.Fatalf("500 leaks detail: %s", r.body)
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		clk := clock.NewFake(time.Now())
+		e := testenv.Start(t, db, testenv.Options{Clock: clk})
+		ctx := context.Background()
+		expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", "", nil, "{}"), 401, "UNAUTHENTICATED")
+		expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", "bck_kaaaaaaaaaaaaaaaa_nope", nil, "{}"), 401, "UNAUTHENTICATED")
+		expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", "", map[string]string{"Authorization": "Basic eDp5"}, "{}"), 401, "UNAUTHENTICATED")
+		short, err := e.Client.CreateAPIKey(ctx, "root", "admin", "short", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", short.Key, nil, "{}"), 200, "")
+		clk.Advance(2 * time.Minute)
+		expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", short.Key, nil, "{}"), 401, "UNAUTHENTICATED")
+		revoked, err := e.Client.CreateAPIKey(ctx, "root", "admin", "rev", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Client.Call(ctx, "apiKeys.revoke", map[string]any{"id": revoked.ID}, nil); err != nil {
+			t.Fatal(err)
+		}
+		expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", revoked.Key, nil, "{}"), 401, "UNAUTHENTICATED")
+		// A scoped key is limited to its scopes even for an admin identity.
+		scoped, err := e.Client.CreateAPIKey(ctx, "root", "admin", "ro", 0, "compute:nodes:list")
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", scoped.Key, nil, "{}"), 200, "")
+		expectCode(t, do(t, e, "POST", "/api/v1/tenants.create", scoped.Key, nil, `{"name":"x"}`), 403, "ACCESS_DENIED")
+		// Keys are stored only as hashes.
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys WHERE hash = $1`, []byte(short.Key)).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("a key is stored as is (%d, %v)", n, err)
+		}
+	})
+}
+
+func TestSessionCookies(t *testing.T) {
+	off := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	var s struct{ Value string }
+	if err := off.Client.Call(context.Background(), "sessions.create", nil, &s); err != nil {
+		t.Fatal(err)
+	}
+	expectCode(t, do(t, off, "POST", "/api/v1/nodes.list", "", map[string]string{"Cookie": "bc_session=" + s.Value, "Origin": "https://bc.example"}, "{}"), 401, "UNAUTHENTICATED")
+
+	on := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Tune: func(o *server.Options) {
+		o.SessionCookies, o.BaseURL = true, "https://bc.example:8443/ui"
+	}})
+	if err := on.Client.Call(context.Background(), "sessions.create", nil, &s); err != nil {
+		t.Fatal(err)
+	}
+	ck := "bc_session=" + s.Value
+	expectCode(t, do(t, on, "POST", "/api/v1/nodes.list", "", map[string]string{"Cookie": ck}, "{}"), 403, "CSRF_REJECTED")
+	expectCode(t, do(t, on, "POST", "/api/v1/nodes.list", "", map[string]string{"Cookie": ck, "Origin": "https://evil.example"}, "{}"), 403, "UNTRUSTED_ORIGIN")
+	expectCode(t, do(t, on, "POST", "/api/v1/nodes.list", "", map[string]string{"Cookie": ck, "Origin": "https://bc.example"}, "{}"), 403, "UNTRUSTED_ORIGIN")
+	expectCode(t, do(t, on, "POST", "/api/v1/nodes.list", "", map[string]string{"Cookie": ck, "Origin": "https://bc.example:8443"}, "{}"), 200, "")
+}
+
+// A tenant A key asking for tenant B's node gets exactly the answer it
+// gets for a node that does not exist, and for a policy denial.
+func TestNoExistenceOracle(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{Nodes: 1})
+		ctx := context.Background()
+		tenantA, adminA := e.TenantAdmin(t, "tenant-a")
+		tenantB, _ := e.TenantAdmin(t, "tenant-b")
+		if _, err := db.ExecContext(ctx, `INSERT INTO nodes (id, tenant_id, name, role, created_at) VALUES ('nbbbbbbbbbbbbbbbb', $1, 'b-node', 'node', 0)`, tenantB); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO nodes (id, tenant_id, name, role, created_at) VALUES ('naaaaaaaaaaaaaaaa', $1, 'a-node', 'node', 0)`, tenantA); err != nil {
+			t.Fatal(err)
+		}
+		viewerA := e.IdentityClient(t, tenantA, "viewer-a", "viewer")
+		keyOf := func(c *client.Client) string { return clientKey(t, c) }
+		answers := map[string]reply{
+			"other tenant's node":  do(t, e, "POST", "/api/v1/nodes.get", keyOf(adminA), nil, `{"id":"nbbbbbbbbbbbbbbbb"}`),
+			"node that is not":     do(t, e, "POST", "/api/v1/nodes.get", keyOf(adminA), nil, `{"id":"nzzzzzzzzzzzzzzzz"}`),
+			"root's node":          do(t, e, "POST", "/api/v1/nodes.get", keyOf(adminA), nil, `{"id":"`+e.Nodes[0].NodeID()+`"}`),
+			"command on B's node":  do(t, e, "POST", "/api/v1/commands.create", keyOf(adminA), nil, `{"node_id":"nbbbbbbbbbbbbbbbb","kind":"node.ping"}`),
+			"other tenant listing": do(t, e, "POST", "/api/v1/nodes.list", keyOf(adminA), nil, `{"tenant_id":"`+tenantB+`"}`),
+			"policy denial":        do(t, e, "POST", "/api/v1/commands.create", keyOf(viewerA), nil, `{"node_id":"naaaaaaaaaaaaaaaa","kind":"node.ping"}`),
+		}
+		var first string
+		for name, r := range answers {
+			expectCode(t, r, 403, "ACCESS_DENIED")
+			if first == "" {
+				first = r.withoutRequestID()
+			} else if r.withoutRequestID() != first {
+				t.Fatalf("%s answers %s, others %s", name, r.withoutRequestID(), first)
+			}
+		}
+		// Tenant A sees its own node, and only it.
+		expectCode(t, do(t, e, "POST", "/api/v1/nodes.get", keyOf(viewerA), nil, `{"id":"naaaaaaaaaaaaaaaa"}`), 200, "")
+		ns, err := adminA.Nodes(ctx)
+		if err != nil || len(ns) != 1 || ns[0].ID != "naaaaaaaaaaaaaaaa" {
+			t.Fatalf("tenant A lists %+v (%v)", ns, err)
+		}
+	})
+}
+
+func clientKey(t *testing.T, c *client.Client) string {
+	t.Helper()
+	k := c.Key()
+	if k == "" {
+		t.Fatal("client has no key")
+	}
+	return k
+}
+
+func TestDenyBeatsAllow(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{Nodes: 1})
+		ctx := context.Background()
+		var role struct{ ID string }
+		err := e.Client.Call(ctx, "roles.create", map[string]any{"tenant_id": "root", "name": "all-but-commands", "statements": []map[string]any{
+			{"effect": "allow", "actions": []string{"*"}, "resources": []string{"*"}},
+			{"effect": "deny", "actions": []string{"compute:commands:create"}, "resources": []string{"node/*"}},
+		}}, &role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := e.IdentityClient(t, "root", "limited", role.ID)
+		if _, err := c.Nodes(ctx); err != nil {
+			t.Fatalf("allowed read refused: %v", err)
+		}
+		if _, err := c.CreateCommand(ctx, e.Nodes[0].NodeID(), "node.ping", nil); !errors.Is(err, client.ErrAccessDenied) {
+			t.Fatalf("denied action: %v, want ACCESS_DENIED", err)
+		}
+		none := e.IdentityClient(t, "root", "unbound", "")
+		if _, err := none.Nodes(ctx); !errors.Is(err, client.ErrAccessDenied) {
+			t.Fatalf("identity without bindings: %v, want ACCESS_DENIED", err)
+		}
+	})
+}
+
+func TestSuspendedTenant(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		ctx := context.Background()
+		tenant, admin := e.TenantAdmin(t, "acme")
+		child, err := admin.CreateTenant(ctx, "", "acme-dev")
+		if err != nil {
+			t.Fatalf("tenant admin creates a child: %v", err)
+		}
+		if _, err := e.Client.SetTenantState(ctx, tenant, "suspend"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Nodes(ctx); err != nil {
+			t.Fatalf("suspended tenant's read: %v", err)
+		}
+		if _, err := admin.CreateTenant(ctx, "", "more"); !errors.Is(err, client.ErrTenantSuspended) {
+			t.Fatalf("suspended tenant's mutation: %v, want TENANT_SUSPENDED", err)
+		}
+		if _, err := e.Client.CreateTenant(ctx, child.ID, "root-may"); err != nil {
+			t.Fatalf("root is exempt: %v", err)
+		}
+		if _, err := e.Client.SetTenantState(ctx, tenant, "resume"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.CreateTenant(ctx, "", "again"); err != nil {
+			t.Fatalf("resumed tenant's mutation: %v", err)
+		}
+		if _, err := e.Client.SetTenantState(ctx, tenant, "delete"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Nodes(ctx); !errors.Is(err, client.ErrTenantSuspended) {
+			t.Fatalf("deleted tenant's read: %v, want TENANT_SUSPENDED", err)
+		}
+	})
+}
+
+func TestIdempotency(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		ctx := context.Background()
+		var a, b client.Tenant
+		if err := e.Client.CallIdempotent(ctx, "tenants.create", "key-1", map[string]any{"name": "once"}, &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Client.CallIdempotent(ctx, "tenants.create", "key-1", map[string]any{"name": "once"}, &b); err != nil {
+			t.Fatal(err)
+		}
+		if a.ID == "" || a != b {
+			t.Fatalf("replay answered %+v, first %+v", b, a)
+		}
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM tenants WHERE name = 'once'`).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("%d tenants made (%v), want 1", n, err)
+		}
+		err := e.Client.CallIdempotent(ctx, "tenants.create", "key-1", map[string]any{"name": "twice"}, &b)
+		if !errors.Is(err, client.ErrConflict) {
+			t.Fatalf("same key, other body: %v, want CONFLICT", err)
+		}
+		// Keys are scoped to (tenant, identity): another identity's key-1 is its own.
+		other := e.IdentityClient(t, "root", "other-admin", "admin")
+		if err := other.CallIdempotent(ctx, "tenants.create", "key-1", map[string]any{"name": "other"}, &b); err != nil || b.Name != "other" {
+			t.Fatalf("other identity's key: %+v %v", b, err)
+		}
+	})
+}
+
+func TestRateLimited(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Clock: clk, Tune: func(o *server.Options) {
+		o.RateLimits = api.RateLimits{ReadPerSecond: 1, ReadBurst: 2, MutatePerSecond: 1, MutateBurst: 1}
+	}})
+	ok := func() reply { return do(t, e, "POST", "/api/v1/nodes.list", e.AdminKey, nil, "{}") }
+	expectCode(t, ok(), 200, "")
+	expectCode(t, ok(), 200, "")
+	r := ok()
+	expectCode(t, r, 429, "RATE_LIMITED")
+	if r.header.Get("Retry-After") != "1" {
+		t.Fatalf("Retry-After %q, want 1", r.header.Get("Retry-After"))
+	}
+	// Mutations have their own bucket.
+	expectCode(t, do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, nil, `{"name":"m1"}`), 200, "")
+	expectCode(t, do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, nil, `{"name":"m2"}`), 429, "RATE_LIMITED")
+	clk.Advance(time.Second)
+	expectCode(t, ok(), 200, "")
+}
+
+func TestCallerAddressAndAudit(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		proxies, _ := api.ParseProxies([]string{"10.9.9.9"})
+		e := testenv.Start(t, db, testenv.Options{Tune: func(o *server.Options) { o.TrustedProxies = proxies }})
+		ctx := context.Background()
+		r := do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, map[string]string{"X-Forwarded-For": "203.0.113.7", "X-Request-Id": "req-spoof"}, `{"name":"spoofed"}`)
+		expectCode(t, r, 200, "")
+		var actor, tenant, action, resource, outcome, rid, caller string
+		err := db.QueryRowContext(ctx, `SELECT actor, tenant_id, action, resource, outcome, request_id, caller FROM audit_events WHERE request_id = 'req-spoof'`).
+			Scan(&actor, &tenant, &action, &resource, &outcome, &rid, &caller)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if caller != "127.0.0.1" || actor != "admin" || tenant != "root" || action != "compute:tenants:create" || !strings.HasPrefix(resource, "tenant/t") || outcome != "allowed" {
+			t.Fatalf("audit row: %s %s %s %s %s caller=%q", actor, tenant, action, resource, outcome, caller)
+		}
+		// A denial is audited too.
+		viewer := e.IdentityClient(t, "root", "v", "viewer")
+		rr := do(t, e, "POST", "/api/v1/tenants.create", clientKey(t, viewer), map[string]string{"X-Request-Id": "req-denied"}, `{"name":"nope"}`)
+		expectCode(t, rr, 403, "ACCESS_DENIED")
+		if err := db.QueryRowContext(ctx, `SELECT outcome FROM audit_events WHERE request_id = 'req-denied'`).Scan(&outcome); err != nil || outcome != "denied" {
+			t.Fatalf("denial audit: %q %v", outcome, err)
+		}
+	})
+}
+
+func TestWellKnownHealthMetrics(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	r := do(t, e, "GET", "/.well-known/better-compute", "", nil, "")
+	if r.status != 200 {
+		t.Fatalf("well-known: %d", r.status)
+	}
+	var doc struct {
+		TrustDomain string `json:"trust_domain"`
+		Keys        struct {
+			Keys []map[string]any `json:"keys"`
+		} `json:"keys"`
+	}
+	if err := json.Unmarshal(r.body, &doc); err != nil || doc.TrustDomain != e.Bundle.TrustDomain || len(doc.Keys.Keys) != 3 {
+		t.Fatalf("well-known: %s (%v)", r.body, err)
+	}
+	for _, k := range doc.Keys.Keys {
+		if _, ok := k["d"]; ok {
+			t.Fatal("a private member is served")
+		}
+		if k["kty"] != "OKP" || k["crv"] != "Ed25519" {
+			t.Fatalf("key %v", k)
+		}
+	}
+	if r := do(t, e, "GET", "/healthz", "", nil, ""); r.status != 200 || !bytes.Contains(r.body, []byte("ok")) {
+		t.Fatalf("healthz: %d %s", r.status, r.body)
+	}
+	do(t, e, "POST", "/api/v1/nodes.list", e.AdminKey, nil, "{}")
+	if r := do(t, e, "GET", "/metrics", "", nil, ""); r.status != 200 || !bytes.Contains(r.body, []byte(`bc_api_requests_total{code="200",method="nodes.list"}`)) {
+		t.Fatalf("metrics: %d %s", r.status, r.body)
+	}
+}
+
+// The pre-check denies a call outside the caller's tenant before any
+// database read: with the tenant tables gone, the denial still answers
+// ACCESS_DENIED, while a call that reaches the database fails.
+func TestTenantPrecheckReadsNothing(t *testing.T) {
+	db := storetest.NewTestSQLite(t)
+	e := testenv.Start(t, db, testenv.Options{})
+	_, adminA := e.TenantAdmin(t, "pre-a")
+	tenantB, _ := e.TenantAdmin(t, "pre-b")
+	for _, q := range []string{`DROP TABLE bindings`, `DROP TABLE roles`, `DROP TABLE nodes`} {
+		if _, err := db.ExecContext(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", clientKey(t, adminA), nil, `{"tenant_id":"`+tenantB+`"}`), 403, "ACCESS_DENIED")
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", clientKey(t, adminA), nil, `{}`), 500, "INTERNAL_ERROR")
+}
