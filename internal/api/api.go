@@ -293,12 +293,12 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 		out.retryAfter = wait
 		return fail(errs.New(errs.RateLimited, "too many requests"))
 	}
+	var callerChain []iam.Tenant
 	if !c.Root() {
-		chain, err := s.deps.IAM.Chain(ctx, c.TenantID)
-		if err != nil {
+		if callerChain, err = s.deps.IAM.Chain(ctx, c.TenantID); err != nil {
 			return fail(err)
 		}
-		switch st := iam.EffectiveState(chain); {
+		switch st := iam.EffectiveState(callerChain); {
 		case st == iam.StateDeleted, st == iam.StateSuspended && m.Mutates:
 			return fail(errs.New(errs.TenantSuspended, "the tenant is "+st))
 		}
@@ -330,9 +330,11 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 		c.Tenant = t
 		resource = target.Kind + "/" + target.ID
 	}
-	chain, err := s.deps.IAM.Chain(ctx, c.Tenant)
-	if err != nil {
-		return fail(err)
+	chain := callerChain
+	if c.Tenant != c.TenantID || chain == nil {
+		if chain, err = s.deps.IAM.Chain(ctx, c.Tenant); err != nil {
+			return fail(err)
+		}
 	}
 	ok, err := s.deps.IAM.Decide(ctx, c.Identity, m.Action, resource, chain, c.Scopes)
 	if err != nil {

@@ -93,8 +93,11 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Principal, erro
 	var p Principal
 	var exp, revoked sql.NullInt64
 	var scopes string
-	err := s.db.QueryRowContext(ctx, `SELECT id, tenant_id, identity, scopes, expires_at, revoked_at FROM api_keys WHERE hash = $1`, hash(key)).
-		Scan(&p.KeyID, &p.TenantID, &p.Identity, &scopes, &exp, &revoked)
+	st, err := s.db.Stmt(ctx, `SELECT id, tenant_id, identity, scopes, expires_at, revoked_at FROM api_keys WHERE hash = $1`)
+	if err != nil {
+		return Principal{}, err
+	}
+	err = st.QueryRowContext(ctx, hash(key)).Scan(&p.KeyID, &p.TenantID, &p.Identity, &scopes, &exp, &revoked)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Principal{}, ErrInvalid
 	}

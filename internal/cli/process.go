@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/devenv"
 	"github.com/bettercompute/bettercompute/internal/pki"
@@ -70,7 +71,9 @@ func devCmd() *cobra.Command {
 }
 
 func serveCmd() *cobra.Command {
-	var dsn, pkiDir, kekFile, roles, apiAddr, gwAddr, gwNames, level string
+	var dsn, pkiDir, kekFile, roles, apiAddr, gwAddr, gwNames, level, baseURL string
+	var trusted []string
+	var cookies bool
 	c := &cobra.Command{
 		Use:   "serve",
 		Short: "Run control plane roles (api, gateway, workers) against a database",
@@ -95,12 +98,16 @@ func serveCmd() *cobra.Command {
 			if err := db.Migrate(ctx); err != nil {
 				return err
 			}
+			proxies, err := api.ParseProxies(trusted)
+			if err != nil {
+				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: --trusted-proxy: %w", err)}
+			}
 			var names []string
 			if gwNames != "" {
 				names = strings.Split(gwNames, ",")
 			}
 			cp, err := server.Start(ctx, server.Options{DB: db, Bundle: b, KEK: kek, Roles: strings.Split(roles, ","), Clock: clock.Real{}, Log: log,
-				APIListen: apiAddr, GatewayListen: gwAddr, GatewayNames: names})
+				APIListen: apiAddr, GatewayListen: gwAddr, GatewayNames: names, TrustedProxies: proxies, SessionCookies: cookies, BaseURL: baseURL})
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
@@ -118,6 +125,9 @@ func serveCmd() *cobra.Command {
 	c.Flags().StringVar(&gwAddr, "gateway", "127.0.0.1:7781", "gateway listen address")
 	c.Flags().StringVar(&gwNames, "gateway-names", "localhost", "comma-separated DNS names for the gateway certificate")
 	c.Flags().StringVar(&level, "log-level", "info", "log level")
+	c.Flags().StringSliceVar(&trusted, "trusted-proxy", nil, "address or CIDR of a proxy whose X-Forwarded-For is believed (repeatable)")
+	c.Flags().BoolVar(&cookies, "session-cookies", false, "accept the bc_session cookie (needs --base-url; Origin must match it exactly)")
+	c.Flags().StringVar(&baseURL, "base-url", "", "the API's public URL, such as https://bc.example.com")
 	return c
 }
 

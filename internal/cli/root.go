@@ -61,7 +61,8 @@ func NewRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(devCmd(), serveCmd(), pkiCmd(), nodesCmd(), joinTokensCmd(), commandsCmd())
+	root.AddCommand(devCmd(), serveCmd(), pkiCmd(), nodesCmd(), joinTokensCmd(), commandsCmd(),
+		tenantsCmd(), identitiesCmd(), rolesCmd(), bindingsCmd(), apiKeysCmd())
 	return root
 }
 

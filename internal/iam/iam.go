@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"path"
 	"regexp"
-	"strings"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
@@ -124,11 +123,15 @@ func (s *Service) SetTenantState(ctx context.Context, actor audit.Entry, id, sta
 // Chain returns the tenant and its ancestors up to the root, nearest first.
 // An unknown tenant returns an empty chain.
 func (s *Service) Chain(ctx context.Context, tenant string) ([]Tenant, error) {
-	rows, err := s.db.QueryContext(ctx, `WITH RECURSIVE chain(id, parent_id, name, state, depth) AS (
+	st, err := s.db.Stmt(ctx, `WITH RECURSIVE chain(id, parent_id, name, state, depth) AS (
 			SELECT id, parent_id, name, state, 0 FROM tenants WHERE id = $1
 			UNION ALL
 			SELECT t.id, t.parent_id, t.name, t.state, c.depth + 1 FROM tenants t JOIN chain c ON t.id = c.parent_id WHERE c.depth < 32
-		) SELECT id, parent_id, name, state FROM chain ORDER BY depth`, tenant)
+		) SELECT id, parent_id, name, state FROM chain ORDER BY depth`)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.QueryContext(ctx, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("iam: tenant chain: %w", err)
 	}
@@ -418,23 +421,29 @@ func (s *Service) Decide(ctx context.Context, identity, action, resource string,
 	if len(scopes) > 0 && !matchAny(scopes, action) {
 		return false, nil
 	}
-	args := []any{identity}
-	ph := make([]string, len(chain))
-	for i, t := range chain {
-		args = append(args, t.ID)
-		ph[i] = fmt.Sprintf("$%d", i+2)
+	// The identity's bindings anywhere in the chain: read them all (an
+	// identity has few) and keep those whose tenant is in the chain.
+	st, err := s.db.Stmt(ctx, `SELECT b.tenant_id, r.statements FROM bindings b JOIN roles r ON r.id = b.role_id WHERE b.identity_id = $1`)
+	if err != nil {
+		return false, err
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT r.statements FROM bindings b JOIN roles r ON r.id = b.role_id
-		WHERE b.identity_id = $1 AND b.tenant_id IN (`+strings.Join(ph, ", ")+`)`, args...)
+	rows, err := st.QueryContext(ctx, identity)
 	if err != nil {
 		return false, fmt.Errorf("iam: read bindings: %w", err)
+	}
+	inChain := make(map[string]bool, len(chain))
+	for _, t := range chain {
+		inChain[t.ID] = true
 	}
 	defer rows.Close()
 	allowed := false
 	for rows.Next() {
-		var raw string
-		if err := rows.Scan(&raw); err != nil {
+		var tenant, raw string
+		if err := rows.Scan(&tenant, &raw); err != nil {
 			return false, fmt.Errorf("iam: scan role: %w", err)
+		}
+		if !inChain[tenant] {
+			continue
 		}
 		var st []Statement
 		if err := json.Unmarshal([]byte(raw), &st); err != nil {

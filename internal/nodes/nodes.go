@@ -424,18 +424,29 @@ func (s *Service) RevokedSince(ctx context.Context, since time.Time) ([]string, 
 	return out, next, rows.Err()
 }
 
-// List returns every node, in name order.
-func (s *Service) List(ctx context.Context, tenant string) ([]Node, error) {
-	q := `SELECT n.id, n.name, n.tenant_id, n.role, n.boot_id, n.version, n.labels, n.inventory, n.created_at, n.last_seen_at,
+const nodeColumns = `SELECT n.id, n.name, n.tenant_id, n.role, n.boot_id, n.version, n.labels, n.inventory, n.created_at, n.last_seen_at,
 		(SELECT COUNT(*) FROM node_sessions s WHERE s.node_id = n.id AND s.closed_at IS NULL)
 		FROM nodes n`
+
+// List returns the nodes of tenant (every node for the root tenant), in
+// name order.
+func (s *Service) List(ctx context.Context, tenant string) ([]Node, error) {
+	q := nodeColumns
 	var args []any
 	if tenant != "" && tenant != "root" {
 		q += ` WHERE n.tenant_id = $1`
 		args = append(args, tenant)
 	}
 	q += ` ORDER BY n.name, n.id`
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	return s.query(ctx, q, args...)
+}
+
+func (s *Service) query(ctx context.Context, q string, args ...any) ([]Node, error) {
+	st, err := s.db.Stmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {
 		return nil, fmt.Errorf("nodes: list: %w", err)
 	}
@@ -467,16 +478,14 @@ func (s *Service) List(ctx context.Context, tenant string) ([]Node, error) {
 
 // Get returns one node; NOT_FOUND when it does not exist in tenant's view.
 func (s *Service) Get(ctx context.Context, tenant, id string) (Node, error) {
-	all, err := s.List(ctx, tenant)
+	ns, err := s.query(ctx, nodeColumns+` WHERE n.id = $1`, id)
 	if err != nil {
 		return Node{}, err
 	}
-	for _, n := range all {
-		if n.ID == id {
-			return n, nil
-		}
+	if len(ns) != 1 || tenant != "root" && ns[0].TenantID != tenant {
+		return Node{}, errs.New(errs.NotFound, "node not found")
 	}
-	return Node{}, errs.New(errs.NotFound, "node not found")
+	return ns[0], nil
 }
 
 // TenantOf returns a node's tenant; NOT_FOUND when unknown.

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 	_ "modernc.org/sqlite"             // registers the "sqlite" driver
@@ -38,6 +39,36 @@ const (
 type DB struct {
 	*sql.DB
 	Dialect Dialect
+
+	stmts sync.Map // query text -> *sql.Stmt, for hot paths
+}
+
+// Stmt returns a prepared statement for query, prepared once per DB and
+// reused (database/sql re-prepares it on other connections as needed).
+// Hot read paths use it: preparing is most of a small query's cost on
+// SQLite.
+func (db *DB) Stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st, ok := db.stmts.Load(query); ok {
+		return st.(*sql.Stmt), nil
+	}
+	st, err := db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("store: prepare: %w", err)
+	}
+	if prev, loaded := db.stmts.LoadOrStore(query, st); loaded {
+		st.Close()
+		return prev.(*sql.Stmt), nil
+	}
+	return st, nil
+}
+
+// Close closes the prepared statements and the database.
+func (db *DB) Close() error {
+	db.stmts.Range(func(_, v any) bool {
+		v.(*sql.Stmt).Close()
+		return true
+	})
+	return db.DB.Close()
 }
 
 // Open opens a database by DSN: "sqlite:PATH" (or a path ending in .db) for
