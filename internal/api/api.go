@@ -9,6 +9,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
@@ -125,6 +126,9 @@ type Deps struct {
 	Clock     clock.Clock
 	Log       *slog.Logger
 	Metrics   prometheus.Registerer
+	// IdempotencyKey keys the stored digest of a request body (HMAC), so
+	// the digest of a body that carried a secret is no guessing oracle.
+	IdempotencyKey []byte
 }
 
 // Server routes requests through the envelope to registered methods.
@@ -419,9 +423,12 @@ func (s *Server) idempotent(ctx context.Context, c *Caller, m Method, key string
 	if len(key) > 128 || !requestIDRE.MatchString(key) {
 		return s.errorAnswer(c.RequestID, errs.New(errs.InvalidInput, "Idempotency-Key: 1 to 128 of A-Z a-z 0-9 . _ : -"))
 	}
-	sum := sha256.Sum256(append([]byte(m.Name+"\x00"), raw...))
+	mac := hmac.New(sha256.New, s.deps.IdempotencyKey)
+	mac.Write([]byte(m.Name + "\x00"))
+	mac.Write(raw)
+	sum := mac.Sum(nil)
 	_, err := s.deps.DB.ExecContext(ctx, `INSERT INTO idempotency (tenant_id, identity_id, key, method, body_sha256, status, created_at) VALUES ($1, $2, $3, $4, $5, 0, $6)`,
-		c.TenantID, c.Identity, key, m.Name, sum[:], s.deps.Clock.Now().UnixMilli())
+		c.TenantID, c.Identity, key, m.Name, sum, s.deps.Clock.Now().UnixMilli())
 	if store.IsUniqueViolation(err) {
 		var prev []byte
 		var status int
@@ -431,7 +438,7 @@ func (s *Server) idempotent(ctx context.Context, c *Caller, m Method, key string
 			return s.errorAnswer(c.RequestID, fmt.Errorf("api: read idempotency key: %w", err))
 		}
 		switch {
-		case !bytes.Equal(prev, sum[:]):
+		case !hmac.Equal(prev, sum):
 			return s.errorAnswer(c.RequestID, errs.New(errs.Conflict, "Idempotency-Key was used with another request"))
 		case status == 0:
 			return s.errorAnswer(c.RequestID, errs.New(errs.Conflict, "a request with this Idempotency-Key is still running"))

@@ -11,6 +11,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/nodes"
+	"github.com/bettercompute/bettercompute/internal/secrets"
 )
 
 // Modules are the domain services the API exposes.
@@ -20,6 +21,7 @@ type Modules struct {
 	Events   *audit.Events
 	IAM      *iam.Service
 	Keys     *apikeys.Service
+	Secrets  *secrets.Service
 }
 
 // Resolvers returns how each resource kind's tenant is found.
@@ -28,6 +30,7 @@ func (m Modules) Resolvers() map[string]Resolver {
 		"node":    m.Nodes.TenantOf,
 		"command": m.Commands.TenantOf,
 		"api-key": m.Keys.TenantOf,
+		"secret":  m.Secrets.TenantOf,
 		"tenant": func(ctx context.Context, id string) (string, error) {
 			chain, err := m.IAM.Chain(ctx, id)
 			if err != nil {
@@ -135,5 +138,5 @@ func Methods(m Modules) []Method {
 				}
 				return map[string]any{"events": evs}, nil
 			}),
-	}, iamMethods(m)...)
+	}, append(iamMethods(m), secretMethods(m)...)...)
 }

@@ -62,7 +62,7 @@ func NewRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(devCmd(), serveCmd(), pkiCmd(), nodesCmd(), joinTokensCmd(), commandsCmd(),
-		tenantsCmd(), identitiesCmd(), rolesCmd(), bindingsCmd(), apiKeysCmd())
+		tenantsCmd(), identitiesCmd(), rolesCmd(), bindingsCmd(), apiKeysCmd(), secretsCmd())
 	return root
 }
 

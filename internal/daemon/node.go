@@ -411,7 +411,10 @@ func (n *Node) session(ctx context.Context) error {
 	}
 	work := make(chan *nodev1.SignedCommand, 64)
 	defer close(work)
-	go n.execute(sctx, work, send, allowed, rewound)
+	fetch := func(ctx context.Context, commandID, ref string) ([]byte, error) {
+		return n.FetchSecret(ctx, conn, commandID, ref)
+	}
+	go n.execute(sctx, work, send, allowed, rewound, fetch)
 	renew := time.NewTimer(time.Until(n.renewAt()))
 	defer renew.Stop()
 	recvd := make(chan *nodev1.ServerMessage)
@@ -490,9 +493,11 @@ func (n *Node) sendUpdate(send func(*nodev1.NodeMessage) error, raw []byte) erro
 }
 
 // execute verifies and runs commands one at a time, in arrival order.
-func (n *Node) execute(ctx context.Context, work <-chan *nodev1.SignedCommand, send func(*nodev1.NodeMessage) error, allowed []string, rewound bool) {
+func (n *Node) execute(ctx context.Context, work <-chan *nodev1.SignedCommand, send func(*nodev1.NodeMessage) error, allowed []string, rewound bool,
+	fetch func(ctx context.Context, commandID, ref string) ([]byte, error)) {
 	for c := range work {
-		if err := n.handle(ctx, c, send, allowed, rewound); err != nil {
+		cctx := driver.WithSecrets(ctx, func(ctx context.Context, ref string) ([]byte, error) { return fetch(ctx, c.Id, ref) })
+		if err := n.handle(cctx, c, send, allowed, rewound); err != nil {
 			n.cfg.Log.Error("handle command", "command_id", c.Id, "err", err)
 		}
 	}
@@ -549,3 +554,5 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 	}
 	return n.sendUpdate(send, upd)
 }
+
+func pkiSerial(c *x509.Certificate) string { return pki.SerialHex(c) }

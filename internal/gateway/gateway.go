@@ -75,6 +75,8 @@ type Services interface {
 	Bundle() *nodev1.SignedTrustBundle
 	Join(ctx context.Context, token string, csrDER []byte, name string) (nodeID string, chain [][]byte, err error)
 	Renew(ctx context.Context, id pki.NodeIdentity, csrDER []byte) ([][]byte, error)
+	// Secret relays a node's secret request to the broker.
+	Secret(ctx context.Context, id pki.NodeIdentity, req *nodev1.SecretRequest) (string, error)
 	// Refused records a refusal the gateway decided itself (a Renew or
 	// Session whose certificate failed), rate limited per reason.
 	Refused(ctx context.Context, typ, reason, nodeID string)
@@ -308,6 +310,25 @@ func (g *Gateway) Renew(ctx context.Context, req *nodev1.RenewRequest) (*nodev1.
 		return nil, toStatus(err)
 	}
 	return &nodev1.RenewResponse{CertChainDer: chain, Bundle: g.svc.Bundle()}, nil
+}
+
+// Secret relays a secret request from an authenticated node to the broker
+// and returns its JWE. Any refusal is one generic ACCESS_DENIED.
+func (g *Gateway) Secret(ctx context.Context, req *nodev1.SecretRequest) (*nodev1.SecretResponse, error) {
+	id, _, reason, err := g.authenticate(ctx)
+	if err != nil {
+		g.svc.Refused(ctx, "security.secret.refused", reason, id.NodeID)
+		return nil, status.Error(codes.PermissionDenied, string(errs.AccessDenied))
+	}
+	jwe, err := g.svc.Secret(ctx, id, req)
+	if err != nil {
+		if errs.CodeOf(err) == errs.Internal {
+			g.cfg.Log.Error("secret request failed", "node_id", id.NodeID, "err", err)
+			return nil, status.Error(codes.Internal, string(errs.Internal))
+		}
+		return nil, status.Error(codes.PermissionDenied, string(errs.AccessDenied))
+	}
+	return &nodev1.SecretResponse{Jwe: jwe}, nil
 }
 
 // Session holds a node's stream: Hello, Welcome, then commands out and

@@ -512,3 +512,4 @@ func unmarshalUpdate(t *testing.T, raw []byte) *nodev1.CommandUpdate {
 	}
 	return &u
 }
+

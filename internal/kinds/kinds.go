@@ -13,11 +13,14 @@ const (
 	DiagRun    = "diag.run"
 	NodeReboot = "node.reboot"
 	DiskWipe   = "disk.wipe"
+	// SecretDigest fetches a secret through the broker and returns only its
+	// SHA-256: the end-to-end proof of the secret path.
+	SecretDigest = "secret.digest"
 )
 
 // byRole lists the kinds each certificate role accepts.
 var byRole = map[string][]string{
-	"node":        {NodePing, DiagRun, NodeReboot, DiskWipe},
+	"node":        {NodePing, DiagRun, NodeReboot, DiskWipe, SecretDigest},
 	"ramdisk":     {NodePing, DiagRun, DiskWipe},
 	"site":        {NodePing},
 	"node-tenant": {NodePing, DiagRun},

@@ -11,6 +11,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/secrets"
 )
 
 // registry adapts the nodes module to the gateway's Registry, so that the
@@ -46,8 +47,16 @@ func (r registry) RevokedSince(ctx context.Context, since time.Time) ([]string, 
 	return r.n.RevokedSince(ctx, since)
 }
 
-// gatewayServices adapts the nodes module to the gateway's Services.
-type gatewayServices struct{ n *nodes.Service }
+// gatewayServices adapts the nodes and secrets modules to the gateway's
+// Services.
+type gatewayServices struct {
+	n   *nodes.Service
+	sec *secrets.Service
+}
+
+func (s gatewayServices) Secret(ctx context.Context, id pki.NodeIdentity, req *nodev1.SecretRequest) (string, error) {
+	return s.sec.Release(ctx, id, req)
+}
 
 func (s gatewayServices) Bundle() *nodev1.SignedTrustBundle {
 	body, sig, pub := s.n.TrustBundle()

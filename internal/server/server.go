@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/signing"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
@@ -74,6 +76,7 @@ type ControlPlane struct {
 	Commands *commands.Service
 	APIKeys  *apikeys.Service
 	IAM      *iam.Service
+	Secrets  *secrets.Service
 	Signer   *signing.Signer
 	Metrics  *prometheus.Registry
 	Gateway  *gateway.Gateway
@@ -131,6 +134,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	cp.Commands = commands.New(o.DB, o.Clock, cp.Bus, cp.Nodes, o.Log)
 	cp.APIKeys = apikeys.New(o.DB, o.Clock)
 	cp.IAM = iam.New(o.DB, o.Clock)
+	cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, cp.Events, o.Log)
 
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cp.cancel = cancel
@@ -170,7 +174,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		}
 		gw, err := gateway.New(gateway.Config{TrustDomain: b.TrustDomain, NodeRoots: roots, ServerCert: serverCert,
 			GatewayID: ids.New("gw"), Clock: o.Clock, Log: o.Log, RevocationPoll: o.RevocationPoll},
-			gatewayServices{cp.Nodes}, registry{cp.Nodes}, cp.Commands, cp.Bus)
+			gatewayServices{n: cp.Nodes, sec: cp.Secrets}, registry{cp.Nodes}, cp.Commands, cp.Bus)
 		if err != nil {
 			return fail(err)
 		}
@@ -188,9 +192,12 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	}
 
 	if slices.Contains(o.Roles, RoleAPI) {
-		mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys}
+		mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys, Secrets: cp.Secrets}
+		// Idempotency digests are keyed, so a stored digest of a body that
+		// carried a secret is no guessing oracle.
+		idemKey := sha256.Sum256(append([]byte("bc-idempotency-v1\x00"), o.KEK[:]...))
 		srv, err := api.NewServer(api.Config{TrustedProxies: o.TrustedProxies, SessionCookies: o.SessionCookies, BaseURL: o.BaseURL, RateLimits: o.RateLimits},
-			api.Deps{DB: o.DB, Keys: cp.APIKeys, IAM: cp.IAM, Resolvers: mods.Resolvers(), Clock: o.Clock, Log: o.Log, Metrics: cp.Metrics})
+			api.Deps{DB: o.DB, Keys: cp.APIKeys, IAM: cp.IAM, Resolvers: mods.Resolvers(), Clock: o.Clock, Log: o.Log, Metrics: cp.Metrics, IdempotencyKey: idemKey[:]})
 		if err != nil {
 			return fail(err)
 		}

@@ -45,6 +45,9 @@ type Options struct {
 	NodeCertLifetime time.Duration
 	// Tune, when set, adjusts the control plane's options before start.
 	Tune func(*server.Options)
+	// LogTo, when set, receives every log line of the control plane and
+	// the nodes (tests that check nothing secret is logged).
+	LogTo io.Writer
 }
 
 // Env is a running control plane with its nodes.
@@ -100,6 +103,9 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 		t.Fatalf("pki init: %v", err)
 	}
 	log := Logger(t)
+	if o.LogTo != nil {
+		log = slog.New(slog.NewTextHandler(o.LogTo, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	so := server.Options{DB: db, Bundle: b, KEK: kek, Clock: o.Clock, Log: log,
 		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime}
 	if o.Tune != nil {

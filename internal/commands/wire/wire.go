@@ -9,3 +9,7 @@ const CommandSigContext = "bc-command-v1\x00"
 // UpdateSigContext prefixes the bytes a node signs for an update:
 // ECDSA-P256(node key, SHA-256(UpdateSigContext || body)), ASN.1.
 const UpdateSigContext = "bc-update-v1\x00"
+
+// SecretRequestSigContext prefixes the bytes a node signs for a secret
+// request: ECDSA-P256(node key, SHA-256(context || body)).
+const SecretRequestSigContext = "bc-secret-request-v1\x00"

@@ -39,11 +39,13 @@ func (*Linux) Inventory() *nodev1.Inventory {
 }
 
 // Run executes kind on the host.
-func (*Linux) Run(ctx context.Context, kind string, _ []byte) ([]byte, error) {
+func (*Linux) Run(ctx context.Context, kind string, payload []byte) ([]byte, error) {
 	switch kind {
 	case kinds.NodePing:
 		h, _ := os.Hostname()
 		return json.Marshal(map[string]any{"pong": true, "hostname": h})
+	case kinds.SecretDigest:
+		return secretDigest(ctx, payload)
 	case kinds.DiagRun:
 		type out struct {
 			Argv   []string `json:"argv"`

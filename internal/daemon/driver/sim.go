@@ -67,6 +67,8 @@ func (s *Sim) Run(ctx context.Context, kind string, payload []byte) ([]byte, err
 			checks = append(checks, check{fmt.Sprintf("gpu%d", i), true})
 		}
 		return json.Marshal(map[string]any{"driver": "sim", "hostname": s.hostname, "healthy": true, "checks": checks})
+	case kinds.SecretDigest:
+		return secretDigest(ctx, payload)
 	case kinds.NodeReboot:
 		s.reboots++
 		return json.Marshal(map[string]any{"rebooted": true, "reboots": s.reboots})

@@ -1317,6 +1317,200 @@ func (x *Ping) GetTimeMs() int64 {
 	return 0
 }
 
+// SecretRequest is signed by the node key like an update.
+type SecretRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// body is the exact signed bytes of a SecretRequestBody.
+	Body []byte `protobuf:"bytes,1,opt,name=body,proto3" json:"body,omitempty"`
+	// node_sig is ECDSA (ASN.1) over SHA-256("bc-secret-request-v1\x00" || body).
+	NodeSig       []byte `protobuf:"bytes,2,opt,name=node_sig,json=nodeSig,proto3" json:"node_sig,omitempty"`
+	CertSerial    string `protobuf:"bytes,3,opt,name=cert_serial,json=certSerial,proto3" json:"cert_serial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecretRequest) Reset() {
+	*x = SecretRequest{}
+	mi := &file_node_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecretRequest) ProtoMessage() {}
+
+func (x *SecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecretRequest.ProtoReflect.Descriptor instead.
+func (*SecretRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SecretRequest) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *SecretRequest) GetNodeSig() []byte {
+	if x != nil {
+		return x.NodeSig
+	}
+	return nil
+}
+
+func (x *SecretRequest) GetCertSerial() string {
+	if x != nil {
+		return x.CertSerial
+	}
+	return ""
+}
+
+type SecretRequestBody struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Ref    string                 `protobuf:"bytes,2,opt,name=ref,proto3" json:"ref,omitempty"`
+	// request_id is fresh per request; the broker refuses one seen before.
+	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// one_time_key is the PKIX DER of a P-256 public key made for this request.
+	OneTimeKey    []byte `protobuf:"bytes,4,opt,name=one_time_key,json=oneTimeKey,proto3" json:"one_time_key,omitempty"`
+	CommandId     string `protobuf:"bytes,5,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	TimeMs        int64  `protobuf:"varint,6,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecretRequestBody) Reset() {
+	*x = SecretRequestBody{}
+	mi := &file_node_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecretRequestBody) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecretRequestBody) ProtoMessage() {}
+
+func (x *SecretRequestBody) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecretRequestBody.ProtoReflect.Descriptor instead.
+func (*SecretRequestBody) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SecretRequestBody) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SecretRequestBody) GetRef() string {
+	if x != nil {
+		return x.Ref
+	}
+	return ""
+}
+
+func (x *SecretRequestBody) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *SecretRequestBody) GetOneTimeKey() []byte {
+	if x != nil {
+		return x.OneTimeKey
+	}
+	return nil
+}
+
+func (x *SecretRequestBody) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *SecretRequestBody) GetTimeMs() int64 {
+	if x != nil {
+		return x.TimeMs
+	}
+	return 0
+}
+
+type SecretResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// jwe is a compact JWE (ECDH-ES+A256KW, A256GCM) to the one-time key.
+	Jwe           string `protobuf:"bytes,1,opt,name=jwe,proto3" json:"jwe,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecretResponse) Reset() {
+	*x = SecretResponse{}
+	mi := &file_node_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecretResponse) ProtoMessage() {}
+
+func (x *SecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecretResponse.ProtoReflect.Descriptor instead.
+func (*SecretResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SecretResponse) GetJwe() string {
+	if x != nil {
+		return x.Jwe
+	}
+	return ""
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -1418,12 +1612,30 @@ const file_node_proto_rawDesc = "" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\"\x1f\n" +
 	"\x04Ping\x12\x17\n" +
-	"\atime_ms\x18\x01 \x01(\x03R\x06timeMs2\x89\x02\n" +
+	"\atime_ms\x18\x01 \x01(\x03R\x06timeMs\"_\n" +
+	"\rSecretRequest\x12\x12\n" +
+	"\x04body\x18\x01 \x01(\fR\x04body\x12\x19\n" +
+	"\bnode_sig\x18\x02 \x01(\fR\anodeSig\x12\x1f\n" +
+	"\vcert_serial\x18\x03 \x01(\tR\n" +
+	"certSerial\"\xb7\x01\n" +
+	"\x11SecretRequestBody\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
+	"\x03ref\x18\x02 \x01(\tR\x03ref\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12 \n" +
+	"\fone_time_key\x18\x04 \x01(\fR\n" +
+	"oneTimeKey\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x05 \x01(\tR\tcommandId\x12\x17\n" +
+	"\atime_ms\x18\x06 \x01(\x03R\x06timeMs\"\"\n" +
+	"\x0eSecretResponse\x12\x10\n" +
+	"\x03jwe\x18\x01 \x01(\tR\x03jwe2\xca\x02\n" +
 	"\aGateway\x12B\n" +
 	"\x06Bundle\x12\x19.bc.node.v1.BundleRequest\x1a\x1d.bc.node.v1.SignedTrustBundle\x129\n" +
 	"\x04Join\x12\x17.bc.node.v1.JoinRequest\x1a\x18.bc.node.v1.JoinResponse\x12<\n" +
 	"\x05Renew\x12\x18.bc.node.v1.RenewRequest\x1a\x19.bc.node.v1.RenewResponse\x12A\n" +
-	"\aSession\x12\x17.bc.node.v1.NodeMessage\x1a\x19.bc.node.v1.ServerMessage(\x010\x01B>Z<github.com/bettercompute/bettercompute/internal/proto/nodev1b\x06proto3"
+	"\aSession\x12\x17.bc.node.v1.NodeMessage\x1a\x19.bc.node.v1.ServerMessage(\x010\x01\x12?\n" +
+	"\x06Secret\x12\x19.bc.node.v1.SecretRequest\x1a\x1a.bc.node.v1.SecretResponseB>Z<github.com/bettercompute/bettercompute/internal/proto/nodev1b\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -1437,7 +1649,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_node_proto_goTypes = []any{
 	(*BundleRequest)(nil),     // 0: bc.node.v1.BundleRequest
 	(*SignedTrustBundle)(nil), // 1: bc.node.v1.SignedTrustBundle
@@ -1458,7 +1670,10 @@ var file_node_proto_goTypes = []any{
 	(*UpdateBody)(nil),        // 16: bc.node.v1.UpdateBody
 	(*UpdateAck)(nil),         // 17: bc.node.v1.UpdateAck
 	(*Ping)(nil),              // 18: bc.node.v1.Ping
-	nil,                       // 19: bc.node.v1.Hello.LabelsEntry
+	(*SecretRequest)(nil),     // 19: bc.node.v1.SecretRequest
+	(*SecretRequestBody)(nil), // 20: bc.node.v1.SecretRequestBody
+	(*SecretResponse)(nil),    // 21: bc.node.v1.SecretResponse
+	nil,                       // 22: bc.node.v1.Hello.LabelsEntry
 }
 var file_node_proto_depIdxs = []int32{
 	1,  // 0: bc.node.v1.JoinResponse.bundle:type_name -> bc.node.v1.SignedTrustBundle
@@ -1470,7 +1685,7 @@ var file_node_proto_depIdxs = []int32{
 	13, // 6: bc.node.v1.ServerMessage.command:type_name -> bc.node.v1.SignedCommand
 	17, // 7: bc.node.v1.ServerMessage.ack:type_name -> bc.node.v1.UpdateAck
 	18, // 8: bc.node.v1.ServerMessage.ping:type_name -> bc.node.v1.Ping
-	19, // 9: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
+	22, // 9: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
 	9,  // 10: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
 	10, // 11: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
 	11, // 12: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
@@ -1478,12 +1693,14 @@ var file_node_proto_depIdxs = []int32{
 	2,  // 14: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
 	4,  // 15: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
 	6,  // 16: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
-	1,  // 17: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
-	3,  // 18: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
-	5,  // 19: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
-	7,  // 20: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
-	17, // [17:21] is the sub-list for method output_type
-	13, // [13:17] is the sub-list for method input_type
+	19, // 17: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
+	1,  // 18: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
+	3,  // 19: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
+	5,  // 20: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
+	7,  // 21: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
+	21, // 22: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
+	18, // [18:23] is the sub-list for method output_type
+	13, // [13:18] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -1511,7 +1728,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	Gateway_Join_FullMethodName    = "/bc.node.v1.Gateway/Join"
 	Gateway_Renew_FullMethodName   = "/bc.node.v1.Gateway/Renew"
 	Gateway_Session_FullMethodName = "/bc.node.v1.Gateway/Session"
+	Gateway_Secret_FullMethodName  = "/bc.node.v1.Gateway/Secret"
 )
 
 // GatewayClient is the client API for Gateway service.
@@ -47,6 +48,10 @@ type GatewayClient interface {
 	// Session is the long-lived stream: Hello first, then Welcome, then
 	// commands one way and updates the other.
 	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[NodeMessage, ServerMessage], error)
+	// Secret asks the broker for a sealed secret's value, for work the node
+	// is doing now; needs mutual TLS. The answer is a JWE to a key the node
+	// made for this one request.
+	Secret(ctx context.Context, in *SecretRequest, opts ...grpc.CallOption) (*SecretResponse, error)
 }
 
 type gatewayClient struct {
@@ -100,6 +105,16 @@ func (c *gatewayClient) Session(ctx context.Context, opts ...grpc.CallOption) (g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Gateway_SessionClient = grpc.BidiStreamingClient[NodeMessage, ServerMessage]
 
+func (c *gatewayClient) Secret(ctx context.Context, in *SecretRequest, opts ...grpc.CallOption) (*SecretResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SecretResponse)
+	err := c.cc.Invoke(ctx, Gateway_Secret_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServer is the server API for Gateway service.
 // All implementations must embed UnimplementedGatewayServer
 // for forward compatibility.
@@ -117,6 +132,10 @@ type GatewayServer interface {
 	// Session is the long-lived stream: Hello first, then Welcome, then
 	// commands one way and updates the other.
 	Session(grpc.BidiStreamingServer[NodeMessage, ServerMessage]) error
+	// Secret asks the broker for a sealed secret's value, for work the node
+	// is doing now; needs mutual TLS. The answer is a JWE to a key the node
+	// made for this one request.
+	Secret(context.Context, *SecretRequest) (*SecretResponse, error)
 	mustEmbedUnimplementedGatewayServer()
 }
 
@@ -138,6 +157,9 @@ func (UnimplementedGatewayServer) Renew(context.Context, *RenewRequest) (*RenewR
 }
 func (UnimplementedGatewayServer) Session(grpc.BidiStreamingServer[NodeMessage, ServerMessage]) error {
 	return status.Error(codes.Unimplemented, "method Session not implemented")
+}
+func (UnimplementedGatewayServer) Secret(context.Context, *SecretRequest) (*SecretResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Secret not implemented")
 }
 func (UnimplementedGatewayServer) mustEmbedUnimplementedGatewayServer() {}
 func (UnimplementedGatewayServer) testEmbeddedByValue()                 {}
@@ -221,6 +243,24 @@ func _Gateway_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Gateway_SessionServer = grpc.BidiStreamingServer[NodeMessage, ServerMessage]
 
+func _Gateway_Secret_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SecretRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).Secret(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_Secret_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).Secret(ctx, req.(*SecretRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Gateway_ServiceDesc is the grpc.ServiceDesc for Gateway service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -239,6 +279,10 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Renew",
 			Handler:    _Gateway_Renew_Handler,
+		},
+		{
+			MethodName: "Secret",
+			Handler:    _Gateway_Secret_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
