@@ -512,4 +512,3 @@ func unmarshalUpdate(t *testing.T, raw []byte) *nodev1.CommandUpdate {
 	}
 	return &u
 }
-
