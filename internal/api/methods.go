@@ -81,6 +81,20 @@ func Methods(m Modules) []Method {
 		Payload    json.RawMessage `json:"payload"`
 		TTLSeconds int64           `json:"ttl_seconds"`
 	}
+	type tokensIn struct {
+		tenantIn
+		Role       string `json:"role"`
+		Count      int    `json:"count"`
+		TTLSeconds int64  `json:"ttl_seconds"`
+	}
+	type fanoutIn struct {
+		tenantIn
+		NodeIDs    []string          `json:"node_ids"`
+		Labels     map[string]string `json:"labels"`
+		Kind       string            `json:"kind"`
+		Payload    json.RawMessage   `json:"payload"`
+		TTLSeconds int64             `json:"ttl_seconds"`
+	}
 	type eventsIn struct {
 		Type string `json:"type"`
 	}
@@ -116,6 +130,49 @@ func Methods(m Modules) []Method {
 			}),
 		Def("joinTokens.create", "compute:join-tokens:create", true, byTenant[tokenIn], func(ctx context.Context, c *Caller, in tokenIn) (any, error) {
 			return m.Nodes.CreateJoinToken(ctx, c.Actor(), in.Role, in.Name, time.Duration(in.TTLSeconds)*time.Second)
+		}),
+		Def("joinTokens.createMany", "compute:join-tokens:create", true, byTenant[tokensIn], func(ctx context.Context, c *Caller, in tokensIn) (any, error) {
+			ts, err := m.Nodes.CreateJoinTokens(ctx, c.Actor(), in.Role, in.Count, time.Duration(in.TTLSeconds)*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"tokens": ts}, nil
+		}),
+		Def("commands.fanout", "compute:commands:create", true, byTenant[fanoutIn], func(ctx context.Context, c *Caller, in fanoutIn) (any, error) {
+			if (len(in.NodeIDs) == 0) == (len(in.Labels) == 0) {
+				return nil, errs.New(errs.InvalidInput, "give node_ids or labels (one of them)")
+			}
+			ids := in.NodeIDs
+			if len(in.Labels) > 0 {
+				ns, err := m.Nodes.List(ctx, c.Tenant)
+				if err != nil {
+					return nil, err
+				}
+				for _, n := range ns {
+					match := true
+					for k, v := range in.Labels {
+						if n.Labels[k] != v {
+							match = false
+							break
+						}
+					}
+					if match {
+						ids = append(ids, n.ID)
+					}
+				}
+				if len(ids) == 0 {
+					return nil, errs.New(errs.InvalidInput, "labels: no node matches")
+				}
+			}
+			cmds, err := m.Commands.CreateMany(ctx, c.Actor(), ids, in.Kind, in.Payload, time.Duration(in.TTLSeconds)*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]string, len(cmds))
+			for i, cm := range cmds {
+				out[i] = cm.ID
+			}
+			return map[string]any{"count": len(out), "command_ids": out}, nil
 		}),
 		Def("commands.create", "compute:commands:create", true, func(in createIn) Target { return Target{Kind: "node", ID: in.NodeID} },
 			func(ctx context.Context, c *Caller, in createIn) (any, error) {

@@ -149,6 +149,89 @@ func (s *Service) Create(ctx context.Context, actor audit.Entry, nodeID, kind st
 	return c, nil
 }
 
+// MaxFanout bounds how many nodes one fan-out may address.
+const MaxFanout = 10000
+
+// CreateMany queues one command of kind for each of nodeIDs in a single
+// transaction (each with its audit row), and wakes the signer once. Every
+// node must belong to actor's tenant, unless actor is in the root tenant.
+func (s *Service) CreateMany(ctx context.Context, actor audit.Entry, nodeIDs []string, kind string, payload json.RawMessage, ttl time.Duration) ([]Command, error) {
+	if !kinds.Known(kind) {
+		return nil, errs.New(errs.InvalidInput, "kind: unknown command kind")
+	}
+	if len(nodeIDs) == 0 || len(nodeIDs) > MaxFanout {
+		return nil, errs.New(errs.InvalidInput, "node_ids: between 1 and 10000 nodes")
+	}
+	if len(payload) == 0 {
+		payload = json.RawMessage("{}")
+	}
+	if len(payload) > MaxPayload || !json.Valid(payload) {
+		return nil, errs.New(errs.InvalidInput, "payload: valid JSON of at most 64 KiB")
+	}
+	if ttl <= 0 {
+		ttl = 10 * time.Minute
+	}
+	if ttl > 24*time.Hour {
+		return nil, errs.New(errs.InvalidInput, "ttl: at most 24 hours")
+	}
+	now := s.clk.Now()
+	sum := sha256.Sum256(payload)
+	out := make([]Command, 0, len(nodeIDs))
+	seen := map[string]bool{}
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		for _, nodeID := range nodeIDs {
+			if seen[nodeID] {
+				continue
+			}
+			seen[nodeID] = true
+			var tenant string
+			if err := tx.QueryRowContext(ctx, `SELECT tenant_id FROM nodes WHERE id = $1`, nodeID).Scan(&tenant); err != nil || actor.TenantID != "root" && tenant != actor.TenantID {
+				return errs.New(errs.AccessDenied, "access denied")
+			}
+			c := Command{ID: ids.New("c"), NodeID: nodeID, TenantID: tenant, Kind: kind, Payload: payload, State: StateQueued,
+				CreatedBy: actor.Actor, CreatedAt: now.UTC(), UpdatedAt: now.UTC(), ExpiresAt: now.Add(ttl).UTC()}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+				c.ID, tenant, nodeID, kind, []byte(payload), StateQueued, actor.Actor, now.UnixMilli(), now.UnixMilli(), c.ExpiresAt.UnixMilli()); err != nil {
+				return fmt.Errorf("commands: insert: %w", err)
+			}
+			e := actor
+			e.TenantID = tenant
+			e.Action, e.Resource, e.Outcome = "compute:commands:create", "command/"+c.ID, "allowed"
+			e.Details = map[string]any{"node_id": nodeID, "kind": kind, "payload_sha256": fmt.Sprintf("%x", sum), "fanout": len(nodeIDs)}
+			if err := audit.Record(ctx, tx, now, e); err != nil {
+				return err
+			}
+			out = append(out, c)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.bus.Publish(bus.TopicSign)
+	return out, nil
+}
+
+// PendingNodes returns the nodes that have signed commands waiting to be
+// sent. A gateway polls it once per interval, instead of once per session.
+func (s *Service) PendingNodes(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT node_id FROM commands WHERE state = $1 AND body IS NOT NULL`, StateQueued)
+	if err != nil {
+		return nil, fmt.Errorf("commands: pending nodes: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("commands: scan pending node: %w", err)
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
 // ErrNotFound is returned for a command that does not exist.
 var ErrNotFound = errs.New(errs.NotFound, "command not found")
 

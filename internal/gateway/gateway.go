@@ -68,6 +68,7 @@ type Commands interface {
 	MarkSent(ctx context.Context, id string) error
 	ApplyUpdate(ctx context.Context, nodeID string, upd *nodev1.CommandUpdate) (string, error)
 	CancelDisallowed(ctx context.Context, nodeID, role string, allowed []string) (int, error)
+	PendingNodes(ctx context.Context) ([]string, error)
 }
 
 // Services are the identity services Join and Renew are relayed to.
@@ -118,6 +119,15 @@ type session struct {
 	nodeID string
 	serial string
 	cancel context.CancelCauseFunc
+	poke   chan struct{} // wakes deliver; coalesced
+}
+
+// pokeSession wakes a session's deliver loop without blocking.
+func (s *session) wake() {
+	select {
+	case s.poke <- struct{}{}:
+	default:
+	}
 }
 
 // ErrInvalidConfig is wrapped by New for a gateway without node-CA roots or
@@ -176,6 +186,7 @@ func (g *Gateway) Run(ctx context.Context) {
 	if err := g.reg.CloseGatewaySessions(ctx, g.cfg.GatewayID); err != nil {
 		g.cfg.Log.Error("close stale sessions", "err", err)
 	}
+	go g.sweepPending(ctx)
 	poke, stop := g.poke.Subscribe("certs.revoked")
 	defer stop()
 	t := time.NewTicker(g.cfg.RevocationPoll)
@@ -357,7 +368,7 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	s := &session{id: ids.New("s"), nodeID: id.NodeID, serial: id.Serial, cancel: cancel}
+	s := &session{id: ids.New("s"), nodeID: id.NodeID, serial: id.Serial, cancel: cancel, poke: make(chan struct{}, 1)}
 	res, err := g.reg.OpenSession(ctx, HelloInfo{NodeID: id.NodeID, BootID: hello.BootId, Serial: id.Serial, SessionID: s.id,
 		GatewayID: g.cfg.GatewayID, Version: hello.Version, Labels: hello.Labels, Inventory: inv})
 	if err != nil {
@@ -406,7 +417,7 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- g.receive(sctx, stream, id.NodeID, send) }()
-	go g.deliver(sctx, id.NodeID, send)
+	go g.deliver(sctx, s, send)
 
 	select {
 	case err := <-recvErr:
@@ -461,17 +472,16 @@ func (g *Gateway) receive(ctx context.Context, stream nodev1.Gateway_SessionServ
 	}
 }
 
-// deliver sends the node's signed, queued commands whenever it is poked,
-// and every CommandPoll as a fallback for pokes from other processes.
-func (g *Gateway) deliver(ctx context.Context, nodeID string, send func(*nodev1.ServerMessage) error) {
-	poke, stop := g.poke.Subscribe("node." + nodeID)
+// deliver sends the node's signed, queued commands whenever it is poked:
+// by the bus (this process signed something for it) or by Run's sweep
+// (another process did).
+func (g *Gateway) deliver(ctx context.Context, s *session, send func(*nodev1.ServerMessage) error) {
+	busPoke, stop := g.poke.Subscribe("node." + s.nodeID)
 	defer stop()
-	t := time.NewTicker(g.cfg.CommandPoll)
-	defer t.Stop()
 	for {
-		cmds, err := g.cmds.Pending(ctx, nodeID)
+		cmds, err := g.cmds.Pending(ctx, s.nodeID)
 		if err != nil && ctx.Err() == nil {
-			g.cfg.Log.Error("read pending commands", "node_id", nodeID, "err", err)
+			g.cfg.Log.Error("read pending commands", "node_id", s.nodeID, "err", err)
 		}
 		for _, c := range cmds {
 			if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Command{Command: c}}); err != nil {
@@ -484,8 +494,37 @@ func (g *Gateway) deliver(ctx context.Context, nodeID string, send func(*nodev1.
 		select {
 		case <-ctx.Done():
 			return
-		case <-poke:
+		case <-busPoke:
+		case <-s.poke:
+		}
+	}
+}
+
+// sweepPending wakes the sessions of nodes with commands waiting: one query
+// per CommandPoll for the whole gateway, for commands signed in another
+// process whose poke did not reach this one.
+func (g *Gateway) sweepPending(ctx context.Context) {
+	t := time.NewTicker(g.cfg.CommandPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
 		case <-t.C:
 		}
+		ids, err := g.cmds.PendingNodes(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				g.cfg.Log.Error("read nodes with pending commands", "err", err)
+			}
+			continue
+		}
+		g.mu.Lock()
+		for _, id := range ids {
+			if s := g.sessions[id]; s != nil {
+				s.wake()
+			}
+		}
+		g.mu.Unlock()
 	}
 }

@@ -112,54 +112,74 @@ func (s *Signer) currentKey(ctx context.Context) (*workerKey, error) {
 }
 
 // SignPending signs every queued, unsigned command and pokes the nodes'
-// gateways. It returns how many it signed.
+// gateways, in batches of up to 1000. It returns how many it signed.
 func (s *Signer) SignPending(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, more, err := s.signBatch(ctx)
+		total += n
+		if err != nil || !more {
+			return total, err
+		}
+	}
+}
+
+// signBatch signs up to 1000 commands in one transaction.
+func (s *Signer) signBatch(ctx context.Context) (int, bool, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT id, node_id, kind, payload, expires_at FROM commands WHERE state = $1 AND body IS NULL ORDER BY created_at LIMIT 1000`,
 		commands.StateQueued)
 	if err != nil {
-		return 0, fmt.Errorf("signing: list unsigned: %w", err)
+		return 0, false, fmt.Errorf("signing: list unsigned: %w", err)
 	}
 	var todo []*nodev1.CommandBody
 	for rows.Next() {
 		b := &nodev1.CommandBody{}
 		if err := rows.Scan(&b.CommandId, &b.NodeId, &b.Kind, &b.Payload, &b.ExpiresAtMs); err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("signing: scan unsigned: %w", err)
+			return 0, false, fmt.Errorf("signing: scan unsigned: %w", err)
 		}
 		todo = append(todo, b)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("signing: list unsigned: %w", err)
+		return 0, false, fmt.Errorf("signing: list unsigned: %w", err)
 	}
 	if len(todo) == 0 {
-		return 0, nil
+		return 0, false, nil
 	}
 	k, err := s.currentKey(ctx)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	now := s.clk.Now()
-	signed := 0
-	for _, b := range todo {
-		b.IssuedAtMs = now.UnixMilli()
-		b.Nonce = ids.Secret(12)
-		body, err := proto.MarshalOptions{Deterministic: true}.Marshal(b)
-		if err != nil {
-			return signed, fmt.Errorf("signing: encode body: %w", err)
+	var signedNodes []string
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		for _, b := range todo {
+			b.IssuedAtMs = now.UnixMilli()
+			b.Nonce = ids.Secret(12)
+			body, err := proto.MarshalOptions{Deterministic: true}.Marshal(b)
+			if err != nil {
+				return fmt.Errorf("signing: encode body: %w", err)
+			}
+			sig := ed25519.Sign(k.key, append([]byte(commands.CommandSigContext), body...))
+			res, err := tx.ExecContext(ctx, `UPDATE commands SET body = $1, signature = $2, signer_cert = $3, updated_at = $4 WHERE id = $5 AND body IS NULL AND state = $6`,
+				body, sig, k.cert, now.UnixMilli(), b.CommandId, commands.StateQueued)
+			if err != nil {
+				return fmt.Errorf("signing: store signature: %w", err)
+			}
+			if n, _ := res.RowsAffected(); n == 1 {
+				signedNodes = append(signedNodes, b.NodeId)
+			}
 		}
-		sig := ed25519.Sign(k.key, append([]byte(commands.CommandSigContext), body...))
-		res, err := s.db.ExecContext(ctx, `UPDATE commands SET body = $1, signature = $2, signer_cert = $3, updated_at = $4 WHERE id = $5 AND body IS NULL AND state = $6`,
-			body, sig, k.cert, now.UnixMilli(), b.CommandId, commands.StateQueued)
-		if err != nil {
-			return signed, fmt.Errorf("signing: store signature: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n == 1 {
-			signed++
-			s.bus.Publish(bus.NodeTopic(b.NodeId))
-		}
+		return nil
+	})
+	if err != nil {
+		return 0, false, err
 	}
-	return signed, nil
+	for _, id := range signedNodes {
+		s.bus.Publish(bus.NodeTopic(id))
+	}
+	return len(signedNodes), len(todo) == 1000, nil
 }
 
 // Run signs on every poke and at least every interval until ctx ends.
