@@ -4,6 +4,7 @@ package bcdcli
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -19,6 +21,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
+	"github.com/bettercompute/bettercompute/internal/fleetsim"
 	"github.com/bettercompute/bettercompute/internal/netguard/egresscmd"
 )
 
@@ -40,7 +43,7 @@ func (e *ExitError) Unwrap() error { return e.Err }
 // Main runs bcd with args and returns the exit status.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := &cobra.Command{Use: "bcd", Short: "bcd: the Better Compute node daemon", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(joinCmd(stdin), nodeCmd(), egresscmd.NewEgressCommand(), egresscmd.NewProxyCommand())
+	root.AddCommand(joinCmd(stdin), nodeCmd(), simulateCmd(), egresscmd.NewEgressCommand(), egresscmd.NewProxyCommand())
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
@@ -155,4 +158,86 @@ func nodeCmd() *cobra.Command {
 	c.Flags().StringVar(&gw, "gateway", "", "gateway address (default: the one joined)")
 	c.Flags().StringVar(&level, "log-level", "info", "log level")
 	return c
+}
+
+func simulateCmd() *cobra.Command {
+	var o fleetsim.Options
+	var tokensFile, level string
+	var hold time.Duration
+	var renewAll bool
+	c := &cobra.Command{
+		Use:   "simulate --nodes N --gateway ADDR --tokens-file FILE --data DIR",
+		Short: "Run N simulated nodes in one process, each on the real daemon code path",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if o.Gateway == "" || o.DataDir == "" {
+				return &ExitError{Code: 2, Err: errors.New("--gateway and --data are required")}
+			}
+			if tokensFile != "" {
+				toks, err := fleetsim.ReadTokens(tokensFile)
+				if err != nil {
+					return &ExitError{Code: 2, Err: err}
+				}
+				o.Tokens = toks
+			}
+			var l slog.Level
+			_ = l.UnmarshalText([]byte(level))
+			o.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: l}))
+			tty := isTTY(cmd.ErrOrStderr())
+			o.Progress = func(n int) {
+				if tty && (n%100 == 0 || n == o.Nodes) {
+					fmt.Fprintf(cmd.ErrOrStderr(), "\rjoined %d/%d", n, o.Nodes)
+				}
+			}
+			f, rep, err := fleetsim.Start(ctx, o)
+			if tty {
+				fmt.Fprintln(cmd.ErrOrStderr())
+			}
+			if err != nil {
+				return err
+			}
+			defer f.Stop()
+			start := time.Now()
+			if err := f.WaitConnected(ctx, o.Nodes); err != nil {
+				return err
+			}
+			rep.Connected = f.Connected()
+			out := map[string]any{"event": "connected", "report": rep, "connect_seconds": time.Since(start).Seconds()}
+			if renewAll {
+				rate, err := f.RenewAll(ctx, 64)
+				if err != nil {
+					return err
+				}
+				out["renewals_per_second"] = rate
+			}
+			b, _ := json.Marshal(out)
+			fmt.Fprintln(cmd.OutOrStdout(), string(b))
+			if hold > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(hold):
+				}
+			} else {
+				<-ctx.Done()
+			}
+			return nil
+		},
+	}
+	c.Flags().IntVar(&o.Nodes, "nodes", 100, "number of simulated nodes")
+	c.Flags().StringVar(&o.Gateway, "gateway", "", "gateway address host:port")
+	c.Flags().StringVar(&tokensFile, "tokens-file", "", "0600 file with one join token per line, for nodes not yet joined")
+	c.Flags().StringVar(&o.DataDir, "data", "", "directory for the nodes' state")
+	c.Flags().Float64Var(&o.JoinRate, "join-rate", 0, "joins per second (0: unlimited)")
+	c.Flags().IntVar(&o.Parallel, "parallel", 32, "joins in flight at once")
+	c.Flags().DurationVar(&hold, "hold", 0, "how long to hold the sessions (0: until interrupted)")
+	c.Flags().BoolVar(&renewAll, "renew-all", false, "once connected, renew every certificate at once and report the rate")
+	c.Flags().StringVar(&level, "log-level", "error", "log level")
+	return c
+}
+
+func isTTY(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -37,11 +37,12 @@ type Record struct {
 	Update    []byte
 }
 
-// Journal is an open journal; it is safe for concurrent use.
+// Journal is an open journal; it is safe for concurrent use. It holds no
+// file descriptor between appends, so one process can keep the journals
+// of many simulated nodes.
 type Journal struct {
 	mu      sync.Mutex
 	path    string
-	f       *os.File
 	records map[string]*Record
 }
 
@@ -65,11 +66,6 @@ func Open(path string, now time.Time, keep time.Duration) (*Journal, error) {
 	if err := j.rewrite(); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("journal: open for append: %w", err)
-	}
-	j.f = f
 	return j, nil
 }
 
@@ -180,11 +176,20 @@ func (j *Journal) append(e Entry) error {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if _, err := j.f.Write(append(b, '\n')); err != nil {
+	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("journal: open for append: %w", err)
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
 		return fmt.Errorf("journal: append: %w", err)
 	}
-	if err := j.f.Sync(); err != nil {
+	if err := f.Sync(); err != nil {
+		f.Close()
 		return fmt.Errorf("journal: sync: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("journal: close: %w", err)
 	}
 	j.apply(e)
 	return nil
@@ -244,9 +249,5 @@ func (j *Journal) filter(keep func(*Record) bool) []Record {
 	return out
 }
 
-// Close closes the journal file.
-func (j *Journal) Close() error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.f.Close()
-}
+// Close releases the journal; it holds no open file, so it cannot fail.
+func (j *Journal) Close() error { return nil }
