@@ -1,0 +1,416 @@
+// Command fleet is the fleet-scale benchmark behind bench/fleet/run. For
+// each database it starts a control plane from the built binaries (api and
+// workers in one process, the gateway alone in another, so its memory and
+// CPU are its own), joins N simulated nodes with `bcd simulate`, and
+// measures joins, renewals, gateway memory and idle CPU, a diag.run
+// fan-out until every result is attested, revocation, a reconnect storm
+// after a gateway restart, and the same fan-out over a bare gRPC echo on
+// the same TLS setup (the baseline). It prints one table.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/apikeys"
+	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/store"
+)
+
+func main() {
+	if len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "echo-") {
+		n, _ := strconv.Atoi(os.Args[4])
+		var err error
+		if os.Args[1] == "echo-server" {
+			err = echoServerMain(os.Args[2], os.Args[3], n)
+		} else {
+			err = echoClientsMain(os.Args[2], os.Args[3], n)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "echo:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	nodes := flag.Int("nodes", 1000, "simulated nodes")
+	bin := flag.String("bin", "", "directory with better-compute and bcd binaries")
+	self := flag.String("self", "", "this benchmark's own binary (for the echo baseline)")
+	dbs := flag.String("db", "postgres,sqlite", "databases to run on, in order")
+	pgDSN := flag.String("pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL admin DSN")
+	flag.Parse()
+	var rows []result
+	for _, db := range strings.Split(*dbs, ",") {
+		r, err := run(db, *nodes, *bin, *self, *pgDSN)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "fleet: %s: %v\n", db, err)
+			os.Exit(1)
+		}
+		rows = append(rows, r)
+	}
+	printTable(rows)
+}
+
+type result struct {
+	DB                  string
+	Nodes               int
+	JoinsPerSec         float64
+	RenewalsPerSec      float64
+	GatewayRSSPerNodeKB float64
+	GatewayRSSMB        float64
+	IdleCPUPercent      float64
+	FanoutSeconds       float64
+	FanoutMedianMS      float64
+	FanoutP99MS         float64
+	RevokeCloseMS       float64
+	StormSeconds        float64
+	StormPeakPerSec     int
+	Reconnected         int
+	EchoSeconds         float64
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func start(ctx context.Context, dir, name string, args ...string) (*exec.Cmd, error) {
+	log, err := os.Create(filepath.Join(dir, filepath.Base(args[0])+"-"+name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), "BC_KEK=")
+	return cmd, cmd.Start()
+}
+
+func waitTCP(addr string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not open within %v", addr, within)
+}
+
+func rssKB(pid int) float64 {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			f := strings.Fields(l)
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v
+		}
+	}
+	return 0
+}
+
+func cpuTicks(pid int) float64 {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	u, _ := strconv.ParseFloat(f[11], 64)
+	k, _ := strconv.ParseFloat(f[12], 64)
+	return u + k
+}
+
+func run(dbName string, n int, bin, self, pgDSN string) (result, error) {
+	r := result{DB: dbName, Nodes: n}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir, err := os.MkdirTemp("", "bc-fleet-")
+	if err != nil {
+		return r, err
+	}
+	defer os.RemoveAll(dir)
+	bc, bcd := filepath.Join(bin, "better-compute"), filepath.Join(bin, "bcd")
+	if out, err := exec.Command(bc, "pki", "init", "--dir", filepath.Join(dir, "pki"), "--kek-file", filepath.Join(dir, "kek"), "--trust-domain", "fleet.bench").CombinedOutput(); err != nil {
+		return r, fmt.Errorf("pki init: %v: %s", err, out)
+	}
+	dsn := "sqlite:" + filepath.Join(dir, "control.db")
+	if dbName == "postgres" {
+		admin, err := store.Open(ctx, pgDSN)
+		if err != nil {
+			return r, err
+		}
+		_, _ = admin.ExecContext(ctx, `DROP DATABASE IF EXISTS bc_fleet_bench`)
+		if _, err := admin.ExecContext(ctx, `CREATE DATABASE bc_fleet_bench`); err != nil {
+			return r, err
+		}
+		admin.Close()
+		dsn = strings.Replace(pgDSN, "/postgres?", "/bc_fleet_bench?", 1)
+	}
+	db, err := store.Open(ctx, dsn)
+	if err != nil {
+		return r, err
+	}
+	defer db.Close()
+	if err := db.Migrate(ctx); err != nil {
+		return r, err
+	}
+	_, key, err := apikeys.New(db, clock.Real{}).Create(ctx, audit.Entry{TenantID: "root", Actor: "bench"}, "root", "admin", "bench", 0)
+	if err != nil {
+		return r, err
+	}
+	apiAddr, gwAddr := freeAddr(), freeAddr()
+	common := []string{"--db", dsn, "--pki", filepath.Join(dir, "pki"), "--kek-file", filepath.Join(dir, "kek"), "--log-level", "error"}
+	apiProc, err := start(ctx, dir, "api", append([]string{bc, "serve", "--roles", "api,workers", "--api", apiAddr}, common...)...)
+	if err != nil {
+		return r, err
+	}
+	defer apiProc.Process.Kill()
+	gw, err := start(ctx, dir, "gw", append([]string{bc, "serve", "--roles", "gateway", "--gateway", gwAddr}, common...)...)
+	if err != nil {
+		return r, err
+	}
+	if err := waitTCP(apiAddr, 30*time.Second); err != nil {
+		return r, err
+	}
+	if err := waitTCP(gwAddr, 30*time.Second); err != nil {
+		return r, err
+	}
+	cl := client.New("http://"+apiAddr, key)
+	cl.HTTP.Timeout = 5 * time.Minute
+	var tokens []string
+	for left := n; left > 0; left -= 10000 {
+		var out struct {
+			Tokens []client.JoinToken `json:"tokens"`
+		}
+		if err := cl.Call(ctx, "joinTokens.createMany", map[string]any{"count": min(left, 10000), "ttl_seconds": 7200}, &out); err != nil {
+			return r, fmt.Errorf("tokens: %w", err)
+		}
+		for _, t := range out.Tokens {
+			tokens = append(tokens, t.Token)
+		}
+	}
+	tokFile := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokFile, []byte(strings.Join(tokens, "\n")+"\n"), 0o600); err != nil {
+		return r, err
+	}
+	rssBefore := rssKB(gw.Process.Pid)
+	fmt.Fprintf(os.Stderr, "%s: joining %d nodes\n", dbName, n)
+	sim := exec.CommandContext(ctx, bcd, "simulate", "--nodes", strconv.Itoa(n), "--gateway", gwAddr, "--tokens-file", tokFile,
+		"--data", filepath.Join(dir, "sim"), "--parallel", "32", "--renew-all")
+	simOut, err := sim.StdoutPipe()
+	if err != nil {
+		return r, err
+	}
+	simLog, _ := os.Create(filepath.Join(dir, "simulate.log"))
+	sim.Stderr = simLog
+	if err := sim.Start(); err != nil {
+		return r, err
+	}
+	defer sim.Process.Kill()
+	line, err := bufio.NewReader(simOut).ReadString('\n')
+	if err != nil {
+		return r, fmt.Errorf("simulate: %w (see %s)", err, simLog.Name())
+	}
+	var rep struct {
+		Report struct {
+			JoinsPerSecond float64 `json:"joins_per_second"`
+		} `json:"report"`
+		Renewals float64 `json:"renewals_per_second"`
+	}
+	if err := json.Unmarshal([]byte(line), &rep); err != nil {
+		return r, fmt.Errorf("simulate said %q: %w", line, err)
+	}
+	r.JoinsPerSec, r.RenewalsPerSec = rep.Report.JoinsPerSecond, rep.Renewals
+	rssAfter := rssKB(gw.Process.Pid)
+	r.GatewayRSSMB = rssAfter / 1024
+	r.GatewayRSSPerNodeKB = (rssAfter - rssBefore) / float64(n)
+
+	fmt.Fprintf(os.Stderr, "%s: idle CPU over 10 s\n", dbName)
+	t0 := cpuTicks(gw.Process.Pid)
+	time.Sleep(10 * time.Second)
+	r.IdleCPUPercent = (cpuTicks(gw.Process.Pid) - t0) / 100 / 10 * 100
+
+	fmt.Fprintf(os.Stderr, "%s: fan-out of diag.run to %d nodes\n", dbName, n)
+	fanStart := time.Now()
+	var fo struct {
+		Count int `json:"count"`
+	}
+	if err := cl.Call(ctx, "commands.fanout", map[string]any{"labels": map[string]string{"fleet": "bench"}, "kind": "diag.run", "ttl_seconds": 3600}, &fo); err != nil {
+		return r, fmt.Errorf("fanout: %w", err)
+	}
+	if fo.Count != n {
+		return r, fmt.Errorf("fanout addressed %d nodes, want %d", fo.Count, n)
+	}
+	for {
+		var done int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM commands WHERE state = 'succeeded' AND attested = 1`).Scan(&done); err != nil {
+			return r, err
+		}
+		if done == n {
+			break
+		}
+		if time.Since(fanStart) > 10*time.Minute {
+			return r, fmt.Errorf("fanout: %d of %d attested after 10 minutes", done, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.FanoutSeconds = time.Since(fanStart).Seconds()
+	var lat []float64
+	rows, err := db.QueryContext(ctx, `SELECT updated_at - created_at FROM commands`)
+	if err != nil {
+		return r, err
+	}
+	for rows.Next() {
+		var v float64
+		_ = rows.Scan(&v)
+		lat = append(lat, v)
+	}
+	rows.Close()
+	sort.Float64s(lat)
+	r.FanoutMedianMS, r.FanoutP99MS = lat[len(lat)/2], lat[len(lat)*99/100]
+
+	fmt.Fprintf(os.Stderr, "%s: revocation\n", dbName)
+	var victim string
+	if err := db.QueryRowContext(ctx, `SELECT node_id FROM node_sessions WHERE closed_at IS NULL LIMIT 1`).Scan(&victim); err != nil {
+		return r, err
+	}
+	if err := cl.Call(ctx, "nodes.revoke", map[string]any{"node_id": victim}, nil); err != nil {
+		return r, err
+	}
+	for i := 0; ; i++ {
+		var revoked int64
+		var closed *int64
+		if err := db.QueryRowContext(ctx, `SELECT MAX(c.revoked_at), MAX(s.closed_at) FROM node_certs c JOIN node_sessions s ON s.node_id = c.node_id WHERE c.node_id = $1`, victim).Scan(&revoked, &closed); err != nil {
+			return r, err
+		}
+		if closed != nil && *closed >= revoked {
+			r.RevokeCloseMS = float64(*closed - revoked)
+			break
+		}
+		if i > 600 {
+			return r, errors.New("revocation: session not closed within 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	fmt.Fprintf(os.Stderr, "%s: gateway restart and reconnect storm\n", dbName)
+	_ = gw.Process.Signal(syscall.SIGKILL)
+	_, _ = gw.Process.Wait()
+	restart := time.Now()
+	gw2, err := start(ctx, dir, "gw2", append([]string{bc, "serve", "--roles", "gateway", "--gateway", gwAddr}, common...)...)
+	if err != nil {
+		return r, err
+	}
+	defer gw2.Process.Kill()
+	for {
+		var back int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM node_sessions WHERE closed_at IS NULL AND connected_at >= $1`, restart.UnixMilli()).Scan(&back); err != nil {
+			return r, err
+		}
+		r.Reconnected = back
+		if back >= n-1 {
+			break
+		}
+		if time.Since(restart) > 10*time.Minute {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.StormSeconds = time.Since(restart).Seconds()
+	_ = db.QueryRowContext(ctx, `SELECT COALESCE(MAX(c), 0) FROM (SELECT connected_at / 1000 AS s, COUNT(*) AS c FROM node_sessions WHERE connected_at >= $1 GROUP BY connected_at / 1000) x`, restart.UnixMilli()).Scan(&r.StormPeakPerSec)
+	_ = sim.Process.Kill()
+
+	fmt.Fprintf(os.Stderr, "%s: baseline echo over %d streams\n", dbName, n)
+	if err := writeEchoCert(dir); err != nil {
+		return r, err
+	}
+	echoAddr := freeAddr()
+	srv := exec.CommandContext(ctx, self, "echo-server", dir, echoAddr, strconv.Itoa(n))
+	srvOut, _ := srv.StdoutPipe()
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		return r, err
+	}
+	if err := waitTCP(echoAddr, 10*time.Second); err != nil {
+		return r, err
+	}
+	cli := exec.CommandContext(ctx, self, "echo-clients", dir, echoAddr, strconv.Itoa(n))
+	cli.Stderr = os.Stderr
+	if err := cli.Start(); err != nil {
+		return r, err
+	}
+	defer cli.Process.Kill()
+	eline, err := bufio.NewReader(srvOut).ReadString('\n')
+	if err != nil {
+		return r, fmt.Errorf("echo server: %w", err)
+	}
+	var echo struct {
+		S float64 `json:"echo_fanout_seconds"`
+	}
+	if err := json.Unmarshal([]byte(eline), &echo); err != nil {
+		return r, err
+	}
+	r.EchoSeconds = echo.S
+	_ = srv.Wait()
+	if dbName == "postgres" {
+		db.Close()
+		if admin, err := store.Open(context.Background(), pgDSN); err == nil {
+			_ = apiProc.Process.Kill()
+			_ = gw2.Process.Kill()
+			_, _ = apiProc.Process.Wait()
+			_, _ = gw2.Process.Wait()
+			_, _ = admin.ExecContext(context.Background(), `DROP DATABASE IF EXISTS bc_fleet_bench`)
+			admin.Close()
+		}
+	}
+	_ = http.DefaultClient
+	return r, nil
+}
+
+func printTable(rows []result) {
+	fmt.Printf("%-34s", "measure")
+	for _, r := range rows {
+		fmt.Printf(" %14s", r.DB)
+	}
+	fmt.Println()
+	line := func(name, format string, get func(result) any) {
+		fmt.Printf("%-34s", name)
+		for _, r := range rows {
+			fmt.Printf(" %14s", fmt.Sprintf(format, get(r)))
+		}
+		fmt.Println()
+	}
+	line("nodes", "%d", func(r result) any { return r.Nodes })
+	line("joins per second", "%.0f", func(r result) any { return r.JoinsPerSec })
+	line("renewals per second (all at once)", "%.0f", func(r result) any { return r.RenewalsPerSec })
+	line("gateway RSS (MB)", "%.0f", func(r result) any { return r.GatewayRSSMB })
+	line("gateway RSS per node (KB)", "%.1f", func(r result) any { return r.GatewayRSSPerNodeKB })
+	line("gateway CPU at idle (% of a core)", "%.1f", func(r result) any { return r.IdleCPUPercent })
+	line("fan-out: all attested (s)", "%.2f", func(r result) any { return r.FanoutSeconds })
+	line("fan-out per command median (ms)", "%.0f", func(r result) any { return r.FanoutMedianMS })
+	line("fan-out per command p99 (ms)", "%.0f", func(r result) any { return r.FanoutP99MS })
+	line("bare gRPC echo fan-out (s)", "%.3f", func(r result) any { return r.EchoSeconds })
+	line("fan-out / bare transport", "%.1f", func(r result) any { return r.FanoutSeconds / r.EchoSeconds })
+	line("revocation to session closed (ms)", "%.0f", func(r result) any { return r.RevokeCloseMS })
+	line("restart: all reconnected (s)", "%.1f", func(r result) any { return r.StormSeconds })
+	line("restart: reconnected nodes", "%d", func(r result) any { return r.Reconnected })
+	line("restart: peak reconnects per second", "%d", func(r result) any { return r.StormPeakPerSec })
+}
