@@ -38,8 +38,8 @@ const (
 	maxRootsPerList     = 16
 	maxDeploymentLength = 253
 	// MaxApprovers bounds the pinned approver keys.
-	MaxApprovers = 32
-	trustBundleContext  = "bc-trust-bundle-v1\x00"
+	MaxApprovers       = 32
+	trustBundleContext = "bc-trust-bundle-v1\x00"
 )
 
 // TrustBundle returns the trust bundle for b, stamped with now.
