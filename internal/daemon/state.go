@@ -18,7 +18,8 @@ const (
 	joinFile     = "join.json"     // the join record: node id, gateway, pinned bundle
 	identityFile = "identity.json" // the node key and its current certificate chain
 	stateFile    = "state.json"    // the highest server time seen
-	journalFile  = "journal.log"
+	// approversFile ("approvers.json") keeps accepted approver-set changes; see approvers.go.
+	journalFile = "journal.log"
 )
 
 // JoinRecord is what bcd keeps from its join: the trust bundle it checked

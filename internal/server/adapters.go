@@ -11,6 +11,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/quorum"
 )
 
 // registry adapts the nodes module to the gateway's Registry, so that the
@@ -46,8 +47,15 @@ func (r registry) RevokedSince(ctx context.Context, since time.Time) ([]string, 
 	return r.n.RevokedSince(ctx, since)
 }
 
-// gatewayServices adapts the nodes module to the gateway's Services.
-type gatewayServices struct{ n *nodes.Service }
+// gatewayServices adapts the nodes and quorum modules to the gateway's Services.
+type gatewayServices struct {
+	n *nodes.Service
+	q *quorum.Service
+}
+
+func (s gatewayServices) ApproverSets(ctx context.Context) ([]*nodev1.SignedApproverSet, error) {
+	return s.q.Chain(ctx)
+}
 
 func (s gatewayServices) Bundle() *nodev1.SignedTrustBundle {
 	body, sig, pub := s.n.TrustBundle()
