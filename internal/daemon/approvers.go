@@ -108,33 +108,41 @@ func (a *approvers) apply(m *nodev1.SignedApproverSet) (changed bool, reason str
 	return true, ""
 }
 
-// applyAll applies changes in order, stopping at the first refusal (later
-// changes are signed by the set it would have made), persists the chain
-// when it grew, and tells onChange of each decision.
+// applyApproverSets applies changes in order, stopping at the first
+// refusal (later changes are signed by the set it would have made),
+// persists the chain when it grew, and then tells OnApproverSet of each
+// decision.
 func (n *Node) applyApproverSets(sets []*nodev1.SignedApproverSet) {
 	a := n.approvers
+	type decision struct {
+		generation uint64
+		reason     string
+	}
+	var decided []decision
 	grew := false
 	for _, m := range sets {
 		changed, reason := a.apply(m)
 		if reason != "" {
 			n.cfg.Log.Warn("approver set refused", "node_id", n.rec.NodeID, "generation", m.GetGeneration(), "reason", reason)
-			a.notify(m.GetGeneration(), reason)
+			decided = append(decided, decision{m.GetGeneration(), reason})
 			break
 		}
 		if changed {
 			grew = true
 			n.cfg.Log.Warn("approver set changed", "node_id", n.rec.NodeID, "generation", m.GetGeneration(), "threshold", m.GetThreshold())
-			a.notify(m.GetGeneration(), "")
+			decided = append(decided, decision{m.GetGeneration(), ""})
 		}
 	}
-	if !grew {
-		return
+	if grew {
+		a.mu.Lock()
+		rec := approversRecord{Chain: append([][]byte(nil), a.chain...)}
+		a.mu.Unlock()
+		if err := writeJSON(n.cfg.DataDir, approversFile, rec); err != nil {
+			n.cfg.Log.Error("persist approver sets", "err", err)
+		}
 	}
-	a.mu.Lock()
-	rec := approversRecord{Chain: append([][]byte(nil), a.chain...)}
-	a.mu.Unlock()
-	if err := writeJSON(n.cfg.DataDir, approversFile, rec); err != nil {
-		n.cfg.Log.Error("persist approver sets", "err", err)
+	for _, d := range decided {
+		a.notify(d.generation, d.reason)
 	}
 }
 

@@ -18,8 +18,7 @@ const (
 	joinFile     = "join.json"     // the join record: node id, gateway, pinned bundle
 	identityFile = "identity.json" // the node key and its current certificate chain
 	stateFile    = "state.json"    // the highest server time seen
-	// approversFile ("approvers.json") keeps accepted approver-set changes; see approvers.go.
-	journalFile = "journal.log"
+	journalFile  = "journal.log"
 )
 
 // JoinRecord is what bcd keeps from its join: the trust bundle it checked

@@ -51,15 +51,15 @@ func splitKeys(b []byte) [][]byte {
 // chain reads the recorded approver-set changes and replays them from the
 // pinned set, as a node does: a change that does not verify against the
 // set before it ends the chain (and is logged), so a row written straight
-// into the database cannot move the control plane's idea of the set.
+// into the database cannot move the control plane's idea of the set. It
+// returns the set in force and every row as stored.
 func (s *Service) chain(ctx context.Context) (quorumwire.ApproverSet, []setRow, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT generation, threshold, keys, signatures FROM approver_sets ORDER BY generation`)
 	if err != nil {
 		return quorumwire.ApproverSet{}, nil, fmt.Errorf("quorum: read approver sets: %w", err)
 	}
 	defer rows.Close()
-	cur := s.pinned
-	var out []setRow
+	var all []setRow
 	for rows.Next() {
 		var r setRow
 		var keys []byte
@@ -70,17 +70,22 @@ func (s *Service) chain(ctx context.Context) (quorumwire.ApproverSet, []setRow, 
 		r.keys = splitKeys(keys)
 		if err := json.Unmarshal([]byte(sigs), &r.sigs); err != nil {
 			s.log.Error("approver set change unreadable", "generation", r.generation, "err", err)
-			break
 		}
+		all = append(all, r)
+	}
+	if err := rows.Err(); err != nil {
+		return quorumwire.ApproverSet{}, nil, fmt.Errorf("quorum: read approver sets: %w", err)
+	}
+	cur := s.pinned
+	for _, r := range all {
 		next, err := quorumwire.NextApproverSet(cur, s.deployment, s.deployment, r.generation, r.threshold, r.keys, r.sigs)
 		if err != nil {
 			s.log.Error("approver set change does not verify", "generation", r.generation, "err", err)
 			break
 		}
 		cur = next
-		out = append(out, r)
 	}
-	return cur, out, rows.Err()
+	return cur, all, nil
 }
 
 // Current returns the approver set in force: the pinned set, moved forward
@@ -99,8 +104,9 @@ func (s *Service) CurrentView(ctx context.Context) (ApproverSetView, error) {
 	return view(s.deployment, cur), nil
 }
 
-// Chain returns the verified approver-set changes, oldest first, as nodes
-// receive them in Welcome.
+// Chain returns the recorded approver-set changes, oldest first, exactly as
+// stored: nodes receive them in Welcome and check each one against the set
+// they hold, so the control plane does not filter what it relays.
 func (s *Service) Chain(ctx context.Context) ([]*nodev1.SignedApproverSet, error) {
 	_, rows, err := s.chain(ctx)
 	if err != nil {
