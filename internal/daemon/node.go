@@ -54,9 +54,9 @@ type Config struct {
 
 // Node is a running node agent.
 type Node struct {
-	cfg     Config
-	rec     *JoinRecord
-	bundle  pki.TrustBundle
+	cfg       Config
+	rec       *JoinRecord
+	bundle    pki.TrustBundle
 	verify    *Verifier
 	journal   *journal.Journal
 	approvers *approvers

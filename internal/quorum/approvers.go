@@ -215,4 +215,3 @@ func (s *Service) SignApproverSet(ctx context.Context, actor audit.Entry, genera
 	}
 	return st, nil
 }
-
