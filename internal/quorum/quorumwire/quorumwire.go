@@ -307,15 +307,6 @@ func ApprovalMessage(deployment, batchID string, root []byte, expiresAtMS int64)
 	return binary.BigEndian.AppendUint64(b, uint64(expiresAtMS))
 }
 
-// Approval is a batch's approval as the node receives it.
-type Approval struct {
-	Deployment  string
-	BatchID     string
-	Root        []byte
-	ExpiresAtMS int64
-	Signatures  []Signature
-}
-
 // Signature is one approver's Ed25519 signature and its public key.
 type Signature struct {
 	PublicKey []byte `json:"public_key"`
