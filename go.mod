@@ -7,6 +7,7 @@ require (
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2
+	github.com/transparency-dev/merkle v0.0.2
 	github.com/vishvananda/netlink v1.3.1
 	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.48.0

@@ -209,6 +209,7 @@ type Command struct {
 	CreatedAt time.Time       `json:"created_at"`
 	UpdatedAt time.Time       `json:"updated_at"`
 	ExpiresAt time.Time       `json:"expires_at"`
+	BatchID   string          `json:"batch_id,omitempty"`
 }
 
 // Terminal reports whether the command's state is final.

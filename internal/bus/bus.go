@@ -54,6 +54,9 @@ const (
 	TopicSign = "commands.sign"
 	// TopicRevoked wakes every gateway's revocation check.
 	TopicRevoked = "certs.revoked"
+	// TopicApprovers wakes every gateway to send a changed approver set
+	// to its connected nodes.
+	TopicApprovers = "approvers.changed"
 )
 
 // NodeTopic is the topic poked when a node has something to receive.

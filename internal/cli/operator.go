@@ -120,7 +120,7 @@ func joinTokensCmd() *cobra.Command {
 
 func commandsCmd() *cobra.Command {
 	c := &cobra.Command{Use: "commands", Short: "Signed commands to nodes"}
-	var node, kind, payload string
+	var node, kind, payload, batch string
 	var wait, asJSON bool
 	var timeout time.Duration
 	run := &cobra.Command{
@@ -143,7 +143,12 @@ func commandsCmd() *cobra.Command {
 				return err
 			}
 			ctx := contextOf(cmd)
-			cm, err := cl.CreateCommand(ctx, node, kind, p)
+			var cm client.Command
+			if batch != "" {
+				cm, err = cl.CreateCommandInBatch(ctx, node, kind, p, batch)
+			} else {
+				cm, err = cl.CreateCommand(ctx, node, kind, p)
+			}
 			if err != nil {
 				return apiErr(err)
 			}
@@ -172,6 +177,7 @@ func commandsCmd() *cobra.Command {
 	run.Flags().StringVar(&node, "node", "", "node id")
 	run.Flags().StringVar(&kind, "kind", "", "command kind (node.ping, diag.run, node.reboot, disk.wipe)")
 	run.Flags().StringVar(&payload, "payload", "", "JSON payload")
+	run.Flags().StringVar(&batch, "batch", "", "approved batch the command belongs to (required for destructive kinds)")
 	run.Flags().BoolVar(&wait, "wait", false, "wait for the result")
 	run.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long --wait waits")
 	run.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -207,6 +213,9 @@ func showCommand(cmd *cobra.Command, c client.Command, asJSON bool) error {
 	fmt.Fprintf(w, "%s %s\n", pad("kind", 9), c.Kind)
 	fmt.Fprintf(w, "%s %s\n", pad("state", 9), c.State)
 	fmt.Fprintf(w, "%s %v\n", pad("attested", 9), c.Attested)
+	if c.BatchID != "" {
+		fmt.Fprintf(w, "%s %s\n", pad("batch", 9), c.BatchID)
+	}
 	if c.Reason != "" {
 		fmt.Fprintf(w, "%s %s\n", pad("reason", 9), c.Reason)
 	}

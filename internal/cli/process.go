@@ -55,6 +55,10 @@ func devCmd() *cobra.Command {
 			fmt.Fprintf(out, "In another shell:\n  . %s\n  better-compute nodes list\n", e.EnvFile)
 			if len(e.NodeIDs) > 0 {
 				fmt.Fprintf(out, "  better-compute commands run --node %s --kind diag.run --wait --json\n", e.NodeIDs[0])
+				fmt.Fprintf(out, "Destructive kinds need an approved batch (approver keys in %s, 2 of 3):\n", filepath.Join(o.DataDir, "approvers"))
+				fmt.Fprintf(out, "  better-compute batch create --kind disk.wipe --node %s\n", e.NodeIDs[0])
+				fmt.Fprintf(out, "  better-compute batch approve BATCH --key %s\n", filepath.Join(o.DataDir, "approvers", "approver-1.key"))
+				fmt.Fprintf(out, "  better-compute commands run --node %s --kind disk.wipe --batch BATCH --wait\n", e.NodeIDs[0])
 			}
 			fmt.Fprintf(out, "\nStop with Ctrl-C; start again with the same --data to keep the fleet.\n")
 			<-ctx.Done()

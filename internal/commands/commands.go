@@ -31,6 +31,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/quorum/quorumwire"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
 
@@ -77,6 +78,7 @@ type Command struct {
 	CreatedAt time.Time       `json:"created_at"`
 	UpdatedAt time.Time       `json:"updated_at"`
 	ExpiresAt time.Time       `json:"expires_at"`
+	BatchID   string          `json:"batch_id,omitempty"`
 }
 
 // CertLookup reads node certificates; the nodes module implements it.
@@ -84,14 +86,29 @@ type CertLookup interface {
 	CertState(ctx context.Context, serial string) (nodes.CertState, error)
 }
 
+// Batches is the destructive-batch quorum as the command queue sees it
+// (the quorum module implements it). A batched command waits unsigned in
+// the queue until its batch is approved, then travels with the approval and
+// its leaf's inclusion proof.
+type Batches interface {
+	// Admits returns nil when batchID, visible to tenant and unexpired, has
+	// a leaf for (nodeID, kind, payload); NOT_FOUND, INVALID_STATE or
+	// INVALID_INPUT otherwise.
+	Admits(ctx context.Context, tenant, batchID, nodeID, kind string, payload []byte) error
+	// Delivery returns the approval and the inclusion proof to send with a
+	// command of batchID (the proof is nil when no leaf admits it).
+	Delivery(ctx context.Context, batchID, nodeID, kind string, payload []byte) (*nodev1.BatchApproval, *nodev1.InclusionProof, error)
+}
+
 // Service is the commands module.
 type Service struct {
-	db    *store.DB
-	clk   clock.Clock
-	bus   *bus.Bus
-	certs CertLookup
-	nodes *nodes.Service
-	log   *slog.Logger
+	db      *store.DB
+	clk     clock.Clock
+	bus     *bus.Bus
+	certs   CertLookup
+	nodes   *nodes.Service
+	batches Batches
+	log     *slog.Logger
 }
 
 // New returns the commands module.
@@ -99,9 +116,43 @@ func New(db *store.DB, clk clock.Clock, b *bus.Bus, n *nodes.Service, log *slog.
 	return &Service{db: db, clk: clk, bus: b, certs: n, nodes: n, log: log}
 }
 
+// UseBatches connects the quorum module; call it before the service is
+// used. Without it a batched command is refused INVALID_CONFIG.
+func (s *Service) UseBatches(b Batches) { s.batches = b }
+
 // Create queues a command for nodeID, with its audit row in the same
 // transaction, and wakes the signing worker.
 func (s *Service) Create(ctx context.Context, actor audit.Entry, nodeID, kind string, payload json.RawMessage, ttl time.Duration) (Command, error) {
+	return s.create(ctx, actor, nodeID, kind, payload, ttl, "")
+}
+
+// CreateInBatch queues a command that belongs to batchID: the batch must
+// have a leaf for (node, kind, payload) (INVALID_INPUT otherwise; the node
+// checks again). The payload is stored in canonical form (compact JSON) so
+// that the signed bytes are the ones the leaf's digest names. The command
+// stays queued and unsigned until the batch has its quorum; the worker then
+// signs the batch id into its body.
+func (s *Service) CreateInBatch(ctx context.Context, actor audit.Entry, nodeID, kind string, payload json.RawMessage, ttl time.Duration, batchID string) (Command, error) {
+	if batchID == "" {
+		return Command{}, errs.New(errs.InvalidInput, "batch_id is required")
+	}
+	if s.batches == nil {
+		return Command{}, errs.New(errs.InvalidConfig, "the quorum module is not running")
+	}
+	if !kinds.Known(kind) {
+		return Command{}, errs.New(errs.InvalidInput, "kind: unknown command kind")
+	}
+	canon, err := quorumwire.CanonicalPayload(payload)
+	if err != nil {
+		return Command{}, errs.Wrap(errs.InvalidInput, "payload: not valid JSON of at most 64 KiB", err)
+	}
+	if err := s.batches.Admits(ctx, actor.TenantID, batchID, nodeID, kind, canon); err != nil {
+		return Command{}, err
+	}
+	return s.create(ctx, actor, nodeID, kind, canon, ttl, batchID)
+}
+
+func (s *Service) create(ctx context.Context, actor audit.Entry, nodeID, kind string, payload json.RawMessage, ttl time.Duration, batchID string) (Command, error) {
 	if !kinds.Known(kind) {
 		return Command{}, errs.New(errs.InvalidInput, "kind: unknown command kind")
 	}
@@ -129,17 +180,24 @@ func (s *Service) Create(ctx context.Context, actor audit.Entry, nodeID, kind st
 	}
 	now := s.clk.Now()
 	c := Command{ID: ids.New("c"), NodeID: nodeID, TenantID: tenant, Kind: kind, Payload: payload, State: StateQueued,
-		CreatedBy: actor.Actor, CreatedAt: now.UTC(), UpdatedAt: now.UTC(), ExpiresAt: now.Add(ttl).UTC()}
+		CreatedBy: actor.Actor, CreatedAt: now.UTC(), UpdatedAt: now.UTC(), ExpiresAt: now.Add(ttl).UTC(), BatchID: batchID}
+	var batch any
+	if batchID != "" {
+		batch = batchID
+	}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-			c.ID, tenant, nodeID, kind, []byte(payload), StateQueued, actor.Actor, now.UnixMilli(), now.UnixMilli(), c.ExpiresAt.UnixMilli()); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at, batch_id)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+			c.ID, tenant, nodeID, kind, []byte(payload), StateQueued, actor.Actor, now.UnixMilli(), now.UnixMilli(), c.ExpiresAt.UnixMilli(), batch); err != nil {
 			return fmt.Errorf("commands: insert: %w", err)
 		}
 		sum := sha256.Sum256(payload)
 		actor.TenantID = tenant
 		actor.Action, actor.Resource, actor.Outcome = "compute:commands:create", "command/"+c.ID, "allowed"
 		actor.Details = map[string]any{"node_id": nodeID, "kind": kind, "payload_sha256": fmt.Sprintf("%x", sum)}
+		if batchID != "" {
+			actor.Details["batch_id"] = batchID
+		}
 		return audit.Record(ctx, tx, now, actor)
 	})
 	if err != nil {
@@ -242,9 +300,11 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Command, error) {
 	var payload, result []byte
 	var attested int
 	var created, updated, expires int64
-	err := s.db.QueryRowContext(ctx, `SELECT id, node_id, tenant_id, kind, payload, state, attested, result, reason, created_by, created_at, updated_at, expires_at
+	var batch sql.NullString
+	err := s.db.QueryRowContext(ctx, `SELECT id, node_id, tenant_id, kind, payload, state, attested, result, reason, created_by, created_at, updated_at, expires_at, batch_id
 		FROM commands WHERE id = $1`, id).Scan(&c.ID, &c.NodeID, &c.TenantID, &c.Kind, &payload, &c.State, &attested, &result, &c.Reason,
-		&c.CreatedBy, &created, &updated, &expires)
+		&c.CreatedBy, &created, &updated, &expires, &batch)
+	c.BatchID = batch.String
 	if errors.Is(err, sql.ErrNoRows) || err == nil && tenant != "root" && c.TenantID != tenant {
 		return Command{}, ErrNotFound
 	}
@@ -284,23 +344,53 @@ func (s *Service) TenantOf(ctx context.Context, id string) (string, error) {
 	return t, nil
 }
 
-// Pending returns the signed, queued commands for nodeID, oldest first.
+// Pending returns the signed, queued commands for nodeID, oldest first. A
+// batched command carries its batch's approval and its leaf's inclusion
+// proof beside the signed body.
 func (s *Service) Pending(ctx context.Context, nodeID string) ([]*nodev1.SignedCommand, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, body, signature, signer_cert FROM commands
+	rows, err := s.db.QueryContext(ctx, `SELECT id, body, signature, signer_cert, kind, payload, batch_id FROM commands
 		WHERE node_id = $1 AND state = $2 AND body IS NOT NULL ORDER BY created_at, id LIMIT 256`, nodeID, StateQueued)
 	if err != nil {
 		return nil, fmt.Errorf("commands: pending: %w", err)
 	}
-	defer rows.Close()
+	type batched struct {
+		c             *nodev1.SignedCommand
+		kind, batchID string
+		payload       []byte
+	}
 	var out []*nodev1.SignedCommand
+	var withBatch []batched
 	for rows.Next() {
 		c := &nodev1.SignedCommand{}
-		if err := rows.Scan(&c.Id, &c.Body, &c.Signature, &c.SignerCertDer); err != nil {
+		var b batched
+		var batch sql.NullString
+		if err := rows.Scan(&c.Id, &c.Body, &c.Signature, &c.SignerCertDer, &b.kind, &b.payload, &batch); err != nil {
+			rows.Close()
 			return nil, fmt.Errorf("commands: scan pending: %w", err)
 		}
 		out = append(out, c)
+		if batch.Valid && batch.String != "" {
+			b.c, b.batchID = c, batch.String
+			withBatch = append(withBatch, b)
+		}
 	}
-	return out, rows.Err()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("commands: pending: %w", err)
+	}
+	for _, b := range withBatch {
+		if s.batches == nil {
+			continue
+		}
+		// A failure leaves the command without approval or proof: the node
+		// refuses it with the reason, which is what the operator sees.
+		ap, pr, err := s.batches.Delivery(ctx, b.batchID, nodeID, b.kind, b.payload)
+		if err != nil {
+			s.log.Error("batch delivery", "command_id", b.c.Id, "batch_id", b.batchID, "err", err)
+		}
+		b.c.Approval, b.c.Proof = ap, pr
+	}
+	return out, nil
 }
 
 // MarkSent moves a queued command to sent.

@@ -54,11 +54,12 @@ type Config struct {
 
 // Node is a running node agent.
 type Node struct {
-	cfg     Config
-	rec     *JoinRecord
-	bundle  pki.TrustBundle
-	verify  *Verifier
-	journal *journal.Journal
+	cfg       Config
+	rec       *JoinRecord
+	bundle    pki.TrustBundle
+	verify    *Verifier
+	journal   *journal.Journal
+	approvers *approvers
 
 	mu        sync.Mutex
 	key       crypto.Signer
@@ -121,6 +122,10 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("daemon: command roots: %w", err)
 	}
+	ap, err := newApprovers(tb, cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	var st state
 	_ = readJSON(cfg.DataDir, stateFile, &st)
 	j, err := journal.Open(filepath.Join(cfg.DataDir, journalFile), cfg.Clock.Now(), MaxLifetime+MaxSkew)
@@ -130,8 +135,9 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.Gateway == "" {
 		cfg.Gateway = rec.Gateway
 	}
-	n := &Node{cfg: cfg, rec: &rec, bundle: tb, journal: j, key: key, chain: chain, highestMS: st.HighestServerTimeMS,
-		verify: &Verifier{NodeID: rec.NodeID, Role: nid.Role, TrustDomain: tb.TrustDomain, CommandRoots: roots}}
+	n := &Node{cfg: cfg, rec: &rec, bundle: tb, journal: j, key: key, chain: chain, highestMS: st.HighestServerTimeMS, approvers: ap,
+		verify: &Verifier{NodeID: rec.NodeID, Role: nid.Role, TrustDomain: tb.TrustDomain, CommandRoots: roots,
+			Deployment: tb.Deployment, Approvers: ap.current}}
 	for _, r := range j.Interrupted() {
 		upd, err := n.signUpdate(&nodev1.UpdateBody{CommandId: r.ID, State: "failed", Reason: "interrupted"})
 		if err != nil {
@@ -386,6 +392,7 @@ func (n *Node) session(ctx context.Context) error {
 		return errors.New("daemon: first message is not a Welcome")
 	}
 	rewound := n.acceptWelcome(w)
+	n.applyApproverSets(w.ApproverSets)
 	var allowed []string
 	if len(w.AllowedKinds) > 0 {
 		allowed = w.AllowedKinds
@@ -458,6 +465,8 @@ func (n *Node) session(ctx context.Context) error {
 				if err := n.journal.Ack(msg.Ack.CommandId); err != nil {
 					return err
 				}
+			case *nodev1.ServerMessage_ApproverSets:
+				n.applyApproverSets(msg.ApproverSets.GetSets())
 			case *nodev1.ServerMessage_Ping, *nodev1.ServerMessage_Welcome:
 			}
 		}

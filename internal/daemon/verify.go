@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/x509"
+	"errors"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -11,6 +13,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/kinds"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/quorum/quorumwire"
 )
 
 // Reasons bcd reports when it refuses a command (state cancelled). They are
@@ -27,6 +30,41 @@ const (
 	ReasonReplayed         = "replayed"
 	ReasonKindNotAllowed   = "kind-not-allowed"
 	ReasonClockRewound     = "welcome-time-rewound"
+
+	// Destructive-batch quorum (docs/quorum.md), checked only after all of
+	// the above, for kinds.Destructive kinds.
+
+	// ReasonUnbatchedDestructive: a destructive kind whose signed body
+	// names no batch.
+	ReasonUnbatchedDestructive = "unbatched-destructive"
+	// ReasonBatchMismatch: the approval is for another batch id or
+	// another deployment than the signed body and the pinned bundle.
+	ReasonBatchMismatch = "batch-mismatch"
+	// ReasonApproverUnpinned: the approval carries a signature by a key
+	// that is not a pinned approver.
+	ReasonApproverUnpinned = "approver-unpinned"
+	// ReasonBatchUnderQuorum: fewer distinct pinned approvers validly
+	// signed (deployment, batch, root, expiry) than the threshold (no
+	// approval at all counts as none).
+	ReasonBatchUnderQuorum = "batch-under-quorum"
+	// ReasonBatchExpired: the approved batch's expiry has passed.
+	ReasonBatchExpired = "batch-expired"
+	// ReasonLeafNotInBatch: no proven leaf admits this node, kind and
+	// payload digest (nor an unbound leaf of this kind for this node).
+	ReasonLeafNotInBatch = "leaf-not-in-batch"
+	// ReasonProofWrongRoot: the inclusion proof does not lead to the
+	// approved root.
+	ReasonProofWrongRoot = "proof-wrong-root"
+)
+
+// Reasons bcd gives when it refuses a change of the approver set; they are
+// logged and reported to OnApproverSet, and the set in force stays.
+const (
+	ReasonSetUnpinned        = "approver-set-unpinned"         // signed by a key outside the current set (the join key, say)
+	ReasonSetUnderQuorum     = "approver-set-under-quorum"     // fewer than the current threshold signed
+	ReasonSetReplayed        = "approver-set-replayed"         // generation not newer than the set in force
+	ReasonSetMalformed       = "approver-set-malformed"        // not a valid set (keys, threshold)
+	ReasonSetWrongDeployment = "approver-set-wrong-deployment" // for another deployment
 )
 
 // Freshness bounds: a body may be issued at most MaxSkew in the future of
@@ -42,6 +80,13 @@ type Verifier struct {
 	Role         string
 	TrustDomain  string
 	CommandRoots []*x509.Certificate
+	// Deployment is the pinned trust bundle's deployment, which batch
+	// approvals must name.
+	Deployment string
+	// Approvers returns the approver set in force (the trust bundle's, or a
+	// later one its quorum signed). Nil, or a set without keys, means no
+	// destructive command ever passes.
+	Approvers func() quorumwire.ApproverSet
 }
 
 // Check verifies a signed command at time now and returns its body, or the
@@ -79,7 +124,59 @@ func (v *Verifier) Check(c *nodev1.SignedCommand, now time.Time, allowed []strin
 	case !permitted(v.Role, allowed, body.Kind):
 		return &body, ReasonKindNotAllowed
 	}
+	if kinds.Destructive(body.Kind) {
+		return &body, v.checkBatch(c, &body, now)
+	}
 	return &body, ""
+}
+
+// checkBatch checks that an authenticated destructive command belongs to a
+// batch the pinned approvers' quorum signed for this deployment, that the
+// batch has not expired, and that the inclusion proof puts a leaf for this
+// node, kind and payload (or an unbound leaf of this kind for this node)
+// under the approved root. Only body is trusted here; approval and proof
+// are the control plane's word until they check out.
+func (v *Verifier) checkBatch(c *nodev1.SignedCommand, body *nodev1.CommandBody, now time.Time) string {
+	if body.BatchId == "" {
+		return ReasonUnbatchedDestructive
+	}
+	ap := c.GetApproval()
+	if ap == nil {
+		return ReasonBatchUnderQuorum
+	}
+	if ap.BatchId != body.BatchId || ap.Deployment != v.Deployment {
+		return ReasonBatchMismatch
+	}
+	var set quorumwire.ApproverSet
+	if v.Approvers != nil {
+		set = v.Approvers()
+	}
+	sigs := make([]quorumwire.Signature, 0, len(ap.Signatures))
+	for _, s := range ap.Signatures {
+		sigs = append(sigs, quorumwire.Signature{PublicKey: s.GetPublicKey(), Signature: s.GetSignature()})
+	}
+	switch err := quorumwire.CheckQuorum(set, quorumwire.ApprovalMessage(ap.Deployment, ap.BatchId, ap.Root, ap.ExpiresAtMs), sigs); {
+	case errors.Is(err, quorumwire.ErrUnpinned):
+		return ReasonApproverUnpinned
+	case err != nil:
+		return ReasonBatchUnderQuorum
+	}
+	if ap.ExpiresAtMs <= now.UnixMilli() {
+		return ReasonBatchExpired
+	}
+	pr := c.GetProof()
+	if pr == nil {
+		return ReasonLeafNotInBatch
+	}
+	leaf, err := quorumwire.DecodeLeaf(pr.Leaf)
+	if err != nil || !leaf.Admits(v.NodeID, body.Kind, body.Payload) {
+		return ReasonLeafNotInBatch
+	}
+	root, err := quorumwire.RootFromProof(leaf, pr.LeafIndex, pr.TreeSize, pr.Hashes)
+	if err != nil || !bytes.Equal(root, ap.Root) {
+		return ReasonProofWrongRoot
+	}
+	return ""
 }
 
 func permitted(role string, allowed []string, kind string) bool {

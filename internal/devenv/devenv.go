@@ -1,7 +1,8 @@
 // Package devenv runs `better-compute dev`: the whole system in one process
 // on loopback with embedded defaults. SQLite at DATA/control.db, a fresh PKI
-// sealed under DATA/kek, and N simulated nodes that really join with tokens
-// and hold mutual-TLS sessions, each with its own state under DATA/nodes/.
+// sealed under DATA/kek with three approver keys in DATA/approvers pinned at
+// threshold 2, and N simulated nodes that really join with tokens and hold
+// mutual-TLS sessions, each with its own state under DATA/nodes/.
 // Restarting with the same DATA brings back the same fleet and history.
 package devenv
 
@@ -22,6 +23,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/quorum/approverkeys"
 	"github.com/bettercompute/bettercompute/internal/server"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
@@ -75,6 +77,9 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pki: %w", err)
+	}
+	if b, err = pinDevApprovers(o, pkiDir, b); err != nil {
+		return nil, err
 	}
 	db, err := store.Open(ctx, "sqlite:"+filepath.Join(o.DataDir, "control.db"))
 	if err != nil {
@@ -161,6 +166,38 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		return fail(fmt.Errorf("write env file: %w", err))
 	}
 	return e, nil
+}
+
+// Dev approvers: DATA/approvers/approver-{1,2,3}.key, threshold 2.
+const (
+	devApprovers         = 3
+	devApproverThreshold = 2
+)
+
+// pinDevApprovers makes the dev approver keys and pins them into the PKI
+// before any node has joined. A data directory whose nodes joined without
+// approvers is left as it is: those nodes pinned a bundle with none, so
+// they refuse every destructive command (unbatched-destructive without a
+// batch) until they join again.
+func pinDevApprovers(o Options, pkiDir string, b *pki.Bundle) (*pki.Bundle, error) {
+	if len(b.Approvers) > 0 {
+		return b, nil
+	}
+	if _, err := os.Stat(filepath.Join(o.DataDir, "nodes")); err == nil {
+		if o.Log != nil {
+			o.Log.Warn("no approvers pinned and nodes already joined: destructive commands are refused until the nodes join again", "data", o.DataDir)
+		}
+		return b, nil
+	}
+	keys, err := approverkeys.Generate(filepath.Join(o.DataDir, "approvers"), devApprovers)
+	if err != nil {
+		return nil, fmt.Errorf("approvers: %w", err)
+	}
+	nb, err := pki.PinApprovers(pkiDir, keys, devApproverThreshold)
+	if err != nil {
+		return nil, fmt.Errorf("approvers: %w", err)
+	}
+	return nb, nil
 }
 
 // Close stops the nodes and the control plane.

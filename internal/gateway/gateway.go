@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/ids"
@@ -81,6 +82,9 @@ type Services interface {
 	// Refused records a refusal the gateway decided itself (a Renew or
 	// Session whose certificate failed), rate limited per reason.
 	Refused(ctx context.Context, typ, reason, nodeID string)
+	// ApproverSets returns the chain of signed approver-set changes, oldest
+	// first; the gateway relays it verbatim and each node checks it.
+	ApproverSets(ctx context.Context) ([]*nodev1.SignedApproverSet, error)
 }
 
 // Poker delivers pokes (the in-process bus implements it).
@@ -409,8 +413,13 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 		defer sendMu.Unlock()
 		return stream.Send(m)
 	}
+	sets, err := g.svc.ApproverSets(ctx)
+	if err != nil {
+		g.cfg.Log.Error("read approver sets", "node_id", id.NodeID, "err", err)
+		return status.Error(codes.Internal, string(errs.Internal))
+	}
 	if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Welcome{Welcome: &nodev1.Welcome{
-		ServerTimeMs: g.cfg.Clock.Now().UnixMilli(), SessionId: s.id, AllowedKinds: ci.AllowedKinds}}}); err != nil {
+		ServerTimeMs: g.cfg.Clock.Now().UnixMilli(), SessionId: s.id, AllowedKinds: ci.AllowedKinds, ApproverSets: sets}}}); err != nil {
 		return err
 	}
 	g.cfg.Log.Info("session open", "node_id", id.NodeID, "session_id", s.id, "boot_id", hello.BootId)
@@ -418,6 +427,7 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- g.receive(sctx, stream, id.NodeID, send) }()
 	go g.deliver(sctx, s, send)
+	go g.deliverApproverSets(sctx, id.NodeID, send)
 
 	select {
 	case err := <-recvErr:
@@ -468,6 +478,31 @@ func (g *Gateway) receive(ctx context.Context, stream nodev1.Gateway_SessionServ
 			}
 		default:
 			return fmt.Errorf("gateway: unexpected message %T", m.Msg)
+		}
+	}
+}
+
+// deliverApproverSets sends the approver-set chain again whenever it
+// changes (poked on the bus; other processes' changes reach a node at its
+// next session).
+func (g *Gateway) deliverApproverSets(ctx context.Context, nodeID string, send func(*nodev1.ServerMessage) error) {
+	poke, stop := g.poke.Subscribe(bus.TopicApprovers)
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-poke:
+		}
+		sets, err := g.svc.ApproverSets(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				g.cfg.Log.Error("read approver sets", "node_id", nodeID, "err", err)
+			}
+			continue
+		}
+		if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_ApproverSets{ApproverSets: &nodev1.ApproverSets{Sets: sets}}}); err != nil {
+			return
 		}
 	}
 }

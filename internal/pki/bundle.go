@@ -52,6 +52,11 @@ type Bundle struct {
 	CommandRoot *x509.Certificate // Ed25519 self-signed CA, 10y; certifies 24h worker keys
 	JoinKey     ed25519.PublicKey // signs trust bundles handed to nodes at join
 	AuditKey    ed25519.PublicKey // signs audit checkpoints
+	// Approvers are the destructive-batch approvers' public keys (their
+	// private halves never reach the control plane) and Threshold how many
+	// must sign a batch; pinned into the trust bundle by PinApprovers.
+	Approvers []ed25519.PublicKey
+	Threshold int
 
 	sealed map[string][]byte // key name -> Seal output of its PKCS#8 DER
 }
@@ -66,6 +71,8 @@ type bundleJSON struct {
 	CommandRoot string            `json:"command_root"` // PEM
 	JoinKey     []byte            `json:"join_key"`
 	AuditKey    []byte            `json:"audit_key"`
+	Approvers   [][]byte          `json:"approvers,omitempty"`
+	Threshold   int               `json:"threshold,omitempty"`
 	Sealed      map[string][]byte `json:"sealed"`
 }
 
@@ -119,16 +126,57 @@ func Init(dir, trustDomain string, kek KEK, clk Clock) (*Bundle, error) {
 			b.AuditKey = k.Public().(ed25519.PublicKey)
 		}
 	}
+	if err := b.write(path, true); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// write stores b at path (0600, atomically; exclusive refuses an existing file).
+func (b *Bundle) write(path string, exclusive bool) error {
 	data, err := json.MarshalIndent(bundleJSON{
 		Version: 1, TrustDomain: b.TrustDomain, Deployment: b.Deployment,
 		NodeCA: string(CertPEM(b.NodeCA.Raw)), InternalCA: string(CertPEM(b.InternalCA.Raw)),
 		CommandRoot: string(CertPEM(b.CommandRoot.Raw)),
-		JoinKey:     b.JoinKey, AuditKey: b.AuditKey, Sealed: b.sealed,
+		JoinKey:     b.JoinKey, AuditKey: b.AuditKey,
+		Approvers: approverBytes(b.Approvers), Threshold: b.Threshold,
+		Sealed: b.sealed,
 	}, "", "  ")
 	if err != nil {
-		return nil, fmt.Errorf("pki: encode bundle: %w", err)
+		return fmt.Errorf("pki: encode bundle: %w", err)
 	}
-	if err := writeFileAtomic(path, append(data, '\n'), 0o600, true); err != nil {
+	return writeFileAtomic(path, append(data, '\n'), 0o600, exclusive)
+}
+
+// ErrApproversPinned is returned by PinApprovers for a bundle that already
+// pins approvers: replacing them needs the current approvers' signatures
+// (batch sign-approvers), never a rewrite of the bundle.
+var ErrApproversPinned = errors.New("pki: the bundle already pins approvers")
+
+// PinApprovers pins the destructive-batch approvers' public keys and the
+// threshold into the bundle in dir, for a fresh deployment before nodes
+// join (a node pins the trust bundle once, at join). It refuses a bundle
+// that already pins approvers (ErrApproversPinned) and an invalid set.
+func PinApprovers(dir string, keys []ed25519.PublicKey, threshold int) (*Bundle, error) {
+	b, err := Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(b.Approvers) > 0 {
+		return nil, ErrApproversPinned
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("pki: no approver keys to pin")
+	}
+	if err := validateApprovers(approverBytes(keys), threshold); err != nil {
+		return nil, err
+	}
+	b.Approvers = make([]ed25519.PublicKey, len(keys))
+	for i, k := range keys {
+		b.Approvers[i] = bytes.Clone(k)
+	}
+	b.Threshold = threshold
+	if err := b.write(filepath.Join(dir, BundleFile), false); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -225,6 +273,13 @@ func Load(dir string) (*Bundle, error) {
 		return nil, fmt.Errorf("pki: %s: join and audit keys must be 32-byte Ed25519 keys", path)
 	}
 	b.JoinKey, b.AuditKey = bj.JoinKey, bj.AuditKey
+	if err := validateApprovers(bj.Approvers, bj.Threshold); err != nil {
+		return nil, fmt.Errorf("pki: %s: %w", path, err)
+	}
+	for _, k := range bj.Approvers {
+		b.Approvers = append(b.Approvers, ed25519.PublicKey(k))
+	}
+	b.Threshold = bj.Threshold
 	for _, name := range keyNames {
 		if len(b.sealed[name]) == 0 {
 			return nil, fmt.Errorf("pki: %s: sealed %s missing", path, name)
@@ -354,6 +409,8 @@ type ShowInfo struct {
 	JoinKey     string   `json:"join_key"`     // base64
 	JoinKeyPin  string   `json:"join_key_pin"` // lowercase hex of JoinKeyPin
 	AuditKey    string   `json:"audit_key"`    // base64
+	Approvers   []string `json:"approvers"`    // base64 Ed25519 keys of the destructive-batch approvers
+	Threshold   int      `json:"threshold"`    // approvals a destructive batch needs
 }
 
 func certInfo(c *x509.Certificate) CertInfo {
@@ -375,7 +432,16 @@ func (b *Bundle) Show() ShowInfo {
 		JoinKey:    base64.StdEncoding.EncodeToString(b.JoinKey),
 		JoinKeyPin: hex.EncodeToString(pin[:]),
 		AuditKey:   base64.StdEncoding.EncodeToString(b.AuditKey),
+		Approvers:  approverStrings(b.Approvers), Threshold: b.Threshold,
 	}
+}
+
+func approverStrings(keys []ed25519.PublicKey) []string {
+	out := []string{}
+	for _, k := range keys {
+		out = append(out, base64.StdEncoding.EncodeToString(k))
+	}
+	return out
 }
 
 // String renders s for humans, as `pki show` prints it.
@@ -390,5 +456,13 @@ func (s ShowInfo) String() string {
 			c.name, c.ci.Subject, c.ci.Serial, c.ci.NotAfter.Format(time.RFC3339), c.ci.SHA256, c.ci.SPKIPin, c.ci.PEM)
 	}
 	fmt.Fprintf(&w, "\njoin key:     %s\njoin key pin: %s\naudit key:    %s\n", s.JoinKey, s.JoinKeyPin, s.AuditKey)
+	if len(s.Approvers) == 0 {
+		fmt.Fprintf(&w, "approvers:    none pinned (destructive commands are refused)\n")
+	} else {
+		fmt.Fprintf(&w, "approvers:    %d of %d must sign a destructive batch\n", s.Threshold, len(s.Approvers))
+		for _, k := range s.Approvers {
+			fmt.Fprintf(&w, "  %s\n", k)
+		}
+	}
 	return w.String()
 }

@@ -110,7 +110,7 @@ func TestIssueNodeCertAndVerify(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := NodeIdentity{TrustDomain: td, NodeID: "node-1", Role: tt.role, Serial: c.SerialNumber.Text(16), NotBefore: c.NotBefore, NotAfter: c.NotAfter}
+			want := NodeIdentity{TrustDomain: td, NodeID: "node-1", Role: tt.role, Serial: SerialHex(c), NotBefore: c.NotBefore, NotAfter: c.NotAfter}
 			if id != want {
 				t.Fatalf("identity = %+v, want %+v", id, want)
 			}

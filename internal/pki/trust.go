@@ -23,6 +23,13 @@ type TrustBundle struct {
 	ServerRoots  [][]byte `json:"server_roots"`  // DER of internal CA: verifies the gateway's TLS cert
 	CommandRoots [][]byte `json:"command_roots"` // DER
 	IssuedAt     int64    `json:"issued_at"`     // unix seconds
+	// Approvers are the raw 32-byte Ed25519 keys of the destructive-batch
+	// approvers, held off the control plane, and Threshold is how many of
+	// them must sign a batch. Both are omitted when none are pinned, so a
+	// bundle signed before the quorum existed keeps its exact bytes; a node
+	// with no approvers refuses every destructive command.
+	Approvers [][]byte `json:"approvers,omitempty"`
+	Threshold int      `json:"threshold,omitempty"`
 }
 
 // Limits on untrusted trust bundles.
@@ -30,7 +37,9 @@ const (
 	maxTrustBundleSize  = 256 << 10
 	maxRootsPerList     = 16
 	maxDeploymentLength = 253
-	trustBundleContext  = "bc-trust-bundle-v1\x00"
+	// MaxApprovers bounds the pinned approver keys.
+	MaxApprovers       = 32
+	trustBundleContext = "bc-trust-bundle-v1\x00"
 )
 
 // TrustBundle returns the trust bundle for b, stamped with now.
@@ -39,7 +48,47 @@ func (b *Bundle) TrustBundle(now time.Time) TrustBundle {
 		Version: 1, TrustDomain: b.TrustDomain, Deployment: b.Deployment,
 		NodeRoots: [][]byte{b.NodeCA.Raw}, ServerRoots: [][]byte{b.InternalCA.Raw},
 		CommandRoots: [][]byte{b.CommandRoot.Raw}, IssuedAt: now.Unix(),
+		Approvers: approverBytes(b.Approvers), Threshold: b.Threshold,
 	}
+}
+
+func approverBytes(keys []ed25519.PublicKey) [][]byte {
+	if len(keys) == 0 {
+		return nil
+	}
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = bytes.Clone(k)
+	}
+	return out
+}
+
+// validateApprovers checks a pinned approver set: none (threshold 0), or
+// 1..MaxApprovers distinct 32-byte Ed25519 keys with 1 <= threshold <= count.
+func validateApprovers(keys [][]byte, threshold int) error {
+	if len(keys) == 0 {
+		if threshold != 0 {
+			return errors.New("pki: approver threshold without approvers")
+		}
+		return nil
+	}
+	if len(keys) > MaxApprovers {
+		return fmt.Errorf("pki: at most %d approvers", MaxApprovers)
+	}
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if len(k) != ed25519.PublicKeySize {
+			return errors.New("pki: approver key is not a 32-byte Ed25519 key")
+		}
+		if seen[string(k)] {
+			return errors.New("pki: approver key listed twice")
+		}
+		seen[string(k)] = true
+	}
+	if threshold < 1 || threshold > len(keys) {
+		return fmt.Errorf("pki: approver threshold must be 1..%d", len(keys))
+	}
+	return nil
 }
 
 func (tb TrustBundle) validate() error {
@@ -67,6 +116,9 @@ func (tb TrustBundle) validate() error {
 				return fmt.Errorf("pki: trust bundle %s: %w", l.name, err)
 			}
 		}
+	}
+	if err := validateApprovers(tb.Approvers, tb.Threshold); err != nil {
+		return fmt.Errorf("pki: trust bundle: %w", err)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/quorum"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 )
 
@@ -47,15 +48,20 @@ func (r registry) RevokedSince(ctx context.Context, since time.Time) ([]string, 
 	return r.n.RevokedSince(ctx, since)
 }
 
-// gatewayServices adapts the nodes and secrets modules to the gateway's
-// Services.
+// gatewayServices adapts the nodes, secrets and quorum modules to the
+// gateway's Services.
 type gatewayServices struct {
 	n   *nodes.Service
 	sec *secrets.Service
+	q   *quorum.Service
 }
 
 func (s gatewayServices) Secret(ctx context.Context, id pki.NodeIdentity, req *nodev1.SecretRequest) (string, error) {
 	return s.sec.Release(ctx, id, req)
+}
+
+func (s gatewayServices) ApproverSets(ctx context.Context) ([]*nodev1.SignedApproverSet, error) {
+	return s.q.Chain(ctx)
 }
 
 func (s gatewayServices) Bundle() *nodev1.SignedTrustBundle {

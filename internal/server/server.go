@@ -30,6 +30,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/quorum"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/signing"
 	"github.com/bettercompute/bettercompute/internal/store"
@@ -80,6 +81,7 @@ type ControlPlane struct {
 	Signer   *signing.Signer
 	Metrics  *prometheus.Registry
 	Gateway  *gateway.Gateway
+	Quorum   *quorum.Service
 
 	APIAddr     string // host:port the API listens on ("" without the api role)
 	GatewayAddr string // host:port the gateway listens on
@@ -132,6 +134,10 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		BundleBody: tbBody, BundleSig: pki.SignTrustBundle(joinKey, tbBody), JoinPublicKey: joinPub, JoinPin: pki.JoinKeyPin(joinPub),
 	})
 	cp.Commands = commands.New(o.DB, o.Clock, cp.Bus, cp.Nodes, o.Log)
+	if cp.Quorum, err = quorum.New(o.DB, o.Clock, cp.Bus, cp.Nodes, b.Deployment, b.TrustBundle(now).Approvers, b.Threshold, o.Log); err != nil {
+		return nil, err
+	}
+	cp.Commands.UseBatches(cp.Quorum)
 	cp.APIKeys = apikeys.New(o.DB, o.Clock)
 	cp.IAM = iam.New(o.DB, o.Clock)
 	cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, cp.Events, o.Log)
@@ -149,6 +155,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 			return fail(errs.Wrap(errs.InvalidConfig, "the command-signing root key does not unseal", err))
 		}
 		cp.Signer = signing.New(o.DB, o.Clock, o.KEK, b.CommandRoot, rootKey, b.TrustDomain, cp.Bus, o.Log)
+		cp.Signer.HoldBatchesUntilApproved(cp.Quorum)
 		cp.wg.Add(2)
 		go func() { defer cp.wg.Done(); cp.Signer.Run(rctx, time.Second) }()
 		go func() { defer cp.wg.Done(); cp.sweep(rctx, o.Log) }()
@@ -174,7 +181,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		}
 		gw, err := gateway.New(gateway.Config{TrustDomain: b.TrustDomain, NodeRoots: roots, ServerCert: serverCert,
 			GatewayID: ids.New("gw"), Clock: o.Clock, Log: o.Log, RevocationPoll: o.RevocationPoll},
-			gatewayServices{n: cp.Nodes, sec: cp.Secrets}, registry{cp.Nodes}, cp.Commands, cp.Bus)
+			gatewayServices{n: cp.Nodes, sec: cp.Secrets, q: cp.Quorum}, registry{cp.Nodes}, cp.Commands, cp.Bus)
 		if err != nil {
 			return fail(err)
 		}
@@ -202,6 +209,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 			return fail(err)
 		}
 		srv.Register(api.Methods(mods)...)
+		srv.Register(api.BatchMethods(api.BatchModules{Quorum: cp.Quorum, Commands: cp.Commands})...)
 		mux := http.NewServeMux()
 		mux.Handle("/api/v1/", srv)
 		mux.Handle("GET /.well-known/better-compute", api.NewWellKnown(b).Handler(o.Log))

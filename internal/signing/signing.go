@@ -43,8 +43,20 @@ type Signer struct {
 	rootKey     ed25519.PrivateKey
 	trustDomain string
 	bus         *bus.Bus
+	batches     BatchGate
 	log         *slog.Logger
 }
+
+// BatchGate tells the signer whether a batch has its quorum; the quorum
+// module implements it. A batched command is signed only then, so a
+// command of an unapproved batch never leaves the queue.
+type BatchGate interface {
+	Approved(ctx context.Context, batchID string) (bool, error)
+}
+
+// HoldBatchesUntilApproved connects the quorum module; call it before Run.
+// Without it the signer signs no batched command.
+func (s *Signer) HoldBatchesUntilApproved(g BatchGate) { s.batches = g }
 
 // New returns a signer. rootKey is the command-signing root's private key.
 func New(db *store.DB, clk clock.Clock, kek pki.KEK, root *x509.Certificate, rootKey ed25519.PrivateKey, trustDomain string, b *bus.Bus, log *slog.Logger) *Signer {
@@ -126,23 +138,44 @@ func (s *Signer) SignPending(ctx context.Context) (int, error) {
 
 // signBatch signs up to 1000 commands in one transaction.
 func (s *Signer) signBatch(ctx context.Context) (int, bool, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, node_id, kind, payload, expires_at FROM commands WHERE state = $1 AND body IS NULL ORDER BY created_at LIMIT 1000`,
+	rows, err := s.db.QueryContext(ctx, `SELECT id, node_id, kind, payload, expires_at, batch_id FROM commands WHERE state = $1 AND body IS NULL ORDER BY created_at LIMIT 1000`,
 		commands.StateQueued)
 	if err != nil {
 		return 0, false, fmt.Errorf("signing: list unsigned: %w", err)
 	}
-	var todo []*nodev1.CommandBody
+	var all []*nodev1.CommandBody
 	for rows.Next() {
 		b := &nodev1.CommandBody{}
-		if err := rows.Scan(&b.CommandId, &b.NodeId, &b.Kind, &b.Payload, &b.ExpiresAtMs); err != nil {
+		var batch sql.NullString
+		if err := rows.Scan(&b.CommandId, &b.NodeId, &b.Kind, &b.Payload, &b.ExpiresAtMs, &batch); err != nil {
 			rows.Close()
 			return 0, false, fmt.Errorf("signing: scan unsigned: %w", err)
 		}
-		todo = append(todo, b)
+		b.BatchId = batch.String
+		all = append(all, b)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return 0, false, fmt.Errorf("signing: list unsigned: %w", err)
+	}
+	// A batched command waits, unsigned, until its batch has its quorum;
+	// the batch id goes into the signed body, so the gateway can neither
+	// detach nor swap it.
+	var todo []*nodev1.CommandBody
+	for _, b := range all {
+		if b.BatchId != "" {
+			if s.batches == nil {
+				continue
+			}
+			ok, err := s.batches.Approved(ctx, b.BatchId)
+			if err != nil {
+				return 0, false, fmt.Errorf("signing: batch state: %w", err)
+			}
+			if !ok {
+				continue
+			}
+		}
+		todo = append(todo, b)
 	}
 	if len(todo) == 0 {
 		return 0, false, nil
@@ -179,7 +212,9 @@ func (s *Signer) signBatch(ctx context.Context) (int, bool, error) {
 	for _, id := range signedNodes {
 		s.bus.Publish(bus.NodeTopic(id))
 	}
-	return len(signedNodes), len(todo) == 1000, nil
+	// Another round when this one was full and made progress (held batched
+	// commands can fill a round without being signable).
+	return len(signedNodes), len(all) == 1000 && len(signedNodes) > 0, nil
 }
 
 // Run signs on every poke and at least every interval until ctx ends.

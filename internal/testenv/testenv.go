@@ -9,6 +9,8 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/hex"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
@@ -30,6 +33,8 @@ import (
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/quorum/approverkeys"
+	"github.com/bettercompute/bettercompute/internal/quorum/quorumwire"
 	"github.com/bettercompute/bettercompute/internal/server"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
@@ -48,6 +53,9 @@ type Options struct {
 	// LogTo, when set, receives every log line of the control plane and
 	// the nodes (tests that check nothing secret is logged).
 	LogTo io.Writer
+	// Approvers and Threshold: approver keys made in DIR/approvers and
+	// pinned before any node joins (default 3 and 2, as in dev).
+	Approvers, Threshold int
 }
 
 // Env is a running control plane with its nodes.
@@ -61,6 +69,10 @@ type Env struct {
 	Clock    clock.Clock
 	Log      *slog.Logger
 	Nodes    []*Node
+	// ApproverDir holds approver-N.key and .pub; ApproverKeys are those
+	// private keys in order (held by the test, never by the control plane).
+	ApproverDir  string
+	ApproverKeys []ed25519.PrivateKey
 }
 
 // Node is a bcd agent joined to the environment.
@@ -71,6 +83,7 @@ type Node struct {
 
 	mu      sync.Mutex
 	state   chan bool
+	sets    chan ApproverSetEvent
 	cancel  context.CancelFunc
 	done    chan struct{}
 	running bool
@@ -102,12 +115,33 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	if err != nil {
 		t.Fatalf("pki init: %v", err)
 	}
+	if o.Approvers == 0 {
+		o.Approvers, o.Threshold = 3, 2
+	}
+	approverDir := filepath.Join(dir, "approvers")
+	pubs, err := approverkeys.Generate(approverDir, o.Approvers)
+	if err != nil {
+		t.Fatalf("approver keys: %v", err)
+	}
+	if b, err = pki.PinApprovers(filepath.Join(dir, "pki"), pubs, o.Threshold); err != nil {
+		t.Fatalf("pin approvers: %v", err)
+	}
+	var approverKeys []ed25519.PrivateKey
+	for i := range pubs {
+		k, err := approverkeys.LoadPrivate(filepath.Join(approverDir, fmt.Sprintf("approver-%d.key", i+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		approverKeys = append(approverKeys, k)
+	}
 	log := Logger(t)
 	if o.LogTo != nil {
 		log = slog.New(slog.NewTextHandler(o.LogTo, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	so := server.Options{DB: db, Bundle: b, KEK: kek, Clock: o.Clock, Log: log,
 		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime}
+	// Tests make many calls quickly; rate limits are tested on their own.
+	so.RateLimits = api.RateLimits{ReadPerSecond: 1e6, ReadBurst: 1e6, MutatePerSecond: 1e6, MutateBurst: 1e6}
 	if o.Tune != nil {
 		o.Tune(&so)
 	}
@@ -115,7 +149,7 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	if err != nil {
 		t.Fatalf("start control plane: %v", err)
 	}
-	e := &Env{CP: cp, Bundle: b, KEK: kek, Dir: dir, Clock: o.Clock, Log: log}
+	e := &Env{CP: cp, Bundle: b, KEK: kek, Dir: dir, Clock: o.Clock, Log: log, ApproverDir: approverDir, ApproverKeys: approverKeys}
 	t.Cleanup(e.Close)
 	_, key, err := cp.APIKeys.Create(context.Background(), audit.Entry{TenantID: "root", Actor: "testenv"}, "root", "admin", "admin", 0)
 	if err != nil {
@@ -215,13 +249,19 @@ func (e *Env) OpenNode(t testing.TB, dir, bootID string) *Node {
 func (e *Env) OpenNodeAt(t testing.TB, dir, bootID, addr string) *Node {
 	t.Helper()
 	sim := driver.NewSim(filepath.Base(dir))
-	n := &Node{Dir: dir, Sim: sim, state: make(chan bool, 64)}
+	n := &Node{Dir: dir, Sim: sim, state: make(chan bool, 64), sets: make(chan ApproverSetEvent, 64)}
 	d, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: addr, Driver: sim, Clock: e.Clock, Log: e.Log, BootID: bootID,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("open node: %v", err)
 	}
 	d.OnState(func(c bool) { n.state <- c })
+	d.OnApproverSet(func(g uint64, reason string) {
+		select {
+		case n.sets <- ApproverSetEvent{Generation: g, Reason: reason}:
+		default:
+		}
+	})
 	n.Node = d
 	return n
 }
@@ -290,6 +330,73 @@ func (n *Node) waitState(t testing.TB, want bool, within time.Duration) {
 			t.Fatalf("node %s: session connected=%v not reached within %v", n.NodeID(), want, within)
 		}
 	}
+}
+
+// ApproverSetEvent is a node's decision on one approver-set change.
+type ApproverSetEvent struct {
+	Generation uint64
+	Reason     string // "" when accepted
+}
+
+// WaitApproverSet waits for the node's next decision on an approver-set
+// change.
+func (n *Node) WaitApproverSet(t testing.TB) ApproverSetEvent {
+	t.Helper()
+	select {
+	case ev := <-n.sets:
+		return ev
+	case <-time.After(WaitTimeout):
+		t.Fatalf("node %s: no approver-set decision within %v", n.NodeID(), WaitTimeout)
+		return ApproverSetEvent{}
+	}
+}
+
+// Approve signs batch id's (deployment, id, root, expiry) with each key, as
+// `batch approve` does off the control plane, and submits the signatures
+// through the API. It returns the batch after the last approval.
+func (e *Env) Approve(t testing.TB, id string, keys ...ed25519.PrivateKey) client.Batch {
+	t.Helper()
+	ctx := context.Background()
+	b, err := e.Client.Batch(ctx, id)
+	if err != nil {
+		t.Fatalf("read batch: %v", err)
+	}
+	root, err := hex.DecodeString(b.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		sig := ed25519.Sign(k, quorumwire.ApprovalMessage(b.Deployment, b.ID, root, b.ExpiresMS))
+		if b, err = e.Client.ApproveBatch(ctx, id, k.Public().(ed25519.PublicKey), sig); err != nil {
+			t.Fatalf("approve batch: %v", err)
+		}
+	}
+	return b
+}
+
+// InjectBatchedCommand is InjectCommand for a row the queue treats as part
+// of batchID (the approval and proof the gateway attaches come from that
+// batch), whatever batch the signed body names.
+func (e *Env) InjectBatchedCommand(t testing.TB, nodeID string, body *nodev1.CommandBody, sign Signer, batchID string) string {
+	t.Helper()
+	id := body.CommandId
+	if id == "" {
+		id = ids.New("c")
+		body.CommandId = id
+	}
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, cert := sign(raw)
+	now := e.Clock.Now().UnixMilli()
+	_, err = e.CP.DB.ExecContext(context.Background(), `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at, body, signature, signer_cert, batch_id)
+		VALUES ($1, 'root', $2, $3, $4, 'queued', 'test', $5, $5, $6, $7, $8, $9, $10)`, id, nodeID, body.Kind, body.Payload, now, body.ExpiresAtMs, raw, sig, cert, batchID)
+	if err != nil {
+		t.Fatalf("inject batched command: %v", err)
+	}
+	e.CP.Bus.Publish(bus.NodeTopic(nodeID))
+	return id
 }
 
 // WaitCommand waits until command id is final and returns it.

@@ -448,6 +448,7 @@ type ServerMessage struct {
 	//	*ServerMessage_Command
 	//	*ServerMessage_Ack
 	//	*ServerMessage_Ping
+	//	*ServerMessage_ApproverSets
 	Msg           isServerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -526,6 +527,15 @@ func (x *ServerMessage) GetPing() *Ping {
 	return nil
 }
 
+func (x *ServerMessage) GetApproverSets() *ApproverSets {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerMessage_ApproverSets); ok {
+			return x.ApproverSets
+		}
+	}
+	return nil
+}
+
 type isServerMessage_Msg interface {
 	isServerMessage_Msg()
 }
@@ -546,6 +556,10 @@ type ServerMessage_Ping struct {
 	Ping *Ping `protobuf:"bytes,4,opt,name=ping,proto3,oneof"`
 }
 
+type ServerMessage_ApproverSets struct {
+	ApproverSets *ApproverSets `protobuf:"bytes,5,opt,name=approver_sets,json=approverSets,proto3,oneof"`
+}
+
 func (*ServerMessage_Welcome) isServerMessage_Msg() {}
 
 func (*ServerMessage_Command) isServerMessage_Msg() {}
@@ -553,6 +567,8 @@ func (*ServerMessage_Command) isServerMessage_Msg() {}
 func (*ServerMessage_Ack) isServerMessage_Msg() {}
 
 func (*ServerMessage_Ping) isServerMessage_Msg() {}
+
+func (*ServerMessage_ApproverSets) isServerMessage_Msg() {}
 
 type Hello struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -841,7 +857,11 @@ type Welcome struct {
 	ServerTimeMs int64  `protobuf:"varint,1,opt,name=server_time_ms,json=serverTimeMs,proto3" json:"server_time_ms,omitempty"`
 	SessionId    string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// allowed_kinds narrows the certificate's role table when non-empty.
-	AllowedKinds  []string `protobuf:"bytes,3,rep,name=allowed_kinds,json=allowedKinds,proto3" json:"allowed_kinds,omitempty"`
+	AllowedKinds []string `protobuf:"bytes,3,rep,name=allowed_kinds,json=allowedKinds,proto3" json:"allowed_kinds,omitempty"`
+	// approver_sets is the chain of approver-set changes since the set pinned
+	// in the trust bundle, oldest first. The node accepts each one only when
+	// enough of its currently pinned approvers signed it (see docs/quorum.md).
+	ApproverSets  []*SignedApproverSet `protobuf:"bytes,4,rep,name=approver_sets,json=approverSets,proto3" json:"approver_sets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -897,6 +917,343 @@ func (x *Welcome) GetAllowedKinds() []string {
 	return nil
 }
 
+func (x *Welcome) GetApproverSets() []*SignedApproverSet {
+	if x != nil {
+		return x.ApproverSets
+	}
+	return nil
+}
+
+// ApproverSets is sent on a live session when the approver set changed.
+type ApproverSets struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sets          []*SignedApproverSet   `protobuf:"bytes,1,rep,name=sets,proto3" json:"sets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproverSets) Reset() {
+	*x = ApproverSets{}
+	mi := &file_node_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproverSets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproverSets) ProtoMessage() {}
+
+func (x *ApproverSets) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproverSets.ProtoReflect.Descriptor instead.
+func (*ApproverSets) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ApproverSets) GetSets() []*SignedApproverSet {
+	if x != nil {
+		return x.Sets
+	}
+	return nil
+}
+
+// SignedApproverSet is a change of the destructive-batch approvers: the new
+// keys and threshold under a generation number, signed by at least the
+// threshold of the previous set over the canonical message
+// "bc-approver-set-v1\x00" || deployment || generation || threshold || keys.
+type SignedApproverSet struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Deployment string                 `protobuf:"bytes,1,opt,name=deployment,proto3" json:"deployment,omitempty"`
+	Generation uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Threshold  uint32                 `protobuf:"varint,3,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	// keys are raw 32-byte Ed25519 public keys in ascending byte order.
+	Keys          [][]byte             `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
+	Signatures    []*ApproverSignature `protobuf:"bytes,5,rep,name=signatures,proto3" json:"signatures,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignedApproverSet) Reset() {
+	*x = SignedApproverSet{}
+	mi := &file_node_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignedApproverSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignedApproverSet) ProtoMessage() {}
+
+func (x *SignedApproverSet) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignedApproverSet.ProtoReflect.Descriptor instead.
+func (*SignedApproverSet) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SignedApproverSet) GetDeployment() string {
+	if x != nil {
+		return x.Deployment
+	}
+	return ""
+}
+
+func (x *SignedApproverSet) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *SignedApproverSet) GetThreshold() uint32 {
+	if x != nil {
+		return x.Threshold
+	}
+	return 0
+}
+
+func (x *SignedApproverSet) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *SignedApproverSet) GetSignatures() []*ApproverSignature {
+	if x != nil {
+		return x.Signatures
+	}
+	return nil
+}
+
+// ApproverSignature is one approver's Ed25519 signature.
+type ApproverSignature struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PublicKey     []byte                 `protobuf:"bytes,1,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproverSignature) Reset() {
+	*x = ApproverSignature{}
+	mi := &file_node_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproverSignature) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproverSignature) ProtoMessage() {}
+
+func (x *ApproverSignature) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproverSignature.ProtoReflect.Descriptor instead.
+func (*ApproverSignature) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ApproverSignature) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
+}
+
+func (x *ApproverSignature) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+// BatchApproval is the quorum's word on one batch: its Merkle root and expiry
+// for this deployment, signed by approvers the node pinned.
+type BatchApproval struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Deployment string                 `protobuf:"bytes,1,opt,name=deployment,proto3" json:"deployment,omitempty"`
+	BatchId    string                 `protobuf:"bytes,2,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	// root is the RFC 6962 Merkle root over the batch's leaves.
+	Root        []byte `protobuf:"bytes,3,opt,name=root,proto3" json:"root,omitempty"`
+	ExpiresAtMs int64  `protobuf:"varint,4,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	// signatures are Ed25519 over "bc-batch-approval-v1\x00" || deployment ||
+	// batch id || root || expiry (see docs/quorum.md for the encoding).
+	Signatures    []*ApproverSignature `protobuf:"bytes,5,rep,name=signatures,proto3" json:"signatures,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchApproval) Reset() {
+	*x = BatchApproval{}
+	mi := &file_node_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchApproval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchApproval) ProtoMessage() {}
+
+func (x *BatchApproval) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchApproval.ProtoReflect.Descriptor instead.
+func (*BatchApproval) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *BatchApproval) GetDeployment() string {
+	if x != nil {
+		return x.Deployment
+	}
+	return ""
+}
+
+func (x *BatchApproval) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+func (x *BatchApproval) GetRoot() []byte {
+	if x != nil {
+		return x.Root
+	}
+	return nil
+}
+
+func (x *BatchApproval) GetExpiresAtMs() int64 {
+	if x != nil {
+		return x.ExpiresAtMs
+	}
+	return 0
+}
+
+func (x *BatchApproval) GetSignatures() []*ApproverSignature {
+	if x != nil {
+		return x.Signatures
+	}
+	return nil
+}
+
+// InclusionProof proves that leaf (the canonical leaf encoding) is at
+// leaf_index in the batch's tree of tree_size leaves.
+type InclusionProof struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Leaf          []byte                 `protobuf:"bytes,1,opt,name=leaf,proto3" json:"leaf,omitempty"`
+	LeafIndex     uint64                 `protobuf:"varint,2,opt,name=leaf_index,json=leafIndex,proto3" json:"leaf_index,omitempty"`
+	TreeSize      uint64                 `protobuf:"varint,3,opt,name=tree_size,json=treeSize,proto3" json:"tree_size,omitempty"`
+	Hashes        [][]byte               `protobuf:"bytes,4,rep,name=hashes,proto3" json:"hashes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InclusionProof) Reset() {
+	*x = InclusionProof{}
+	mi := &file_node_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InclusionProof) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InclusionProof) ProtoMessage() {}
+
+func (x *InclusionProof) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InclusionProof.ProtoReflect.Descriptor instead.
+func (*InclusionProof) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *InclusionProof) GetLeaf() []byte {
+	if x != nil {
+		return x.Leaf
+	}
+	return nil
+}
+
+func (x *InclusionProof) GetLeafIndex() uint64 {
+	if x != nil {
+		return x.LeafIndex
+	}
+	return 0
+}
+
+func (x *InclusionProof) GetTreeSize() uint64 {
+	if x != nil {
+		return x.TreeSize
+	}
+	return 0
+}
+
+func (x *InclusionProof) GetHashes() [][]byte {
+	if x != nil {
+		return x.Hashes
+	}
+	return nil
+}
+
 // SignedCommand is relayed verbatim from the database: the gateway cannot
 // produce signature.
 type SignedCommand struct {
@@ -909,13 +1266,19 @@ type SignedCommand struct {
 	Signature []byte `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
 	// signer_cert_der is the worker certificate the command-signing root issued.
 	SignerCertDer []byte `protobuf:"bytes,4,opt,name=signer_cert_der,json=signerCertDer,proto3" json:"signer_cert_der,omitempty"`
+	// approval and proof accompany a command of a destructive kind: the batch
+	// named in the signed body, approved by the quorum, and the proof that
+	// this command's leaf is in it. They are not covered by the worker's
+	// signature; the node checks them against its pinned approvers.
+	Approval      *BatchApproval  `protobuf:"bytes,5,opt,name=approval,proto3" json:"approval,omitempty"`
+	Proof         *InclusionProof `protobuf:"bytes,6,opt,name=proof,proto3" json:"proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SignedCommand) Reset() {
 	*x = SignedCommand{}
-	mi := &file_node_proto_msgTypes[13]
+	mi := &file_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1290,7 @@ func (x *SignedCommand) String() string {
 func (*SignedCommand) ProtoMessage() {}
 
 func (x *SignedCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[13]
+	mi := &file_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1303,7 @@ func (x *SignedCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedCommand.ProtoReflect.Descriptor instead.
 func (*SignedCommand) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{13}
+	return file_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SignedCommand) GetId() string {
@@ -971,24 +1334,39 @@ func (x *SignedCommand) GetSignerCertDer() []byte {
 	return nil
 }
 
+func (x *SignedCommand) GetApproval() *BatchApproval {
+	if x != nil {
+		return x.Approval
+	}
+	return nil
+}
+
+func (x *SignedCommand) GetProof() *InclusionProof {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
+}
+
 // CommandBody is what a worker signs.
 type CommandBody struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CommandId     string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
-	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Kind          string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
-	Payload       []byte                 `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
-	IssuedAtMs    int64                  `protobuf:"varint,5,opt,name=issued_at_ms,json=issuedAtMs,proto3" json:"issued_at_ms,omitempty"`
-	ExpiresAtMs   int64                  `protobuf:"varint,6,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
-	Nonce         string                 `protobuf:"bytes,7,opt,name=nonce,proto3" json:"nonce,omitempty"`
-	BatchId       string                 `protobuf:"bytes,8,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	CommandId   string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	NodeId      string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Kind        string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	Payload     []byte                 `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
+	IssuedAtMs  int64                  `protobuf:"varint,5,opt,name=issued_at_ms,json=issuedAtMs,proto3" json:"issued_at_ms,omitempty"`
+	ExpiresAtMs int64                  `protobuf:"varint,6,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	Nonce       string                 `protobuf:"bytes,7,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	// batch_id names the approved batch a destructive command belongs to.
+	BatchId       string `protobuf:"bytes,8,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommandBody) Reset() {
 	*x = CommandBody{}
-	mi := &file_node_proto_msgTypes[14]
+	mi := &file_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1378,7 @@ func (x *CommandBody) String() string {
 func (*CommandBody) ProtoMessage() {}
 
 func (x *CommandBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[14]
+	mi := &file_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1391,7 @@ func (x *CommandBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandBody.ProtoReflect.Descriptor instead.
 func (*CommandBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{14}
+	return file_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CommandBody) GetCommandId() string {
@@ -1087,7 +1465,7 @@ type CommandUpdate struct {
 
 func (x *CommandUpdate) Reset() {
 	*x = CommandUpdate{}
-	mi := &file_node_proto_msgTypes[15]
+	mi := &file_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1477,7 @@ func (x *CommandUpdate) String() string {
 func (*CommandUpdate) ProtoMessage() {}
 
 func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[15]
+	mi := &file_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1490,7 @@ func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUpdate.ProtoReflect.Descriptor instead.
 func (*CommandUpdate) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{15}
+	return file_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CommandUpdate) GetBody() []byte {
@@ -1151,7 +1529,7 @@ type UpdateBody struct {
 
 func (x *UpdateBody) Reset() {
 	*x = UpdateBody{}
-	mi := &file_node_proto_msgTypes[16]
+	mi := &file_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1541,7 @@ func (x *UpdateBody) String() string {
 func (*UpdateBody) ProtoMessage() {}
 
 func (x *UpdateBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[16]
+	mi := &file_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1554,7 @@ func (x *UpdateBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBody.ProtoReflect.Descriptor instead.
 func (*UpdateBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{16}
+	return file_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UpdateBody) GetCommandId() string {
@@ -1231,7 +1609,7 @@ type UpdateAck struct {
 
 func (x *UpdateAck) Reset() {
 	*x = UpdateAck{}
-	mi := &file_node_proto_msgTypes[17]
+	mi := &file_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1621,7 @@ func (x *UpdateAck) String() string {
 func (*UpdateAck) ProtoMessage() {}
 
 func (x *UpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[17]
+	mi := &file_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1634,7 @@ func (x *UpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAck.ProtoReflect.Descriptor instead.
 func (*UpdateAck) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{17}
+	return file_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UpdateAck) GetCommandId() string {
@@ -1282,7 +1660,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_node_proto_msgTypes[18]
+	mi := &file_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1672,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[18]
+	mi := &file_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1685,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{18}
+	return file_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Ping) GetTimeMs() int64 {
@@ -1331,7 +1709,7 @@ type SecretRequest struct {
 
 func (x *SecretRequest) Reset() {
 	*x = SecretRequest{}
-	mi := &file_node_proto_msgTypes[19]
+	mi := &file_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1721,7 @@ func (x *SecretRequest) String() string {
 func (*SecretRequest) ProtoMessage() {}
 
 func (x *SecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[19]
+	mi := &file_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1734,7 @@ func (x *SecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequest.ProtoReflect.Descriptor instead.
 func (*SecretRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{19}
+	return file_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SecretRequest) GetBody() []byte {
@@ -1396,7 +1774,7 @@ type SecretRequestBody struct {
 
 func (x *SecretRequestBody) Reset() {
 	*x = SecretRequestBody{}
-	mi := &file_node_proto_msgTypes[20]
+	mi := &file_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1786,7 @@ func (x *SecretRequestBody) String() string {
 func (*SecretRequestBody) ProtoMessage() {}
 
 func (x *SecretRequestBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[20]
+	mi := &file_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1799,7 @@ func (x *SecretRequestBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequestBody.ProtoReflect.Descriptor instead.
 func (*SecretRequestBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{20}
+	return file_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SecretRequestBody) GetNodeId() string {
@@ -1476,7 +1854,7 @@ type SecretResponse struct {
 
 func (x *SecretResponse) Reset() {
 	*x = SecretResponse{}
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1866,7 @@ func (x *SecretResponse) String() string {
 func (*SecretResponse) ProtoMessage() {}
 
 func (x *SecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1879,7 @@ func (x *SecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretResponse.ProtoReflect.Descriptor instead.
 func (*SecretResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{21}
+	return file_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SecretResponse) GetJwe() string {
@@ -1540,12 +1918,13 @@ const file_node_proto_rawDesc = "" +
 	"\x05hello\x18\x01 \x01(\v2\x11.bc.node.v1.HelloH\x00R\x05hello\x123\n" +
 	"\x06update\x18\x02 \x01(\v2\x19.bc.node.v1.CommandUpdateH\x00R\x06update\x12&\n" +
 	"\x04ping\x18\x03 \x01(\v2\x10.bc.node.v1.PingH\x00R\x04pingB\x05\n" +
-	"\x03msg\"\xd1\x01\n" +
+	"\x03msg\"\x92\x02\n" +
 	"\rServerMessage\x12/\n" +
 	"\awelcome\x18\x01 \x01(\v2\x13.bc.node.v1.WelcomeH\x00R\awelcome\x125\n" +
 	"\acommand\x18\x02 \x01(\v2\x19.bc.node.v1.SignedCommandH\x00R\acommand\x12)\n" +
 	"\x03ack\x18\x03 \x01(\v2\x15.bc.node.v1.UpdateAckH\x00R\x03ack\x12&\n" +
-	"\x04ping\x18\x04 \x01(\v2\x10.bc.node.v1.PingH\x00R\x04pingB\x05\n" +
+	"\x04ping\x18\x04 \x01(\v2\x10.bc.node.v1.PingH\x00R\x04ping\x12?\n" +
+	"\rapprover_sets\x18\x05 \x01(\v2\x18.bc.node.v1.ApproverSetsH\x00R\fapproverSetsB\x05\n" +
 	"\x03msg\"\xfa\x01\n" +
 	"\x05Hello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
@@ -1571,17 +1950,54 @@ const file_node_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\"s\n" +
+	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\"\xb7\x01\n" +
 	"\aWelcome\x12$\n" +
 	"\x0eserver_time_ms\x18\x01 \x01(\x03R\fserverTimeMs\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12#\n" +
-	"\rallowed_kinds\x18\x03 \x03(\tR\fallowedKinds\"y\n" +
+	"\rallowed_kinds\x18\x03 \x03(\tR\fallowedKinds\x12B\n" +
+	"\rapprover_sets\x18\x04 \x03(\v2\x1d.bc.node.v1.SignedApproverSetR\fapproverSets\"A\n" +
+	"\fApproverSets\x121\n" +
+	"\x04sets\x18\x01 \x03(\v2\x1d.bc.node.v1.SignedApproverSetR\x04sets\"\xc4\x01\n" +
+	"\x11SignedApproverSet\x12\x1e\n" +
+	"\n" +
+	"deployment\x18\x01 \x01(\tR\n" +
+	"deployment\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\x12\x1c\n" +
+	"\tthreshold\x18\x03 \x01(\rR\tthreshold\x12\x12\n" +
+	"\x04keys\x18\x04 \x03(\fR\x04keys\x12=\n" +
+	"\n" +
+	"signatures\x18\x05 \x03(\v2\x1d.bc.node.v1.ApproverSignatureR\n" +
+	"signatures\"P\n" +
+	"\x11ApproverSignature\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x01 \x01(\fR\tpublicKey\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"\xc1\x01\n" +
+	"\rBatchApproval\x12\x1e\n" +
+	"\n" +
+	"deployment\x18\x01 \x01(\tR\n" +
+	"deployment\x12\x19\n" +
+	"\bbatch_id\x18\x02 \x01(\tR\abatchId\x12\x12\n" +
+	"\x04root\x18\x03 \x01(\fR\x04root\x12\"\n" +
+	"\rexpires_at_ms\x18\x04 \x01(\x03R\vexpiresAtMs\x12=\n" +
+	"\n" +
+	"signatures\x18\x05 \x03(\v2\x1d.bc.node.v1.ApproverSignatureR\n" +
+	"signatures\"x\n" +
+	"\x0eInclusionProof\x12\x12\n" +
+	"\x04leaf\x18\x01 \x01(\fR\x04leaf\x12\x1d\n" +
+	"\n" +
+	"leaf_index\x18\x02 \x01(\x04R\tleafIndex\x12\x1b\n" +
+	"\ttree_size\x18\x03 \x01(\x04R\btreeSize\x12\x16\n" +
+	"\x06hashes\x18\x04 \x03(\fR\x06hashes\"\xe2\x01\n" +
 	"\rSignedCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12\x1c\n" +
 	"\tsignature\x18\x03 \x01(\fR\tsignature\x12&\n" +
-	"\x0fsigner_cert_der\x18\x04 \x01(\fR\rsignerCertDer\"\xea\x01\n" +
+	"\x0fsigner_cert_der\x18\x04 \x01(\fR\rsignerCertDer\x125\n" +
+	"\bapproval\x18\x05 \x01(\v2\x19.bc.node.v1.BatchApprovalR\bapproval\x120\n" +
+	"\x05proof\x18\x06 \x01(\v2\x1a.bc.node.v1.InclusionProofR\x05proof\"\xea\x01\n" +
 	"\vCommandBody\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x17\n" +
@@ -1649,7 +2065,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_node_proto_goTypes = []any{
 	(*BundleRequest)(nil),     // 0: bc.node.v1.BundleRequest
 	(*SignedTrustBundle)(nil), // 1: bc.node.v1.SignedTrustBundle
@@ -1664,46 +2080,58 @@ var file_node_proto_goTypes = []any{
 	(*Gpu)(nil),               // 10: bc.node.v1.Gpu
 	(*Disk)(nil),              // 11: bc.node.v1.Disk
 	(*Welcome)(nil),           // 12: bc.node.v1.Welcome
-	(*SignedCommand)(nil),     // 13: bc.node.v1.SignedCommand
-	(*CommandBody)(nil),       // 14: bc.node.v1.CommandBody
-	(*CommandUpdate)(nil),     // 15: bc.node.v1.CommandUpdate
-	(*UpdateBody)(nil),        // 16: bc.node.v1.UpdateBody
-	(*UpdateAck)(nil),         // 17: bc.node.v1.UpdateAck
-	(*Ping)(nil),              // 18: bc.node.v1.Ping
-	(*SecretRequest)(nil),     // 19: bc.node.v1.SecretRequest
-	(*SecretRequestBody)(nil), // 20: bc.node.v1.SecretRequestBody
-	(*SecretResponse)(nil),    // 21: bc.node.v1.SecretResponse
-	nil,                       // 22: bc.node.v1.Hello.LabelsEntry
+	(*ApproverSets)(nil),      // 13: bc.node.v1.ApproverSets
+	(*SignedApproverSet)(nil), // 14: bc.node.v1.SignedApproverSet
+	(*ApproverSignature)(nil), // 15: bc.node.v1.ApproverSignature
+	(*BatchApproval)(nil),     // 16: bc.node.v1.BatchApproval
+	(*InclusionProof)(nil),    // 17: bc.node.v1.InclusionProof
+	(*SignedCommand)(nil),     // 18: bc.node.v1.SignedCommand
+	(*CommandBody)(nil),       // 19: bc.node.v1.CommandBody
+	(*CommandUpdate)(nil),     // 20: bc.node.v1.CommandUpdate
+	(*UpdateBody)(nil),        // 21: bc.node.v1.UpdateBody
+	(*UpdateAck)(nil),         // 22: bc.node.v1.UpdateAck
+	(*Ping)(nil),              // 23: bc.node.v1.Ping
+	(*SecretRequest)(nil),     // 24: bc.node.v1.SecretRequest
+	(*SecretRequestBody)(nil), // 25: bc.node.v1.SecretRequestBody
+	(*SecretResponse)(nil),    // 26: bc.node.v1.SecretResponse
+	nil,                       // 27: bc.node.v1.Hello.LabelsEntry
 }
 var file_node_proto_depIdxs = []int32{
 	1,  // 0: bc.node.v1.JoinResponse.bundle:type_name -> bc.node.v1.SignedTrustBundle
 	1,  // 1: bc.node.v1.RenewResponse.bundle:type_name -> bc.node.v1.SignedTrustBundle
 	8,  // 2: bc.node.v1.NodeMessage.hello:type_name -> bc.node.v1.Hello
-	15, // 3: bc.node.v1.NodeMessage.update:type_name -> bc.node.v1.CommandUpdate
-	18, // 4: bc.node.v1.NodeMessage.ping:type_name -> bc.node.v1.Ping
+	20, // 3: bc.node.v1.NodeMessage.update:type_name -> bc.node.v1.CommandUpdate
+	23, // 4: bc.node.v1.NodeMessage.ping:type_name -> bc.node.v1.Ping
 	12, // 5: bc.node.v1.ServerMessage.welcome:type_name -> bc.node.v1.Welcome
-	13, // 6: bc.node.v1.ServerMessage.command:type_name -> bc.node.v1.SignedCommand
-	17, // 7: bc.node.v1.ServerMessage.ack:type_name -> bc.node.v1.UpdateAck
-	18, // 8: bc.node.v1.ServerMessage.ping:type_name -> bc.node.v1.Ping
-	22, // 9: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
-	9,  // 10: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
-	10, // 11: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
-	11, // 12: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
-	0,  // 13: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
-	2,  // 14: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
-	4,  // 15: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
-	6,  // 16: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
-	19, // 17: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
-	1,  // 18: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
-	3,  // 19: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
-	5,  // 20: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
-	7,  // 21: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
-	21, // 22: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	18, // 6: bc.node.v1.ServerMessage.command:type_name -> bc.node.v1.SignedCommand
+	22, // 7: bc.node.v1.ServerMessage.ack:type_name -> bc.node.v1.UpdateAck
+	23, // 8: bc.node.v1.ServerMessage.ping:type_name -> bc.node.v1.Ping
+	13, // 9: bc.node.v1.ServerMessage.approver_sets:type_name -> bc.node.v1.ApproverSets
+	27, // 10: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
+	9,  // 11: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
+	10, // 12: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
+	11, // 13: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
+	14, // 14: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
+	14, // 15: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
+	15, // 16: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
+	15, // 17: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
+	16, // 18: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
+	17, // 19: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
+	0,  // 20: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
+	2,  // 21: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
+	4,  // 22: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
+	6,  // 23: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
+	24, // 24: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
+	1,  // 25: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
+	3,  // 26: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
+	5,  // 27: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
+	7,  // 28: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
+	26, // 29: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
+	25, // [25:30] is the sub-list for method output_type
+	20, // [20:25] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -1721,6 +2149,7 @@ func file_node_proto_init() {
 		(*ServerMessage_Command)(nil),
 		(*ServerMessage_Ack)(nil),
 		(*ServerMessage_Ping)(nil),
+		(*ServerMessage_ApproverSets)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1728,7 +2157,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

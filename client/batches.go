@@ -1,0 +1,133 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// BatchLeaf is one leaf of a batch as shown: a node, a kind and either a
+// payload digest (with the payload) or Unbound, which admits any payload
+// of its kind for its node and carries Flag.
+type BatchLeaf struct {
+	Index         int             `json:"index"`
+	NodeID        string          `json:"node_id"`
+	Kind          string          `json:"kind"`
+	Unbound       bool            `json:"unbound"`
+	Flag          string          `json:"flag,omitempty"`
+	PayloadSHA256 string          `json:"payload_sha256,omitempty"`
+	Payload       json.RawMessage `json:"payload,omitempty"`
+}
+
+// BatchApproval is one recorded approval.
+type BatchApproval struct {
+	ApproverKey string    `json:"approver_key"`
+	Signature   string    `json:"signature"`
+	SubmittedBy string    `json:"submitted_by"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// Batch is a destructive batch as the API shows it. Root is the server's
+// claim; a reviewer recomputes it from Leaves before signing.
+type Batch struct {
+	ID         string          `json:"id"`
+	TenantID   string          `json:"tenant_id"`
+	Deployment string          `json:"deployment"`
+	Root       string          `json:"root"`
+	State      string          `json:"state"`
+	Threshold  int             `json:"threshold"`
+	Approvals  []BatchApproval `json:"approvals"`
+	Leaves     []BatchLeaf     `json:"leaves"`
+	Unbound    bool            `json:"unbound"`
+	ProposedBy string          `json:"proposed_by"`
+	Agent      string          `json:"agent,omitempty"`
+	AgentFor   string          `json:"agent_for,omitempty"`
+	Proposer   string          `json:"proposer"`
+	CreatedAt  time.Time       `json:"created_at"`
+	ExpiresAt  time.Time       `json:"expires_at"`
+	ExpiresMS  int64           `json:"expires_at_ms"`
+	ApprovedAt *time.Time      `json:"approved_at,omitempty"`
+}
+
+// LeafRequest asks for one leaf in a new batch.
+type LeafRequest struct {
+	NodeID  string          `json:"node_id"`
+	Kind    string          `json:"kind"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	Unbound bool            `json:"unbound,omitempty"`
+}
+
+// CreateBatch proposes a batch of leaves expiring after expires (0: the
+// server's default).
+func (c *Client) CreateBatch(ctx context.Context, leaves []LeafRequest, expires time.Duration) (Batch, error) {
+	var out Batch
+	err := c.Call(ctx, "batches.create", map[string]any{"leaves": leaves, "expires_seconds": int64(expires / time.Second)}, &out)
+	return out, err
+}
+
+// Batch reads a batch with its leaves and approvals.
+func (c *Client) Batch(ctx context.Context, id string) (Batch, error) {
+	var out Batch
+	err := c.Call(ctx, "batches.get", map[string]any{"id": id}, &out)
+	return out, err
+}
+
+// Batches lists the newest batches.
+func (c *Client) Batches(ctx context.Context) ([]Batch, error) {
+	var out struct {
+		Batches []Batch `json:"batches"`
+	}
+	err := c.Call(ctx, "batches.list", nil, &out)
+	return out.Batches, err
+}
+
+// ApproveBatch submits one approver's signature (made off the control
+// plane) over the batch.
+func (c *Client) ApproveBatch(ctx context.Context, id string, approverKey, sig []byte) (Batch, error) {
+	var out Batch
+	err := c.Call(ctx, "batches.approve", map[string]any{"id": id, "approver_key": approverKey, "signature": sig}, &out)
+	return out, err
+}
+
+// CreateCommandInBatch queues a command that runs only under batch batchID.
+func (c *Client) CreateCommandInBatch(ctx context.Context, nodeID, kind string, payload json.RawMessage, batchID string) (Command, error) {
+	in := map[string]any{"node_id": nodeID, "kind": kind, "batch_id": batchID}
+	if len(payload) > 0 {
+		in["payload"] = payload
+	}
+	var out Command
+	err := c.Call(ctx, "commands.createInBatch", in, &out)
+	return out, err
+}
+
+// ApproverSet is the approver set in force.
+type ApproverSet struct {
+	Deployment string   `json:"deployment"`
+	Generation uint64   `json:"generation"`
+	Threshold  int      `json:"threshold"`
+	Keys       []string `json:"keys"`
+}
+
+// Approvers reads the approver set in force.
+func (c *Client) Approvers(ctx context.Context) (ApproverSet, error) {
+	var out ApproverSet
+	err := c.Call(ctx, "approvers.get", nil, &out)
+	return out, err
+}
+
+// ApproverSetStatus reports a proposed approver-set change.
+type ApproverSetStatus struct {
+	Proposed ApproverSet `json:"proposed"`
+	Signed   int         `json:"signed"`
+	Needed   int         `json:"needed"`
+	Applied  bool        `json:"applied"`
+	Approver string      `json:"approver"`
+}
+
+// SignApprovers submits one current approver's signature over a new set.
+func (c *Client) SignApprovers(ctx context.Context, generation uint64, threshold int, keys [][]byte, approverKey, sig []byte) (ApproverSetStatus, error) {
+	var out ApproverSetStatus
+	err := c.Call(ctx, "approvers.sign", map[string]any{"generation": generation, "threshold": threshold, "keys": keys,
+		"approver_key": approverKey, "signature": sig}, &out)
+	return out, err
+}

@@ -1,0 +1,85 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/bettercompute/bettercompute/internal/commands"
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/quorum"
+)
+
+// BatchModules are the services behind the destructive-batch methods.
+type BatchModules struct {
+	Quorum   *quorum.Service
+	Commands *commands.Service
+}
+
+// BatchMethods returns the methods (all decided in the root tenant, except
+// a command in a batch, decided on its node) of the destructive-batch quorum:
+// proposing, reading and approving batches, reading and changing the
+// approver set, and queueing a command inside a batch. Approvals are
+// signatures made off the control plane (`better-compute batch approve`);
+// the server only checks and stores them, and nodes check them again.
+func BatchMethods(m BatchModules) []Method {
+	type createIn struct {
+		Leaves         []quorum.LeafInput `json:"leaves"`
+		ExpiresSeconds int64              `json:"expires_seconds"`
+	}
+	type idIn struct {
+		ID string `json:"id"`
+	}
+	type approveIn struct {
+		ID          string `json:"id"`
+		ApproverKey []byte `json:"approver_key"` // base64 Ed25519 public key
+		Signature   []byte `json:"signature"`    // base64
+	}
+	type signSetIn struct {
+		Generation  uint64   `json:"generation"`
+		Threshold   int      `json:"threshold"`
+		Keys        [][]byte `json:"keys"` // base64 Ed25519 public keys
+		ApproverKey []byte   `json:"approver_key"`
+		Signature   []byte   `json:"signature"`
+	}
+	type runIn struct {
+		NodeID     string          `json:"node_id"`
+		Kind       string          `json:"kind"`
+		Payload    json.RawMessage `json:"payload"`
+		TTLSeconds int64           `json:"ttl_seconds"`
+		BatchID    string          `json:"batch_id"`
+	}
+	return []Method{
+		Def("batches.create", "compute:batches:create", true, func(createIn) Target { return Target{Tenant: "root"} }, func(ctx context.Context, c *Caller, in createIn) (any, error) {
+			return m.Quorum.Create(ctx, c.Actor(), in.Leaves, time.Duration(in.ExpiresSeconds)*time.Second)
+		}),
+		Def("batches.get", "compute:batches:get", false, func(idIn) Target { return Target{Tenant: "root"} }, func(ctx context.Context, c *Caller, in idIn) (any, error) {
+			return m.Quorum.Get(ctx, c.Tenant, in.ID)
+		}),
+		Def("batches.list", "compute:batches:list", false, func(struct{}) Target { return Target{Tenant: "root"} }, func(ctx context.Context, c *Caller, _ struct{}) (any, error) {
+			bs, err := m.Quorum.List(ctx, c.Tenant)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"batches": bs}, nil
+		}),
+		Def("batches.approve", "compute:batches:approve", true, func(approveIn) Target { return Target{Tenant: "root"} }, func(ctx context.Context, c *Caller, in approveIn) (any, error) {
+			if in.ID == "" || len(in.ApproverKey) == 0 || len(in.Signature) == 0 {
+				return nil, errs.New(errs.InvalidInput, "id, approver_key and signature are required")
+			}
+			return m.Quorum.Approve(ctx, c.Actor(), in.ID, in.ApproverKey, in.Signature)
+		}),
+		Def("approvers.get", "compute:approvers:get", false, func(struct{}) Target { return Target{Tenant: "root"} }, func(ctx context.Context, c *Caller, _ struct{}) (any, error) {
+			return m.Quorum.CurrentView(ctx)
+		}),
+		Def("approvers.sign", "compute:approvers:sign", true, func(signSetIn) Target { return Target{Tenant: "root"} }, func(ctx context.Context, c *Caller, in signSetIn) (any, error) {
+			return m.Quorum.SignApproverSet(ctx, c.Actor(), in.Generation, in.Threshold, in.Keys, in.ApproverKey, in.Signature)
+		}),
+		Def("commands.createInBatch", "compute:commands:create", true, func(in runIn) Target { return Target{Kind: "node", ID: in.NodeID} }, func(ctx context.Context, c *Caller, in runIn) (any, error) {
+			if in.NodeID == "" || in.Kind == "" || in.BatchID == "" {
+				return nil, errs.New(errs.InvalidInput, "node_id, kind and batch_id are required")
+			}
+			return m.Commands.CreateInBatch(ctx, c.Actor(), in.NodeID, in.Kind, in.Payload, time.Duration(in.TTLSeconds)*time.Second, in.BatchID)
+		}),
+	}
+}
