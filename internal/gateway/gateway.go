@@ -102,7 +102,7 @@ type Config struct {
 	Clock          clock.Clock
 	Log            *slog.Logger
 	RevocationPoll time.Duration // default 1s
-	CommandPoll    time.Duration // default 5s
+	CommandPoll    time.Duration // default 250ms: one query per interval for the whole gateway
 }
 
 // Gateway serves the Gateway gRPC service.
@@ -157,7 +157,7 @@ func New(cfg Config, svc Services, reg Registry, cmds Commands, poke Poker) (*Ga
 		cfg.RevocationPoll = time.Second
 	}
 	if cfg.CommandPoll == 0 {
-		cfg.CommandPoll = 5 * time.Second
+		cfg.CommandPoll = 250 * time.Millisecond
 	}
 	return &Gateway{cfg: cfg, reg: reg, cmds: cmds, svc: svc, poke: poke, sessions: map[string]*session{}}, nil
 }
