@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -27,7 +28,6 @@ import (
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/iam"
-	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/quorum"
@@ -179,18 +179,24 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		if err != nil {
 			return fail(fmt.Errorf("server: node roots: %w", err))
 		}
-		gw, err := gateway.New(gateway.Config{TrustDomain: b.TrustDomain, NodeRoots: roots, ServerCert: serverCert,
-			GatewayID: ids.New("gw"), Clock: o.Clock, Log: o.Log, RevocationPoll: o.RevocationPoll},
-			gatewayServices{n: cp.Nodes, sec: cp.Secrets, q: cp.Quorum}, registry{cp.Nodes}, cp.Commands, cp.Bus)
-		if err != nil {
-			return fail(err)
-		}
-		cp.Gateway = gw
 		lis, err := net.Listen("tcp", orDefault(o.GatewayListen, "127.0.0.1:0"))
 		if err != nil {
 			return fail(errs.Wrap(errs.InvalidConfig, "the gateway cannot listen on its address", err))
 		}
 		cp.GatewayAddr = lis.Addr().String()
+		// A gateway's id is stable across restarts on the same host and
+		// address, so a restarted gateway closes the sessions its previous
+		// run left open in the registry.
+		host, _ := os.Hostname()
+		gwID := "gw-" + host + "-" + cp.GatewayAddr
+		gw, err := gateway.New(gateway.Config{TrustDomain: b.TrustDomain, NodeRoots: roots, ServerCert: serverCert,
+			GatewayID: gwID, Clock: o.Clock, Log: o.Log, RevocationPoll: o.RevocationPoll},
+			gatewayServices{n: cp.Nodes, sec: cp.Secrets, q: cp.Quorum}, registry{cp.Nodes}, cp.Commands, cp.Bus)
+		if err != nil {
+			lis.Close()
+			return fail(err)
+		}
+		cp.Gateway = gw
 		gs := gw.GRPCServer()
 		cp.wg.Add(2)
 		go func() { defer cp.wg.Done(); gw.Run(rctx) }()
