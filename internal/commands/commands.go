@@ -496,7 +496,7 @@ func (s *Service) CancelDisallowed(ctx context.Context, nodeID, role string, all
 			rows.Close()
 			return 0, fmt.Errorf("commands: scan unfinished: %w", err)
 		}
-		if !KindPermitted(role, allowed, kind) {
+		if !kinds.Permitted(role, allowed, kind) {
 			cancel = append(cancel, id)
 		}
 	}
@@ -512,23 +512,6 @@ func (s *Service) CancelDisallowed(ctx context.Context, nodeID, role string, all
 		s.bus.Publish(bus.CommandTopic(id))
 	}
 	return len(cancel), nil
-}
-
-// KindPermitted reports whether a certificate of role, narrowed to allowed
-// (nil: no narrowing), may run kind.
-func KindPermitted(role string, allowed []string, kind string) bool {
-	if !kinds.AllowedForRole(role, kind) {
-		return false
-	}
-	if allowed == nil {
-		return true
-	}
-	for _, k := range allowed {
-		if k == kind {
-			return true
-		}
-	}
-	return false
 }
 
 // SweepExpired cancels unfinished commands past their expiry (reason

@@ -121,7 +121,7 @@ func (v *Verifier) Check(c *nodev1.SignedCommand, now time.Time, allowed []strin
 		return &body, ReasonExpired
 	case seen(body.CommandId):
 		return &body, ReasonReplayed
-	case !permitted(v.Role, allowed, body.Kind):
+	case !kinds.Permitted(v.Role, allowed, body.Kind):
 		return &body, ReasonKindNotAllowed
 	}
 	if kinds.Destructive(body.Kind) {
@@ -177,19 +177,4 @@ func (v *Verifier) checkBatch(c *nodev1.SignedCommand, body *nodev1.CommandBody,
 		return ReasonProofWrongRoot
 	}
 	return ""
-}
-
-func permitted(role string, allowed []string, kind string) bool {
-	if !kinds.AllowedForRole(role, kind) {
-		return false
-	}
-	if allowed == nil {
-		return true
-	}
-	for _, k := range allowed {
-		if k == kind {
-			return true
-		}
-	}
-	return false
 }

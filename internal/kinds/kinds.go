@@ -45,6 +45,13 @@ func AllowedForRole(role, kind string) bool {
 	return slices.Contains(byRole[role], kind)
 }
 
+// Permitted reports whether a certificate of role, narrowed to allowed
+// (nil: no narrowing), may run kind. bcd and the gateway's Hello check
+// both use it.
+func Permitted(role string, allowed []string, kind string) bool {
+	return AllowedForRole(role, kind) && (allowed == nil || slices.Contains(allowed, kind))
+}
+
 // ForRole returns a copy of the kinds role allows.
 func ForRole(role string) []string { return slices.Clone(byRole[role]) }
 
