@@ -228,6 +228,7 @@ func (g *Gateway) Run(ctx context.Context) {
 var (
 	errRevoked    = errors.New("certificate revoked")
 	errSuperseded = errors.New("session superseded")
+	errExpired    = errors.New("certificate expired")
 )
 
 // Connected reports whether nodeID has a live session on this gateway.
@@ -424,6 +425,10 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	}
 	g.cfg.Log.Info("session open", "node_id", id.NodeID, "session_id", s.id, "boot_id", hello.BootId)
 
+	// A session lives no longer than its certificate: the node renews
+	// before expiry and reconnects with the new one.
+	expiry := time.AfterFunc(id.NotAfter.Sub(g.cfg.Clock.Now()), func() { cancel(errExpired) })
+	defer expiry.Stop()
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- g.receive(sctx, stream, id.NodeID, send) }()
 	go g.deliver(sctx, s, send)
@@ -436,7 +441,7 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	case <-sctx.Done():
 		cause := context.Cause(sctx)
 		g.cfg.Log.Info("session closed", "node_id", id.NodeID, "session_id", s.id, "why", cause)
-		if errors.Is(cause, errRevoked) {
+		if errors.Is(cause, errRevoked) || errors.Is(cause, errExpired) {
 			return errUnauthenticated
 		}
 		return status.Error(codes.Aborted, "session closed")
