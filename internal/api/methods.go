@@ -95,6 +95,12 @@ func Methods(m Modules) []Method {
 		Payload    json.RawMessage   `json:"payload"`
 		TTLSeconds int64             `json:"ttl_seconds"`
 	}
+	type listIn struct {
+		tenantIn
+		NodeID string `json:"node_id"`
+		State  string `json:"state"`
+		Limit  int    `json:"limit"`
+	}
 	type eventsIn struct {
 		Type string `json:"type"`
 	}
@@ -183,6 +189,13 @@ func Methods(m Modules) []Method {
 			}),
 		Def("commands.get", "compute:commands:get", false, byID("command"), func(ctx context.Context, c *Caller, in idIn) (any, error) {
 			return m.Commands.Get(ctx, c.Tenant, in.ID)
+		}),
+		Def("commands.list", "compute:commands:list", false, byTenant[listIn], func(ctx context.Context, c *Caller, in listIn) (any, error) {
+			cs, err := m.Commands.List(ctx, c.Tenant, commands.Filter{NodeID: in.NodeID, State: in.State, Limit: in.Limit})
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"commands": cs}, nil
 		}),
 		Def("events.list", "compute:events:list", false, func(eventsIn) Target { return Target{Tenant: iam.RootTenant} },
 			func(ctx context.Context, c *Caller, in eventsIn) (any, error) {

@@ -199,7 +199,23 @@ func commandsCmd() *cobra.Command {
 		},
 	}
 	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
-	c.AddCommand(run, show)
+	var lnode, lstate string
+	var llimit int
+	var ljson bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List commands, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, "commands.list", map[string]any{"node_id": lnode, "state": lstate, "limit": llimit}, ljson,
+				table("commands", "id", "node_id", "kind", "state", "attested", "reason", "created_at"))
+		},
+	}
+	list.Flags().StringVar(&lnode, "node", "", "only this node's")
+	list.Flags().StringVar(&lstate, "state", "", "only in this state")
+	list.Flags().IntVar(&llimit, "limit", 100, "at most this many (up to 1000)")
+	list.Flags().BoolVar(&ljson, "json", false, "print JSON")
+	c.AddCommand(run, show, list)
 	return c
 }
 

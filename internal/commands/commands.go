@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -296,26 +297,76 @@ var ErrNotFound = errs.New(errs.NotFound, "command not found")
 // Get returns a command by id, NOT_FOUND when absent or outside tenant
 // (unless tenant is root).
 func (s *Service) Get(ctx context.Context, tenant, id string) (Command, error) {
-	var c Command
-	var payload, result []byte
-	var attested int
-	var created, updated, expires int64
-	var batch sql.NullString
-	err := s.db.QueryRowContext(ctx, `SELECT id, node_id, tenant_id, kind, payload, state, attested, result, reason, created_by, created_at, updated_at, expires_at, batch_id
-		FROM commands WHERE id = $1`, id).Scan(&c.ID, &c.NodeID, &c.TenantID, &c.Kind, &payload, &c.State, &attested, &result, &c.Reason,
-		&c.CreatedBy, &created, &updated, &expires, &batch)
-	c.BatchID = batch.String
-	if errors.Is(err, sql.ErrNoRows) || err == nil && tenant != "root" && c.TenantID != tenant {
+	cs, err := s.query(ctx, `WHERE id = $1`, id)
+	if err != nil {
+		return Command{}, err
+	}
+	if len(cs) != 1 || tenant != "root" && cs[0].TenantID != tenant {
 		return Command{}, ErrNotFound
 	}
-	if err != nil {
-		return Command{}, fmt.Errorf("commands: get: %w", err)
+	return cs[0], nil
+}
+
+// Filter narrows List.
+type Filter struct {
+	NodeID string
+	State  string
+	Limit  int // default 100, at most 1000
+}
+
+// List returns tenant's commands (every command for root), newest first.
+func (s *Service) List(ctx context.Context, tenant string, f Filter) ([]Command, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, fmt.Sprintf(cond, len(args)))
 	}
-	c.Payload = json.RawMessage(payload)
-	c.Attested = attested == 1
-	c.Result = asJSON(result)
-	c.CreatedAt, c.UpdatedAt, c.ExpiresAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC(), time.UnixMilli(expires).UTC()
-	return c, nil
+	if tenant != "root" {
+		add("tenant_id = $%d", tenant)
+	}
+	if f.NodeID != "" {
+		add("node_id = $%d", f.NodeID)
+	}
+	if f.State != "" {
+		add("state = $%d", f.State)
+	}
+	if f.Limit <= 0 || f.Limit > 1000 {
+		f.Limit = 100
+	}
+	q := ""
+	if len(where) > 0 {
+		q = "WHERE " + strings.Join(where, " AND ")
+	}
+	return s.query(ctx, q+fmt.Sprintf(" ORDER BY created_at DESC, id LIMIT %d", f.Limit), args...)
+}
+
+func (s *Service) query(ctx context.Context, where string, args ...any) ([]Command, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, node_id, tenant_id, kind, payload, state, attested, result, reason, created_by, created_at, updated_at, expires_at, batch_id
+		FROM commands `+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("commands: read: %w", err)
+	}
+	defer rows.Close()
+	out := []Command{}
+	for rows.Next() {
+		var c Command
+		var payload, result []byte
+		var attested int
+		var created, updated, expires int64
+		var batch sql.NullString
+		if err := rows.Scan(&c.ID, &c.NodeID, &c.TenantID, &c.Kind, &payload, &c.State, &attested, &result, &c.Reason,
+			&c.CreatedBy, &created, &updated, &expires, &batch); err != nil {
+			return nil, fmt.Errorf("commands: scan: %w", err)
+		}
+		c.BatchID = batch.String
+		c.Payload = json.RawMessage(payload)
+		c.Attested = attested == 1
+		c.Result = asJSON(result)
+		c.CreatedAt, c.UpdatedAt, c.ExpiresAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC(), time.UnixMilli(expires).UTC()
+		out = append(out, c)
+	}
+	return out, rows.Err()
 }
 
 // asJSON shows a result as JSON: itself when it is valid JSON, else a JSON

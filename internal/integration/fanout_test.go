@@ -38,8 +38,18 @@ func TestFanoutToManyNodes(t *testing.T) {
 				t.Fatalf("node %s ran diag.run %d times", n.NodeID(), n.Sim.Runs("diag.run"))
 			}
 		}
-		// Another tenant cannot address root's nodes in a fan-out.
+		var list struct {
+			Commands []client.Command `json:"commands"`
+		}
+		if err := e.Client.Call(ctx, "commands.list", map[string]any{"node_id": ids[1]}, &list); err != nil || len(list.Commands) != 1 || list.Commands[0].NodeID != ids[1] {
+			t.Fatalf("commands.list for one node: %+v %v", list.Commands, err)
+		}
+		// Another tenant sees none of root's commands, and cannot address
+		// root's nodes in a fan-out.
 		_, other := e.TenantAdmin(t, "fan")
+		if err := other.Call(ctx, "commands.list", nil, &list); err != nil || len(list.Commands) != 0 {
+			t.Fatalf("another tenant lists %d commands (%v)", len(list.Commands), err)
+		}
 		err := other.Call(ctx, "commands.fanout", map[string]any{"node_ids": ids[:1], "kind": "node.ping"}, nil)
 		if !errors.Is(err, client.ErrAccessDenied) {
 			t.Fatalf("cross-tenant fan-out: %v, want ACCESS_DENIED", err)
