@@ -118,7 +118,7 @@ func NewSigner(deployment string, priv ed25519.PrivateKey) (note.Signer, error) 
 		return nil, err
 	}
 	// vkey is name+hash+base64(0x01||pub); the signer key shares name and hash.
-	parts := strings.Split(vkey, "+")
+	parts := strings.SplitN(vkey, "+", 3)
 	if len(parts) != 3 {
 		return nil, errors.New("auditlog: unexpected verifier key form")
 	}

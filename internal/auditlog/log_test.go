@@ -207,7 +207,9 @@ func TestVerifyFindsTampering(t *testing.T) {
 		}, func(ids []string) []string { return []string{"row-deleted seq=3 event=" + ids[3]} }},
 		{"row-inserted", func(t *testing.T, f *fixture, ids []string) {
 			f.exec(t, `INSERT INTO audit_events (id, tenant_id, at, actor, action, resource, outcome, seq) VALUES ('ev_forged', 'root', 1, 'user:mallory', 'nodes.revoke', 'node/x', 'allowed', 12)`)
-		}, func([]string) []string { return []string{"row-inserted seq=12 event=ev_forged (no sealed leaf has this event)"} }},
+		}, func([]string) []string {
+			return []string{"row-inserted seq=12 event=ev_forged (no sealed leaf has this event)"}
+		}},
 		{"row-inserted-renumbered", func(t *testing.T, f *fixture, ids []string) {
 			f.exec(t, `UPDATE audit_events SET seq = seq + 1000 WHERE tenant_id = 'root' AND seq >= 10`)
 			f.exec(t, `UPDATE audit_events SET seq = seq - 999 WHERE tenant_id = 'root' AND seq >= 1000`)
@@ -223,7 +225,9 @@ func TestVerifyFindsTampering(t *testing.T) {
 		}},
 		{"last-checkpoint-deleted", func(t *testing.T, f *fixture, ids []string) {
 			f.exec(t, `DELETE FROM audit_checkpoints WHERE tenant_id = 'root' AND size = 12`)
-		}, func([]string) []string { return []string{"checkpoint-missing size=12 (the log's size has no checkpoint)"} }},
+		}, func([]string) []string {
+			return []string{"checkpoint-missing size=12 (the log's size has no checkpoint)"}
+		}},
 		{"checkpoint-edited", func(t *testing.T, f *fixture, ids []string) {
 			var msg []byte
 			if err := f.db.QueryRowContext(context.Background(), `SELECT note FROM audit_checkpoints WHERE tenant_id = 'root' AND size = 8`).Scan(&msg); err != nil {

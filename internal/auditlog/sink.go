@@ -318,3 +318,10 @@ func (p *Pump) advance(ctx context.Context, tenant string, next int64, onlyForwa
 	}
 	return nil
 }
+
+// SetBatch sets how many rows the pump hands the sink at once (tests).
+func (p *Pump) SetBatch(n int) {
+	if n > 0 {
+		p.batch = n
+	}
+}
