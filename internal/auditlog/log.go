@@ -39,7 +39,8 @@ var (
 // Config configures a Log.
 type Config struct {
 	DB *store.DB
-	// Deployment names the deployment in origins ("<deployment>/audit/<tenant>").
+	// Deployment names the deployment in origins ("<deployment>/audit/<tenant>");
+	// required to seal.
 	Deployment string
 	Clock      clock.Clock
 	Log        *slog.Logger
@@ -61,8 +62,8 @@ type Log struct {
 
 // New returns a Log over c.DB.
 func New(c Config) (*Log, error) {
-	if c.DB == nil || c.Deployment == "" {
-		return nil, errors.New("auditlog: a database and a deployment name are required")
+	if c.DB == nil {
+		return nil, errors.New("auditlog: a database is required")
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
@@ -149,6 +150,9 @@ func (l *Log) SealAll(ctx context.Context, key *SigningKey) ([]SealResult, error
 // rows committed since the last seal; a row whose transaction commits later
 // gets a later number, so no row can land behind a sealed checkpoint.
 func (l *Log) Seal(ctx context.Context, tenant string, key *SigningKey) ([]SealResult, error) {
+	if l.deployment == "" || key == nil {
+		return nil, errors.New("auditlog: sealing needs a deployment name and a signing key")
+	}
 	var out []SealResult
 	for {
 		res, err := l.sealBatch(ctx, tenant, key)

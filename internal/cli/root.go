@@ -62,6 +62,7 @@ func NewRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(devCmd(), serveCmd(), pkiCmd(), nodesCmd(), joinTokensCmd(), commandsCmd())
+	root.AddCommand(auditCmd())
 	return root
 }
 
