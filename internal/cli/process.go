@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/bettercompute/bettercompute/internal/auditlog"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/devenv"
 	"github.com/bettercompute/bettercompute/internal/pki"
@@ -71,6 +72,8 @@ func devCmd() *cobra.Command {
 
 func serveCmd() *cobra.Command {
 	var dsn, pkiDir, kekFile, roles, apiAddr, gwAddr, gwNames, level string
+	var auditSink string
+	var auditSeal time.Duration
 	c := &cobra.Command{
 		Use:   "serve",
 		Short: "Run control plane roles (api, gateway, workers) against a database",
@@ -99,8 +102,17 @@ func serveCmd() *cobra.Command {
 			if gwNames != "" {
 				names = strings.Split(gwNames, ",")
 			}
-			cp, err := server.Start(ctx, server.Options{DB: db, Bundle: b, KEK: kek, Roles: strings.Split(roles, ","), Clock: clock.Real{}, Log: log,
-				APIListen: apiAddr, GatewayListen: gwAddr, GatewayNames: names})
+			so := server.Options{DB: db, Bundle: b, KEK: kek, Roles: strings.Split(roles, ","), Clock: clock.Real{}, Log: log,
+				APIListen: apiAddr, GatewayListen: gwAddr, GatewayNames: names, AuditSealInterval: auditSeal}
+			if auditSink != "" {
+				sink, err := auditlog.OpenSink(ctx, auditSink)
+				if err != nil {
+					return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: audit sink: %w", err)}
+				}
+				defer sink.Close()
+				so.AuditSink, so.AuditSinkName = sink, auditSink
+			}
+			cp, err := server.Start(ctx, so)
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
@@ -118,6 +130,8 @@ func serveCmd() *cobra.Command {
 	c.Flags().StringVar(&gwAddr, "gateway", "127.0.0.1:7781", "gateway listen address")
 	c.Flags().StringVar(&gwNames, "gateway-names", "localhost", "comma-separated DNS names for the gateway certificate")
 	c.Flags().StringVar(&level, "log-level", "info", "log level")
+	c.Flags().StringVar(&auditSink, "audit-sink", "", "copy sealed audit rows to this sink: a JSON-lines file path, or a bucket URL (s3://…, file:///…)")
+	c.Flags().DurationVar(&auditSeal, "audit-seal-interval", time.Hour, "how often the workers role seals the audit log")
 	return c
 }
 

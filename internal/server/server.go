@@ -14,9 +14,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/auditlog"
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/commands"
@@ -53,6 +56,12 @@ type Options struct {
 	RevocationPoll time.Duration
 	// NodeCertLifetime is the lifetime of node certificates (default 24h).
 	NodeCertLifetime time.Duration
+	// AuditSealInterval is how often the workers role seals the audit log
+	// (default 1h); AuditSink, when set, receives a copy of every sealed
+	// audit row, its cursor kept under AuditSinkName (default "default").
+	AuditSealInterval time.Duration
+	AuditSink         auditlog.Sink
+	AuditSinkName     string
 }
 
 // ControlPlane is a running control plane process.
@@ -65,6 +74,10 @@ type ControlPlane struct {
 	APIKeys  *apikeys.Service
 	Signer   *signing.Signer
 	Gateway  *gateway.Gateway
+	// Metrics is this process's Prometheus registry (not the global one).
+	Metrics *prometheus.Registry
+	// Audit is the audit log's sealing job (workers role only).
+	Audit *auditlog.Worker
 
 	APIAddr     string // host:port the API listens on ("" without the api role)
 	GatewayAddr string // host:port the gateway listens on
@@ -96,7 +109,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	}
 	now := o.Clock.Now()
 	b := o.Bundle
-	cp := &ControlPlane{DB: o.DB, Bus: bus.New()}
+	cp := &ControlPlane{DB: o.DB, Bus: bus.New(), Metrics: prometheus.NewRegistry()}
 	cp.Events = audit.NewEvents(o.DB, o.Clock)
 
 	nodeCAKey, err := b.NodeCAKey(o.KEK)
@@ -135,6 +148,9 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		cp.wg.Add(2)
 		go func() { defer cp.wg.Done(); cp.Signer.Run(rctx, time.Second) }()
 		go func() { defer cp.wg.Done(); cp.sweep(rctx, o.Log) }()
+		if err := cp.startAudit(rctx, o); err != nil {
+			return fail(err)
+		}
 	}
 
 	if slices.Contains(o.Roles, RoleGateway) {
