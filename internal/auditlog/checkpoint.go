@@ -182,7 +182,10 @@ type CheckpointError struct {
 	Err    error
 }
 
+// Error returns the reason and the cause.
 func (e *CheckpointError) Error() string { return e.Reason + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
 func (e *CheckpointError) Unwrap() error { return e.Err }
 
 // OpenCheckpoint verifies a signed checkpoint under v and parses its body;
