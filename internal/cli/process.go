@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/bettercompute/internal/api"
+	"github.com/bettercompute/bettercompute/internal/auditlog"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/devenv"
 	"github.com/bettercompute/bettercompute/internal/pki"
@@ -78,6 +79,8 @@ func serveCmd() *cobra.Command {
 	var dsn, pkiDir, kekFile, roles, apiAddr, gwAddr, gwNames, level, baseURL string
 	var trusted []string
 	var cookies bool
+	var auditSink string
+	var auditSeal time.Duration
 	c := &cobra.Command{
 		Use:   "serve",
 		Short: "Run control plane roles (api, gateway, workers) against a database",
@@ -110,8 +113,18 @@ func serveCmd() *cobra.Command {
 			if gwNames != "" {
 				names = strings.Split(gwNames, ",")
 			}
-			cp, err := server.Start(ctx, server.Options{DB: db, Bundle: b, KEK: kek, Roles: strings.Split(roles, ","), Clock: clock.Real{}, Log: log,
-				APIListen: apiAddr, GatewayListen: gwAddr, GatewayNames: names, TrustedProxies: proxies, SessionCookies: cookies, BaseURL: baseURL})
+			so := server.Options{DB: db, Bundle: b, KEK: kek, Roles: strings.Split(roles, ","), Clock: clock.Real{}, Log: log,
+				APIListen: apiAddr, GatewayListen: gwAddr, GatewayNames: names, TrustedProxies: proxies, SessionCookies: cookies, BaseURL: baseURL,
+				AuditSealInterval: auditSeal}
+			if auditSink != "" {
+				sink, err := auditlog.OpenSink(ctx, auditSink)
+				if err != nil {
+					return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: audit sink: %w", err)}
+				}
+				defer sink.Close()
+				so.AuditSink, so.AuditSinkName = sink, auditSink
+			}
+			cp, err := server.Start(ctx, so)
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
@@ -132,6 +145,8 @@ func serveCmd() *cobra.Command {
 	c.Flags().StringSliceVar(&trusted, "trusted-proxy", nil, "address or CIDR of a proxy whose X-Forwarded-For is believed (repeatable)")
 	c.Flags().BoolVar(&cookies, "session-cookies", false, "accept the bc_session cookie (needs --base-url; Origin must match it exactly)")
 	c.Flags().StringVar(&baseURL, "base-url", "", "the API's public URL, such as https://bc.example.com")
+	c.Flags().StringVar(&auditSink, "audit-sink", "", "copy sealed audit rows to this sink: a JSON-lines file path, or a bucket URL (s3://…, file:///…)")
+	c.Flags().DurationVar(&auditSeal, "audit-seal-interval", time.Hour, "how often the workers role seals the audit log")
 	return c
 }
 

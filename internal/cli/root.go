@@ -64,6 +64,7 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(devCmd(), serveCmd(), pkiCmd(), nodesCmd(), joinTokensCmd(), commandsCmd(),
 		tenantsCmd(), identitiesCmd(), rolesCmd(), bindingsCmd(), apiKeysCmd(), secretsCmd())
 	root.AddCommand(batchCmd(), approversCmd())
+	root.AddCommand(auditCmd())
 	return root
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/auditlog"
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/commands"
@@ -66,6 +67,12 @@ type Options struct {
 	SessionCookies bool
 	BaseURL        string
 	RateLimits     api.RateLimits
+	// AuditSealInterval is how often the workers role seals the audit log
+	// (default 1h); AuditSink, when set, receives a copy of every sealed
+	// audit row, its cursor kept under AuditSinkName (default "default").
+	AuditSealInterval time.Duration
+	AuditSink         auditlog.Sink
+	AuditSinkName     string
 }
 
 // ControlPlane is a running control plane process.
@@ -82,6 +89,8 @@ type ControlPlane struct {
 	Metrics  *prometheus.Registry
 	Gateway  *gateway.Gateway
 	Quorum   *quorum.Service
+	// Audit is the audit log's sealing job (workers role only).
+	Audit *auditlog.Worker
 
 	APIAddr     string // host:port the API listens on ("" without the api role)
 	GatewayAddr string // host:port the gateway listens on
@@ -159,6 +168,9 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		cp.wg.Add(2)
 		go func() { defer cp.wg.Done(); cp.Signer.Run(rctx, time.Second) }()
 		go func() { defer cp.wg.Done(); cp.sweep(rctx, o.Log) }()
+		if err := cp.startAudit(rctx, o); err != nil {
+			return fail(err)
+		}
 	}
 
 	if slices.Contains(o.Roles, RoleGateway) {

@@ -1,0 +1,349 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/bettercompute/bettercompute/internal/auditlog"
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/store"
+)
+
+// auditCmd is `better-compute audit`: the tamper-evident audit log. Its
+// commands work on the database directly (--db, default $BC_DB), not
+// through the API, so that an operator can check the log without trusting
+// a running control plane. docs/audit.md describes them.
+func auditCmd() *cobra.Command {
+	c := &cobra.Command{Use: "audit", Short: "Seal, verify, prove and list the tamper-evident audit log (on the database directly)"}
+	c.AddCommand(auditSealCmd(), auditVerifyCmd(), auditProveCmd(), auditCheckProofCmd(), auditKeyCmd(), auditListCmd())
+	return c
+}
+
+func badInput(err error) error { return &ExitError{Code: 2, Err: err} }
+
+func dbFlag(c *cobra.Command, dsn *string) {
+	c.Flags().StringVar(dsn, "db", os.Getenv("BC_DB"), "database: sqlite:PATH or postgres://… (default $BC_DB; dev keeps sqlite:$HOME/.better-compute/dev/control.db)")
+}
+
+func openAuditLog(ctx context.Context, dsn, deployment string, migrate bool) (*store.DB, *auditlog.Log, error) {
+	if dsn == "" {
+		return nil, nil, badInput(errors.New("--db (or BC_DB) is required"))
+	}
+	db, err := store.Open(ctx, dsn)
+	if err != nil {
+		return nil, nil, badInput(fmt.Errorf("database: %w", err))
+	}
+	if migrate {
+		if err := db.Migrate(ctx); err != nil {
+			db.Close()
+			return nil, nil, err
+		}
+	}
+	l, err := auditlog.New(auditlog.Config{DB: db, Deployment: deployment, Clock: clock.Real{}, Log: newLogger(io.Discard, "error")})
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return db, l, nil
+}
+
+// auditVerifier reads the verifier key from --key FILE, or from the bundle
+// in --pki DIR.
+func auditVerifier(keyFile, pkiDir string) (note.Verifier, string, error) {
+	switch {
+	case keyFile != "" && pkiDir != "":
+		return nil, "", badInput(errors.New("give --key or --pki, not both"))
+	case keyFile != "":
+		b, err := os.ReadFile(keyFile)
+		if err != nil {
+			return nil, "", badInput(fmt.Errorf("verifier key: %w", err))
+		}
+		v, dep, err := auditlog.ParseVerifierKey(string(b))
+		if err != nil {
+			return nil, "", badInput(err)
+		}
+		return v, dep, nil
+	case pkiDir != "":
+		b, err := pki.Load(pkiDir)
+		if err != nil {
+			return nil, "", badInput(fmt.Errorf("PKI bundle in %s: %w", pkiDir, err))
+		}
+		vkey, err := auditlog.VerifierKey(b.Deployment, b.AuditKey)
+		if err != nil {
+			return nil, "", badInput(err)
+		}
+		v, dep, err := auditlog.ParseVerifierKey(vkey)
+		if err != nil {
+			return nil, "", badInput(err)
+		}
+		return v, dep, nil
+	default:
+		return nil, "", badInput(errors.New("--key FILE or --pki DIR is required"))
+	}
+}
+
+func auditSealCmd() *cobra.Command {
+	var dsn, pkiDir, kekFile, tenant string
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "seal",
+		Short: "Seal new audit rows now: append them to each tenant's log and sign a checkpoint (needs the audit key)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := contextOf(cmd)
+			kek, err := pki.LoadKEK(kekFile)
+			if err != nil {
+				return badInput(fmt.Errorf("key-encryption key: %w", err))
+			}
+			b, err := pki.Load(pkiDir)
+			if err != nil {
+				return badInput(fmt.Errorf("PKI bundle in %s: %w", pkiDir, err))
+			}
+			priv, err := b.AuditSigningKey(kek)
+			if err != nil {
+				return badInput(fmt.Errorf("the audit key does not unseal with this key-encryption key: %w", err))
+			}
+			key, err := auditlog.NewSigningKey(b.Deployment, priv)
+			if err != nil {
+				return err
+			}
+			db, l, err := openAuditLog(ctx, dsn, b.Deployment, true)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			var res []auditlog.SealResult
+			if tenant != "" {
+				res, err = l.Seal(ctx, tenant, key)
+			} else {
+				res, err = l.SealAll(ctx, key)
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if res == nil {
+					res = []auditlog.SealResult{}
+				}
+				return printJSON(cmd.OutOrStdout(), res)
+			}
+			for _, r := range res {
+				fmt.Fprintf(cmd.OutOrStdout(), "sealed %d rows of tenant %s: checkpoint size %d\n", r.Added, r.Tenant, r.Size)
+			}
+			if len(res) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "nothing to seal")
+			}
+			return nil
+		},
+	}
+	dbFlag(c, &dsn)
+	c.Flags().StringVar(&pkiDir, "pki", "pki", "PKI bundle directory")
+	c.Flags().StringVar(&kekFile, "kek-file", "kek", "key-encryption key file (0600); BC_KEK overrides")
+	c.Flags().StringVar(&tenant, "tenant", "", "seal only this tenant (default: every tenant with new rows)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of checkpoints written")
+	return c
+}
+
+func auditVerifyCmd() *cobra.Command {
+	var dsn, pkiDir, keyFile, tenant string
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "verify",
+		Short: "Recompute a tenant's log from its rows and check every checkpoint; exit 0 all holds, 1 a finding, 2 bad input",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := contextOf(cmd)
+			if tenant == "" {
+				return badInput(errors.New("--tenant is required"))
+			}
+			v, dep, err := auditVerifier(keyFile, pkiDir)
+			if err != nil {
+				return err
+			}
+			db, l, err := openAuditLog(ctx, dsn, dep, false)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			var progress func(done, total int64)
+			if f, ok := cmd.ErrOrStderr().(*os.File); ok && isTerminal(f) {
+				progress = func(done, total int64) { fmt.Fprintf(f, "\rverified %d of %d rows", done, total) }
+			}
+			rep, err := l.Verify(ctx, tenant, v, progress)
+			if progress != nil {
+				fmt.Fprintln(cmd.ErrOrStderr())
+			}
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				if err := printJSON(out, rep.Findings); err != nil {
+					return err
+				}
+			} else {
+				for _, f := range rep.Findings {
+					fmt.Fprintln(out, f.String())
+				}
+				if rep.OK() {
+					fmt.Fprintf(out, "ok: %s: %d rows, %d checkpoints verified\n", rep.Origin, rep.Rows, rep.Checkpoints)
+				}
+			}
+			if !rep.OK() {
+				return &ExitError{Code: 1}
+			}
+			return nil
+		},
+	}
+	dbFlag(c, &dsn)
+	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (required)")
+	c.Flags().StringVar(&pkiDir, "pki", "", "PKI bundle directory (only its public audit key is used)")
+	c.Flags().StringVar(&keyFile, "key", "", "audit verifier key file (from `audit key`)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the findings as a JSON array")
+	return c
+}
+
+func auditProveCmd() *cobra.Command {
+	var dsn, tenant, event, out string
+	c := &cobra.Command{
+		Use:   "prove",
+		Short: "Write the inclusion proof of one event (C2SP tlog-proof@v1) for check-proof",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := contextOf(cmd)
+			if tenant == "" || event == "" || out == "" {
+				return badInput(errors.New("--tenant, --event and --out are required"))
+			}
+			db, l, err := openAuditLog(ctx, dsn, "", false)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			p, err := l.Prove(ctx, tenant, event)
+			if errors.Is(err, auditlog.ErrNotFound) {
+				return badInput(err)
+			}
+			if err != nil {
+				return err
+			}
+			if err := pki.WriteFileAtomic(out, p.Marshal(), 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: event %s at index %d\n", out, event, p.Index)
+			return nil
+		},
+	}
+	dbFlag(c, &dsn)
+	c.Flags().StringVar(&tenant, "tenant", "", "tenant id")
+	c.Flags().StringVar(&event, "event", "", "event id (ev_…)")
+	c.Flags().StringVar(&out, "out", "", "proof file to write")
+	return c
+}
+
+func auditCheckProofCmd() *cobra.Command {
+	var keyFile string
+	c := &cobra.Command{
+		Use:   "check-proof FILE",
+		Short: "Check a proof offline (no server, no database) and print the verified event; exit 1 when it fails",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if keyFile == "" {
+				return badInput(errors.New("--key is required"))
+			}
+			v, _, err := auditVerifier(keyFile, "")
+			if err != nil {
+				return err
+			}
+			file, err := os.ReadFile(args[0])
+			if err != nil {
+				return badInput(err)
+			}
+			got, err := auditlog.CheckProof(file, v)
+			if err != nil {
+				return &ExitError{Code: 1, Err: fmt.Errorf("proof refused: %w", err)}
+			}
+			return printJSON(cmd.OutOrStdout(), map[string]any{
+				"verified": true, "origin": got.Checkpoint.Origin, "tree_size": got.Checkpoint.Size, "event": got.Row,
+			})
+		},
+	}
+	c.Flags().StringVar(&keyFile, "key", "", "audit verifier key file (from `audit key`)")
+	return c
+}
+
+func auditKeyCmd() *cobra.Command {
+	var pkiDir string
+	c := &cobra.Command{
+		Use:   "key",
+		Short: "Print the audit verifier key (signed-note verifier format name+hash+base64)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := pki.Load(pkiDir)
+			if err != nil {
+				return badInput(fmt.Errorf("PKI bundle in %s: %w", pkiDir, err))
+			}
+			vkey, err := auditlog.VerifierKey(b.Deployment, b.AuditKey)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), vkey)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&pkiDir, "pki", "pki", "PKI bundle directory")
+	return c
+}
+
+func auditListCmd() *cobra.Command {
+	var dsn, tenant string
+	var since int64
+	var limit int
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "list",
+		Short: "List a tenant's audit events: sealed ones in seq order, then unsealed ones",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := contextOf(cmd)
+			if tenant == "" {
+				return badInput(errors.New("--tenant is required"))
+			}
+			db, l, err := openAuditLog(ctx, dsn, "", false)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			evs, err := l.List(ctx, tenant, since, limit)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), evs)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SEQ\tID\tAT\tACTOR\tACTION\tRESOURCE\tOUTCOME\tSEALED")
+			for _, e := range evs {
+				seq := "-"
+				if e.Seq != nil {
+					seq = fmt.Sprint(*e.Seq)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%v\n", seq, e.ID, e.At.Format("2006-01-02T15:04:05.000Z"), e.Actor, e.Action, e.Resource, e.Outcome, e.Sealed)
+			}
+			return tw.Flush()
+		},
+	}
+	dbFlag(c, &dsn)
+	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (required)")
+	c.Flags().Int64Var(&since, "since", 0, "list sealed events from this seq on")
+	c.Flags().IntVar(&limit, "limit", 1000, "at most this many events (0: all)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	return c
+}
