@@ -141,7 +141,18 @@ func (ev *Events) Refused(ctx context.Context, typ, reason, nodeID string, detai
 	if suppressed > 0 {
 		d["suppressed_before"] = suppressed
 	}
-	return true, ev.insert(ctx, ev.db.DB, typ, nodeID, d)
+	// The refusal is also an audit row in the root tenant's log, so it is
+	// sealed and provable like any other event.
+	actor := "anonymous"
+	if nodeID != "" {
+		actor = "node/" + nodeID
+	}
+	return true, ev.db.Tx(ctx, func(tx *sql.Tx) error {
+		if err := ev.insert(ctx, tx, typ, nodeID, d); err != nil {
+			return err
+		}
+		return Record(ctx, tx, ev.clk.Now(), Entry{TenantID: "root", Actor: actor, Action: typ, Resource: "node/" + nodeID, Outcome: "refused", Details: d})
+	})
 }
 
 // List returns the events of typ (all types when empty), oldest first.

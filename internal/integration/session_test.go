@@ -150,6 +150,10 @@ func TestJoinRefusalsAreGenericAndRecorded(t *testing.T) {
 			t.Fatalf("first join: %v", err)
 		}
 		expectDenied(join(tok.Token), "token-used")
+		var audited int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM audit_events WHERE action = $1 AND outcome = 'refused' AND tenant_id = 'root'`, nodes.EventJoinRefused).Scan(&audited); err != nil || audited != 1 {
+			t.Fatalf("refused join audit rows: %d (%v), want 1", audited, err)
+		}
 
 		parsed, _ := jointoken.Parse(tok.Token)
 		parsed.Secret = ids.Secret(32)
