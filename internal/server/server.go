@@ -30,6 +30,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/signing"
 	"github.com/bettercompute/bettercompute/internal/store"
@@ -65,6 +66,9 @@ type Options struct {
 	SessionCookies bool
 	BaseURL        string
 	RateLimits     api.RateLimits
+	// SandboxImages is the gocloud.dev/blob URL of the sandbox image store
+	// (file:///dir by default in dev); "" disables image imports.
+	SandboxImages string
 }
 
 // ControlPlane is a running control plane process.
@@ -77,9 +81,11 @@ type ControlPlane struct {
 	APIKeys  *apikeys.Service
 	IAM      *iam.Service
 	Secrets  *secrets.Service
-	Signer   *signing.Signer
-	Metrics  *prometheus.Registry
-	Gateway  *gateway.Gateway
+	// Sandboxes is the sandbox module (package sandboxes).
+	Sandboxes *sandboxes.Service
+	Signer    *signing.Signer
+	Metrics   *prometheus.Registry
+	Gateway   *gateway.Gateway
 
 	APIAddr     string // host:port the API listens on ("" without the api role)
 	GatewayAddr string // host:port the gateway listens on
@@ -142,6 +148,9 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		cp.Close()
 		return nil, err
 	}
+	if err := cp.startSandboxes(rctx, o); err != nil {
+		return fail(err)
+	}
 
 	if slices.Contains(o.Roles, RoleWorkers) {
 		rootKey, err := b.CommandRootKey(o.KEK)
@@ -152,6 +161,8 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		cp.wg.Add(2)
 		go func() { defer cp.wg.Done(); cp.Signer.Run(rctx, time.Second) }()
 		go func() { defer cp.wg.Done(); cp.sweep(rctx, o.Log) }()
+		cp.wg.Add(1)
+		go func() { defer cp.wg.Done(); cp.Sandboxes.Run(rctx, 2*time.Second) }()
 	}
 
 	if slices.Contains(o.Roles, RoleGateway) {
@@ -192,7 +203,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	}
 
 	if slices.Contains(o.Roles, RoleAPI) {
-		mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys, Secrets: cp.Secrets}
+		mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys, Secrets: cp.Secrets, Sandboxes: cp.Sandboxes}
 		// Idempotency digests are keyed, so a stored digest of a body that
 		// carried a secret is no guessing oracle.
 		idemKey := sha256.Sum256(append([]byte("bc-idempotency-v1\x00"), o.KEK[:]...))

@@ -27,6 +27,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
+	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
@@ -48,6 +49,9 @@ type Options struct {
 	// LogTo, when set, receives every log line of the control plane and
 	// the nodes (tests that check nothing secret is logged).
 	LogTo io.Writer
+	// SandboxRuntime, when set (sim or runc), makes every node a sandbox
+	// host on that runtime, sharing the control plane's image store.
+	SandboxRuntime string
 }
 
 // Env is a running control plane with its nodes.
@@ -61,6 +65,8 @@ type Env struct {
 	Clock    clock.Clock
 	Log      *slog.Logger
 	Nodes    []*Node
+
+	sandboxRuntime, imageStore string
 }
 
 // Node is a bcd agent joined to the environment.
@@ -68,6 +74,8 @@ type Node struct {
 	*daemon.Node
 	Dir string
 	Sim *driver.Sim
+	// Sandbox is the node's sandbox host (nil unless SandboxRuntime).
+	Sandbox *sandbox.Host
 
 	mu      sync.Mutex
 	state   chan bool
@@ -108,6 +116,11 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	}
 	so := server.Options{DB: db, Bundle: b, KEK: kek, Clock: o.Clock, Log: log,
 		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime}
+	imageStore := ""
+	if o.SandboxRuntime != "" {
+		imageStore = sandboxImageStore(t, dir)
+		so.SandboxImages = imageStore
+	}
 	if o.Tune != nil {
 		o.Tune(&so)
 	}
@@ -115,7 +128,7 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	if err != nil {
 		t.Fatalf("start control plane: %v", err)
 	}
-	e := &Env{CP: cp, Bundle: b, KEK: kek, Dir: dir, Clock: o.Clock, Log: log}
+	e := &Env{CP: cp, Bundle: b, KEK: kek, Dir: dir, Clock: o.Clock, Log: log, sandboxRuntime: o.SandboxRuntime, imageStore: imageStore}
 	t.Cleanup(e.Close)
 	_, key, err := cp.APIKeys.Create(context.Background(), audit.Entry{TenantID: "root", Actor: "testenv"}, "root", "admin", "admin", 0)
 	if err != nil {
@@ -216,7 +229,7 @@ func (e *Env) OpenNodeAt(t testing.TB, dir, bootID, addr string) *Node {
 	t.Helper()
 	sim := driver.NewSim(filepath.Base(dir))
 	n := &Node{Dir: dir, Sim: sim, state: make(chan bool, 64)}
-	d, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: addr, Driver: sim, Clock: e.Clock, Log: e.Log, BootID: bootID,
+	d, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: addr, Driver: e.nodeDriver(t, n), Clock: e.Clock, Log: e.Log, BootID: bootID,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("open node: %v", err)

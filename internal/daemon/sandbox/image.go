@@ -25,16 +25,13 @@ import (
 
 // Bounds on an image, checked while unpacking.
 const (
-	MaxImageBytes    = 2 << 30 // the tar
-	MaxUnpackedBytes = 4 << 30 // the regular files in it
+	MaxImageBytes    = spec.MaxImageBytes // the tar
+	MaxUnpackedBytes = 4 << 30            // the regular files in it
 	MaxImageEntries  = 200_000
 )
 
-// ImageKey is where an image's tar lives in the object store: the digest
-// names it, so any copy is checked against the signed digest.
-func ImageKey(digest string) string {
-	return "images/sha256/" + strings.TrimPrefix(digest, "sha256:") + ".tar"
-}
+// ImageKey is where an image's tar lives in the object store.
+func ImageKey(digest string) string { return spec.ImageKey(digest) }
 
 // ErrDigestMismatch is returned when fetched bytes do not hash to the
 // digest the command signed.

@@ -29,6 +29,15 @@ const LabelPrefix = "runtime."
 // RuntimeLabel is the label a host with runtime rt advertises as "true".
 func RuntimeLabel(rt string) string { return LabelPrefix + rt }
 
+// MaxImageBytes bounds an image's tar.
+const MaxImageBytes = 2 << 30
+
+// ImageKey is where an image's tar lives in the object store: the digest
+// names it, and every reader checks the bytes against the signed digest.
+func ImageKey(digest string) string {
+	return "images/sha256/" + strings.TrimPrefix(digest, "sha256:") + ".tar"
+}
+
 // Network modes.
 const (
 	NetworkNone   = "none"
