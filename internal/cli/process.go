@@ -56,6 +56,7 @@ func devCmd() *cobra.Command {
 			if len(e.NodeIDs) > 0 {
 				fmt.Fprintf(out, "  better-compute commands run --node %s --kind diag.run --wait --json\n", e.NodeIDs[0])
 			}
+			fmt.Fprintf(out, "\n%s", e.SandboxHint)
 			fmt.Fprintf(out, "\nStop with Ctrl-C; start again with the same --data to keep the fleet.\n")
 			<-ctx.Done()
 			fmt.Fprintln(cmd.ErrOrStderr(), "stopping")

@@ -63,6 +63,7 @@ func NewRoot() *cobra.Command {
 	}
 	root.AddCommand(devCmd(), serveCmd(), pkiCmd(), nodesCmd(), joinTokensCmd(), commandsCmd(),
 		tenantsCmd(), identitiesCmd(), rolesCmd(), bindingsCmd(), apiKeysCmd(), secretsCmd())
+	root.AddCommand(sandboxCommands()...)
 	return root
 }
 

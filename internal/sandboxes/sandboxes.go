@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"gocloud.dev/blob"
@@ -75,7 +76,14 @@ type Service struct {
 	nodes    NodeLister
 	images   *blob.Bucket
 	log      *slog.Logger
+	// holdRefill stops the background refill (benchmarks measure claims
+	// without refills queued on the same host).
+	holdRefill atomic.Bool
 }
+
+// HoldWarmRefill stops (true) or resumes the background warm-pool refill;
+// ReconcileWarm still runs when called.
+func (s *Service) HoldWarmRefill(hold bool) { s.holdRefill.Store(hold) }
 
 // New returns the sandboxes module. images may be nil (image methods then
 // answer INVALID_CONFIG).
@@ -839,8 +847,10 @@ func (s *Service) Run(ctx context.Context, interval time.Duration) {
 		if _, err := s.SweepExpired(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("sweep expired sandboxes", "err", err)
 		}
-		if _, err := s.ReconcileWarm(ctx); err != nil && ctx.Err() == nil {
-			s.log.Error("reconcile warm pools", "err", err)
+		if !s.holdRefill.Load() {
+			if _, err := s.ReconcileWarm(ctx); err != nil && ctx.Err() == nil {
+				s.log.Error("reconcile warm pools", "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():

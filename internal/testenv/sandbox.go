@@ -50,7 +50,7 @@ func (e *Env) nodeDriver(t testing.TB, n *Node) driver.Driver {
 			t.Fatalf("sandbox runtime: %v", err)
 		}
 	}
-	h, err := sandbox.OpenHost(ctx, sandbox.HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: e.Clock, Log: e.Log, Slots: 8, MemoryMB: 4096})
+	h, err := sandbox.OpenHost(ctx, sandbox.HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: e.Clock, Log: e.Log, Slots: 64, MemoryMB: 8192})
 	if err != nil {
 		t.Fatalf("sandbox host: %v", err)
 	}
