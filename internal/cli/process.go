@@ -72,7 +72,7 @@ func devCmd() *cobra.Command {
 }
 
 func serveCmd() *cobra.Command {
-	var dsn, pkiDir, kekFile, roles, apiAddr, gwAddr, gwNames, level, baseURL string
+	var dsn, pkiDir, kekFile, roles, apiAddr, gwAddr, gwNames, level, baseURL, sandboxImages string
 	var trusted []string
 	var cookies bool
 	c := &cobra.Command{
@@ -107,7 +107,7 @@ func serveCmd() *cobra.Command {
 			if gwNames != "" {
 				names = strings.Split(gwNames, ",")
 			}
-			cp, err := server.Start(ctx, server.Options{DB: db, Bundle: b, KEK: kek, Roles: strings.Split(roles, ","), Clock: clock.Real{}, Log: log,
+			cp, err := server.Start(ctx, server.Options{DB: db, Bundle: b, KEK: kek, Roles: strings.Split(roles, ","), Clock: clock.Real{}, Log: log, SandboxImages: sandboxImages,
 				APIListen: apiAddr, GatewayListen: gwAddr, GatewayNames: names, TrustedProxies: proxies, SessionCookies: cookies, BaseURL: baseURL})
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
@@ -129,6 +129,7 @@ func serveCmd() *cobra.Command {
 	c.Flags().StringSliceVar(&trusted, "trusted-proxy", nil, "address or CIDR of a proxy whose X-Forwarded-For is believed (repeatable)")
 	c.Flags().BoolVar(&cookies, "session-cookies", false, "accept the bc_session cookie (needs --base-url; Origin must match it exactly)")
 	c.Flags().StringVar(&baseURL, "base-url", "", "the API's public URL, such as https://bc.example.com")
+	c.Flags().StringVar(&sandboxImages, "sandbox-images", "", "gocloud.dev/blob URL of the sandbox image store (file:///dir, s3://…); empty: no image imports")
 	return c
 }
 

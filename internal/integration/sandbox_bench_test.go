@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/imagetar"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
+	"github.com/bettercompute/bettercompute/internal/server"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 	"github.com/bettercompute/bettercompute/internal/testenv"
 )
@@ -42,7 +44,11 @@ func BenchmarkSandboxLatency(b *testing.B) {
 		n = v
 	}
 	ctx := context.Background()
-	e := testenv.Start(b, storetest.NewTestSQLite(b), testenv.Options{Nodes: 1, SandboxRuntime: spec.RuntimeRunc})
+	e := testenv.Start(b, storetest.NewTestSQLite(b), testenv.Options{Nodes: 1, SandboxRuntime: spec.RuntimeRunc,
+		// The benchmark measures latency, not the per-identity rate limit.
+		Tune: func(o *server.Options) {
+			o.RateLimits = api.RateLimits{ReadPerSecond: 1e6, ReadBurst: 1e6, MutatePerSecond: 1e6, MutateBurst: 1e6}
+		}})
 	tenant, admin := e.TenantAdmin(b, "bench")
 	sb := e.CP.Sandboxes
 	img, err := sb.ImportBytes(ctx, audit.Entry{TenantID: tenant, Actor: "bench"}, tenant, "busybox", tarball)

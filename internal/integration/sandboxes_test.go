@@ -15,6 +15,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/imagetar"
@@ -392,5 +393,66 @@ func TestSandboxImageImportThroughAPI(t *testing.T) {
 	wrong := imagetar.Digest([]byte("something else"))
 	if err := a.Call(ctx, "images.import", map[string]any{"upload_id": begin.UploadID, "name": "x", "digest": wrong}, nil); !errors.Is(err, client.ErrInvalidInput) {
 		t.Fatalf("a wrong digest: %v, want INVALID_INPUT", err)
+	}
+}
+
+// TestSandboxPlacement: sandboxes go only to connected hosts whose
+// bcd-set labels advertise the template's runtime; a template cannot
+// require a runtime.* label itself, and with no such host a create is
+// INVALID_STATE.
+func TestSandboxPlacement(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1, SandboxRuntime: spec.RuntimeSim})
+	tenant, admin := e.TenantAdmin(t, "acme")
+	ctx := context.Background()
+	if _, err := e.CP.Sandboxes.ImportBytes(ctx, audit.Entry{TenantID: tenant, Actor: "test"}, tenant, "img", busyboxTar(t)); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(name, runtime string, labels map[string]string) error {
+		return admin.Call(ctx, "templates.create", map[string]any{"name": name, "image": "img", "runtime": runtime, "labels": labels}, nil)
+	}
+	if err := mk("forged", spec.RuntimeSim, map[string]string{"runtime.runc": "true"}); !errors.Is(err, client.ErrInvalidInput) {
+		t.Fatalf("a template naming a runtime. label: %v, want INVALID_INPUT", err)
+	}
+	for _, tc := range [][2]string{{"sim", spec.RuntimeSim}, {"runc", spec.RuntimeRunc}} {
+		if err := mk(tc[0], tc[1], nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node, err := e.CP.Nodes.Get(ctx, "root", e.Nodes[0].NodeID())
+	if err != nil || node.Labels["runtime.sim"] != "true" || node.Labels["runtime.runc"] != "" {
+		t.Fatalf("the sim host advertises %v", node.Labels)
+	}
+	if _, err := admin.CreateSandbox(ctx, "", "runc"); !errors.Is(err, client.ErrInvalidState) {
+		t.Fatalf("runc template on a sim-only fleet: %v, want INVALID_STATE", err)
+	}
+	if _, err := admin.CreateSandbox(ctx, "", "sim"); err != nil {
+		t.Fatal(err)
+	}
+	e.Nodes[0].Stop()
+	e.Nodes[0].WaitDisconnected(t)
+	waitDisconnectedInRegistry(t, e, e.Nodes[0].NodeID())
+	if _, err := admin.CreateSandbox(ctx, "", "sim"); !errors.Is(err, client.ErrInvalidState) {
+		t.Fatalf("create with the only host offline: %v, want INVALID_STATE", err)
+	}
+}
+
+// waitDisconnectedInRegistry waits (on node pokes) until the control
+// plane's registry shows the node without a live session.
+func waitDisconnectedInRegistry(t *testing.T, e *testenv.Env, id string) {
+	t.Helper()
+	poke, stop := e.CP.Bus.Subscribe(bus.NodeTopic(id))
+	defer stop()
+	timeout := time.After(testenv.WaitTimeout)
+	for {
+		n, err := e.CP.Nodes.Get(context.Background(), "root", id)
+		if err == nil && !n.Connected {
+			return
+		}
+		select {
+		case <-poke:
+		case <-time.After(50 * time.Millisecond):
+		case <-timeout:
+			t.Fatal("the registry still shows the node connected")
+		}
 	}
 }

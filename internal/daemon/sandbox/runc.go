@@ -47,7 +47,7 @@ type OCI struct {
 	name   string
 	binary string
 	dir    string
-	init   string // the reaping init on the host ("" when none)
+	init   []byte // the reaping init (nil when none for this architecture)
 }
 
 // NewOCI returns the runtime called name using binary, with its state
@@ -58,18 +58,7 @@ func NewOCI(name, binary, dir string) (*OCI, error) {
 			return nil, fmt.Errorf("sandbox: %s dir: %w", name, err)
 		}
 	}
-	o := &OCI{name: name, binary: binary, dir: dir}
-	if prog := initProgram(); prog != nil {
-		p := filepath.Join(dir, "bc-init")
-		if err := os.WriteFile(p+".tmp", prog, 0o555); err != nil {
-			return nil, fmt.Errorf("sandbox: write init: %w", err)
-		}
-		if err := os.Rename(p+".tmp", p); err != nil {
-			return nil, fmt.Errorf("sandbox: install init: %w", err)
-		}
-		o.init = p
-	}
-	return o, nil
+	return &OCI{name: name, binary: binary, dir: dir, init: initProgram()}, nil
 }
 
 // Name returns the runtime's name.
@@ -126,7 +115,20 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, lower string) error {
 	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("sandbox: overlay: %w", err)
 	}
-	cfg := Config(c, o.init, []string{"/bin/sleep", "2147483647"})
+	// Each bundle gets its own copy of the init, owned by the sandbox's
+	// user and executable by it alone.
+	initHost := ""
+	if o.init != nil {
+		initHost = filepath.Join(b, "bc-init")
+		if err := os.WriteFile(initHost, o.init, 0o500); err != nil {
+			return fmt.Errorf("sandbox: write init: %w", err)
+		}
+		u := user(c.Root)
+		if err := os.Chown(initHost, int(u.UID), int(u.GID)); err != nil {
+			return fmt.Errorf("sandbox: own init: %w", err)
+		}
+	}
+	cfg := Config(c, initHost, []string{"/bin/sleep", "2147483647"})
 	raw, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return fmt.Errorf("sandbox: encode config: %w", err)

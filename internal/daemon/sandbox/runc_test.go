@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -71,7 +73,7 @@ func testHost(t *testing.T, rt func(dir string) Runtime, clk clock.Clock) (*Host
 	if err := im.bucket.WriteAll(ctx, ImageKey(digest), tarball, nil); err != nil {
 		t.Fatal(err)
 	}
-	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt(filepath.Join(dir, "rt")), Images: im, Clock: clk, Log: nil, Slots: 8, MemoryMB: 4096})
+	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt(filepath.Join(dir, "rt")), Images: im, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Slots: 8, MemoryMB: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
