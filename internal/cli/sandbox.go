@@ -198,7 +198,19 @@ func imagesCmd() *cobra.Command {
 	var lj bool
 	list := &cobra.Command{Use: "list", Short: "List images", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(cmd, "images.list", map[string]any{"tenant_id": lt}, lj, table("images", "name", "digest", "size_bytes", "created_at"))
+			return call(cmd, "images.list", map[string]any{"tenant_id": lt}, lj, func(o map[string]any) string {
+				// JSON numbers decode as float64: show sizes as integers.
+				if rows, ok := o["images"].([]any); ok {
+					for _, r := range rows {
+						if m, ok := r.(map[string]any); ok {
+							if f, ok := m["size_bytes"].(float64); ok {
+								m["size_bytes"] = int64(f)
+							}
+						}
+					}
+				}
+				return table("images", "name", "digest", "size_bytes", "created_at")(o)
+			})
 		}}
 	list.Flags().StringVar(&lt, "tenant", "", "tenant (default: your own)")
 	list.Flags().BoolVar(&lj, "json", false, "print JSON")
