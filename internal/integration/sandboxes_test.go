@@ -243,8 +243,14 @@ func TestSandboxWarmClaim(t *testing.T) {
 		}
 		warmIDs[id] = true
 	}
-	if _, err := s.admin.Sandbox(ctx, host.Sandboxes()[0]); !errors.Is(err, client.ErrAccessDenied) {
-		t.Fatalf("a warm sandbox is visible to the tenant: %v", err)
+	for id := range warmIDs {
+		if _, err := s.admin.Sandbox(ctx, id); !errors.Is(err, client.ErrAccessDenied) {
+			t.Fatalf("a warm sandbox is visible to the tenant: %v", err)
+		}
+	}
+	var list struct{ Sandboxes []client.Sandbox }
+	if err := s.admin.Call(ctx, "sandboxes.list", map[string]any{}, &list); err != nil || len(list.Sandboxes) != 0 {
+		t.Fatalf("the tenant lists warm sandboxes: %+v %v", list, err)
 	}
 	x, err := s.admin.CreateSandbox(ctx, "", "small")
 	if err != nil {

@@ -339,10 +339,11 @@ func (s *Service) sandboxes(ctx context.Context, where string, args ...any) ([]S
 // view (warm ones belong to no tenant and are never visible).
 var ErrNotFound = errs.New(errs.NotFound, "sandbox not found")
 
-// TenantOf resolves a sandbox's tenant for the envelope; a warm or
-// claiming sandbox is NOT_FOUND, as one that does not exist.
+// TenantOf resolves a sandbox's tenant for the envelope; an unclaimed
+// (warm, starting warm, or being claimed) sandbox is NOT_FOUND, as one
+// that does not exist.
 func (s *Service) TenantOf(ctx context.Context, id string) (string, error) {
-	xs, err := s.sandboxes(ctx, `WHERE id = $1 AND state NOT IN ($2, $3)`, id, StateWarm, StateClaiming)
+	xs, err := s.sandboxes(ctx, `WHERE id = $1 AND claimed <> 0 AND state NOT IN ($2, $3)`, id, StateWarm, StateClaiming)
 	if err != nil {
 		return "", err
 	}
@@ -354,7 +355,7 @@ func (s *Service) TenantOf(ctx context.Context, id string) (string, error) {
 
 // Get returns a sandbox of tenant (any for root).
 func (s *Service) Get(ctx context.Context, tenant, id string) (Sandbox, error) {
-	xs, err := s.sandboxes(ctx, `WHERE id = $1 AND state NOT IN ($2, $3)`, id, StateWarm, StateClaiming)
+	xs, err := s.sandboxes(ctx, `WHERE id = $1 AND claimed <> 0 AND state NOT IN ($2, $3)`, id, StateWarm, StateClaiming)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -367,7 +368,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Sandbox, error) {
 // List returns a tenant's sandboxes that are not deleted or expired,
 // newest first.
 func (s *Service) List(ctx context.Context, tenant string) ([]Sandbox, error) {
-	return s.sandboxes(ctx, `WHERE tenant_id = $1 AND state IN ($2, $3) ORDER BY created_at DESC, id`, tenant, StateStarting, StateRunning)
+	return s.sandboxes(ctx, `WHERE tenant_id = $1 AND claimed <> 0 AND state IN ($2, $3) ORDER BY created_at DESC, id`, tenant, StateStarting, StateRunning)
 }
 
 // host is a candidate for placement.
