@@ -11,6 +11,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/nodes"
+	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 )
 
@@ -22,6 +23,8 @@ type Modules struct {
 	IAM      *iam.Service
 	Keys     *apikeys.Service
 	Secrets  *secrets.Service
+	// Sandboxes is optional (nil: no sandbox methods).
+	Sandboxes *sandboxes.Service
 }
 
 // Resolvers returns how each resource kind's tenant is found.
@@ -31,6 +34,10 @@ func (m Modules) Resolvers() map[string]Resolver {
 		"command": m.Commands.TenantOf,
 		"api-key": m.Keys.TenantOf,
 		"secret":  m.Secrets.TenantOf,
+		// The sandbox module's kinds; a warm sandbox answers as missing.
+		"sandbox":      m.sandboxResolver(func(s *sandboxes.Service) Resolver { return s.TenantOf }),
+		"template":     m.sandboxResolver(func(s *sandboxes.Service) Resolver { return s.TemplateTenantOf }),
+		"image-upload": m.sandboxResolver(func(s *sandboxes.Service) Resolver { return s.UploadTenantOf }),
 		"tenant": func(ctx context.Context, id string) (string, error) {
 			chain, err := m.IAM.Chain(ctx, id)
 			if err != nil {
@@ -208,5 +215,14 @@ func Methods(m Modules) []Method {
 				}
 				return map[string]any{"events": evs}, nil
 			}),
-	}, append(iamMethods(m), secretMethods(m)...)...)
+	}, append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...)...)
+}
+
+// sandboxResolver returns f of the sandbox module, or a resolver that
+// finds nothing when the module is absent.
+func (m Modules) sandboxResolver(f func(*sandboxes.Service) Resolver) Resolver {
+	if m.Sandboxes == nil {
+		return func(context.Context, string) (string, error) { return "", errs.New(errs.NotFound, "not found") }
+	}
+	return f(m.Sandboxes)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
+	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
 	"github.com/bettercompute/bettercompute/internal/fleetsim"
 	"github.com/bettercompute/bettercompute/internal/netguard/egresscmd"
 )
@@ -130,6 +131,7 @@ func hostname() string {
 
 func nodeCmd() *cobra.Command {
 	var dir, drv, gw, level string
+	var sbx sandbox.Options
 	c := &cobra.Command{
 		Use:   "node",
 		Short: "Run the node agent: hold the session, verify and run signed commands",
@@ -144,6 +146,21 @@ func nodeCmd() *cobra.Command {
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
+			if sbx.Runtime != "none" {
+				sbx.DataDir, sbx.Clock, sbx.Log = dir, clock.Real{}, log
+				h, closeImages, err := sandbox.Open(cmd.Context(), sbx)
+				switch {
+				case errors.Is(err, sandbox.ErrNoRuntime):
+					log.Info("no sandbox runtime on this host")
+				case err != nil:
+					return &ExitError{Code: 2, Err: err}
+				default:
+					defer closeImages()
+					go h.Run(ctx, time.Second) // deadlines hold with or without a session
+					d = &sandbox.Driver{Driver: d, Host: h}
+					log.Info("sandbox host ready", "runtime", h.Runtime())
+				}
+			}
 			n, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: gw, Driver: d, Clock: clock.Real{}, Log: log})
 			if err != nil {
 				return err
@@ -157,6 +174,10 @@ func nodeCmd() *cobra.Command {
 	c.Flags().StringVar(&drv, "driver", "linux", "driver: linux or sim")
 	c.Flags().StringVar(&gw, "gateway", "", "gateway address (default: the one joined)")
 	c.Flags().StringVar(&level, "log-level", "info", "log level")
+	c.Flags().StringVar(&sbx.Runtime, "sandbox-runtime", "auto", "sandbox runtime: auto (runc when usable), runc, runsc, sim or none")
+	c.Flags().StringVar(&sbx.ImageStore, "image-store", "", "gocloud.dev/blob URL of the sandbox image store (file:///dir, s3://…)")
+	c.Flags().IntVar(&sbx.Slots, "sandbox-slots", 16, "most sandboxes at once")
+	c.Flags().Int64Var(&sbx.MemoryMB, "sandbox-memory-mb", 8192, "most memory (MiB) all sandboxes' limits may add up to")
 	return c
 }
 

@@ -61,6 +61,7 @@ func devCmd() *cobra.Command {
 				fmt.Fprintf(out, "  better-compute batch approve BATCH --key %s\n", filepath.Join(o.DataDir, "approvers", "approver-1.key"))
 				fmt.Fprintf(out, "  better-compute commands run --node %s --kind disk.wipe --batch BATCH --wait\n", e.NodeIDs[0])
 			}
+			fmt.Fprintf(out, "\n%s", e.SandboxHint)
 			fmt.Fprintf(out, "\nStop with Ctrl-C; start again with the same --data to keep the fleet.\n")
 			<-ctx.Done()
 			fmt.Fprintln(cmd.ErrOrStderr(), "stopping")
@@ -76,7 +77,7 @@ func devCmd() *cobra.Command {
 }
 
 func serveCmd() *cobra.Command {
-	var dsn, pkiDir, kekFile, roles, apiAddr, gwAddr, gwNames, level, baseURL string
+	var dsn, pkiDir, kekFile, roles, apiAddr, gwAddr, gwNames, level, baseURL, sandboxImages string
 	var trusted []string
 	var cookies bool
 	var auditSink string
@@ -113,7 +114,7 @@ func serveCmd() *cobra.Command {
 			if gwNames != "" {
 				names = strings.Split(gwNames, ",")
 			}
-			so := server.Options{DB: db, Bundle: b, KEK: kek, Roles: strings.Split(roles, ","), Clock: clock.Real{}, Log: log,
+			so := server.Options{DB: db, Bundle: b, KEK: kek, Roles: strings.Split(roles, ","), Clock: clock.Real{}, Log: log, SandboxImages: sandboxImages,
 				APIListen: apiAddr, GatewayListen: gwAddr, GatewayNames: names, TrustedProxies: proxies, SessionCookies: cookies, BaseURL: baseURL,
 				AuditSealInterval: auditSeal}
 			if auditSink != "" {
@@ -147,6 +148,7 @@ func serveCmd() *cobra.Command {
 	c.Flags().StringVar(&baseURL, "base-url", "", "the API's public URL, such as https://bc.example.com")
 	c.Flags().StringVar(&auditSink, "audit-sink", "", "copy sealed audit rows to this sink: a JSON-lines file path, or a bucket URL (s3://…, file:///…)")
 	c.Flags().DurationVar(&auditSeal, "audit-seal-interval", time.Hour, "how often the workers role seals the audit log")
+	c.Flags().StringVar(&sandboxImages, "sandbox-images", "", "gocloud.dev/blob URL of the sandbox image store (file:///dir, s3://…); empty: no image imports")
 	return c
 }
 

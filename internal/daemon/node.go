@@ -380,7 +380,7 @@ func (n *Node) session(ctx context.Context) error {
 		return err
 	}
 	if err := stream.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{
-		NodeId: n.rec.NodeID, BootId: n.cfg.BootID, Version: Version, Labels: n.cfg.Labels, Inventory: n.cfg.Driver.Inventory()}}}); err != nil {
+		NodeId: n.rec.NodeID, BootId: n.cfg.BootID, Version: Version, Labels: helloLabels(n.cfg.Labels, n.cfg.Driver), Inventory: n.cfg.Driver.Inventory()}}}); err != nil {
 		return err
 	}
 	first, err := stream.Recv()

@@ -45,7 +45,9 @@ type Env struct {
 	KeyFile string
 	EnvFile string
 	NodeIDs []string
-	stop    []func()
+	// SandboxHint says how to use sandboxes (or how to add an image).
+	SandboxHint string
+	stop        []func()
 }
 
 // Start brings the system up and returns once every node is connected.
@@ -89,8 +91,14 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		db.Close()
 		return nil, err
 	}
+	store, err := imageStore(o.DataDir)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	runtime := devRuntime()
 	cp, err := server.Start(ctx, server.Options{DB: db, Bundle: b, KEK: kek, Clock: clk, Log: o.Log,
-		APIListen: o.APIListen, GatewayListen: o.GatewayAddr})
+		APIListen: o.APIListen, GatewayListen: o.GatewayAddr, SandboxImages: store})
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -133,7 +141,12 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 				return fail(fmt.Errorf("join %s: %w", name, err))
 			}
 		}
-		a, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: cp.GatewayAddr, Driver: driver.NewSim(name), Clock: clk, Log: o.Log,
+		drv, closeImages, err := sandboxDriver(nctx, driver.NewSim(name), dir, store, runtime, clk, o.Log)
+		if err != nil {
+			return fail(fmt.Errorf("sandbox host %s: %w", name, err))
+		}
+		e.stop = append(e.stop, closeImages)
+		a, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: cp.GatewayAddr, Driver: drv, Clock: clk, Log: o.Log,
 			Labels: map[string]string{"sim": "true"}})
 		if err != nil {
 			return fail(fmt.Errorf("open %s: %w", name, err))
@@ -161,6 +174,7 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 			return fail(ctx.Err())
 		}
 	}
+	e.SandboxHint = seedSandboxes(ctx, cp, runtime)
 	envText := fmt.Sprintf("export BC_ADDR=%s\nexport BC_API_KEY_FILE=%s\n", shellQuote(e.APIURL), shellQuote(e.KeyFile))
 	if err := pki.WriteFileAtomic(e.EnvFile, []byte(envText), 0o600); err != nil {
 		return fail(fmt.Errorf("write env file: %w", err))

@@ -32,6 +32,15 @@ func TestDevDataFilesArePrivate(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		// The sandbox image store holds content-addressed images (never
+		// secrets) written by gocloud.dev's fileblob, which does not
+		// choose file modes; the store's own directory is private.
+		if p == filepath.Join(dir, "objects") {
+			if info.Mode().Perm()&0o077 != 0 {
+				t.Errorf("%s has mode %v, want no group or other access", p, info.Mode().Perm())
+			}
+			return fs.SkipDir
+		}
 		if info.Mode().Perm()&0o077 != 0 {
 			t.Errorf("%s has mode %v, want no group or other access", p, info.Mode().Perm())
 		}

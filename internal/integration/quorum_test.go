@@ -49,7 +49,7 @@ func wantCode(t *testing.T, err error, code string) {
 	}
 }
 
-func exec(t *testing.T, db *store.DB, q string, args ...any) {
+func dbExec(t *testing.T, db *store.DB, q string, args ...any) {
 	t.Helper()
 	if _, err := db.ExecContext(context.Background(), q, args...); err != nil {
 		t.Fatalf("%s: %v", q, err)
@@ -214,7 +214,7 @@ func TestNodeRefusesBatchForgeries(t *testing.T) {
 			// k-1 approvals; the database claims the batch is approved.
 			bt := mustBatch(t, e, leavesFor("disk.wipe", nil, false, a.NodeID()))
 			e.Approve(t, bt.ID, k[0])
-			exec(t, db, `UPDATE batches SET state = 'approved' WHERE id = $1`, bt.ID)
+			dbExec(t, db, `UPDATE batches SET state = 'approved' WHERE id = $1`, bt.ID)
 			c, err := e.Client.CreateCommandInBatch(ctx, a.NodeID(), "disk.wipe", nil, bt.ID)
 			if err != nil {
 				t.Fatal(err)
@@ -227,7 +227,7 @@ func TestNodeRefusesBatchForgeries(t *testing.T) {
 			_, rogue, _ := ed25519.GenerateKey(rand.Reader)
 			root, _ := hex.DecodeString(bt.Root)
 			sig := ed25519.Sign(rogue, quorumwire.ApprovalMessage(bt.Deployment, bt.ID, root, bt.ExpiresMS))
-			exec(t, db, `INSERT INTO batch_approvals (batch_id, approver_key, signature, submitted_by, created_at) VALUES ($1, $2, $3, 'rogue', 0)`,
+			dbExec(t, db, `INSERT INTO batch_approvals (batch_id, approver_key, signature, submitted_by, created_at) VALUES ($1, $2, $3, 'rogue', 0)`,
 				bt.ID, []byte(rogue.Public().(ed25519.PublicKey)), sig)
 			c, err := e.Client.CreateCommandInBatch(ctx, a.NodeID(), "disk.wipe", nil, bt.ID)
 			if err != nil {
@@ -240,9 +240,9 @@ func TestNodeRefusesBatchForgeries(t *testing.T) {
 			bt := mustBatch(t, e, leavesFor("disk.wipe", nil, false, a.NodeID()))
 			past := time.Now().Add(-time.Minute).UnixMilli()
 			root, _ := hex.DecodeString(bt.Root)
-			exec(t, db, `UPDATE batches SET expires_at = $1, state = 'approved' WHERE id = $2`, past, bt.ID)
+			dbExec(t, db, `UPDATE batches SET expires_at = $1, state = 'approved' WHERE id = $2`, past, bt.ID)
 			for _, key := range k[:2] {
-				exec(t, db, `INSERT INTO batch_approvals (batch_id, approver_key, signature, submitted_by, created_at) VALUES ($1, $2, $3, 'test', 0)`,
+				dbExec(t, db, `INSERT INTO batch_approvals (batch_id, approver_key, signature, submitted_by, created_at) VALUES ($1, $2, $3, 'test', 0)`,
 					bt.ID, []byte(key.Public().(ed25519.PublicKey)), ed25519.Sign(key, quorumwire.ApprovalMessage(bt.Deployment, bt.ID, root, past)))
 			}
 			body := e.Body(a.NodeID(), "disk.wipe")
@@ -283,7 +283,7 @@ func TestNodeRefusesBatchForgeries(t *testing.T) {
 			// After approval the database's leaf list changes: the proof
 			// built from it no longer leads to the approved root.
 			bt := approvedBatch(t, e, leavesFor("disk.wipe", nil, false, a.NodeID(), b.NodeID()))
-			exec(t, db, `UPDATE batch_leaves SET node_id = 'n-swapped' WHERE batch_id = $1 AND idx = 1`, bt.ID)
+			dbExec(t, db, `UPDATE batch_leaves SET node_id = 'n-swapped' WHERE batch_id = $1 AND idx = 1`, bt.ID)
 			c, err := e.Client.CreateCommandInBatch(ctx, a.NodeID(), "disk.wipe", nil, bt.ID)
 			if err != nil {
 				t.Fatal(err)
@@ -325,7 +325,7 @@ func TestBatchApproveChecksRootLocally(t *testing.T) {
 
 		t.Run("tampered node", func(t *testing.T) {
 			bt := mustBatch(t, e, leavesFor("disk.wipe", nil, false, a.NodeID()))
-			exec(t, db, `UPDATE batch_leaves SET node_id = $1 WHERE batch_id = $2`, b.NodeID(), bt.ID)
+			dbExec(t, db, `UPDATE batch_leaves SET node_id = $1 WHERE batch_id = $2`, b.NodeID(), bt.ID)
 			code, out := run("batch", "approve", bt.ID, "--key", key(1))
 			if code != 1 || !strings.Contains(out, "refusing to sign batch "+bt.ID+": the root recomputed from its leaves") || !strings.Contains(out, "differs from the server's") {
 				t.Fatalf("exit %d:\n%s", code, out)
@@ -341,7 +341,7 @@ func TestBatchApproveChecksRootLocally(t *testing.T) {
 		})
 		t.Run("tampered payload", func(t *testing.T) {
 			bt := mustBatch(t, e, leavesFor("disk.wipe", json.RawMessage(`{"disks":["nvme0n1"]}`), false, a.NodeID()))
-			exec(t, db, `UPDATE batch_leaves SET payload = $1 WHERE batch_id = $2`, []byte(`{"disks":["nvme0n1","nvme1n1"]}`), bt.ID)
+			dbExec(t, db, `UPDATE batch_leaves SET payload = $1 WHERE batch_id = $2`, []byte(`{"disks":["nvme0n1","nvme1n1"]}`), bt.ID)
 			code, out := run("batch", "approve", bt.ID, "--key", key(1))
 			if code != 1 || !strings.Contains(out, "leaf 0's payload does not match its digest") {
 				t.Fatalf("exit %d:\n%s", code, out)
@@ -398,8 +398,8 @@ func setChange(t *testing.T, e *testenv.Env, gen uint64, threshold int, keys []e
 		sigs = append(sigs, quorumwire.Signature{PublicKey: s.Public().(ed25519.PublicKey), Signature: ed25519.Sign(s, msg)})
 	}
 	enc, _ := json.Marshal(sigs)
-	exec(t, e.CP.DB, `DELETE FROM approver_sets`)
-	exec(t, e.CP.DB, `INSERT INTO approver_sets (generation, deployment, threshold, keys, signatures, created_at) VALUES ($1, $2, $3, $4, $5, 0)`,
+	dbExec(t, e.CP.DB, `DELETE FROM approver_sets`)
+	dbExec(t, e.CP.DB, `INSERT INTO approver_sets (generation, deployment, threshold, keys, signatures, created_at) VALUES ($1, $2, $3, $4, $5, 0)`,
 		int64(gen), e.Bundle.Deployment, threshold, bytes.Join(set.RawKeys(), nil), string(enc))
 	e.CP.Bus.Publish(bus.TopicApprovers)
 }
@@ -451,7 +451,7 @@ func TestApproverSetChangeNeedsCurrentQuorum(t *testing.T) {
 			if err != nil || cur.Generation != 0 || len(cur.Keys) != 3 {
 				t.Fatalf("control plane's set = %+v, %v", cur, err)
 			}
-			exec(t, db, `DELETE FROM approver_sets`)
+			dbExec(t, db, `DELETE FROM approver_sets`)
 		})
 		t.Run("accepted with the current quorum", func(t *testing.T) {
 			raw := make([][]byte, len(newPub))
@@ -484,9 +484,9 @@ func TestApproverSetChangeNeedsCurrentQuorum(t *testing.T) {
 			msg := quorumwire.ApprovalMessage(bt.Deployment, bt.ID, root, bt.ExpiresMS)
 			_, err := e.Client.ApproveBatch(ctx, bt.ID, old[0].Public().(ed25519.PublicKey), ed25519.Sign(old[0], msg))
 			wantCode(t, err, "ACCESS_DENIED")
-			exec(t, db, `UPDATE batches SET state = 'approved' WHERE id = $1`, bt.ID)
+			dbExec(t, db, `UPDATE batches SET state = 'approved' WHERE id = $1`, bt.ID)
 			for _, key := range old[:2] {
-				exec(t, db, `INSERT INTO batch_approvals (batch_id, approver_key, signature, submitted_by, created_at) VALUES ($1, $2, $3, 'test', 0)`,
+				dbExec(t, db, `INSERT INTO batch_approvals (batch_id, approver_key, signature, submitted_by, created_at) VALUES ($1, $2, $3, 'test', 0)`,
 					bt.ID, []byte(key.Public().(ed25519.PublicKey)), ed25519.Sign(key, msg))
 			}
 			c, err := e.Client.CreateCommandInBatch(ctx, n.NodeID(), "disk.wipe", nil, bt.ID)

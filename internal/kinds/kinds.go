@@ -16,11 +16,17 @@ const (
 	// SecretDigest fetches a secret through the broker and returns only its
 	// SHA-256: the end-to-end proof of the secret path.
 	SecretDigest = "secret.digest"
+	// The sandbox kinds (package sandboxes): each payload is the whole
+	// signed spec the host enforces (internal/sandboxes/spec).
+	SandboxCreate = "sandbox.create"
+	SandboxExec   = "sandbox.exec"
+	SandboxUpdate = "sandbox.update"
+	SandboxDelete = "sandbox.delete"
 )
 
 // byRole lists the kinds each certificate role accepts.
 var byRole = map[string][]string{
-	"node":        {NodePing, DiagRun, NodeReboot, DiskWipe, SecretDigest},
+	"node":        {NodePing, DiagRun, NodeReboot, DiskWipe, SecretDigest, SandboxCreate, SandboxExec, SandboxUpdate, SandboxDelete},
 	"ramdisk":     {NodePing, DiagRun, DiskWipe},
 	"site":        {NodePing},
 	"node-tenant": {NodePing, DiagRun},

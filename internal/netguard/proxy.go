@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -380,16 +381,17 @@ func removeHopByHop(h http.Header) {
 	}
 }
 
-// countingReader counts bytes read through it.
+// countingReader counts bytes read through it. The transport may still be
+// reading a request body after RoundTrip returns, so the count is atomic.
 type countingReader struct {
 	r io.ReadCloser
-	n int64
+	n atomic.Int64
 }
 
 // Read reads from the wrapped body and counts the bytes.
 func (c *countingReader) Read(b []byte) (int, error) {
 	n, err := c.r.Read(b)
-	c.n += int64(n)
+	c.n.Add(int64(n))
 	return n, err
 }
 
@@ -421,7 +423,7 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, rec *record
 	}
 	resp, err := p.transport.RoundTrip(out)
 	if body != nil {
-		rec.up = body.n
+		rec.up = body.n.Load()
 	}
 	if err != nil {
 		p.deny(w, rec, err)

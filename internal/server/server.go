@@ -32,6 +32,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/quorum"
+	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/signing"
 	"github.com/bettercompute/bettercompute/internal/store"
@@ -73,6 +74,9 @@ type Options struct {
 	AuditSealInterval time.Duration
 	AuditSink         auditlog.Sink
 	AuditSinkName     string
+	// SandboxImages is the gocloud.dev/blob URL of the sandbox image store
+	// (file:///dir by default in dev); "" disables image imports.
+	SandboxImages string
 }
 
 // ControlPlane is a running control plane process.
@@ -85,10 +89,12 @@ type ControlPlane struct {
 	APIKeys  *apikeys.Service
 	IAM      *iam.Service
 	Secrets  *secrets.Service
-	Signer   *signing.Signer
-	Metrics  *prometheus.Registry
-	Gateway  *gateway.Gateway
-	Quorum   *quorum.Service
+	// Sandboxes is the sandbox module (package sandboxes).
+	Sandboxes *sandboxes.Service
+	Signer    *signing.Signer
+	Metrics   *prometheus.Registry
+	Gateway   *gateway.Gateway
+	Quorum    *quorum.Service
 	// Audit is the audit log's sealing job (workers role only).
 	Audit *auditlog.Worker
 
@@ -157,6 +163,9 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		cp.Close()
 		return nil, err
 	}
+	if err := cp.startSandboxes(rctx, o); err != nil {
+		return fail(err)
+	}
 
 	if slices.Contains(o.Roles, RoleWorkers) {
 		rootKey, err := b.CommandRootKey(o.KEK)
@@ -171,6 +180,8 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		if err := cp.startAudit(rctx, o); err != nil {
 			return fail(err)
 		}
+		cp.wg.Add(1)
+		go func() { defer cp.wg.Done(); cp.Sandboxes.Run(rctx, 2*time.Second) }()
 	}
 
 	if slices.Contains(o.Roles, RoleGateway) {
@@ -217,7 +228,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	}
 
 	if slices.Contains(o.Roles, RoleAPI) {
-		mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys, Secrets: cp.Secrets}
+		mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys, Secrets: cp.Secrets, Sandboxes: cp.Sandboxes}
 		// Idempotency digests are keyed, so a stored digest of a body that
 		// carried a secret is no guessing oracle.
 		idemKey := sha256.Sum256(append([]byte("bc-idempotency-v1\x00"), o.KEK[:]...))

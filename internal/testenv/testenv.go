@@ -30,6 +30,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
+	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
@@ -56,6 +57,9 @@ type Options struct {
 	// Approvers and Threshold: approver keys made in DIR/approvers and
 	// pinned before any node joins (default 3 and 2, as in dev).
 	Approvers, Threshold int
+	// SandboxRuntime, when set (sim or runc), makes every node a sandbox
+	// host on that runtime, sharing the control plane's image store.
+	SandboxRuntime string
 }
 
 // Env is a running control plane with its nodes.
@@ -73,6 +77,8 @@ type Env struct {
 	// private keys in order (held by the test, never by the control plane).
 	ApproverDir  string
 	ApproverKeys []ed25519.PrivateKey
+
+	sandboxRuntime, imageStore string
 }
 
 // Node is a bcd agent joined to the environment.
@@ -80,6 +86,8 @@ type Node struct {
 	*daemon.Node
 	Dir string
 	Sim *driver.Sim
+	// Sandbox is the node's sandbox host (nil unless SandboxRuntime).
+	Sandbox *sandbox.Host
 
 	mu      sync.Mutex
 	state   chan bool
@@ -142,6 +150,11 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime}
 	// Tests make many calls quickly; rate limits are tested on their own.
 	so.RateLimits = api.RateLimits{ReadPerSecond: 1e6, ReadBurst: 1e6, MutatePerSecond: 1e6, MutateBurst: 1e6}
+	imageStore := ""
+	if o.SandboxRuntime != "" {
+		imageStore = sandboxImageStore(t, dir)
+		so.SandboxImages = imageStore
+	}
 	if o.Tune != nil {
 		o.Tune(&so)
 	}
@@ -149,7 +162,8 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	if err != nil {
 		t.Fatalf("start control plane: %v", err)
 	}
-	e := &Env{CP: cp, Bundle: b, KEK: kek, Dir: dir, Clock: o.Clock, Log: log, ApproverDir: approverDir, ApproverKeys: approverKeys}
+	e := &Env{CP: cp, Bundle: b, KEK: kek, Dir: dir, Clock: o.Clock, Log: log, ApproverDir: approverDir, ApproverKeys: approverKeys,
+		sandboxRuntime: o.SandboxRuntime, imageStore: imageStore}
 	t.Cleanup(e.Close)
 	_, key, err := cp.APIKeys.Create(context.Background(), audit.Entry{TenantID: "root", Actor: "testenv"}, "root", "admin", "admin", 0)
 	if err != nil {
@@ -250,7 +264,7 @@ func (e *Env) OpenNodeAt(t testing.TB, dir, bootID, addr string) *Node {
 	t.Helper()
 	sim := driver.NewSim(filepath.Base(dir))
 	n := &Node{Dir: dir, Sim: sim, state: make(chan bool, 64), sets: make(chan ApproverSetEvent, 64)}
-	d, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: addr, Driver: sim, Clock: e.Clock, Log: e.Log, BootID: bootID,
+	d, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: addr, Driver: e.nodeDriver(t, n), Clock: e.Clock, Log: e.Log, BootID: bootID,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("open node: %v", err)

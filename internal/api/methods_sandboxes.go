@@ -1,0 +1,129 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"time"
+
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/sandboxes"
+)
+
+// sandboxMethods are the sandbox module's methods: images (chunked
+// uploads through the envelope), templates and sandboxes. Every method is
+// decided on its tenant or on the resource itself; sandboxes.exec is
+// decided as compute:sandboxes:exec on the sandbox.
+func sandboxMethods(m Modules) []Method {
+	if m.Sandboxes == nil {
+		return nil
+	}
+	type chunkIn struct {
+		UploadID   string `json:"upload_id"`
+		Offset     int64  `json:"offset"`
+		DataBase64 string `json:"data_base64"`
+	}
+	type importIn struct {
+		UploadID string `json:"upload_id"`
+		Name     string `json:"name"`
+		Digest   string `json:"digest"`
+	}
+	type templateIn struct {
+		tenantIn
+		sandboxes.TemplateIn
+	}
+	type templateRef struct {
+		ID string `json:"id"`
+	}
+	type createIn struct {
+		tenantIn
+		Template string `json:"template"`
+	}
+	type sandboxRef struct {
+		ID string `json:"id"`
+	}
+	type extendIn struct {
+		ID      string `json:"id"`
+		Seconds int64  `json:"seconds"`
+	}
+	type execIn struct {
+		ID             string   `json:"id"`
+		Argv           []string `json:"argv"`
+		TimeoutSeconds int64    `json:"timeout_seconds"`
+	}
+	upload := func(in chunkIn) Target { return Target{Kind: "image-upload", ID: in.UploadID} }
+	sbx := func(in sandboxRef) Target { return Target{Kind: "sandbox", ID: in.ID} }
+	s := m.Sandboxes
+	return []Method{
+		Def("images.beginUpload", "compute:images:create", true, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
+			id, err := s.BeginUpload(ctx, c.Actor(), c.Tenant)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"upload_id": id, "max_chunk": sandboxes.MaxChunk}, nil
+		}),
+		Def("images.uploadChunk", "compute:images:create", true, upload, func(ctx context.Context, c *Caller, in chunkIn) (any, error) {
+			data, err := base64.StdEncoding.DecodeString(in.DataBase64)
+			if err != nil {
+				return nil, errs.New(errs.InvalidInput, "data_base64: not base64")
+			}
+			next, err := s.PutChunk(ctx, in.UploadID, in.Offset, data)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"next_offset": next}, nil
+		}),
+		Def("images.import", "compute:images:create", true, func(in importIn) Target { return Target{Kind: "image-upload", ID: in.UploadID} },
+			func(ctx context.Context, c *Caller, in importIn) (any, error) {
+				return s.CommitImage(ctx, c.Actor(), c.Tenant, in.UploadID, in.Name, in.Digest)
+			}),
+		Def("images.list", "compute:images:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
+			is, err := s.ListImages(ctx, c.Tenant)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"images": is}, nil
+		}),
+		Def("templates.create", "compute:templates:create", true, func(in templateIn) Target { return Target{Tenant: in.TenantID} },
+			func(ctx context.Context, c *Caller, in templateIn) (any, error) {
+				return s.CreateTemplate(ctx, c.Actor(), c.Tenant, in.TemplateIn)
+			}),
+		Def("templates.list", "compute:templates:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
+			ts, err := s.ListTemplates(ctx, c.Tenant)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"templates": ts}, nil
+		}),
+		Def("templates.get", "compute:templates:get", false, func(in templateRef) Target { return Target{Kind: "template", ID: in.ID} },
+			func(ctx context.Context, c *Caller, in templateRef) (any, error) {
+				return s.Template(ctx, c.Tenant, in.ID)
+			}),
+		Def("sandboxes.create", "compute:sandboxes:create", true, byTenant[createIn], func(ctx context.Context, c *Caller, in createIn) (any, error) {
+			return s.Create(ctx, c.Actor(), c.Tenant, in.Template)
+		}),
+		Def("sandboxes.get", "compute:sandboxes:get", false, sbx, func(ctx context.Context, c *Caller, in sandboxRef) (any, error) {
+			return s.Get(ctx, c.Tenant, in.ID)
+		}),
+		Def("sandboxes.list", "compute:sandboxes:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
+			xs, err := s.List(ctx, c.Tenant)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"sandboxes": xs}, nil
+		}),
+		Def("sandboxes.extend", "compute:sandboxes:extend", true, func(in extendIn) Target { return Target{Kind: "sandbox", ID: in.ID} },
+			func(ctx context.Context, c *Caller, in extendIn) (any, error) {
+				return s.Extend(ctx, c.Actor(), c.Tenant, in.ID, time.Duration(in.Seconds)*time.Second)
+			}),
+		Def("sandboxes.delete", "compute:sandboxes:delete", true, sbx, func(ctx context.Context, c *Caller, in sandboxRef) (any, error) {
+			return s.Delete(ctx, c.Actor(), c.Tenant, in.ID)
+		}),
+		Def("sandboxes.exec", "compute:sandboxes:exec", true, func(in execIn) Target { return Target{Kind: "sandbox", ID: in.ID} },
+			func(ctx context.Context, c *Caller, in execIn) (any, error) {
+				if in.TimeoutSeconds < 0 || in.TimeoutSeconds > 600 {
+					return nil, errs.New(errs.InvalidInput, "timeout_seconds: 0 (30) to 600")
+				}
+				return s.Exec(ctx, c.Actor(), c.Tenant, in.ID, in.Argv, time.Duration(in.TimeoutSeconds)*time.Second)
+			}),
+	}
+}

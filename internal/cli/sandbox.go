@@ -1,0 +1,232 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/bettercompute/bettercompute/internal/sandboxes/imagetar"
+)
+
+// sandboxCommands are the sandbox, templates and images command groups.
+func sandboxCommands() []*cobra.Command {
+	return []*cobra.Command{sandboxCmd(), templatesCmd(), imagesCmd()}
+}
+
+func sandboxCmd() *cobra.Command {
+	c := &cobra.Command{Use: "sandbox", Short: "Sandboxes: isolated machines for untrusted code, made from templates"}
+	var tpl, tenant string
+	var cj bool
+	create := &cobra.Command{Use: "create --template T", Short: "Create a sandbox and wait until it runs", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if tpl == "" {
+				return &ExitError{Code: 2, Err: errors.New("--template is required")}
+			}
+			return call(cmd, "sandboxes.create", map[string]any{"tenant_id": tenant, "template": tpl}, cj,
+				func(o map[string]any) string { return fmt.Sprintf("%v\n", o["id"]) })
+		}}
+	create.Flags().StringVar(&tpl, "template", "", "template name or id")
+	create.Flags().StringVar(&tenant, "tenant", "", "tenant (default: your own)")
+	create.Flags().BoolVar(&cj, "json", false, "print JSON")
+
+	var timeout time.Duration
+	exe := &cobra.Command{Use: "exec ID -- ARGV...", Short: "Run an argument vector in a sandbox (no shell unless you run one); exits with its exit code",
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 {
+				return &ExitError{Code: 2, Err: errors.New("usage: sandbox exec ID -- ARGV...")}
+			}
+			cl, err := apiClient()
+			if err != nil {
+				return err
+			}
+			cl.HTTP.Timeout = timeout + time.Minute
+			r, err := cl.Exec(contextOf(cmd), args[0], args[1:], int64((timeout+time.Second-1)/time.Second))
+			if err != nil {
+				return apiErr(err)
+			}
+			_, _ = cmd.OutOrStdout().Write(r.Stdout)
+			_, _ = cmd.ErrOrStderr().Write(r.Stderr)
+			for _, note := range []struct {
+				on  bool
+				why string
+			}{{r.StdoutTruncated, "stdout truncated"}, {r.StderrTruncated, "stderr truncated"}, {r.TimedOut, "timed out and killed"}} {
+				if note.on {
+					fmt.Fprintf(cmd.ErrOrStderr(), "better-compute: %s\n", note.why)
+				}
+			}
+			if r.ExitCode != 0 {
+				return &ExitError{Code: r.ExitCode}
+			}
+			return nil
+		}}
+	exe.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "kill the command after this long (at most 10m)")
+
+	var lt string
+	var lj bool
+	list := &cobra.Command{Use: "list", Short: "List sandboxes", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, "sandboxes.list", map[string]any{"tenant_id": lt}, lj, table("sandboxes", "id", "state", "template_id", "node_id", "runtime", "expires_at"))
+		}}
+	list.Flags().StringVar(&lt, "tenant", "", "tenant (default: your own)")
+	list.Flags().BoolVar(&lj, "json", false, "print JSON")
+	var gj bool
+	get := &cobra.Command{Use: "get ID", Short: "Show a sandbox", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd, "sandboxes.get", map[string]any{"id": args[0]}, gj, nil)
+		}}
+	get.Flags().BoolVar(&gj, "json", true, "print JSON")
+	var by time.Duration
+	extend := &cobra.Command{Use: "extend ID --by DURATION", Short: "Move a sandbox's expiry to now + DURATION (within its template's maximum)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd, "sandboxes.extend", map[string]any{"id": args[0], "seconds": int64(by / time.Second)}, false,
+				func(o map[string]any) string { return fmt.Sprintf("%v expires %v\n", o["id"], o["expires_at"]) })
+		}}
+	extend.Flags().DurationVar(&by, "by", time.Hour, "new lifetime from now")
+	del := &cobra.Command{Use: "delete ID", Short: "Delete a sandbox; its host stops it and frees its resources", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd, "sandboxes.delete", map[string]any{"id": args[0]}, false, func(o map[string]any) string {
+				if o["freed"] == true {
+					return "deleted\n"
+				}
+				return "deleted (the host will remove it when it reconnects, or at its deadline)\n"
+			})
+		}}
+	c.AddCommand(create, exe, list, get, extend, del)
+	return c
+}
+
+func templatesCmd() *cobra.Command {
+	c := &cobra.Command{Use: "templates", Short: "Sandbox templates: image, limits, lifetime, network, environment, warm pool"}
+	var tenant, image, runtime, network string
+	var cpu, mem, pids, disk int64
+	var life, maxLife time.Duration
+	var root, cj bool
+	var env, labels []string
+	var warm int
+	create := &cobra.Command{Use: "create NAME --image IMAGE", Short: "Create a template", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, err := keyValues(env)
+			if err != nil {
+				return &ExitError{Code: 2, Err: fmt.Errorf("--env: %w", err)}
+			}
+			l, err := keyValues(labels)
+			if err != nil {
+				return &ExitError{Code: 2, Err: fmt.Errorf("--label: %w", err)}
+			}
+			in := map[string]any{"tenant_id": tenant, "name": args[0], "image": image, "runtime": runtime, "network": network,
+				"limits":           map[string]any{"cpu_millis": cpu, "memory_mb": mem, "pids": pids, "disk_mb": disk},
+				"lifetime_seconds": int64(life / time.Second), "max_lifetime_seconds": int64(maxLife / time.Second),
+				"root": root, "env": e, "labels": l, "warm": warm}
+			return call(cmd, "templates.create", in, cj, func(o map[string]any) string { return fmt.Sprintf("%v\n", o["id"]) })
+		}}
+	f := create.Flags()
+	f.StringVar(&tenant, "tenant", "", "tenant (default: your own)")
+	f.StringVar(&image, "image", "", "image name (see images list)")
+	f.StringVar(&runtime, "runtime", "runc", "runc, runsc or sim")
+	f.StringVar(&network, "network", "none", "none (only loopback)")
+	f.Int64Var(&cpu, "cpu-millis", 1000, "CPU in thousandths")
+	f.Int64Var(&mem, "memory-mb", 256, "memory limit (MiB)")
+	f.Int64Var(&pids, "pids", 256, "process limit")
+	f.Int64Var(&disk, "disk-mb", 256, "writable layer size (MiB)")
+	f.DurationVar(&life, "lifetime", time.Hour, "lifetime of a new sandbox")
+	f.DurationVar(&maxLife, "max-lifetime", 24*time.Hour, "longest a sandbox may be extended to")
+	f.BoolVar(&root, "root", false, "run as root inside (uid 0, still without capabilities)")
+	f.StringArrayVar(&env, "env", nil, "KEY=VALUE for the sandbox's processes (repeatable; not for secrets)")
+	f.StringArrayVar(&labels, "label", nil, "key=value a host must carry (repeatable)")
+	f.IntVar(&warm, "warm", 0, "keep this many sandboxes started and unclaimed")
+	f.BoolVar(&cj, "json", false, "print JSON")
+	var lt string
+	var lj bool
+	list := &cobra.Command{Use: "list", Short: "List templates", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, "templates.list", map[string]any{"tenant_id": lt}, lj, table("templates", "id", "name", "image", "runtime", "network", "warm"))
+		}}
+	list.Flags().StringVar(&lt, "tenant", "", "tenant (default: your own)")
+	list.Flags().BoolVar(&lj, "json", false, "print JSON")
+	c.AddCommand(create, list)
+	return c
+}
+
+func imagesCmd() *cobra.Command {
+	c := &cobra.Command{Use: "images", Short: "Sandbox images: content-addressed root filesystems"}
+	var tenant, rootfs, tarFile string
+	var ij bool
+	imp := &cobra.Command{Use: "import NAME (--rootfs DIR | --tar FILE)", Short: "Store a root filesystem as an image named by its SHA-256", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if (rootfs == "") == (tarFile == "") {
+				return &ExitError{Code: 2, Err: errors.New("give exactly one of --rootfs or --tar")}
+			}
+			var tarball []byte
+			if rootfs != "" {
+				var buf bytes.Buffer
+				if err := imagetar.FromDir(rootfs, &buf); err != nil {
+					return &ExitError{Code: 2, Err: err}
+				}
+				tarball = buf.Bytes()
+			} else {
+				b, err := os.ReadFile(tarFile)
+				if err != nil {
+					return &ExitError{Code: 2, Err: err}
+				}
+				tarball = b
+			}
+			cl, err := apiClient()
+			if err != nil {
+				return err
+			}
+			img, err := cl.ImportImage(contextOf(cmd), tenant, args[0], tarball)
+			if err != nil {
+				return apiErr(err)
+			}
+			if ij {
+				return printJSON(cmd.OutOrStdout(), img)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s (%d bytes)\n", img.Name, img.Digest, img.SizeBytes)
+			return err
+		}}
+	imp.Flags().StringVar(&tenant, "tenant", "", "tenant (default: your own)")
+	imp.Flags().StringVar(&rootfs, "rootfs", "", "directory holding the root filesystem")
+	imp.Flags().StringVar(&tarFile, "tar", "", "tar of the root filesystem")
+	imp.Flags().BoolVar(&ij, "json", false, "print JSON")
+	var lt string
+	var lj bool
+	list := &cobra.Command{Use: "list", Short: "List images", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, "images.list", map[string]any{"tenant_id": lt}, lj, func(o map[string]any) string {
+				// JSON numbers decode as float64: show sizes as integers.
+				if rows, ok := o["images"].([]any); ok {
+					for _, r := range rows {
+						if m, ok := r.(map[string]any); ok {
+							if f, ok := m["size_bytes"].(float64); ok {
+								m["size_bytes"] = int64(f)
+							}
+						}
+					}
+				}
+				return table("images", "name", "digest", "size_bytes", "created_at")(o)
+			})
+		}}
+	list.Flags().StringVar(&lt, "tenant", "", "tenant (default: your own)")
+	list.Flags().BoolVar(&lj, "json", false, "print JSON")
+	c.AddCommand(imp, list)
+	return c
+}
+
+// keyValues parses KEY=VALUE pairs.
+func keyValues(kvs []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q is not KEY=VALUE", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}

@@ -1,0 +1,33 @@
+package sandbox
+
+import (
+	"context"
+
+	"github.com/bettercompute/bettercompute/internal/daemon/driver"
+	"github.com/bettercompute/bettercompute/internal/kinds"
+)
+
+// Driver adds the sandbox kinds to another driver: sandbox.* runs on the
+// host, every other kind on the wrapped driver.
+type Driver struct {
+	driver.Driver
+	Host *Host
+}
+
+// Run routes a verified command to the sandbox host or the inner driver.
+func (d *Driver) Run(ctx context.Context, kind string, payload []byte) ([]byte, error) {
+	switch kind {
+	case kinds.SandboxCreate:
+		return d.Host.Create(ctx, payload)
+	case kinds.SandboxExec:
+		return d.Host.Exec(ctx, payload)
+	case kinds.SandboxUpdate:
+		return d.Host.Update(ctx, payload)
+	case kinds.SandboxDelete:
+		return d.Host.Delete(ctx, payload)
+	}
+	return d.Driver.Run(ctx, kind, payload)
+}
+
+// Labels are the host's runtime capability labels (see Host.Labels).
+func (d *Driver) Labels() map[string]string { return d.Host.Labels() }

@@ -1,0 +1,365 @@
+// Package sandbox is bcd's sandbox host: it runs the sandbox.* command
+// kinds on a real OCI runtime (runc; runsc when asked) or the sim runtime,
+// from the exact spec the control plane signed. It fetches images by
+// digest and verifies them before unpacking, builds one OCI bundle per
+// sandbox (read-only image under a size-limited writable layer, no
+// capabilities, no new privileges, a seccomp profile, masked kernel
+// paths, cgroup limits, its own namespaces with only loopback), keeps each
+// sandbox's signed deadline in its own 0600 state, and stops and removes
+// every sandbox at its deadline, with or without a session to the control
+// plane.
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
+)
+
+// State is what the host keeps of one sandbox (0600 JSON under its data
+// directory): the signed spec's fields it enforces later.
+type State struct {
+	ID          string            `json:"id"`
+	Runtime     string            `json:"runtime"`
+	ImageDigest string            `json:"image_digest"`
+	Limits      spec.Limits       `json:"limits"`
+	Root        bool              `json:"root"`
+	Env         map[string]string `json:"env,omitempty"`
+	DeadlineMS  int64             `json:"deadline_ms"`
+	Warm        bool              `json:"warm"`
+	CreatedMS   int64             `json:"created_ms"`
+}
+
+// HostConfig configures a sandbox host.
+type HostConfig struct {
+	Dir     string // state root (0700), e.g. DATA/sandbox
+	Runtime Runtime
+	Images  *Images
+	Clock   clock.Clock
+	Log     *slog.Logger
+	// Slots bounds how many sandboxes run at once; MemoryMB bounds the sum
+	// of their memory limits. Both are advertised to the control plane.
+	Slots    int
+	MemoryMB int64
+}
+
+// Host runs sandboxes on one machine.
+type Host struct {
+	cfg HostConfig
+	mu  sync.Mutex
+	sbx map[string]*State
+}
+
+// OpenHost loads the host's sandboxes from cfg.Dir. A sandbox whose state
+// survives but whose runtime instance does not (a reboot) is removed.
+func OpenHost(ctx context.Context, cfg HostConfig) (*Host, error) {
+	if cfg.Runtime == nil || cfg.Images == nil {
+		return nil, errors.New("sandbox: a runtime and an image store are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Slots <= 0 {
+		cfg.Slots = 16
+	}
+	if cfg.MemoryMB <= 0 {
+		cfg.MemoryMB = 8 << 10
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, "state"), 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox: state dir: %w", err)
+	}
+	h := &Host{cfg: cfg, sbx: map[string]*State{}}
+	ents, err := os.ReadDir(filepath.Join(cfg.Dir, "state"))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: read state: %w", err)
+	}
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || spec.ValidSandboxID(id) != nil {
+			continue
+		}
+		var st State
+		b, err := os.ReadFile(filepath.Join(cfg.Dir, "state", e.Name()))
+		if err != nil || json.Unmarshal(b, &st) != nil || st.ID != id {
+			cfg.Log.Warn("sandbox state unreadable", "sandbox_id", id)
+			continue
+		}
+		h.sbx[id] = &st
+		if !cfg.Runtime.Running(ctx, id) {
+			cfg.Log.Warn("sandbox lost by its runtime", "sandbox_id", id)
+			_ = h.remove(ctx, id)
+		}
+	}
+	h.Sweep(ctx)
+	return h, nil
+}
+
+// Runtime returns the host's runtime name.
+func (h *Host) Runtime() string { return h.cfg.Runtime.Name() }
+
+// Labels are the capability labels bcd advertises in Hello; only bcd
+// sets labels under spec.LabelPrefix.
+func (h *Host) Labels() map[string]string {
+	return map[string]string{
+		spec.RuntimeLabel(h.cfg.Runtime.Name()): "true",
+		spec.LabelPrefix + "sandbox.slots":      strconv.Itoa(h.cfg.Slots),
+		spec.LabelPrefix + "sandbox.memory_mb":  strconv.FormatInt(h.cfg.MemoryMB, 10),
+	}
+}
+
+func (h *Host) statePath(id string) string { return filepath.Join(h.cfg.Dir, "state", id+".json") }
+
+func (h *Host) save(st *State) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("sandbox: encode state: %w", err)
+	}
+	if err := pki.WriteFileAtomic(h.statePath(st.ID), b, 0o600); err != nil {
+		return fmt.Errorf("sandbox: write state: %w", err)
+	}
+	return nil
+}
+
+// Create runs sandbox.create.
+func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
+	var c spec.Create
+	if err := strictJSON(payload, &c); err != nil || c.Validate() != nil {
+		return nil, errors.New("payload-invalid")
+	}
+	if c.Runtime != h.cfg.Runtime.Name() {
+		return nil, errors.New("runtime-unavailable")
+	}
+	now := h.cfg.Clock.Now()
+	if c.DeadlineMS <= now.UnixMilli() {
+		return nil, errors.New("deadline-passed")
+	}
+	h.mu.Lock()
+	if _, dup := h.sbx[c.SandboxID]; dup {
+		h.mu.Unlock()
+		return nil, errors.New("sandbox-exists")
+	}
+	var mem int64
+	for _, s := range h.sbx {
+		mem += s.Limits.MemoryMB
+	}
+	if len(h.sbx) >= h.cfg.Slots || mem+c.Limits.MemoryMB > h.cfg.MemoryMB {
+		h.mu.Unlock()
+		return nil, errors.New("no-capacity")
+	}
+	st := &State{ID: c.SandboxID, Runtime: c.Runtime, ImageDigest: c.ImageDigest, Limits: c.Limits, Root: c.Root,
+		Env: c.Env, DeadlineMS: c.DeadlineMS, Warm: c.Warm, CreatedMS: now.UnixMilli()}
+	h.sbx[c.SandboxID] = st
+	h.mu.Unlock()
+	// The state is written before anything starts, so the sweep removes
+	// whatever a crash in the middle leaves behind.
+	if err := h.save(st); err != nil {
+		h.forget(c.SandboxID)
+		return nil, err
+	}
+	lower, err := h.cfg.Images.Ensure(ctx, c.ImageDigest)
+	if err != nil {
+		h.cfg.Log.Warn("sandbox image refused", "sandbox_id", c.SandboxID, "digest", c.ImageDigest, "err", err)
+		_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
+		return nil, imageReason(err)
+	}
+	if err := h.cfg.Runtime.Start(ctx, c, lower); err != nil {
+		h.cfg.Log.Error("sandbox start failed", "sandbox_id", c.SandboxID, "err", err)
+		_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
+		return nil, errors.New("start-failed")
+	}
+	h.cfg.Log.Info("sandbox started", "sandbox_id", c.SandboxID, "runtime", c.Runtime, "deadline_ms", c.DeadlineMS, "warm", c.Warm)
+	return json.Marshal(map[string]any{"sandbox_id": c.SandboxID, "runtime": c.Runtime, "deadline_ms": c.DeadlineMS})
+}
+
+func imageReason(err error) error {
+	switch {
+	case errors.Is(err, ErrDigestMismatch):
+		return ErrDigestMismatch
+	case errors.Is(err, ErrUnsafeImage):
+		return ErrUnsafeImage
+	}
+	return errors.New("image-unavailable")
+}
+
+// Exec runs sandbox.exec: argv as signed, with the sandbox's environment,
+// killed at the signed timeout or the sandbox's deadline, whichever is
+// first.
+func (h *Host) Exec(ctx context.Context, payload []byte) ([]byte, error) {
+	var e spec.Exec
+	if err := strictJSON(payload, &e); err != nil || e.Validate() != nil {
+		return nil, errors.New("payload-invalid")
+	}
+	h.mu.Lock()
+	st, ok := h.sbx[e.SandboxID]
+	var env []string
+	var root bool
+	var deadline int64
+	if ok {
+		for k, v := range st.Env {
+			env = append(env, k+"="+v)
+		}
+		root, deadline = st.Root, st.DeadlineMS
+	}
+	h.mu.Unlock()
+	if !ok {
+		return nil, errors.New("sandbox-not-found")
+	}
+	sort.Strings(env)
+	left := time.UnixMilli(deadline).Sub(h.cfg.Clock.Now())
+	if left <= 0 {
+		return nil, errors.New("sandbox-expired")
+	}
+	ectx, cancel := context.WithTimeout(ctx, min(time.Duration(e.TimeoutMS)*time.Millisecond, left))
+	defer cancel()
+	res, err := h.cfg.Runtime.Exec(ectx, e.SandboxID, e.Argv, env, root)
+	if err != nil {
+		h.cfg.Log.Warn("sandbox exec failed", "sandbox_id", e.SandboxID, "err", err)
+		return nil, errors.New("exec-failed")
+	}
+	return json.Marshal(res)
+}
+
+// Update runs sandbox.update: a new deadline, and at claim the tenant's
+// environment (a warm sandbox holds none before).
+func (h *Host) Update(_ context.Context, payload []byte) ([]byte, error) {
+	var u spec.Update
+	if err := strictJSON(payload, &u); err != nil || u.Validate() != nil {
+		return nil, errors.New("payload-invalid")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st, ok := h.sbx[u.SandboxID]
+	if !ok {
+		return nil, errors.New("sandbox-not-found")
+	}
+	if u.DeadlineMS <= h.cfg.Clock.Now().UnixMilli() {
+		return nil, errors.New("deadline-passed")
+	}
+	if u.Claim {
+		if !st.Warm {
+			return nil, errors.New("not-warm")
+		}
+		st.Warm, st.Env = false, u.Env
+	}
+	st.DeadlineMS = u.DeadlineMS
+	if err := h.save(st); err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]any{"sandbox_id": u.SandboxID, "deadline_ms": u.DeadlineMS})
+}
+
+// Delete runs sandbox.delete; deleting a sandbox the host does not have
+// succeeds (it is gone either way).
+func (h *Host) Delete(ctx context.Context, payload []byte) ([]byte, error) {
+	var d spec.Delete
+	if err := strictJSON(payload, &d); err != nil || spec.ValidSandboxID(d.SandboxID) != nil {
+		return nil, errors.New("payload-invalid")
+	}
+	if err := h.remove(ctx, d.SandboxID); err != nil {
+		h.cfg.Log.Error("sandbox remove failed", "sandbox_id", d.SandboxID, "err", err)
+		return nil, errors.New("remove-failed")
+	}
+	return json.Marshal(map[string]any{"sandbox_id": d.SandboxID, "deleted": true})
+}
+
+// remove stops and deletes a sandbox and then its state.
+func (h *Host) remove(ctx context.Context, id string) error {
+	if err := h.cfg.Runtime.Remove(ctx, id); err != nil {
+		return err
+	}
+	if err := os.Remove(h.statePath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("sandbox: remove state: %w", err)
+	}
+	h.forget(id)
+	return nil
+}
+
+func (h *Host) forget(id string) {
+	h.mu.Lock()
+	delete(h.sbx, id)
+	h.mu.Unlock()
+}
+
+// Sweep stops and removes every sandbox past its deadline and returns how
+// many it removed. It needs no session: the deadline is the one signed.
+func (h *Host) Sweep(ctx context.Context) int {
+	now := h.cfg.Clock.Now().UnixMilli()
+	var expired []string
+	h.mu.Lock()
+	for id, st := range h.sbx {
+		if st.DeadlineMS <= now {
+			expired = append(expired, id)
+		}
+	}
+	h.mu.Unlock()
+	n := 0
+	for _, id := range expired {
+		if err := h.remove(ctx, id); err != nil {
+			h.cfg.Log.Error("expired sandbox not removed", "sandbox_id", id, "err", err)
+			continue
+		}
+		h.cfg.Log.Info("sandbox expired and removed", "sandbox_id", id)
+		n++
+	}
+	return n
+}
+
+// Run sweeps every interval until ctx ends.
+func (h *Host) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.Sweep(ctx)
+		}
+	}
+}
+
+// Sandboxes returns the ids the host holds, sorted.
+func (h *Host) Sandboxes() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.sbx))
+	for id := range h.sbx {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Get returns a copy of a sandbox's state.
+func (h *Host) Get(id string) (State, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st, ok := h.sbx[id]
+	if !ok {
+		return State{}, false
+	}
+	return *st, true
+}
+
+// strictJSON decodes a signed payload, refusing unknown fields.
+func strictJSON(b []byte, v any) error {
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}

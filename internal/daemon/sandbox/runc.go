@@ -1,0 +1,297 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
+)
+
+// Runtime starts, runs in and removes sandboxes on a host.
+type Runtime interface {
+	// Name is runc, runsc or sim.
+	Name() string
+	// Start makes and starts a sandbox from the signed spec on the image
+	// root filesystem lower (read-only), detached.
+	Start(ctx context.Context, c spec.Create, lower string) error
+	// Exec runs argv (no shell) with env in a running sandbox, capturing
+	// each stream up to spec.MaxOutput and killing what it started when
+	// ctx ends (TimedOut is then set).
+	Exec(ctx context.Context, id string, argv, env []string, root bool) (spec.ExecResult, error)
+	// Remove stops every process of the sandbox and deletes it and its
+	// writable layer; removing a sandbox that does not exist is no error.
+	Remove(ctx context.Context, id string) error
+	// Running reports whether the sandbox exists in the runtime.
+	Running(ctx context.Context, id string) bool
+}
+
+// OCI drives an OCI runtime binary (runc, or gVisor's runsc) through
+// bundles under dir: dir/state is the runtime's --root, dir/bundles/<id>
+// holds config.json, the writable layer (a tmpfs the size of the disk
+// limit, holding the overlay's upper and work directories) and rootfs,
+// the overlay of the image over it. Every argv is fixed; a sandbox id is
+// validated before it names anything.
+type OCI struct {
+	name   string
+	binary string
+	dir    string
+	init   []byte // the reaping init (nil when none for this architecture)
+}
+
+// NewOCI returns the runtime called name using binary, with its state
+// under dir.
+func NewOCI(name, binary, dir string) (*OCI, error) {
+	for _, d := range []string{filepath.Join(dir, "state"), filepath.Join(dir, "bundles")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("sandbox: %s dir: %w", name, err)
+		}
+	}
+	return &OCI{name: name, binary: binary, dir: dir, init: initProgram()}, nil
+}
+
+// Name returns the runtime's name.
+func (o *OCI) Name() string { return o.name }
+
+func (o *OCI) bundle(id string) string { return filepath.Join(o.dir, "bundles", id) }
+
+// run runs the runtime binary with fixed arguments and returns its
+// output on failure. The output goes to a file, not a pipe: a detached
+// sandbox inherits it, and a pipe would never reach end of file.
+func (o *OCI) run(ctx context.Context, args ...string) error {
+	out, err := os.CreateTemp(o.dir, "out-*")
+	if err != nil {
+		return fmt.Errorf("sandbox: runtime output: %w", err)
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
+	cmd := exec.CommandContext(ctx, o.binary, append([]string{"--root", filepath.Join(o.dir, "state")}, args...)...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		b, _ := os.ReadFile(out.Name())
+		msg := strings.TrimSpace(string(b))
+		if len(msg) > 512 {
+			msg = msg[:512]
+		}
+		return fmt.Errorf("%s %s: %w: %s", o.name, args[0], err, msg)
+	}
+	return nil
+}
+
+// Start prepares the bundle and runs `runc run -d`.
+func (o *OCI) Start(ctx context.Context, c spec.Create, lower string) error {
+	if err := spec.ValidSandboxID(c.SandboxID); err != nil {
+		return err
+	}
+	b := o.bundle(c.SandboxID)
+	rw, rootfs := filepath.Join(b, "rw"), filepath.Join(b, "rootfs")
+	for _, d := range []string{rw, rootfs} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("sandbox: bundle: %w", err)
+		}
+	}
+	// The writable layer is a tmpfs the size of the disk limit; its pages
+	// are charged to the sandbox's memory cgroup as they are written.
+	if err := unix.Mount("tmpfs", rw, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%dm,mode=0755", c.Limits.DiskMB)); err != nil {
+		return fmt.Errorf("sandbox: writable layer: %w", err)
+	}
+	for _, d := range []string{"upper", "work"} {
+		if err := os.Mkdir(filepath.Join(rw, d), 0o755); err != nil {
+			return fmt.Errorf("sandbox: writable layer: %w", err)
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, filepath.Join(rw, "upper"), filepath.Join(rw, "work"))
+	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("sandbox: overlay: %w", err)
+	}
+	// Each bundle gets its own copy of the init, owned by the sandbox's
+	// user and executable by it alone.
+	initHost := ""
+	if o.init != nil {
+		initHost = filepath.Join(b, "bc-init")
+		if err := os.WriteFile(initHost, o.init, 0o500); err != nil {
+			return fmt.Errorf("sandbox: write init: %w", err)
+		}
+		u := user(c.Root)
+		if err := os.Chown(initHost, int(u.UID), int(u.GID)); err != nil {
+			return fmt.Errorf("sandbox: own init: %w", err)
+		}
+	}
+	cfg := Config(c, initHost, []string{"/bin/sleep", "2147483647"})
+	raw, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return fmt.Errorf("sandbox: encode config: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(b, "config.json"), raw, 0o600); err != nil {
+		return fmt.Errorf("sandbox: write config: %w", err)
+	}
+	args := []string{"run", "--detach", "--bundle", b, "--pid-file", filepath.Join(b, "init.pid")}
+	if o.name == spec.RuntimeRunc {
+		args = append(args, "--no-new-keyring")
+	}
+	if err := o.run(ctx, append(args, c.SandboxID)...); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Exec runs argv inside the sandbox with `runc exec --process FILE`: the
+// whole process (argv, env, user, no capabilities, no new privileges)
+// comes from a file, so nothing in argv is ever parsed as a runc flag.
+func (o *OCI) Exec(ctx context.Context, id string, argv, env []string, root bool) (spec.ExecResult, error) {
+	var res spec.ExecResult
+	if err := spec.ValidSandboxID(id); err != nil {
+		return res, err
+	}
+	b := o.bundle(id)
+	pf, err := os.CreateTemp(b, "exec-*.json")
+	if err != nil {
+		return res, fmt.Errorf("sandbox: exec process file: %w", err)
+	}
+	defer os.Remove(pf.Name())
+	if err := json.NewEncoder(pf).Encode(processFor(argv, append([]string{defaultPath}, env...), root)); err != nil {
+		pf.Close()
+		return res, fmt.Errorf("sandbox: exec process file: %w", err)
+	}
+	pf.Close()
+	cmd := exec.Command(o.binary, "--root", filepath.Join(o.dir, "state"), "exec", "--process", pf.Name(), id)
+	stdout, stderr := &capped{max: spec.MaxOutput}, &capped{max: spec.MaxOutput}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		return res, fmt.Errorf("sandbox: start exec: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var werr error
+	select {
+	case werr = <-done:
+	case <-ctx.Done():
+		res.TimedOut = true
+		// Kill everything the exec started (forks included), keep PID 1.
+		o.killAllButInit(id)
+		select {
+		case werr = <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			werr = <-done
+		}
+	}
+	res.Stdout, res.StdoutTruncated = stdout.buf.Bytes(), stdout.truncated
+	res.Stderr, res.StderrTruncated = stderr.buf.Bytes(), stderr.truncated
+	var ee *exec.ExitError
+	switch {
+	case werr == nil:
+	case errors.As(werr, &ee):
+		res.ExitCode = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.ExitCode = 128 + int(ws.Signal())
+		}
+	default:
+		return res, fmt.Errorf("sandbox: exec: %w", werr)
+	}
+	if res.TimedOut && res.ExitCode == 0 {
+		res.ExitCode = 137
+	}
+	return res, nil
+}
+
+// killAllButInit freezes the sandbox, SIGKILLs every process in its
+// cgroup but PID 1, and thaws it, so a fork bomb cannot outrun the kill.
+func (o *OCI) killAllButInit(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	initPID := 0
+	if b, err := os.ReadFile(filepath.Join(o.bundle(id), "init.pid")); err == nil {
+		initPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	paused := o.run(ctx, "pause", id) == nil
+	for _, p := range cgroupProcs(id) {
+		if p != initPID && p > 1 {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
+	}
+	if paused {
+		_ = o.run(ctx, "resume", id)
+	}
+}
+
+// cgroupProcs lists the host pids in a sandbox's cgroup (v1 pids
+// controller, or the v2 unified hierarchy).
+func cgroupProcs(id string) []int {
+	var out []int
+	for _, p := range []string{"/sys/fs/cgroup/pids" + CgroupParent + "/" + id + "/cgroup.procs", "/sys/fs/cgroup" + CgroupParent + "/" + id + "/cgroup.procs"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
+			}
+		}
+		break
+	}
+	return out
+}
+
+// Remove kills and deletes the sandbox, then unmounts and removes its
+// bundle.
+func (o *OCI) Remove(ctx context.Context, id string) error {
+	if err := spec.ValidSandboxID(id); err != nil {
+		return err
+	}
+	if o.Running(ctx, id) {
+		_ = o.run(ctx, "kill", "--all", id, "KILL")
+		if err := o.run(ctx, "delete", "--force", id); err != nil {
+			return err
+		}
+	}
+	b := o.bundle(id)
+	for _, m := range []string{filepath.Join(b, "rootfs"), filepath.Join(b, "rw")} {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("sandbox: unmount %s: %w", filepath.Base(m), err)
+		}
+	}
+	if err := os.RemoveAll(b); err != nil {
+		return fmt.Errorf("sandbox: remove bundle: %w", err)
+	}
+	return nil
+}
+
+// Running reports whether the runtime knows the sandbox.
+func (o *OCI) Running(ctx context.Context, id string) bool {
+	return spec.ValidSandboxID(id) == nil && o.run(ctx, "state", id) == nil
+}
+
+// capped keeps the first max bytes written and counts the rest away, so a
+// process writing without end never blocks and never grows memory.
+type capped struct {
+	buf       bytes.Buffer
+	max       int
+	truncated bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - c.buf.Len(); room > 0 {
+		if len(p) > room {
+			c.buf.Write(p[:room])
+			c.truncated = true
+		} else {
+			c.buf.Write(p)
+		}
+	} else if len(p) > 0 {
+		c.truncated = true
+	}
+	return len(p), nil
+}

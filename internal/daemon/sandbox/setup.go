@@ -1,0 +1,88 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
+)
+
+// Options open a node's sandbox host.
+type Options struct {
+	DataDir    string // the node's data directory; the host lives in DataDir/sandbox
+	Runtime    string // runc, runsc, sim, or auto (runc when usable, else none)
+	ImageStore string // gocloud.dev/blob URL of the image store
+	Slots      int
+	MemoryMB   int64
+	Clock      clock.Clock
+	Log        *slog.Logger
+}
+
+// ErrNoRuntime is returned by Open for auto when no runtime is usable or
+// no image store is configured: the node is then no sandbox host.
+var ErrNoRuntime = errors.New("sandbox: no usable runtime (runc needs to be installed and bcd to run as root)")
+
+// Usable reports whether the OCI runtime called name can run here: its
+// binary is on PATH and the process is root.
+func Usable(name string) (string, bool) {
+	p, err := exec.LookPath(name)
+	return p, err == nil && os.Geteuid() == 0
+}
+
+// Open opens the sandbox host of a node; the returned close releases the
+// image store.
+func Open(ctx context.Context, o Options) (*Host, func(), error) {
+	name := o.Runtime
+	if name == "auto" && o.ImageStore == "" {
+		return nil, nil, ErrNoRuntime
+	}
+	if name == "auto" {
+		name = ""
+		for _, rt := range []string{spec.RuntimeRunc, spec.RuntimeRunsc} {
+			if _, ok := Usable(rt); ok {
+				name = rt
+				break
+			}
+		}
+		if name == "" {
+			return nil, nil, ErrNoRuntime
+		}
+	}
+	if o.ImageStore == "" {
+		return nil, nil, errors.New("sandbox: an image store URL is required")
+	}
+	dir := filepath.Join(o.DataDir, "sandbox")
+	var rt Runtime
+	switch name {
+	case spec.RuntimeSim:
+		rt = NewSim()
+	case spec.RuntimeRunc, spec.RuntimeRunsc:
+		bin, ok := Usable(name)
+		if !ok {
+			return nil, nil, fmt.Errorf("sandbox: %s is not usable here (installed, and bcd running as root?)", name)
+		}
+		o, err := NewOCI(name, bin, filepath.Join(dir, "rt"))
+		if err != nil {
+			return nil, nil, err
+		}
+		rt = o
+	default:
+		return nil, nil, errors.New("sandbox: runtime must be runc, runsc, sim or auto")
+	}
+	im, err := OpenImages(ctx, o.ImageStore, filepath.Join(dir, "images"))
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: o.Clock, Log: o.Log, Slots: o.Slots, MemoryMB: o.MemoryMB})
+	if err != nil {
+		im.Close()
+		return nil, nil, err
+	}
+	return h, func() { _ = im.Close() }, nil
+}

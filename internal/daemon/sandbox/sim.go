@@ -1,0 +1,85 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
+)
+
+// Sim is a simulated runtime for tests that cannot run a real one: it
+// keeps which sandboxes exist and answers a few programs (echo, true,
+// false, hostname, env) from memory. Everything around it (signed specs,
+// image fetch and digest check, state, deadlines) is the real code.
+type Sim struct {
+	mu  sync.Mutex
+	sbx map[string]spec.Create
+}
+
+// NewSim returns an empty simulated runtime.
+func NewSim() *Sim { return &Sim{sbx: map[string]spec.Create{}} }
+
+// Name returns "sim".
+func (s *Sim) Name() string { return spec.RuntimeSim }
+
+// Start records the sandbox.
+func (s *Sim) Start(_ context.Context, c spec.Create, _ string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sbx[c.SandboxID] = c
+	return nil
+}
+
+// Exec answers argv from memory.
+func (s *Sim) Exec(ctx context.Context, id string, argv, env []string, _ bool) (spec.ExecResult, error) {
+	s.mu.Lock()
+	_, ok := s.sbx[id]
+	s.mu.Unlock()
+	if !ok {
+		return spec.ExecResult{}, errors.New("sandbox-not-found")
+	}
+	var r spec.ExecResult
+	switch argv[0] {
+	case "echo":
+		r.Stdout = []byte(strings.Join(argv[1:], " ") + "\n")
+	case "true":
+	case "false":
+		r.ExitCode = 1
+	case "hostname":
+		r.Stdout = []byte(id + "\n")
+	case "env":
+		r.Stdout = []byte(strings.Join(env, "\n") + "\n")
+	case "sleep":
+		<-ctx.Done()
+		r.TimedOut, r.ExitCode = true, 137
+	default:
+		r.Stderr = []byte("sim: " + argv[0] + ": not found\n")
+		r.ExitCode = 127
+	}
+	return r, nil
+}
+
+// Remove forgets the sandbox.
+func (s *Sim) Remove(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.sbx, id)
+	return nil
+}
+
+// Running reports whether the sandbox exists.
+func (s *Sim) Running(_ context.Context, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.sbx[id]
+	return ok
+}
+
+// Count returns how many sandboxes exist.
+func (s *Sim) Count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sbx)
+}

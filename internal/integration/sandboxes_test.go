@@ -1,0 +1,464 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/bus"
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/sandboxes"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/imagetar"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
+	"github.com/bettercompute/bettercompute/internal/store"
+	"github.com/bettercompute/bettercompute/internal/store/storetest"
+	"github.com/bettercompute/bettercompute/internal/testenv"
+)
+
+// sandboxRuntime is runc when runc is installed and the tests run as root
+// (BC_REQUIRE_RUNC=1 makes its absence a failure), else sim.
+func sandboxRuntime(t *testing.T) string {
+	t.Helper()
+	_, err := exec.LookPath("runc")
+	_, bbErr := imagetar.BusyboxPath()
+	if err == nil && os.Geteuid() == 0 && bbErr == nil {
+		return spec.RuntimeRunc
+	}
+	if os.Getenv("BC_REQUIRE_RUNC") == "1" {
+		t.Fatalf("runc required (BC_REQUIRE_RUNC=1): runc %v, root %v, busybox %v", err, os.Geteuid() == 0, bbErr)
+	}
+	return spec.RuntimeSim
+}
+
+// busyboxTar is the default image, or a tiny tar when busybox is absent
+// (the sim runtime never unpacks more than it must).
+func busyboxTar(t *testing.T) []byte {
+	t.Helper()
+	if b, err := imagetar.Busybox(); err == nil {
+		return b
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(dir+"/bin", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := imagetar.FromDir(dir, &buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+type sandboxEnv struct {
+	*testenv.Env
+	rt     string
+	tenant string
+	admin  *client.Client
+}
+
+// startSandboxes starts an environment whose nodes are sandbox hosts and
+// a tenant with the default image and a template "small" (pids 64).
+func startSandboxes(t *testing.T, db *store.DB, clk clock.Clock, warm int) sandboxEnv {
+	t.Helper()
+	rt := sandboxRuntime(t)
+	e := testenv.Start(t, db, testenv.Options{Nodes: 1, Clock: clk, SandboxRuntime: rt})
+	tenant, admin := e.TenantAdmin(t, "acme")
+	ctx := context.Background()
+	// The API's chunked upload is tested on its own; here the image goes
+	// in through the module to keep the suite fast.
+	if _, err := e.CP.Sandboxes.ImportBytes(ctx, audit.Entry{TenantID: tenant, Actor: "test"}, tenant, "busybox", busyboxTar(t)); err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if err := admin.Call(ctx, "templates.create", map[string]any{"name": "small", "image": "busybox", "runtime": rt,
+		"limits": map[string]any{"cpu_millis": 500, "memory_mb": 128, "pids": 64, "disk_mb": 32}, "lifetime_seconds": 600,
+		"max_lifetime_seconds": 1200, "env": map[string]string{"GREETING": "hi"}, "warm": warm}, nil); err != nil {
+		t.Fatalf("template: %v", err)
+	}
+	return sandboxEnv{Env: e, rt: rt, tenant: tenant, admin: admin}
+}
+
+// TestSandboxLifecycle creates a sandbox, runs commands in it (signed,
+// attested), extends it within the template's maximum and deletes it,
+// which frees it on the host.
+func TestSandboxLifecycle(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		s := startSandboxes(t, db, nil, 0)
+		ctx := context.Background()
+		x, err := s.admin.CreateSandbox(ctx, "", "small")
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		if x.State != sandboxes.StateRunning || x.NodeID != s.Nodes[0].NodeID() || x.Runtime != s.rt {
+			t.Fatalf("created %+v", x)
+		}
+		if _, ok := s.Nodes[0].Sandbox.Get(x.ID); !ok {
+			t.Fatal("the host does not hold the sandbox")
+		}
+		r, err := s.admin.Exec(ctx, x.ID, []string{"echo", "hello"}, 10)
+		if err != nil {
+			t.Fatalf("exec: %v", err)
+		}
+		if string(r.Stdout) != "hello\n" || r.ExitCode != 0 || !r.Attested {
+			t.Fatalf("exec answered %+v", r)
+		}
+		if r, err := s.admin.Exec(ctx, x.ID, []string{"false"}, 10); err != nil || r.ExitCode != 1 {
+			t.Fatalf("false: %+v %v", r, err)
+		}
+		if r, err := s.admin.Exec(ctx, x.ID, []string{"env"}, 10); err != nil || !bytes.Contains(r.Stdout, []byte("GREETING=hi")) {
+			t.Fatalf("env: %q %v", r.Stdout, err)
+		}
+		var list struct{ Sandboxes []client.Sandbox }
+		if err := s.admin.Call(ctx, "sandboxes.list", map[string]any{}, &list); err != nil || len(list.Sandboxes) != 1 {
+			t.Fatalf("list: %+v %v", list, err)
+		}
+		if err := s.admin.Call(ctx, "sandboxes.extend", map[string]any{"id": x.ID, "seconds": 1300}, nil); !errors.Is(err, client.ErrInvalidInput) {
+			t.Fatalf("extend past the maximum: %v, want INVALID_INPUT", err)
+		}
+		var ext client.Sandbox
+		if err := s.admin.Call(ctx, "sandboxes.extend", map[string]any{"id": x.ID, "seconds": 900}, &ext); err != nil || !ext.ExpiresAt.After(x.ExpiresAt) {
+			t.Fatalf("extend: %+v %v", ext, err)
+		}
+		if st, _ := s.Nodes[0].Sandbox.Get(x.ID); st.DeadlineMS != ext.ExpiresAt.UnixMilli() {
+			t.Fatalf("host deadline %d, want the signed %d", st.DeadlineMS, ext.ExpiresAt.UnixMilli())
+		}
+		freed, err := s.admin.DeleteSandbox(ctx, x.ID)
+		if err != nil || !freed {
+			t.Fatalf("delete: freed %v, %v", freed, err)
+		}
+		if _, ok := s.Nodes[0].Sandbox.Get(x.ID); ok {
+			t.Fatal("the host still holds the deleted sandbox")
+		}
+		if _, err := s.admin.Exec(ctx, x.ID, []string{"true"}, 10); !errors.Is(err, client.ErrInvalidState) {
+			t.Fatalf("exec after delete: %v, want INVALID_STATE", err)
+		}
+	})
+}
+
+// TestSandboxTenantIsolation: tenant B asking to get, exec in, extend or
+// delete tenant A's sandbox gets exactly the answer it gets for a sandbox
+// that does not exist (ACCESS_DENIED), and A's sandbox is untouched.
+func TestSandboxTenantIsolation(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		s := startSandboxes(t, db, nil, 0)
+		ctx := context.Background()
+		x, err := s.admin.CreateSandbox(ctx, "", "small")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, b := s.TenantAdmin(t, "other")
+		missing := "sbxaaaaaaaaaaaaaaaa"
+		calls := map[string]func(id string) error{
+			"get":  func(id string) error { _, err := b.Sandbox(ctx, id); return err },
+			"exec": func(id string) error { _, err := b.Exec(ctx, id, []string{"echo", "pwned"}, 5); return err },
+			"extend": func(id string) error {
+				return b.Call(ctx, "sandboxes.extend", map[string]any{"id": id, "seconds": 300}, nil)
+			},
+			"delete": func(id string) error { _, err := b.DeleteSandbox(ctx, id); return err },
+		}
+		for name, call := range calls {
+			theirs, none := call(x.ID), call(missing)
+			var e1, e2 *client.Error
+			if !errors.As(theirs, &e1) || !errors.As(none, &e2) {
+				t.Fatalf("%s: %v / %v", name, theirs, none)
+			}
+			if e1.Code != "ACCESS_DENIED" || e1.Code != e2.Code || e1.Message != e2.Message || e1.Status != e2.Status {
+				t.Fatalf("%s: another tenant's sandbox answers %+v, a missing one %+v", name, e1, e2)
+			}
+		}
+		var list struct{ Sandboxes []client.Sandbox }
+		if err := b.Call(ctx, "sandboxes.list", map[string]any{}, &list); err != nil || len(list.Sandboxes) != 0 {
+			t.Fatalf("B lists %+v %v", list, err)
+		}
+		if err := b.Call(ctx, "sandboxes.list", map[string]any{"tenant_id": s.tenant}, nil); !errors.Is(err, client.ErrAccessDenied) {
+			t.Fatalf("B lists A's: %v", err)
+		}
+		if got, err := s.admin.Sandbox(ctx, x.ID); err != nil || got.State != sandboxes.StateRunning {
+			t.Fatalf("A's sandbox after B's attempts: %+v %v", got, err)
+		}
+		if r, err := s.admin.Exec(ctx, x.ID, []string{"echo", "ok"}, 5); err != nil || string(r.Stdout) != "ok\n" {
+			t.Fatalf("A's exec: %+v %v", r, err)
+		}
+	})
+}
+
+// TestSandboxExpiryEnforcedByDisconnectedHost: a host that lost its
+// session still stops and removes a sandbox at the deadline it was given;
+// the control plane marks it expired; exec is refused within a minute of
+// expiry.
+func TestSandboxExpiryEnforcedByDisconnectedHost(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	s := startSandboxes(t, storetest.NewTestSQLite(t), clk, 0)
+	ctx := context.Background()
+	x, err := s.admin.CreateSandbox(ctx, "", "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(x.ExpiresAt.Add(-30 * time.Second))
+	if _, err := s.admin.Exec(ctx, x.ID, []string{"true"}, 5); !errors.Is(err, client.ErrInvalidState) {
+		t.Fatalf("exec 30 s before expiry: %v, want INVALID_STATE", err)
+	}
+	n := s.Nodes[0]
+	n.Stop() // the host is offline from here on
+	clk.Set(x.ExpiresAt.Add(time.Second))
+	if removed := n.Sandbox.Sweep(ctx); removed != 1 {
+		t.Fatalf("the disconnected host removed %d sandboxes, want 1", removed)
+	}
+	if _, ok := n.Sandbox.Get(x.ID); ok {
+		t.Fatal("the host still holds the expired sandbox")
+	}
+	if expired, err := s.CP.Sandboxes.SweepExpired(ctx); err != nil || expired != 1 {
+		t.Fatalf("control plane expired %d, %v", expired, err)
+	}
+	if got, err := s.admin.Sandbox(ctx, x.ID); err != nil || got.State != sandboxes.StateExpired {
+		t.Fatalf("after expiry: %+v %v", got, err)
+	}
+}
+
+// TestSandboxWarmClaim: a template with a warm pool keeps started,
+// unclaimed sandboxes that hold no tenant environment; a create claims
+// one (getting the environment then) and the pool refills.
+func TestSandboxWarmClaim(t *testing.T) {
+	s := startSandboxes(t, storetest.NewTestSQLite(t), nil, 2)
+	ctx := context.Background()
+	tpl, err := s.CP.Sandboxes.Template(ctx, s.tenant, "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWarm(t, s, tpl.ID, 2)
+	host := s.Nodes[0].Sandbox
+	warmIDs := map[string]bool{}
+	for _, id := range host.Sandboxes() {
+		st, _ := host.Get(id)
+		if !st.Warm || len(st.Env) != 0 {
+			t.Fatalf("a warm sandbox holds state %+v", st)
+		}
+		warmIDs[id] = true
+	}
+	for id := range warmIDs {
+		if _, err := s.admin.Sandbox(ctx, id); !errors.Is(err, client.ErrAccessDenied) {
+			t.Fatalf("a warm sandbox is visible to the tenant: %v", err)
+		}
+	}
+	var list struct{ Sandboxes []client.Sandbox }
+	if err := s.admin.Call(ctx, "sandboxes.list", map[string]any{}, &list); err != nil || len(list.Sandboxes) != 0 {
+		t.Fatalf("the tenant lists warm sandboxes: %+v %v", list, err)
+	}
+	x, err := s.admin.CreateSandbox(ctx, "", "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !x.FromWarm || !warmIDs[x.ID] {
+		t.Fatalf("create did not claim a warm sandbox: %+v", x)
+	}
+	st, _ := host.Get(x.ID)
+	if st.Warm || st.Env["GREETING"] != "hi" || st.DeadlineMS != x.ExpiresAt.UnixMilli() {
+		t.Fatalf("claimed state %+v", st)
+	}
+	if r, err := s.admin.Exec(ctx, x.ID, []string{"env"}, 10); err != nil || !bytes.Contains(r.Stdout, []byte("GREETING=hi")) {
+		t.Fatalf("env after claim: %q %v", r.Stdout, err)
+	}
+	waitWarm(t, s, tpl.ID, 2)
+}
+
+// waitWarm runs the warm reconciler until the template holds n warm
+// sandboxes (the background worker may start some as well).
+func waitWarm(t *testing.T, s sandboxEnv, tpl string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		if _, err := s.CP.Sandboxes.ReconcileWarm(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := s.CP.Sandboxes.WarmCount(ctx, tpl); got >= n {
+			return
+		}
+	}
+	t.Fatalf("the warm pool never reached %d", n)
+}
+
+// TestSandboxRuncLimitsAndNetwork runs, through the control plane, what
+// the runc driver promises: the image's root, not the host's; no TCP
+// connection to a listener on the host's loopback under network none; a
+// fork bomb stopped at the pids limit (64) with the host responsive.
+func TestSandboxRuncLimitsAndNetwork(t *testing.T) {
+	s := startSandboxes(t, storetest.NewTestSQLite(t), nil, 0)
+	if s.rt != spec.RuntimeRunc {
+		t.Skip("runc is not available (set BC_REQUIRE_RUNC=1 to require it)")
+	}
+	ctx := context.Background()
+	x, err := s.admin.CreateSandbox(ctx, "", "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.admin.Exec(ctx, x.ID, []string{"ls", "/"}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := strings.Fields(string(r.Stdout))
+	if !contains(root, "bin") || contains(root, "work") || contains(root, "var") || contains(root, "boot") {
+		t.Fatalf("ls / = %v", root)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted atomic.Int32
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	port := strconv.Itoa(lis.Addr().(*net.TCPAddr).Port)
+	if r, err := s.admin.Exec(ctx, x.ID, []string{"nc", "-w", "2", "127.0.0.1", port}, 10); err != nil || r.ExitCode == 0 {
+		t.Fatalf("nc to the host's loopback: %+v %v", r, err)
+	}
+	lis.Close()
+	<-acceptDone
+	if accepted.Load() != 0 {
+		t.Fatalf("the host's listener accepted %d connections from the sandbox", accepted.Load())
+	}
+	r, err = s.admin.Exec(ctx, x.ID, []string{"sh", "-c", "b(){ b|b& }; b; sleep 60"}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.TimedOut || !bytes.Contains(r.Stderr, []byte("can't fork")) {
+		t.Fatalf("fork bomb: timed out %v, stderr %q", r.TimedOut, r.Stderr[:min(len(r.Stderr), 200)])
+	}
+	if out, err := exec.Command("true").CombinedOutput(); err != nil {
+		t.Fatalf("the host cannot run a process: %v %s", err, out)
+	}
+	if r, err := s.admin.Exec(ctx, x.ID, []string{"echo", "alive"}, 10); err != nil || string(r.Stdout) != "alive\n" {
+		t.Fatalf("after the bomb: %+v %v", r, err)
+	}
+	if freed, err := s.admin.DeleteSandbox(ctx, x.ID); err != nil || !freed {
+		t.Fatalf("delete: %v %v", freed, err)
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/pids/bcsandbox/" + x.ID); !os.IsNotExist(err) {
+		t.Fatalf("the sandbox's cgroup survived its delete: %v", err)
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// TestSandboxImageImportThroughAPI uploads an image in chunks through the
+// envelope: the stored digest is the SHA-256 of the bytes, a digest that
+// does not match is refused, chunks must follow each other, and another
+// tenant cannot write to the upload.
+func TestSandboxImageImportThroughAPI(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{SandboxRuntime: spec.RuntimeSim})
+	_, a := e.TenantAdmin(t, "acme")
+	_, b := e.TenantAdmin(t, "other")
+	ctx := context.Background()
+	tarball := bytes.Repeat([]byte("bettercompute"), 8000) // three chunks
+	img, err := a.ImportImage(ctx, "", "blob", tarball)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Digest != imagetar.Digest(tarball) || img.SizeBytes != int64(len(tarball)) {
+		t.Fatalf("imported %+v", img)
+	}
+	var begin struct {
+		UploadID string `json:"upload_id"`
+	}
+	if err := a.Call(ctx, "images.beginUpload", map[string]any{}, &begin); err != nil {
+		t.Fatal(err)
+	}
+	chunk := map[string]any{"upload_id": begin.UploadID, "offset": 0, "data_base64": "aGVsbG8="}
+	if err := b.Call(ctx, "images.uploadChunk", chunk, nil); !errors.Is(err, client.ErrAccessDenied) {
+		t.Fatalf("another tenant's chunk: %v, want ACCESS_DENIED", err)
+	}
+	if err := a.Call(ctx, "images.uploadChunk", map[string]any{"upload_id": begin.UploadID, "offset": 5, "data_base64": "aGVsbG8="}, nil); !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("a gap: %v, want CONFLICT", err)
+	}
+	if err := a.Call(ctx, "images.uploadChunk", chunk, nil); err != nil {
+		t.Fatal(err)
+	}
+	wrong := imagetar.Digest([]byte("something else"))
+	if err := a.Call(ctx, "images.import", map[string]any{"upload_id": begin.UploadID, "name": "x", "digest": wrong}, nil); !errors.Is(err, client.ErrInvalidInput) {
+		t.Fatalf("a wrong digest: %v, want INVALID_INPUT", err)
+	}
+}
+
+// TestSandboxPlacement: sandboxes go only to connected hosts whose
+// bcd-set labels advertise the template's runtime; a template cannot
+// require a runtime.* label itself, and with no such host a create is
+// INVALID_STATE.
+func TestSandboxPlacement(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1, SandboxRuntime: spec.RuntimeSim})
+	tenant, admin := e.TenantAdmin(t, "acme")
+	ctx := context.Background()
+	if _, err := e.CP.Sandboxes.ImportBytes(ctx, audit.Entry{TenantID: tenant, Actor: "test"}, tenant, "img", busyboxTar(t)); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(name, runtime string, labels map[string]string) error {
+		return admin.Call(ctx, "templates.create", map[string]any{"name": name, "image": "img", "runtime": runtime, "labels": labels}, nil)
+	}
+	if err := mk("forged", spec.RuntimeSim, map[string]string{"runtime.runc": "true"}); !errors.Is(err, client.ErrInvalidInput) {
+		t.Fatalf("a template naming a runtime. label: %v, want INVALID_INPUT", err)
+	}
+	for _, tc := range [][2]string{{"sim", spec.RuntimeSim}, {"runc", spec.RuntimeRunc}} {
+		if err := mk(tc[0], tc[1], nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node, err := e.CP.Nodes.Get(ctx, "root", e.Nodes[0].NodeID())
+	if err != nil || node.Labels["runtime.sim"] != "true" || node.Labels["runtime.runc"] != "" {
+		t.Fatalf("the sim host advertises %v", node.Labels)
+	}
+	if _, err := admin.CreateSandbox(ctx, "", "runc"); !errors.Is(err, client.ErrInvalidState) {
+		t.Fatalf("runc template on a sim-only fleet: %v, want INVALID_STATE", err)
+	}
+	if _, err := admin.CreateSandbox(ctx, "", "sim"); err != nil {
+		t.Fatal(err)
+	}
+	e.Nodes[0].Stop()
+	e.Nodes[0].WaitDisconnected(t)
+	waitDisconnectedInRegistry(t, e, e.Nodes[0].NodeID())
+	if _, err := admin.CreateSandbox(ctx, "", "sim"); !errors.Is(err, client.ErrInvalidState) {
+		t.Fatalf("create with the only host offline: %v, want INVALID_STATE", err)
+	}
+}
+
+// waitDisconnectedInRegistry waits (on node pokes) until the control
+// plane's registry shows the node without a live session.
+func waitDisconnectedInRegistry(t *testing.T, e *testenv.Env, id string) {
+	t.Helper()
+	poke, stop := e.CP.Bus.Subscribe(bus.NodeTopic(id))
+	defer stop()
+	timeout := time.After(testenv.WaitTimeout)
+	for {
+		n, err := e.CP.Nodes.Get(context.Background(), "root", id)
+		if err == nil && !n.Connected {
+			return
+		}
+		select {
+		case <-poke:
+		case <-time.After(50 * time.Millisecond):
+		case <-timeout:
+			t.Fatal("the registry still shows the node connected")
+		}
+	}
+}

@@ -1,0 +1,870 @@
+// Package sandboxes is the control plane's sandbox module: images
+// (content-addressed tars in an object store, named per tenant), templates
+// (an image, limits, lifetimes, a network mode, environment, a warm pool
+// size) and sandboxes, which it places on connected hosts whose bcd-set
+// runtime labels advertise what the template needs, drives only through
+// signed sandbox.* commands (whose payload is the whole spec the host
+// enforces), tracks, extends within the template's maximum, and expires.
+// Warm pools keep started, unclaimed sandboxes that hold no tenant
+// environment until a create claims one.
+package sandboxes
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"gocloud.dev/blob"
+
+	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/bus"
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/commands"
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/kinds"
+	"github.com/bettercompute/bettercompute/internal/nodes"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
+	"github.com/bettercompute/bettercompute/internal/store"
+)
+
+// States of a sandbox.
+const (
+	StateStarting = "starting"
+	StateWarm     = "warm"     // started, unclaimed, no tenant environment
+	StateClaiming = "claiming" // a create is claiming it
+	StateRunning  = "running"
+	StateDeleted  = "deleted"
+	StateExpired  = "expired"
+	StateFailed   = "failed"
+)
+
+// live are the states that hold a host's resources.
+var live = []string{StateStarting, StateWarm, StateClaiming, StateRunning}
+
+// ExecRefuseWithin is how close to its expiry a sandbox refuses exec.
+const ExecRefuseWithin = time.Minute
+
+// StartTimeout bounds how long a create waits for its host.
+const StartTimeout = 90 * time.Second
+
+// TopicWarm wakes the warm pool reconciler.
+const TopicWarm = "sandboxes.warm"
+
+// NodeLister reads nodes (the nodes module implements it).
+type NodeLister interface {
+	List(ctx context.Context, tenant string) ([]nodes.Node, error)
+}
+
+// Service is the sandboxes module.
+type Service struct {
+	db       *store.DB
+	clk      clock.Clock
+	bus      *bus.Bus
+	commands *commands.Service
+	nodes    NodeLister
+	images   *blob.Bucket
+	log      *slog.Logger
+	// holdRefill stops the background refill (benchmarks measure claims
+	// without refills queued on the same host).
+	holdRefill atomic.Bool
+}
+
+// HoldWarmRefill stops (true) or resumes the background warm-pool refill;
+// ReconcileWarm still runs when called.
+func (s *Service) HoldWarmRefill(hold bool) { s.holdRefill.Store(hold) }
+
+// New returns the sandboxes module. images may be nil (image methods then
+// answer INVALID_CONFIG).
+func New(db *store.DB, clk clock.Clock, b *bus.Bus, cmds *commands.Service, n NodeLister, images *blob.Bucket, log *slog.Logger) *Service {
+	return &Service{db: db, clk: clk, bus: b, commands: cmds, nodes: n, images: images, log: log}
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+func validName(n string) bool { return nameRE.MatchString(n) }
+
+// system is the actor of commands the module issues for a tenant's call:
+// sandbox hosts are fleet nodes of the root tenant, so the command is the
+// root tenant's, created on behalf of the caller named in its audit row.
+func system(actor audit.Entry) audit.Entry {
+	return audit.Entry{TenantID: "root", Actor: "sandboxes:" + actor.Actor, RequestID: actor.RequestID, Caller: actor.Caller}
+}
+
+// Template is a tenant's recipe for sandboxes.
+type Template struct {
+	ID          string            `json:"id"`
+	TenantID    string            `json:"tenant_id"`
+	Name        string            `json:"name"`
+	Image       string            `json:"image"`
+	ImageDigest string            `json:"image_digest"`
+	Runtime     string            `json:"runtime"`
+	Limits      spec.Limits       `json:"limits"`
+	Lifetime    int64             `json:"lifetime_seconds"`
+	MaxLifetime int64             `json:"max_lifetime_seconds"`
+	Network     string            `json:"network"`
+	Root        bool              `json:"root"`
+	Env         map[string]string `json:"env"`
+	Labels      map[string]string `json:"labels"`
+	Warm        int               `json:"warm"`
+	CreatedBy   string            `json:"created_by"`
+	CreatedAt   time.Time         `json:"created_at"`
+}
+
+// TemplateIn is what templates.create takes; zero fields get defaults.
+type TemplateIn struct {
+	Name        string            `json:"name"`
+	Image       string            `json:"image"`
+	Runtime     string            `json:"runtime"`
+	Limits      spec.Limits       `json:"limits"`
+	Lifetime    int64             `json:"lifetime_seconds"`
+	MaxLifetime int64             `json:"max_lifetime_seconds"`
+	Network     string            `json:"network"`
+	Root        bool              `json:"root"`
+	Env         map[string]string `json:"env"`
+	Labels      map[string]string `json:"labels"`
+	Warm        int               `json:"warm"`
+}
+
+// MaxWarm bounds a template's warm pool.
+const MaxWarm = 32
+
+// CreateTemplate validates and stores a template of tenant.
+func (s *Service) CreateTemplate(ctx context.Context, actor audit.Entry, tenant string, in TemplateIn) (Template, error) {
+	t := Template{ID: ids.New("tpl"), TenantID: tenant, Name: in.Name, Image: in.Image, Runtime: in.Runtime, Limits: in.Limits,
+		Lifetime: in.Lifetime, MaxLifetime: in.MaxLifetime, Network: in.Network, Root: in.Root, Env: in.Env, Labels: in.Labels, Warm: in.Warm,
+		CreatedBy: actor.Actor, CreatedAt: s.clk.Now().UTC()}
+	def := func(p *int64, v int64) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&t.Limits.CPUMillis, 1000)
+	def(&t.Limits.MemoryMB, 256)
+	def(&t.Limits.Pids, 256)
+	def(&t.Limits.DiskMB, 256)
+	def(&t.Lifetime, 3600)
+	def(&t.MaxLifetime, 86400)
+	if t.Runtime == "" {
+		t.Runtime = spec.RuntimeRunc
+	}
+	if t.Network == "" {
+		t.Network = spec.NetworkNone
+	}
+	if t.Env == nil {
+		t.Env = map[string]string{}
+	}
+	if t.Labels == nil {
+		t.Labels = map[string]string{}
+	}
+	bad := func(msg string) (Template, error) { return Template{}, errs.New(errs.InvalidInput, msg) }
+	switch {
+	case !validName(t.Name):
+		return bad("name: 1 to 63 of a-z 0-9 . _ -")
+	case t.Runtime != spec.RuntimeRunc && t.Runtime != spec.RuntimeRunsc && t.Runtime != spec.RuntimeSim:
+		return bad("runtime: runc, runsc or sim")
+	case t.Network != spec.NetworkNone:
+		return bad("network: none (egress needs the egress guard's proxy, not wired yet)")
+	case t.Lifetime < 120 || t.MaxLifetime < t.Lifetime || t.MaxLifetime > 7*86400:
+		return bad("lifetime_seconds: at least 120, and at most max_lifetime_seconds (at most 7 days)")
+	case t.Warm < 0 || t.Warm > MaxWarm:
+		return bad("warm: 0 to 32")
+	}
+	if err := t.Limits.Validate(); err != nil {
+		return bad(err.Error())
+	}
+	if err := spec.ValidEnv(t.Env); err != nil {
+		return bad(err.Error())
+	}
+	envJSON, _ := json.Marshal(t.Env)
+	if len(envJSON) > 16<<10 {
+		return bad("env: at most 16 KiB")
+	}
+	for k, v := range t.Labels {
+		if strings.HasPrefix(k, spec.LabelPrefix) || k == "" || len(k) > 63 || len(v) > 63 {
+			return bad("labels: keys under runtime. are bcd's; keys and values up to 63 bytes")
+		}
+	}
+	labelsJSON, _ := json.Marshal(t.Labels)
+	err := s.db.QueryRowContext(ctx, `SELECT digest FROM sandbox_images WHERE tenant_id = $1 AND name = $2`, tenant, t.Image).Scan(&t.ImageDigest)
+	if errors.Is(err, sql.ErrNoRows) {
+		return bad("image: no image of that name in the tenant")
+	}
+	if err != nil {
+		return Template{}, fmt.Errorf("sandboxes: read image: %w", err)
+	}
+	now := s.clk.Now()
+	root := 0
+	if t.Root {
+		root = 1
+	}
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO sandbox_templates (id, tenant_id, name, image_name, image_digest, runtime, cpu_millis, memory_mb, pids, disk_mb,
+			lifetime_ms, max_lifetime_ms, network, run_as_root, env, labels, warm, created_by, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
+			t.ID, tenant, t.Name, t.Image, t.ImageDigest, t.Runtime, t.Limits.CPUMillis, t.Limits.MemoryMB, t.Limits.Pids, t.Limits.DiskMB,
+			t.Lifetime*1000, t.MaxLifetime*1000, t.Network, root, string(envJSON), string(labelsJSON), t.Warm, actor.Actor, now.UnixMilli())
+		if store.IsUniqueViolation(err) {
+			return errs.New(errs.Conflict, "a template of that name exists")
+		}
+		if err != nil {
+			return fmt.Errorf("sandboxes: insert template: %w", err)
+		}
+		actor.TenantID, actor.Action, actor.Resource, actor.Outcome = tenant, "compute:templates:create", "template/"+t.ID, "allowed"
+		actor.Details = map[string]any{"name": t.Name, "image_digest": t.ImageDigest, "runtime": t.Runtime, "warm": t.Warm}
+		return audit.Record(ctx, tx, now, actor)
+	})
+	if err != nil {
+		return Template{}, err
+	}
+	s.bus.Publish(TopicWarm)
+	return t, nil
+}
+
+const templateColumns = `SELECT id, tenant_id, name, image_name, image_digest, runtime, cpu_millis, memory_mb, pids, disk_mb, lifetime_ms, max_lifetime_ms,
+	network, run_as_root, env, labels, warm, created_by, created_at FROM sandbox_templates`
+
+func (s *Service) templates(ctx context.Context, where string, args ...any) ([]Template, error) {
+	rows, err := s.db.QueryContext(ctx, templateColumns+" "+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxes: templates: %w", err)
+	}
+	defer rows.Close()
+	out := []Template{}
+	for rows.Next() {
+		var t Template
+		var root int
+		var env, labels string
+		var life, maxLife, at int64
+		if err := rows.Scan(&t.ID, &t.TenantID, &t.Name, &t.Image, &t.ImageDigest, &t.Runtime, &t.Limits.CPUMillis, &t.Limits.MemoryMB, &t.Limits.Pids,
+			&t.Limits.DiskMB, &life, &maxLife, &t.Network, &root, &env, &labels, &t.Warm, &t.CreatedBy, &at); err != nil {
+			return nil, fmt.Errorf("sandboxes: scan template: %w", err)
+		}
+		t.Root, t.Lifetime, t.MaxLifetime, t.CreatedAt = root == 1, life/1000, maxLife/1000, time.UnixMilli(at).UTC()
+		if err := json.Unmarshal([]byte(env), &t.Env); err != nil {
+			return nil, fmt.Errorf("sandboxes: template env: %w", err)
+		}
+		if err := json.Unmarshal([]byte(labels), &t.Labels); err != nil {
+			return nil, fmt.Errorf("sandboxes: template labels: %w", err)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// ListTemplates returns a tenant's templates by name.
+func (s *Service) ListTemplates(ctx context.Context, tenant string) ([]Template, error) {
+	return s.templates(ctx, `WHERE tenant_id = $1 ORDER BY name`, tenant)
+}
+
+// Template returns a tenant's template by id or name; NOT_FOUND otherwise.
+func (s *Service) Template(ctx context.Context, tenant, idOrName string) (Template, error) {
+	ts, err := s.templates(ctx, `WHERE tenant_id = $1 AND (id = $2 OR name = $2)`, tenant, idOrName)
+	if err != nil {
+		return Template{}, err
+	}
+	if len(ts) != 1 {
+		return Template{}, errs.New(errs.NotFound, "template not found")
+	}
+	return ts[0], nil
+}
+
+// TemplateTenantOf resolves a template's tenant.
+func (s *Service) TemplateTenantOf(ctx context.Context, id string) (string, error) {
+	var t string
+	err := s.db.QueryRowContext(ctx, `SELECT tenant_id FROM sandbox_templates WHERE id = $1`, id).Scan(&t)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", errs.New(errs.NotFound, "template not found")
+	}
+	if err != nil {
+		return "", fmt.Errorf("sandboxes: template tenant: %w", err)
+	}
+	return t, nil
+}
+
+// Sandbox is a sandbox as the API shows it.
+type Sandbox struct {
+	ID         string    `json:"id"`
+	TenantID   string    `json:"tenant_id"`
+	TemplateID string    `json:"template_id"`
+	NodeID     string    `json:"node_id"`
+	Runtime    string    `json:"runtime"`
+	State      string    `json:"state"`
+	Reason     string    `json:"reason,omitempty"`
+	FromWarm   bool      `json:"from_warm"`
+	CreatedBy  string    `json:"created_by"`
+	CreatedAt  time.Time `json:"created_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+	MaxExpires time.Time `json:"max_expires_at"`
+
+	memoryMB int64
+}
+
+const sandboxColumns = `SELECT id, tenant_id, template_id, node_id, runtime, memory_mb, state, reason, claimed, created_by, created_at, expires_at, max_expires_at FROM sandboxes`
+
+func (s *Service) sandboxes(ctx context.Context, where string, args ...any) ([]Sandbox, error) {
+	rows, err := s.db.QueryContext(ctx, sandboxColumns+" "+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxes: list: %w", err)
+	}
+	defer rows.Close()
+	out := []Sandbox{}
+	for rows.Next() {
+		var x Sandbox
+		var claimed int
+		var created, exp, maxExp int64
+		if err := rows.Scan(&x.ID, &x.TenantID, &x.TemplateID, &x.NodeID, &x.Runtime, &x.memoryMB, &x.State, &x.Reason, &claimed, &x.CreatedBy,
+			&created, &exp, &maxExp); err != nil {
+			return nil, fmt.Errorf("sandboxes: scan: %w", err)
+		}
+		x.FromWarm = claimed == 2
+		x.CreatedAt, x.ExpiresAt, x.MaxExpires = time.UnixMilli(created).UTC(), time.UnixMilli(exp).UTC(), time.UnixMilli(maxExp).UTC()
+		out = append(out, x)
+	}
+	return out, rows.Err()
+}
+
+// ErrNotFound answers for a sandbox that does not exist in the caller's
+// view (warm ones belong to no tenant and are never visible).
+var ErrNotFound = errs.New(errs.NotFound, "sandbox not found")
+
+// TenantOf resolves a sandbox's tenant for the envelope; an unclaimed
+// (warm, starting warm, or being claimed) sandbox is NOT_FOUND, as one
+// that does not exist.
+func (s *Service) TenantOf(ctx context.Context, id string) (string, error) {
+	xs, err := s.sandboxes(ctx, `WHERE id = $1 AND claimed <> 0 AND state NOT IN ($2, $3)`, id, StateWarm, StateClaiming)
+	if err != nil {
+		return "", err
+	}
+	if len(xs) != 1 {
+		return "", ErrNotFound
+	}
+	return xs[0].TenantID, nil
+}
+
+// Get returns a sandbox of tenant (any for root).
+func (s *Service) Get(ctx context.Context, tenant, id string) (Sandbox, error) {
+	xs, err := s.sandboxes(ctx, `WHERE id = $1 AND claimed <> 0 AND state NOT IN ($2, $3)`, id, StateWarm, StateClaiming)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if len(xs) != 1 || tenant != "root" && xs[0].TenantID != tenant {
+		return Sandbox{}, ErrNotFound
+	}
+	return xs[0], nil
+}
+
+// List returns a tenant's sandboxes that are not deleted or expired,
+// newest first.
+func (s *Service) List(ctx context.Context, tenant string) ([]Sandbox, error) {
+	return s.sandboxes(ctx, `WHERE tenant_id = $1 AND claimed <> 0 AND state IN ($2, $3) ORDER BY created_at DESC, id`, tenant, StateStarting, StateRunning)
+}
+
+// host is a candidate for placement.
+type host struct {
+	id       string
+	slots    int
+	memoryMB int64
+	used     int
+	usedMB   int64
+}
+
+// place picks a connected fleet host of role node whose bcd-set labels
+// advertise the runtime, whose other labels match the template's, and
+// that has a free slot and memory; the least loaded wins.
+func (s *Service) place(ctx context.Context, t Template) (string, error) {
+	ns, err := s.nodes.List(ctx, "root")
+	if err != nil {
+		return "", err
+	}
+	var cands []*host
+	byID := map[string]*host{}
+	for _, n := range ns {
+		if !n.Connected || n.Role != pki.RoleNode || n.TenantID != "root" || n.Labels[spec.RuntimeLabel(t.Runtime)] != "true" {
+			continue
+		}
+		ok := true
+		for k, v := range t.Labels {
+			if n.Labels[k] != v {
+				ok = false
+			}
+		}
+		slots, _ := strconv.Atoi(n.Labels[spec.LabelPrefix+"sandbox.slots"])
+		mem, _ := strconv.ParseInt(n.Labels[spec.LabelPrefix+"sandbox.memory_mb"], 10, 64)
+		if !ok || slots <= 0 || mem <= 0 {
+			continue
+		}
+		h := &host{id: n.ID, slots: slots, memoryMB: mem}
+		cands = append(cands, h)
+		byID[n.ID] = h
+	}
+	if len(cands) == 0 {
+		return "", errs.New(errs.InvalidState, "no connected host has the "+t.Runtime+" runtime and the template's labels")
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT node_id, COUNT(*), SUM(memory_mb) FROM sandboxes WHERE state IN ($1, $2, $3, $4) GROUP BY node_id`,
+		StateStarting, StateWarm, StateClaiming, StateRunning)
+	if err != nil {
+		return "", fmt.Errorf("sandboxes: load: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var n int
+		var mb int64
+		if err := rows.Scan(&id, &n, &mb); err != nil {
+			rows.Close()
+			return "", fmt.Errorf("sandboxes: load: %w", err)
+		}
+		if h := byID[id]; h != nil {
+			h.used, h.usedMB = n, mb
+		}
+	}
+	rows.Close()
+	sort.Slice(cands, func(i, j int) bool {
+		if cands[i].used != cands[j].used {
+			return cands[i].used < cands[j].used
+		}
+		return cands[i].id < cands[j].id
+	})
+	for _, h := range cands {
+		if h.used < h.slots && h.usedMB+t.Limits.MemoryMB <= h.memoryMB {
+			return h.id, nil
+		}
+	}
+	return "", errs.New(errs.InvalidState, "no host has capacity for the template")
+}
+
+// Create makes a sandbox of template for tenant and returns once it runs:
+// it claims a warm one when it can, else starts one cold.
+func (s *Service) Create(ctx context.Context, actor audit.Entry, tenant, template string) (Sandbox, error) {
+	t, err := s.Template(ctx, tenant, template)
+	if err != nil {
+		return Sandbox{}, errs.New(errs.InvalidInput, "template: no template of that name or id in the tenant")
+	}
+	if t.Warm > 0 {
+		if x, ok := s.claim(ctx, actor, t); ok {
+			s.bus.Publish(TopicWarm)
+			return x, nil
+		}
+		s.bus.Publish(TopicWarm)
+	}
+	return s.start(ctx, actor, t, false)
+}
+
+// start places and starts a sandbox (warm: unclaimed, no environment).
+func (s *Service) start(ctx context.Context, actor audit.Entry, t Template, warm bool) (Sandbox, error) {
+	node, err := s.place(ctx, t)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	now := s.clk.Now()
+	x := Sandbox{ID: ids.New("sbx"), TenantID: t.TenantID, TemplateID: t.ID, NodeID: node, Runtime: t.Runtime, State: StateStarting,
+		CreatedBy: actor.Actor, CreatedAt: now.UTC(), ExpiresAt: now.Add(time.Duration(t.Lifetime) * time.Second).UTC(),
+		MaxExpires: now.Add(time.Duration(t.MaxLifetime) * time.Second).UTC(), memoryMB: t.Limits.MemoryMB}
+	c := spec.Create{SandboxID: x.ID, ImageDigest: t.ImageDigest, Runtime: t.Runtime, Limits: t.Limits, Network: t.Network, Root: t.Root,
+		Env: t.Env, DeadlineMS: x.ExpiresAt.UnixMilli()}
+	claimed := 1
+	if warm {
+		// A warm sandbox lives until the template's maximum and holds no
+		// tenant environment; a claim sets both.
+		c.Env, c.Warm, claimed = nil, true, 0
+		x.ExpiresAt = x.MaxExpires
+		c.DeadlineMS = x.ExpiresAt.UnixMilli()
+	}
+	if len(c.Env) == 0 {
+		c.Env = nil
+	}
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (id, tenant_id, template_id, node_id, runtime, memory_mb, state, claimed, created_by, created_at, updated_at, expires_at, max_expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12)`,
+			x.ID, x.TenantID, t.ID, node, t.Runtime, t.Limits.MemoryMB, StateStarting, claimed, actor.Actor, now.UnixMilli(), x.ExpiresAt.UnixMilli(), x.MaxExpires.UnixMilli()); err != nil {
+			return fmt.Errorf("sandboxes: insert: %w", err)
+		}
+		a := actor
+		a.TenantID, a.Action, a.Resource, a.Outcome = t.TenantID, "compute:sandboxes:create", "sandbox/"+x.ID, "allowed"
+		a.Details = map[string]any{"template_id": t.ID, "node_id": node, "warm": warm, "image_digest": t.ImageDigest}
+		return audit.Record(ctx, tx, now, a)
+	})
+	if err != nil {
+		return Sandbox{}, err
+	}
+	_, err = s.run(ctx, actor, node, kinds.SandboxCreate, c, StartTimeout)
+	if err != nil {
+		s.setState(context.WithoutCancel(ctx), x.ID, StateStarting, StateFailed, reasonOf(err))
+		return Sandbox{}, err
+	}
+	x.State = StateRunning
+	if warm {
+		x.State = StateWarm
+	}
+	if !s.setState(ctx, x.ID, StateStarting, x.State, "") {
+		return Sandbox{}, errs.New(errs.InvalidState, "the sandbox changed state while starting")
+	}
+	return x, nil
+}
+
+// claim takes a warm sandbox of t, if one is on a connected host, gives it
+// the tenant's environment and lifetime, and returns it.
+func (s *Service) claim(ctx context.Context, actor audit.Entry, t Template) (Sandbox, bool) {
+	xs, err := s.sandboxes(ctx, `WHERE template_id = $1 AND state = $2 ORDER BY created_at, id`, t.ID, StateWarm)
+	if err != nil || len(xs) == 0 {
+		return Sandbox{}, false
+	}
+	connected := map[string]bool{}
+	if ns, err := s.nodes.List(ctx, "root"); err == nil {
+		for _, n := range ns {
+			connected[n.ID] = n.Connected
+		}
+	}
+	now := s.clk.Now()
+	for _, x := range xs {
+		if !connected[x.NodeID] || x.MaxExpires.Sub(now) < time.Duration(t.Lifetime)*time.Second {
+			continue
+		}
+		res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = $1, updated_at = $2 WHERE id = $3 AND state = $4`, StateClaiming, now.UnixMilli(), x.ID, StateWarm)
+		if err != nil {
+			return Sandbox{}, false
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			continue // another create won it
+		}
+		deadline := now.Add(time.Duration(t.Lifetime) * time.Second)
+		env := t.Env
+		if len(env) == 0 {
+			env = nil
+		}
+		u := spec.Update{SandboxID: x.ID, DeadlineMS: deadline.UnixMilli(), Claim: true, Env: env}
+		if _, err := s.run(ctx, actor, x.NodeID, kinds.SandboxUpdate, u, StartTimeout); err != nil {
+			s.log.Warn("warm claim failed", "sandbox_id", x.ID, "err", err)
+			s.setState(context.WithoutCancel(ctx), x.ID, StateClaiming, StateFailed, reasonOf(err))
+			s.deleteOnHost(context.WithoutCancel(ctx), actor, x.NodeID, x.ID)
+			continue
+		}
+		err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = $1, claimed = 2, created_by = $2, created_at = $3, updated_at = $3, expires_at = $4,
+				max_expires_at = $5 WHERE id = $6 AND state = $7`, StateRunning, actor.Actor, now.UnixMilli(), deadline.UnixMilli(),
+				now.Add(time.Duration(t.MaxLifetime)*time.Second).UnixMilli(), x.ID, StateClaiming); err != nil {
+				return fmt.Errorf("sandboxes: claim: %w", err)
+			}
+			a := actor
+			a.TenantID, a.Action, a.Resource, a.Outcome = t.TenantID, "compute:sandboxes:create", "sandbox/"+x.ID, "allowed"
+			a.Details = map[string]any{"template_id": t.ID, "node_id": x.NodeID, "claimed_warm": true}
+			return audit.Record(ctx, tx, now, a)
+		})
+		if err != nil {
+			s.log.Error("record warm claim", "sandbox_id", x.ID, "err", err)
+			return Sandbox{}, false
+		}
+		got, err := s.Get(ctx, "root", x.ID)
+		return got, err == nil
+	}
+	return Sandbox{}, false
+}
+
+func (s *Service) setState(ctx context.Context, id, from, to, reason string) bool {
+	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND state = $5`,
+		to, reason, s.clk.Now().UnixMilli(), id, from)
+	if err != nil {
+		s.log.Error("sandbox state", "sandbox_id", id, "err", err)
+		return false
+	}
+	n, _ := res.RowsAffected()
+	return n == 1
+}
+
+// errHostTimeout is the cause when a host does not answer in time.
+var errHostTimeout = errors.New("host-timeout")
+
+// commandError is a sandbox command that did not succeed.
+type commandError struct {
+	state, reason string
+}
+
+func (e *commandError) Error() string { return "the host answered " + e.state + ": " + e.reason }
+
+func reasonOf(err error) string {
+	var ce *commandError
+	if errors.As(err, &ce) {
+		return ce.reason
+	}
+	if errors.Is(err, errHostTimeout) {
+		return "host-timeout"
+	}
+	return "error"
+}
+
+// run issues a signed sandbox command to node and waits for its result.
+func (s *Service) run(ctx context.Context, actor audit.Entry, node, kind string, payload any, wait time.Duration) (json.RawMessage, error) {
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxes: encode payload: %w", err)
+	}
+	c, err := s.commands.Create(ctx, system(actor), node, kind, raw, wait+time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	return s.wait(ctx, c.ID, wait)
+}
+
+// wait waits for command id to finish (bus pokes; a poll catches pokes
+// from other processes) and returns its result when it succeeded.
+func (s *Service) wait(ctx context.Context, id string, within time.Duration) (json.RawMessage, error) {
+	poke, stop := s.bus.Subscribe(bus.CommandTopic(id))
+	defer stop()
+	timeout := time.NewTimer(within)
+	defer timeout.Stop()
+	poll := time.NewTicker(time.Second)
+	defer poll.Stop()
+	for {
+		c, err := s.commands.Get(ctx, "root", id)
+		if err != nil {
+			return nil, err
+		}
+		if commands.Terminal(c.State) {
+			if c.State != commands.StateSucceeded {
+				return nil, errs.Wrap(errs.InvalidState, "the host refused: "+c.Reason, &commandError{state: c.State, reason: c.Reason})
+			}
+			return c.Result, nil
+		}
+		select {
+		case <-poke:
+		case <-poll.C:
+		case <-timeout.C:
+			return nil, errs.Wrap(errs.InvalidState, "the host did not answer in time", errHostTimeout)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// ExecResult is what sandboxes.exec answers.
+type ExecResult struct {
+	spec.ExecResult
+	SandboxID string `json:"sandbox_id"`
+	CommandID string `json:"command_id"`
+	Attested  bool   `json:"attested"`
+}
+
+// Exec runs argv in a running sandbox of tenant and returns its streams
+// and exit code. A sandbox that expires within ExecRefuseWithin is
+// refused (INVALID_STATE).
+func (s *Service) Exec(ctx context.Context, actor audit.Entry, tenant, id string, argv []string, timeout time.Duration) (ExecResult, error) {
+	x, err := s.Get(ctx, tenant, id)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	if x.State != StateRunning {
+		return ExecResult{}, errs.New(errs.InvalidState, "the sandbox is "+x.State)
+	}
+	now := s.clk.Now()
+	if x.ExpiresAt.Sub(now) < ExecRefuseWithin {
+		return ExecResult{}, errs.New(errs.InvalidState, "the sandbox expires within a minute")
+	}
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	e := spec.Exec{SandboxID: id, Argv: argv, TimeoutMS: timeout.Milliseconds()}
+	if err := e.Validate(); err != nil {
+		return ExecResult{}, errs.New(errs.InvalidInput, err.Error())
+	}
+	argvJSON, _ := json.Marshal(argv)
+	sum := sha256.Sum256(argvJSON)
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		a := actor
+		a.TenantID, a.Action, a.Resource, a.Outcome = x.TenantID, "compute:sandboxes:exec", "sandbox/"+id, "allowed"
+		a.Details = map[string]any{"argc": len(argv), "argv_sha256": fmt.Sprintf("%x", sum), "timeout_ms": e.TimeoutMS}
+		return audit.Record(ctx, tx, now, a)
+	})
+	if err != nil {
+		return ExecResult{}, err
+	}
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("sandboxes: encode exec: %w", err)
+	}
+	c, err := s.commands.Create(ctx, system(actor), x.NodeID, kinds.SandboxExec, raw, timeout+time.Minute)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	res, err := s.wait(ctx, c.ID, timeout+30*time.Second)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	var out ExecResult
+	if err := json.Unmarshal(res, &out.ExecResult); err != nil {
+		return ExecResult{}, fmt.Errorf("sandboxes: exec result: %w", err)
+	}
+	got, err := s.commands.Get(ctx, "root", c.ID)
+	if err == nil {
+		out.Attested = got.Attested
+	}
+	out.SandboxID, out.CommandID = id, c.ID
+	return out, nil
+}
+
+// Extend moves a running sandbox's expiry to now + by, within the
+// template's maximum; the host gets the new deadline signed.
+func (s *Service) Extend(ctx context.Context, actor audit.Entry, tenant, id string, by time.Duration) (Sandbox, error) {
+	x, err := s.Get(ctx, tenant, id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if x.State != StateRunning {
+		return Sandbox{}, errs.New(errs.InvalidState, "the sandbox is "+x.State)
+	}
+	now := s.clk.Now()
+	deadline := now.Add(by)
+	if by < time.Minute || deadline.After(x.MaxExpires) {
+		return Sandbox{}, errs.New(errs.InvalidInput, "seconds: at least 60, and not past the template's maximum lifetime ("+x.MaxExpires.Format(time.RFC3339)+")")
+	}
+	if _, err := s.run(ctx, actor, x.NodeID, kinds.SandboxUpdate, spec.Update{SandboxID: id, DeadlineMS: deadline.UnixMilli()}, StartTimeout); err != nil {
+		return Sandbox{}, err
+	}
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET expires_at = $1, updated_at = $2 WHERE id = $3 AND state = $4`,
+			deadline.UnixMilli(), now.UnixMilli(), id, StateRunning); err != nil {
+			return fmt.Errorf("sandboxes: extend: %w", err)
+		}
+		a := actor
+		a.TenantID, a.Action, a.Resource, a.Outcome = x.TenantID, "compute:sandboxes:extend", "sandbox/"+id, "allowed"
+		a.Details = map[string]any{"expires_at_ms": deadline.UnixMilli()}
+		return audit.Record(ctx, tx, now, a)
+	})
+	if err != nil {
+		return Sandbox{}, err
+	}
+	x.ExpiresAt = deadline.UTC()
+	return x, nil
+}
+
+// Delete marks a sandbox deleted at once (its tenant no longer sees it
+// running) and has its host stop and remove it, waiting up to a bound for
+// the host's answer; an offline host gets the signed delete when it
+// reconnects and removes the sandbox at its deadline regardless.
+func (s *Service) Delete(ctx context.Context, actor audit.Entry, tenant, id string) (map[string]any, error) {
+	x, err := s.Get(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	switch x.State {
+	case StateDeleted, StateExpired, StateFailed:
+		return map[string]any{"id": id, "state": x.State, "freed": true}, nil
+	}
+	now := s.clk.Now()
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = $1, updated_at = $2 WHERE id = $3`, StateDeleted, now.UnixMilli(), id); err != nil {
+			return fmt.Errorf("sandboxes: delete: %w", err)
+		}
+		a := actor
+		a.TenantID, a.Action, a.Resource, a.Outcome = x.TenantID, "compute:sandboxes:delete", "sandbox/"+id, "allowed"
+		return audit.Record(ctx, tx, now, a)
+	})
+	if err != nil {
+		return nil, err
+	}
+	freed := s.deleteOnHost(ctx, actor, x.NodeID, id)
+	return map[string]any{"id": id, "state": StateDeleted, "freed": freed}, nil
+}
+
+// deleteOnHost sends sandbox.delete (valid until the sandbox's longest
+// possible deadline, so a host that comes back gets it) and waits briefly.
+func (s *Service) deleteOnHost(ctx context.Context, actor audit.Entry, node, id string) bool {
+	raw, _ := json.Marshal(spec.Delete{SandboxID: id})
+	c, err := s.commands.Create(ctx, system(actor), node, kinds.SandboxDelete, raw, 24*time.Hour)
+	if err != nil {
+		s.log.Error("sandbox delete command", "sandbox_id", id, "err", err)
+		return false
+	}
+	_, err = s.wait(ctx, c.ID, 30*time.Second)
+	return err == nil
+}
+
+// SweepExpired marks sandboxes past their expiry expired and sends their
+// hosts a signed delete (the hosts remove them at the deadline on their
+// own as well). It returns how many it expired.
+func (s *Service) SweepExpired(ctx context.Context) (int, error) {
+	now := s.clk.Now()
+	xs, err := s.sandboxes(ctx, `WHERE state IN ($1, $2, $3, $4) AND expires_at <= $5`, StateStarting, StateWarm, StateClaiming, StateRunning, now.UnixMilli())
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, x := range xs {
+		if !s.setState(ctx, x.ID, x.State, StateExpired, "expired") {
+			continue
+		}
+		n++
+		raw, _ := json.Marshal(spec.Delete{SandboxID: x.ID})
+		if _, err := s.commands.Create(ctx, audit.Entry{TenantID: "root", Actor: "sandboxes:expiry"}, x.NodeID, kinds.SandboxDelete, raw, 24*time.Hour); err != nil {
+			s.log.Warn("expired sandbox delete command", "sandbox_id", x.ID, "err", err)
+		}
+	}
+	return n, nil
+}
+
+// ReconcileWarm starts warm sandboxes until each template with a pool has
+// its count of warm ones; it returns how many it started.
+func (s *Service) ReconcileWarm(ctx context.Context) (int, error) {
+	ts, err := s.templates(ctx, `WHERE warm > 0 ORDER BY id`)
+	if err != nil {
+		return 0, err
+	}
+	started := 0
+	for _, t := range ts {
+		var have int
+		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE template_id = $1 AND state IN ($2, $3)`, t.ID, StateWarm, StateStarting).Scan(&have); err != nil {
+			return started, fmt.Errorf("sandboxes: count warm: %w", err)
+		}
+		// Starting rows of a cold create count too; they are few and brief.
+		for ; have < t.Warm; have++ {
+			if _, err := s.start(ctx, audit.Entry{TenantID: t.TenantID, Actor: "sandboxes:warm-pool"}, t, true); err != nil {
+				s.log.Warn("warm pool start failed", "template_id", t.ID, "err", err)
+				break
+			}
+			started++
+		}
+	}
+	return started, nil
+}
+
+// Run sweeps expiries and refills warm pools every interval, and at once
+// when poked, until ctx ends (the workers role runs it).
+func (s *Service) Run(ctx context.Context, interval time.Duration) {
+	poke, stop := s.bus.Subscribe(TopicWarm)
+	defer stop()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := s.SweepExpired(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("sweep expired sandboxes", "err", err)
+		}
+		if !s.holdRefill.Load() {
+			if _, err := s.ReconcileWarm(ctx); err != nil && ctx.Err() == nil {
+				s.log.Error("reconcile warm pools", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-poke:
+		}
+	}
+}
+
+// WarmCount returns how many warm sandboxes template id holds (tests).
+func (s *Service) WarmCount(ctx context.Context, templateID string) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE template_id = $1 AND state = $2`, templateID, StateWarm).Scan(&n)
+	return n, err
+}

@@ -1,0 +1,231 @@
+// Package spec is the signed wire form of sandbox work: the payloads of the
+// sandbox.* command kinds and the result of an exec. The control plane
+// (package sandboxes) writes them into commands that the signing worker
+// signs; bcd (package daemon/sandbox) parses them from the verified body and
+// enforces exactly what was signed: the image digest, the limits, the
+// deadline, the network mode, the user, the environment and the argv.
+// Both sides validate with the same functions, so a host never trusts the
+// control plane's validation.
+package spec
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Runtimes a host may advertise.
+const (
+	RuntimeRunc  = "runc"
+	RuntimeRunsc = "runsc"
+	RuntimeSim   = "sim"
+)
+
+// LabelPrefix starts every label bcd sets about its sandbox runtimes
+// (runtime.runc=true). Only bcd sets them, in its Hello; no API method can.
+const LabelPrefix = "runtime."
+
+// RuntimeLabel is the label a host with runtime rt advertises as "true".
+func RuntimeLabel(rt string) string { return LabelPrefix + rt }
+
+// MaxImageBytes bounds an image's tar.
+const MaxImageBytes = 2 << 30
+
+// ImageKey is where an image's tar lives in the object store: the digest
+// names it, and every reader checks the bytes against the signed digest.
+func ImageKey(digest string) string {
+	return "images/sha256/" + strings.TrimPrefix(digest, "sha256:") + ".tar"
+}
+
+// Network modes.
+const (
+	NetworkNone   = "none"
+	NetworkEgress = "egress"
+)
+
+// MaxOutput caps each captured stream of an exec. The result travels in a
+// node-signed CommandUpdate (gRPC messages are bounded at 4 MiB), so both
+// streams together stay well under that bound.
+const MaxOutput = 1 << 20
+
+// MaxArgv bounds an exec's argument vector (count and total bytes).
+const (
+	MaxArgs     = 256
+	MaxArgBytes = 32 << 10
+	MaxEnv      = 64
+)
+
+// Limits are a sandbox's resource limits, enforced by the host's cgroups
+// (cpu, memory, pids) and the size of its writable layer (disk).
+type Limits struct {
+	CPUMillis int64 `json:"cpu_millis"` // thousandths of a CPU
+	MemoryMB  int64 `json:"memory_mb"`
+	Pids      int64 `json:"pids"`
+	DiskMB    int64 `json:"disk_mb"`
+}
+
+// Validate refuses limits outside what a host accepts.
+func (l Limits) Validate() error {
+	switch {
+	case l.CPUMillis < 10 || l.CPUMillis > 64000:
+		return errors.New("cpu_millis: between 10 and 64000")
+	case l.MemoryMB < 16 || l.MemoryMB > 256<<10:
+		return errors.New("memory_mb: between 16 and 262144")
+	case l.Pids < 8 || l.Pids > 32768:
+		return errors.New("pids: between 8 and 32768")
+	case l.DiskMB < 1 || l.DiskMB > 64<<10:
+		return errors.New("disk_mb: between 1 and 65536")
+	}
+	return nil
+}
+
+// Create is the payload of sandbox.create.
+type Create struct {
+	SandboxID   string            `json:"sandbox_id"`
+	ImageDigest string            `json:"image_digest"` // sha256:<64 hex> of the image tar
+	Runtime     string            `json:"runtime"`
+	Limits      Limits            `json:"limits"`
+	Network     string            `json:"network"`
+	Root        bool              `json:"root"` // run as uid 0 inside (default 65534)
+	Env         map[string]string `json:"env,omitempty"`
+	DeadlineMS  int64             `json:"deadline_ms"` // the host stops and removes the sandbox then
+	Warm        bool              `json:"warm"`        // unclaimed: no tenant env until sandbox.update claims it
+}
+
+// Validate checks a create payload.
+func (c Create) Validate() error {
+	if err := ValidSandboxID(c.SandboxID); err != nil {
+		return err
+	}
+	if !ValidDigest(c.ImageDigest) {
+		return errors.New("image_digest: sha256:<64 lowercase hex>")
+	}
+	switch c.Runtime {
+	case RuntimeRunc, RuntimeRunsc, RuntimeSim:
+	default:
+		return errors.New("runtime: runc, runsc or sim")
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return err
+	}
+	if c.Network != NetworkNone {
+		return errors.New("network: only none is supported until the egress guard's proxy is wired")
+	}
+	if c.DeadlineMS <= 0 {
+		return errors.New("deadline_ms: required")
+	}
+	if c.Warm && len(c.Env) > 0 {
+		return errors.New("env: a warm sandbox holds no environment until claimed")
+	}
+	return ValidEnv(c.Env)
+}
+
+// Exec is the payload of sandbox.exec.
+type Exec struct {
+	SandboxID string   `json:"sandbox_id"`
+	Argv      []string `json:"argv"`
+	TimeoutMS int64    `json:"timeout_ms"`
+}
+
+// MaxExecTimeoutMS bounds one exec.
+const MaxExecTimeoutMS = 10 * 60 * 1000
+
+// Validate checks an exec payload.
+func (e Exec) Validate() error {
+	if err := ValidSandboxID(e.SandboxID); err != nil {
+		return err
+	}
+	if len(e.Argv) == 0 || len(e.Argv) > MaxArgs {
+		return fmt.Errorf("argv: 1 to %d arguments", MaxArgs)
+	}
+	n := 0
+	for _, a := range e.Argv {
+		n += len(a)
+		if strings.IndexByte(a, 0) >= 0 {
+			return errors.New("argv: NUL byte")
+		}
+	}
+	if n > MaxArgBytes {
+		return errors.New("argv: too long")
+	}
+	if e.Argv[0] == "" {
+		return errors.New("argv: empty program")
+	}
+	if e.TimeoutMS < 1 || e.TimeoutMS > MaxExecTimeoutMS {
+		return errors.New("timeout_ms: between 1 and 600000")
+	}
+	return nil
+}
+
+// Update is the payload of sandbox.update: a new deadline (extend), and
+// for a warm sandbox being claimed, the tenant's environment.
+type Update struct {
+	SandboxID  string            `json:"sandbox_id"`
+	DeadlineMS int64             `json:"deadline_ms"`
+	Claim      bool              `json:"claim"`
+	Env        map[string]string `json:"env,omitempty"`
+}
+
+// Validate checks an update payload.
+func (u Update) Validate() error {
+	if err := ValidSandboxID(u.SandboxID); err != nil {
+		return err
+	}
+	if u.DeadlineMS <= 0 {
+		return errors.New("deadline_ms: required")
+	}
+	if !u.Claim && len(u.Env) > 0 {
+		return errors.New("env: only at claim")
+	}
+	return ValidEnv(u.Env)
+}
+
+// Delete is the payload of sandbox.delete.
+type Delete struct {
+	SandboxID string `json:"sandbox_id"`
+}
+
+// ExecResult is what sandbox.exec returns (the command's result).
+type ExecResult struct {
+	ExitCode        int    `json:"exit_code"`
+	Stdout          []byte `json:"stdout"`
+	Stderr          []byte `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	TimedOut        bool   `json:"timed_out"`
+}
+
+var (
+	idRE     = regexp.MustCompile(`^sbx[a-z2-7]{16}$`)
+	digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+)
+
+// ValidSandboxID checks a sandbox id (ids.New("sbx")): it names files and
+// cgroups on the host, so nothing else passes.
+func ValidSandboxID(id string) error {
+	if !idRE.MatchString(id) {
+		return errors.New("sandbox_id: not a sandbox id")
+	}
+	return nil
+}
+
+// ValidDigest reports whether d is sha256:<64 lowercase hex>.
+func ValidDigest(d string) bool { return digestRE.MatchString(d) }
+
+// ValidEnv checks environment names and values.
+func ValidEnv(env map[string]string) error {
+	if len(env) > MaxEnv {
+		return fmt.Errorf("env: at most %d variables", MaxEnv)
+	}
+	for k, v := range env {
+		if !envKeyRE.MatchString(k) {
+			return fmt.Errorf("env: bad name %q", k)
+		}
+		if len(v) > 4096 || strings.IndexByte(v, 0) >= 0 {
+			return fmt.Errorf("env %s: value too long or holds NUL", k)
+		}
+	}
+	return nil
+}

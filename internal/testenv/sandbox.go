@@ -1,0 +1,64 @@
+package testenv
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/bettercompute/bettercompute/internal/daemon/driver"
+	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
+)
+
+// sandboxImageStore makes the file:// image store the control plane and
+// the nodes share.
+func sandboxImageStore(t testing.TB, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "objects")
+	if err := os.MkdirAll(p, 0o700); err != nil {
+		t.Fatalf("image store: %v", err)
+	}
+	return "file://" + p
+}
+
+// nodeDriver returns the node's driver: its sim machine, with a sandbox
+// host in front when the environment has a sandbox runtime.
+func (e *Env) nodeDriver(t testing.TB, n *Node) driver.Driver {
+	t.Helper()
+	if e.sandboxRuntime == "" {
+		return n.Sim
+	}
+	ctx := context.Background()
+	dir := filepath.Join(n.Dir, "sandbox")
+	im, err := sandbox.OpenImages(ctx, e.imageStore, filepath.Join(dir, "images"))
+	if err != nil {
+		t.Fatalf("sandbox images: %v", err)
+	}
+	t.Cleanup(func() { im.Close() })
+	var rt sandbox.Runtime
+	switch e.sandboxRuntime {
+	case spec.RuntimeSim:
+		rt = sandbox.NewSim()
+	default:
+		bin, err := exec.LookPath(e.sandboxRuntime)
+		if err != nil {
+			t.Fatalf("sandbox runtime: %v", err)
+		}
+		if rt, err = sandbox.NewOCI(e.sandboxRuntime, bin, filepath.Join(dir, "rt")); err != nil {
+			t.Fatalf("sandbox runtime: %v", err)
+		}
+	}
+	h, err := sandbox.OpenHost(ctx, sandbox.HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: e.Clock, Log: e.Log, Slots: 64, MemoryMB: 8192})
+	if err != nil {
+		t.Fatalf("sandbox host: %v", err)
+	}
+	n.Sandbox = h
+	t.Cleanup(func() {
+		for _, id := range h.Sandboxes() {
+			_ = rt.Remove(context.Background(), id)
+		}
+	})
+	return &sandbox.Driver{Driver: n.Sim, Host: h}
+}
