@@ -460,45 +460,98 @@ func (s *Service) MarkSent(ctx context.Context, id string) error {
 // is not revoked, not of role node-tenant, and expired less than
 // AttestGrace ago. It returns the state recorded.
 func (s *Service) ApplyUpdate(ctx context.Context, nodeID string, upd *nodev1.CommandUpdate) (string, error) {
-	var body nodev1.UpdateBody
-	if err := proto.Unmarshal(upd.GetBody(), &body); err != nil {
-		return "", errs.Wrap(errs.InvalidInput, "update body does not parse", err)
+	r := s.ApplyUpdates(ctx, []UpdateItem{{NodeID: nodeID, Update: upd}})
+	return r[0].State, r[0].Err
+}
+
+// UpdateItem and UpdateResult are the gateway's batch of updates and what
+// was recorded for each (defined in package wire, which the gateway can
+// import).
+type (
+	UpdateItem   = wire.UpdateItem
+	UpdateResult = wire.UpdateResult
+)
+
+// ApplyUpdates records many updates (from many sessions) in one
+// transaction, each exactly as ApplyUpdate would: a gateway batches them
+// so a fan-out's results do not cost a transaction each.
+func (s *Service) ApplyUpdates(ctx context.Context, items []UpdateItem) []UpdateResult {
+	out := make([]UpdateResult, len(items))
+	type todo struct {
+		i        int
+		body     *nodev1.UpdateBody
+		attested int
 	}
-	if body.NodeId != nodeID {
-		return "", errs.New(errs.AccessDenied, "update names another node")
-	}
-	switch body.State {
-	case StateRunning, StateSucceeded, StateFailed, StateCancelled:
-	default:
-		return "", errs.New(errs.InvalidInput, "update state is not valid")
-	}
-	attested, why := s.attest(ctx, nodeID, upd)
-	if !attested {
-		s.log.Warn("update not attested", "node_id", nodeID, "command_id", body.CommandId, "why", why)
-	}
-	a := 0
-	if attested {
-		a = 1
-	}
-	res, err := s.db.ExecContext(ctx, `UPDATE commands SET state = $1, reason = $2, result = $3, attested = $4, update_body = $5, node_sig = $6,
-		update_cert_serial = $7, updated_at = $8 WHERE id = $9 AND node_id = $10 AND state NOT IN ($11, $12, $13)`,
-		body.State, body.Reason, body.Result, a, upd.Body, upd.NodeSig, upd.CertSerial, s.clk.Now().UnixMilli(), body.CommandId, nodeID,
-		StateSucceeded, StateFailed, StateCancelled)
-	if err != nil {
-		return "", fmt.Errorf("commands: apply update: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		// Unknown, another node's, or already final: nothing changes. The
-		// node still gets an ack so it stops resending.
-		var st string
-		err := s.db.QueryRowContext(ctx, `SELECT state FROM commands WHERE id = $1 AND node_id = $2`, body.CommandId, nodeID).Scan(&st)
-		if err != nil {
-			return "", errs.New(errs.NotFound, "command not found")
+	var ok []todo
+	for i, it := range items {
+		var body nodev1.UpdateBody
+		if err := proto.Unmarshal(it.Update.GetBody(), &body); err != nil {
+			out[i].Err = errs.Wrap(errs.InvalidInput, "update body does not parse", err)
+			continue
 		}
-		return st, nil
+		out[i].CommandID = body.CommandId
+		if body.NodeId != it.NodeID {
+			out[i].Err = errs.New(errs.AccessDenied, "update names another node")
+			continue
+		}
+		switch body.State {
+		case StateRunning, StateSucceeded, StateFailed, StateCancelled:
+		default:
+			out[i].Err = errs.New(errs.InvalidInput, "update state is not valid")
+			continue
+		}
+		attested, why := s.attest(ctx, it.NodeID, it.Update)
+		if !attested {
+			s.log.Warn("update not attested", "node_id", it.NodeID, "command_id", body.CommandId, "why", why)
+		}
+		t := todo{i: i, body: &body}
+		if attested {
+			t.attested = 1
+		}
+		ok = append(ok, t)
 	}
-	s.bus.Publish(bus.CommandTopic(body.CommandId))
-	return body.State, nil
+	if len(ok) == 0 {
+		return out
+	}
+	var changed []string
+	now := s.clk.Now().UnixMilli()
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		changed = changed[:0]
+		for _, t := range ok {
+			it, body := items[t.i], t.body
+			res, err := tx.ExecContext(ctx, `UPDATE commands SET state = $1, reason = $2, result = $3, attested = $4, update_body = $5, node_sig = $6,
+				update_cert_serial = $7, updated_at = $8 WHERE id = $9 AND node_id = $10 AND state NOT IN ($11, $12, $13)`,
+				body.State, body.Reason, body.Result, t.attested, it.Update.Body, it.Update.NodeSig, it.Update.CertSerial, now, body.CommandId, it.NodeID,
+				StateSucceeded, StateFailed, StateCancelled)
+			if err != nil {
+				return fmt.Errorf("commands: apply update: %w", err)
+			}
+			if n, _ := res.RowsAffected(); n == 1 {
+				out[t.i].State = body.State
+				changed = append(changed, body.CommandId)
+				continue
+			}
+			// Unknown, another node's, or already final: nothing changes.
+			// The node still gets an ack so it stops resending.
+			var st string
+			if err := tx.QueryRowContext(ctx, `SELECT state FROM commands WHERE id = $1 AND node_id = $2`, body.CommandId, it.NodeID).Scan(&st); err != nil {
+				out[t.i].Err = errs.New(errs.NotFound, "command not found")
+				continue
+			}
+			out[t.i].State = st
+		}
+		return nil
+	})
+	if err != nil {
+		for _, t := range ok {
+			out[t.i].State, out[t.i].Err = "", err
+		}
+		return out
+	}
+	for _, id := range changed {
+		s.bus.Publish(bus.CommandTopic(id))
+	}
+	return out
 }
 
 // attest checks the node's signature on an update.

@@ -28,6 +28,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/pki"
@@ -67,7 +68,7 @@ type Registry interface {
 type Commands interface {
 	Pending(ctx context.Context, nodeID string) ([]*nodev1.SignedCommand, error)
 	MarkSent(ctx context.Context, id string) error
-	ApplyUpdate(ctx context.Context, nodeID string, upd *nodev1.CommandUpdate) (string, error)
+	ApplyUpdates(ctx context.Context, items []wire.UpdateItem) []wire.UpdateResult
 	CancelDisallowed(ctx context.Context, nodeID, role string, allowed []string) (int, error)
 	PendingNodes(ctx context.Context) ([]string, error)
 }
@@ -116,6 +117,50 @@ type Gateway struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session // by node id
+
+	updates chan *pendingUpdate // to the update batcher
+}
+
+// pendingUpdate is one update waiting for the batcher, and where its
+// result goes.
+type pendingUpdate struct {
+	item wire.UpdateItem
+	done chan wire.UpdateResult
+}
+
+// maxUpdateBatch bounds how many updates go into one transaction.
+const maxUpdateBatch = 256
+
+// batchUpdates writes updates from every session in shared transactions:
+// it takes what is waiting (up to maxUpdateBatch) as soon as one arrives,
+// so a quiet gateway adds no delay and a busy one amortises each commit.
+func (g *Gateway) batchUpdates(ctx context.Context) {
+	for {
+		var batch []*pendingUpdate
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-g.updates:
+			batch = append(batch, p)
+		}
+	fill:
+		for len(batch) < maxUpdateBatch {
+			select {
+			case p := <-g.updates:
+				batch = append(batch, p)
+			default:
+				break fill
+			}
+		}
+		items := make([]wire.UpdateItem, len(batch))
+		for i, p := range batch {
+			items[i] = p.item
+		}
+		res := g.cmds.ApplyUpdates(ctx, items)
+		for i, p := range batch {
+			p.done <- res[i]
+		}
+	}
 }
 
 type session struct {
@@ -159,7 +204,7 @@ func New(cfg Config, svc Services, reg Registry, cmds Commands, poke Poker) (*Ga
 	if cfg.CommandPoll == 0 {
 		cfg.CommandPoll = 250 * time.Millisecond
 	}
-	return &Gateway{cfg: cfg, reg: reg, cmds: cmds, svc: svc, poke: poke, sessions: map[string]*session{}}, nil
+	return &Gateway{cfg: cfg, reg: reg, cmds: cmds, svc: svc, poke: poke, sessions: map[string]*session{}, updates: make(chan *pendingUpdate, maxUpdateBatch)}, nil
 }
 
 // TLSConfig is the server side: TLS 1.3 only; a client certificate is
@@ -191,6 +236,7 @@ func (g *Gateway) Run(ctx context.Context) {
 		g.cfg.Log.Error("close stale sessions", "err", err)
 	}
 	go g.sweepPending(ctx)
+	go g.batchUpdates(ctx)
 	poke, stop := g.poke.Subscribe("certs.revoked")
 	defer stop()
 	t := time.NewTicker(g.cfg.RevocationPoll)
@@ -465,16 +511,23 @@ func (g *Gateway) receive(ctx context.Context, stream nodev1.Gateway_SessionServ
 		}
 		switch msg := m.Msg.(type) {
 		case *nodev1.NodeMessage_Update:
-			state, err := g.cmds.ApplyUpdate(ctx, nodeID, msg.Update)
-			if err != nil {
-				g.cfg.Log.Warn("update refused", "node_id", nodeID, "err", err)
+			p := &pendingUpdate{item: wire.UpdateItem{NodeID: nodeID, Update: msg.Update}, done: make(chan wire.UpdateResult, 1)}
+			select {
+			case g.updates <- p:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			var r wire.UpdateResult
+			select {
+			case r = <-p.done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if r.Err != nil {
+				g.cfg.Log.Warn("update refused", "node_id", nodeID, "err", r.Err)
 				continue
 			}
-			cmdID := ""
-			if id, ok := updateCommandID(msg.Update); ok {
-				cmdID = id
-			}
-			if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Ack{Ack: &nodev1.UpdateAck{CommandId: cmdID, State: state}}}); err != nil {
+			if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Ack{Ack: &nodev1.UpdateAck{CommandId: r.CommandID, State: r.State}}}); err != nil {
 				return err
 			}
 		case *nodev1.NodeMessage_Ping:

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 )
 
@@ -43,14 +41,4 @@ func inventoryJSON(inv *nodev1.Inventory) ([]byte, error) {
 		out.Disks = append(out.Disks, disk{d.Id, d.Model, d.SizeBytes})
 	}
 	return json.Marshal(out)
-}
-
-// updateCommandID reads the command id from an update's signed body, for
-// the ack.
-func updateCommandID(u *nodev1.CommandUpdate) (string, bool) {
-	var b nodev1.UpdateBody
-	if err := proto.Unmarshal(u.GetBody(), &b); err != nil {
-		return "", false
-	}
-	return b.CommandId, true
 }

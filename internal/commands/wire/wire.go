@@ -2,6 +2,8 @@
 // constants both the control plane and bcd must agree on byte for byte.
 package wire
 
+import "github.com/bettercompute/bettercompute/internal/proto/nodev1"
+
 // CommandSigContext prefixes the bytes a worker signs for a command:
 // Ed25519(worker key, CommandSigContext || body).
 const CommandSigContext = "bc-command-v1\x00"
@@ -13,3 +15,18 @@ const UpdateSigContext = "bc-update-v1\x00"
 // SecretRequestSigContext prefixes the bytes a node signs for a secret
 // request: ECDSA-P256(node key, SHA-256(context || body)).
 const SecretRequestSigContext = "bc-secret-request-v1\x00"
+
+// UpdateItem is one signed update received on NodeID's session; the
+// gateway hands batches of them to the command queue.
+type UpdateItem struct {
+	NodeID string
+	Update *nodev1.CommandUpdate
+}
+
+// UpdateResult is what the queue recorded for one item: the command's
+// state (to ack), or why the update was refused.
+type UpdateResult struct {
+	CommandID string
+	State     string
+	Err       error
+}
