@@ -15,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -178,12 +179,19 @@ func run(dbName string, n int, bin, self, pgDSN string) (result, error) {
 	}
 	apiAddr, gwAddr := freeAddr(), freeAddr()
 	common := []string{"--db", dsn, "--pki", filepath.Join(dir, "pki"), "--kek-file", filepath.Join(dir, "kek"), "--log-level", "error"}
-	apiProc, err := start(ctx, dir, "api", append([]string{bc, "serve", "--roles", "api,workers", "--api", apiAddr}, common...)...)
+	apiArgs := []string{bc, "serve", "--roles", "api,workers", "--api", apiAddr}
+	gwArgs := []string{bc, "serve", "--roles", "gateway", "--gateway", gwAddr}
+	profDir := os.Getenv("BC_BENCH_PROFILE_DIR")
+	if profDir != "" {
+		apiArgs = append(apiArgs, "--pprof", "127.0.0.1:6062")
+		gwArgs = append(gwArgs, "--pprof", "127.0.0.1:6061")
+	}
+	apiProc, err := start(ctx, dir, "api", append(apiArgs, common...)...)
 	if err != nil {
 		return r, err
 	}
 	defer apiProc.Process.Kill()
-	gw, err := start(ctx, dir, "gw", append([]string{bc, "serve", "--roles", "gateway", "--gateway", gwAddr}, common...)...)
+	gw, err := start(ctx, dir, "gw", append(gwArgs, common...)...)
 	if err != nil {
 		return r, err
 	}
@@ -249,6 +257,20 @@ func run(dbName string, n int, bin, self, pgDSN string) (result, error) {
 	r.IdleCPUPercent = (cpuTicks(gw.Process.Pid) - t0) / 100 / 10 * 100
 
 	fmt.Fprintf(os.Stderr, "%s: fan-out of diag.run to %d nodes\n", dbName, n)
+	if profDir != "" {
+		for name, addr := range map[string]string{"gateway": "127.0.0.1:6061", "api": "127.0.0.1:6062"} {
+			go func() {
+				resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=1")
+				if err != nil {
+					return
+				}
+				defer resp.Body.Close()
+				f, _ := os.Create(filepath.Join(profDir, dbName+"-"+name+".pprof"))
+				defer f.Close()
+				_, _ = io.Copy(f, resp.Body)
+			}()
+		}
+	}
 	fanStart := time.Now()
 	var fo struct {
 		Count int `json:"count"`
@@ -381,7 +403,6 @@ func run(dbName string, n int, bin, self, pgDSN string) (result, error) {
 			admin.Close()
 		}
 	}
-	_ = http.DefaultClient
 	return r, nil
 }
 

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -82,6 +85,7 @@ func serveCmd() *cobra.Command {
 	var cookies bool
 	var auditSink string
 	var auditSeal time.Duration
+	var pprofAddr string
 	c := &cobra.Command{
 		Use:   "serve",
 		Short: "Run control plane roles (api, gateway, workers) against a database",
@@ -90,6 +94,11 @@ func serveCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := newLogger(cmd.ErrOrStderr(), level)
+			if pprofAddr != "" {
+				if err := servePprof(ctx, pprofAddr); err != nil {
+					return &ExitError{Code: 2, Err: err}
+				}
+			}
 			kek, err := pki.LoadKEK(kekFile)
 			if err != nil {
 				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: key-encryption key: %w", err)}
@@ -146,6 +155,7 @@ func serveCmd() *cobra.Command {
 	c.Flags().StringSliceVar(&trusted, "trusted-proxy", nil, "address or CIDR of a proxy whose X-Forwarded-For is believed (repeatable)")
 	c.Flags().BoolVar(&cookies, "session-cookies", false, "accept the bc_session cookie (needs --base-url; Origin must match it exactly)")
 	c.Flags().StringVar(&baseURL, "base-url", "", "the API's public URL, such as https://bc.example.com")
+	c.Flags().StringVar(&pprofAddr, "pprof", "", "serve Go profiles (net/http/pprof) on this loopback address, for profiling only")
 	c.Flags().StringVar(&auditSink, "audit-sink", "", "copy sealed audit rows to this sink: a JSON-lines file path, or a bucket URL (s3://…, file:///…)")
 	c.Flags().DurationVar(&auditSeal, "audit-seal-interval", time.Hour, "how often the workers role seals the audit log")
 	c.Flags().StringVar(&sandboxImages, "sandbox-images", "", "gocloud.dev/blob URL of the sandbox image store (file:///dir, s3://…); empty: no image imports")
@@ -215,4 +225,23 @@ func contextOf(cmd *cobra.Command) context.Context {
 
 func contextWithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, d)
+}
+
+// servePprof serves net/http/pprof on a loopback address only.
+func servePprof(ctx context.Context, addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || (host != "127.0.0.1" && host != "::1" && host != "localhost") {
+		return errors.New("--pprof must be a loopback address such as 127.0.0.1:6060")
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--pprof: %w", err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	return nil
 }
