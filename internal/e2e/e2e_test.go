@@ -1,0 +1,121 @@
+// Package e2e drives the built binaries as a user would: the README's
+// `better-compute dev`, then the CLI against it.
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestDevAndCLI builds both binaries, starts `better-compute dev`, waits
+// for its ready line, and runs the commands the README shows.
+func TestDevAndCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+"/", "github.com/bettercompute/bettercompute/cmd/better-compute", "github.com/bettercompute/bettercompute/cmd/bcd")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	data := filepath.Join(t.TempDir(), "data")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dev := exec.CommandContext(ctx, filepath.Join(bin, "better-compute"), "dev", "--data", data, "--nodes", "2",
+		"--api", freeAddr(t), "--gateway", freeAddr(t))
+	dev.Env = append(os.Environ(), "HOME="+t.TempDir())
+	out, err := dev.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = dev.Process.Signal(os.Interrupt)
+		_ = dev.Wait()
+	})
+	sc := bufio.NewScanner(out)
+	ready := false
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "ready:") {
+			ready = true
+			break
+		}
+	}
+	if !ready {
+		t.Fatal("dev exited before it was ready")
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	env := map[string]string{}
+	b, err := os.ReadFile(filepath.Join(data, "env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "="); ok {
+			env[k] = strings.Trim(v, "'")
+		}
+	}
+	cli := func(args ...string) (string, int) {
+		c := exec.CommandContext(ctx, filepath.Join(bin, "better-compute"), args...)
+		c.Env = append(os.Environ(), "BC_ADDR="+env["BC_ADDR"], "BC_API_KEY_FILE="+env["BC_API_KEY_FILE"])
+		o, err := c.Output()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return string(o), code
+	}
+	o, code := cli("nodes", "list", "--json")
+	var nodes []struct {
+		ID        string `json:"id"`
+		Connected bool   `json:"connected"`
+	}
+	if err := json.Unmarshal([]byte(o), &nodes); err != nil || code != 0 || len(nodes) != 2 || !nodes[0].Connected || !nodes[1].Connected {
+		t.Fatalf("nodes list (exit %d): %s", code, o)
+	}
+	o, code = cli("commands", "run", "--node", nodes[0].ID, "--kind", "diag.run", "--wait", "--json")
+	var cmd struct {
+		ID       string          `json:"id"`
+		State    string          `json:"state"`
+		Attested bool            `json:"attested"`
+		Result   json.RawMessage `json:"result"`
+		Reason   string          `json:"reason"`
+	}
+	if err := json.Unmarshal([]byte(o), &cmd); err != nil || code != 0 || cmd.State != "succeeded" || !cmd.Attested {
+		t.Fatalf("commands run (exit %d): %s", code, o)
+	}
+	o, code = cli("commands", "show", cmd.ID, "--json")
+	if code != 0 || !strings.Contains(o, `"succeeded"`) {
+		t.Fatalf("commands show (exit %d): %s", code, o)
+	}
+	// A destructive kind outside a batch is refused on the node, and
+	// --wait exits non-zero.
+	o, code = cli("commands", "run", "--node", nodes[1].ID, "--kind", "disk.wipe", "--wait", "--json")
+	if code == 0 || !strings.Contains(o, `"unbatched-destructive"`) {
+		t.Fatalf("unbatched disk.wipe (exit %d): %s", code, o)
+	}
+}
