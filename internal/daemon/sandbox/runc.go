@@ -24,8 +24,10 @@ type Runtime interface {
 	// Name is runc, runsc or sim.
 	Name() string
 	// Start makes and starts a sandbox from the signed spec on the image
-	// root filesystem lower (read-only), detached.
-	Start(ctx context.Context, c spec.Create, lower string) error
+	// root filesystem lower (read-only), detached. netns is the network
+	// namespace to join (an egress link's), or "" for a fresh one with
+	// only loopback.
+	Start(ctx context.Context, c spec.Create, lower, netns string) error
 	// Exec runs argv (no shell) with env in a running sandbox, capturing
 	// each stream up to spec.MaxOutput and killing what it started when
 	// ctx ends (TimedOut is then set).
@@ -90,7 +92,7 @@ func (o *OCI) run(ctx context.Context, args ...string) error {
 }
 
 // Start prepares the bundle and runs `runc run -d`.
-func (o *OCI) Start(ctx context.Context, c spec.Create, lower string) error {
+func (o *OCI) Start(ctx context.Context, c spec.Create, lower, netns string) error {
 	if err := spec.ValidSandboxID(c.SandboxID); err != nil {
 		return err
 	}
@@ -128,7 +130,7 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, lower string) error {
 			return fmt.Errorf("sandbox: own init: %w", err)
 		}
 	}
-	cfg := Config(c, initHost, []string{"/bin/sleep", "2147483647"})
+	cfg := Config(c, initHost, []string{"/bin/sleep", "2147483647"}, netns)
 	raw, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return fmt.Errorf("sandbox: encode config: %w", err)

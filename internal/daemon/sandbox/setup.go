@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,13 @@ type Options struct {
 	MemoryMB   int64
 	Clock      clock.Clock
 	Log        *slog.Logger
+	// Egress is auto (wire network egress when iproute2 and nftables
+	// work; runc and runsc only) or off.
+	Egress string
+	// EgressRange and EgressPort configure the links and the proxy (see
+	// EgressConfig); zero values take the defaults.
+	EgressRange string
+	EgressPort  int
 }
 
 // ErrNoRuntime is returned by Open for auto when no runtime is usable or
@@ -75,14 +83,62 @@ func Open(ctx context.Context, o Options) (*Host, func(), error) {
 	default:
 		return nil, nil, errors.New("sandbox: runtime must be runc, runsc, sim or auto")
 	}
+	eg, err := openEgress(ctx, o, name)
+	if err != nil {
+		return nil, nil, err
+	}
 	im, err := OpenImages(ctx, o.ImageStore, filepath.Join(dir, "images"))
 	if err != nil {
+		if eg != nil {
+			eg.Close()
+		}
 		return nil, nil, err
 	}
-	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: o.Clock, Log: o.Log, Slots: o.Slots, MemoryMB: o.MemoryMB})
+	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: o.Clock, Log: o.Log, Slots: o.Slots, MemoryMB: o.MemoryMB, Egress: eg})
 	if err != nil {
 		im.Close()
+		if eg != nil {
+			eg.Close()
+		}
 		return nil, nil, err
 	}
-	return h, func() { _ = im.Close() }, nil
+	return h, func() {
+		_ = im.Close()
+		if eg != nil {
+			eg.Close()
+		}
+	}, nil
+}
+
+// openEgress wires network egress for an OCI runtime when o asks for it
+// (auto) and this machine can: a failure to set it up leaves the host
+// without egress (it does not advertise it), logged, rather than without
+// sandboxes.
+func openEgress(ctx context.Context, o Options, runtime string) (*Egress, error) {
+	switch o.Egress {
+	case "off":
+		return nil, nil
+	case "", "auto":
+	default:
+		return nil, errors.New("sandbox: egress must be auto or off")
+	}
+	if runtime == spec.RuntimeSim {
+		return nil, nil
+	}
+	cfg := EgressConfig{Port: o.EgressPort, Log: o.Log}
+	if o.EgressRange != "" {
+		p, err := netip.ParsePrefix(o.EgressRange)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: egress range: %w", err)
+		}
+		cfg.Range = p
+	}
+	eg, err := NewEgress(ctx, cfg)
+	if err != nil {
+		if o.Log != nil {
+			o.Log.Warn("sandbox egress unavailable", "err", err)
+		}
+		return nil, nil
+	}
+	return eg, nil
 }

@@ -38,11 +38,18 @@ func ImageKey(digest string) string {
 	return "images/sha256/" + strings.TrimPrefix(digest, "sha256:") + ".tar"
 }
 
-// Network modes.
+// Network modes. none is a network namespace with only loopback; egress
+// adds one veth link to the host whose only reachable service is the
+// host's egress proxy (the egress guard), so the sandbox reaches the
+// public internet through the proxy alone.
 const (
 	NetworkNone   = "none"
 	NetworkEgress = "egress"
 )
+
+// EgressLabel is the label ("true") of a host that can run egress
+// sandboxes; placement requires it for a template with network egress.
+const EgressLabel = LabelPrefix + "network.egress"
 
 // MaxOutput caps each captured stream of an exec. The result travels in a
 // node-signed CommandUpdate (gRPC messages are bounded at 4 MiB), so both
@@ -109,8 +116,8 @@ func (c Create) Validate() error {
 	if err := c.Limits.Validate(); err != nil {
 		return err
 	}
-	if c.Network != NetworkNone {
-		return errors.New("network: only none is supported until the egress guard's proxy is wired")
+	if c.Network != NetworkNone && c.Network != NetworkEgress {
+		return errors.New("network: none or egress")
 	}
 	if c.DeadlineMS <= 0 {
 		return errors.New("deadline_ms: required")
