@@ -529,3 +529,36 @@ func TestSandboxRuncEgress(t *testing.T) {
 		t.Fatalf("the link survived the delete: %v", err)
 	}
 }
+
+// TestSandboxExecOutputCap has a sandbox write 9 MiB on each stream: the
+// answer, after the node-signed update over gRPC, bcd's journal, the
+// control plane and the API, holds exactly the first 8 MiB of each with
+// truncation flagged, and a result that large fits every limit on the way.
+func TestSandboxExecOutputCap(t *testing.T) {
+	s := startSandboxes(t, storetest.NewTestSQLite(t), nil, 0)
+	if s.rt != spec.RuntimeRunc {
+		t.Skip("runc is not available (set BC_REQUIRE_RUNC=1 to require it)")
+	}
+	ctx := context.Background()
+	x, err := s.admin.CreateSandbox(ctx, "", "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const nine = 9 << 20
+	r, err := s.admin.Exec(ctx, x.ID, []string{"sh", "-c", `head -c "$1" /dev/zero; yes | head -c "$1" >&2`, "sh", strconv.Itoa(nine)}, 60)
+	if err != nil {
+		t.Fatalf("exec: %v", err)
+	}
+	if r.ExitCode != 0 || !r.Attested || r.TimedOut {
+		t.Fatalf("exec: exit %d attested %v timed out %v", r.ExitCode, r.Attested, r.TimedOut)
+	}
+	if len(r.Stdout) != spec.MaxOutput || !r.StdoutTruncated || !bytes.Equal(r.Stdout, make([]byte, spec.MaxOutput)) {
+		t.Fatalf("stdout: %d bytes, truncated %v; want exactly %d zero bytes, truncated", len(r.Stdout), r.StdoutTruncated, spec.MaxOutput)
+	}
+	if len(r.Stderr) != spec.MaxOutput || !r.StderrTruncated || !bytes.Equal(r.Stderr, bytes.Repeat([]byte("y\n"), spec.MaxOutput/2)) {
+		t.Fatalf("stderr: %d bytes, truncated %v; want exactly %d bytes of yes, truncated", len(r.Stderr), r.StderrTruncated, spec.MaxOutput)
+	}
+	if r, err := s.admin.Exec(ctx, x.ID, []string{"sh", "-c", `head -c "$1" /dev/zero`, "sh", strconv.Itoa(spec.MaxOutput)}, 30); err != nil || len(r.Stdout) != spec.MaxOutput || r.StdoutTruncated {
+		t.Fatalf("exactly 8 MiB: %d bytes truncated %v, %v", len(r.Stdout), r.StdoutTruncated, err)
+	}
+}

@@ -270,3 +270,27 @@ func TestInitProgramIsELF(t *testing.T) {
 		t.Fatalf("init is %d bytes", len(p))
 	}
 }
+
+// TestCappedKeepsExactlyMaxOutput writes past spec.MaxOutput in uneven
+// chunks: exactly the first 8 MiB are kept and truncation is flagged;
+// exactly 8 MiB is kept whole and not flagged.
+func TestCappedKeepsExactlyMaxOutput(t *testing.T) {
+	if spec.MaxOutput != 8<<20 {
+		t.Fatalf("MaxOutput = %d, want 8 MiB", spec.MaxOutput)
+	}
+	over := &capped{max: spec.MaxOutput}
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 4099) // not a divisor of 8 MiB
+	for written := 0; written <= spec.MaxOutput+len(chunk); written += len(chunk) {
+		if n, err := over.Write(chunk); n != len(chunk) || err != nil {
+			t.Fatalf("write: %d %v", n, err)
+		}
+	}
+	if over.buf.Len() != spec.MaxOutput || !over.truncated {
+		t.Fatalf("kept %d truncated %v, want %d true", over.buf.Len(), over.truncated, spec.MaxOutput)
+	}
+	exact := &capped{max: spec.MaxOutput}
+	_, _ = exact.Write(make([]byte, spec.MaxOutput))
+	if exact.buf.Len() != spec.MaxOutput || exact.truncated {
+		t.Fatalf("exactly 8 MiB: kept %d truncated %v", exact.buf.Len(), exact.truncated)
+	}
+}

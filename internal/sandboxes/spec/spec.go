@@ -51,10 +51,16 @@ const (
 // sandboxes; placement requires it for a template with network egress.
 const EgressLabel = LabelPrefix + "network.egress"
 
-// MaxOutput caps each captured stream of an exec. The result travels in a
-// node-signed CommandUpdate (gRPC messages are bounded at 4 MiB), so both
-// streams together stay well under that bound.
-const MaxOutput = 1 << 20
+// MaxOutput caps each captured stream of an exec (past it the stream is
+// drained and flagged truncated). The result travels in a node-signed
+// CommandUpdate, whose gRPC messages are bounded by
+// nodev1.MaxMessageBytes; MaxExecResultBytes is what both streams take
+// there, and fits.
+const MaxOutput = 8 << 20
+
+// MaxExecResultBytes bounds the JSON of an ExecResult: both streams at
+// MaxOutput, base64 (encoding/json's form of []byte), and the other fields.
+const MaxExecResultBytes = 2*((MaxOutput+2)/3*4) + 1<<10
 
 // MaxArgv bounds an exec's argument vector (count and total bytes).
 const (
