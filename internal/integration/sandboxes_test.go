@@ -562,3 +562,53 @@ func TestSandboxExecOutputCap(t *testing.T) {
 		t.Fatalf("exactly 8 MiB: %d bytes truncated %v, %v", len(r.Stdout), r.StdoutTruncated, err)
 	}
 }
+
+// TestSandboxRunsc runs a template on runsc (gVisor, ptrace platform)
+// through the API: echo answers, `ls /` shows the image and not the host,
+// the user is not root, and delete frees it. It needs runsc and root and
+// skips loudly without them (BC_REQUIRE_RUNSC=1 makes that a failure).
+func TestSandboxRunsc(t *testing.T) {
+	_, err := exec.LookPath("runsc")
+	_, bbErr := imagetar.BusyboxPath()
+	if err != nil || os.Geteuid() != 0 || bbErr != nil {
+		msg := "RUNSC TEST NOT RUN: needs runsc, root and busybox-static"
+		if os.Getenv("BC_REQUIRE_RUNSC") == "1" {
+			t.Fatalf("%s (BC_REQUIRE_RUNSC=1): runsc %v, root %v, busybox %v", msg, err, os.Geteuid() == 0, bbErr)
+		}
+		t.Skip(msg)
+	}
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1, SandboxRuntime: spec.RuntimeRunsc})
+	tenant, admin := e.TenantAdmin(t, "acme")
+	ctx := context.Background()
+	if _, err := e.CP.Sandboxes.ImportBytes(ctx, audit.Entry{TenantID: tenant, Actor: "test"}, tenant, "busybox", busyboxTar(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Call(ctx, "templates.create", map[string]any{"name": "gvisor", "image": "busybox", "runtime": spec.RuntimeRunsc,
+		"limits": map[string]any{"cpu_millis": 500, "memory_mb": 128, "pids": 64, "disk_mb": 32}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	x, err := admin.CreateSandbox(ctx, "", "gvisor")
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if x.Runtime != spec.RuntimeRunsc {
+		t.Fatalf("runtime %s", x.Runtime)
+	}
+	if r, err := admin.Exec(ctx, x.ID, []string{"echo", "hello"}, 30); err != nil || string(r.Stdout) != "hello\n" || !r.Attested {
+		t.Fatalf("echo: %+v %v", r, err)
+	}
+	r, err := admin.Exec(ctx, x.ID, []string{"ls", "/"}, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := strings.Fields(string(r.Stdout))
+	if !contains(root, "bin") || contains(root, "work") || contains(root, "var") || contains(root, "boot") {
+		t.Fatalf("ls / = %v", root)
+	}
+	if r, err := admin.Exec(ctx, x.ID, []string{"id", "-u"}, 30); err != nil || strings.TrimSpace(string(r.Stdout)) != "65534" {
+		t.Fatalf("id -u: %q %v", r.Stdout, err)
+	}
+	if freed, err := admin.DeleteSandbox(ctx, x.ID); err != nil || !freed {
+		t.Fatalf("delete: %v %v", freed, err)
+	}
+}

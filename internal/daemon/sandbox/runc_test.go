@@ -79,7 +79,7 @@ func testHostEgress(t *testing.T, rt func(dir string) Runtime, clk clock.Clock, 
 	if err := im.bucket.WriteAll(ctx, ImageKey(digest), tarball, nil); err != nil {
 		t.Fatal(err)
 	}
-	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt(filepath.Join(dir, "rt")), Images: im, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Slots: 8, MemoryMB: 4096, Egress: eg})
+	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt(filepath.Join(dir, "rt")), Images: im, Clock: clk, Log: slog.New(slog.NewTextHandler(testLogOut(io.Discard), nil)), Slots: 8, MemoryMB: 4096, Egress: eg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,4 +367,12 @@ func readIntOr(p string, def int) int {
 		return def
 	}
 	return n
+}
+
+// testLogOut is where test hosts log: w, or stderr with BC_TEST_LOG=1.
+func testLogOut(w io.Writer) io.Writer {
+	if os.Getenv("BC_TEST_LOG") == "1" {
+		return os.Stderr
+	}
+	return w
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
@@ -53,7 +55,16 @@ func Open(ctx context.Context, o Options) (*Host, func(), error) {
 	if name == "auto" {
 		name = ""
 		for _, rt := range []string{spec.RuntimeRunc, spec.RuntimeRunsc} {
-			if _, ok := Usable(rt); ok {
+			bin, ok := Usable(rt)
+			if ok && rt == spec.RuntimeRunsc {
+				if err := ProbeRunsc(ctx, bin, filepath.Join(o.DataDir, "sandbox")); err != nil {
+					if o.Log != nil {
+						o.Log.Warn("runsc does not work here", "err", err)
+					}
+					ok = false
+				}
+			}
+			if ok {
 				name = rt
 				break
 			}
@@ -74,6 +85,12 @@ func Open(ctx context.Context, o Options) (*Host, func(), error) {
 		bin, ok := Usable(name)
 		if !ok {
 			return nil, nil, fmt.Errorf("sandbox: %s is not usable here (installed, and bcd running as root?)", name)
+		}
+		// runsc is advertised only when a gVisor sandbox really runs here.
+		if name == spec.RuntimeRunsc && o.Runtime != "auto" {
+			if err := ProbeRunsc(ctx, bin, dir); err != nil {
+				return nil, nil, err
+			}
 		}
 		o, err := NewOCI(name, bin, filepath.Join(dir, "rt"))
 		if err != nil {
@@ -141,4 +158,40 @@ func openEgress(ctx context.Context, o Options, runtime string) (*Egress, error)
 		return nil, nil
 	}
 	return eg, nil
+}
+
+// ProbeRunsc checks that gVisor works on this machine with the flags bcd
+// uses (ptrace platform, no network): it runs echo in a throwaway runsc
+// sandbox (`runsc do`, the host's root read-only under gVisor) and wants
+// its output back within 30 s. runsc can be installed and still fail,
+// e.g. where ptrace is forbidden or the kernel lacks what gVisor needs.
+func ProbeRunsc(ctx context.Context, bin, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("sandbox: runsc probe: %w", err)
+	}
+	tmp, err := os.MkdirTemp(dir, "runsc-probe-")
+	if err != nil {
+		return fmt.Errorf("sandbox: runsc probe: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	out, err := os.Create(filepath.Join(tmp, "out"))
+	if err != nil {
+		return fmt.Errorf("sandbox: runsc probe: %w", err)
+	}
+	defer out.Close()
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	const token = "bc-runsc-probe-ok"
+	cmd := exec.CommandContext(pctx, bin, "--root", filepath.Join(tmp, "state"), "--platform=ptrace", "--network=none", "do", "echo", token)
+	cmd.Stdout, cmd.Stderr = out, out
+	runErr := cmd.Run()
+	b, _ := os.ReadFile(out.Name())
+	if runErr != nil || !strings.Contains(string(b), token) {
+		msg := strings.TrimSpace(string(b))
+		if len(msg) > 512 {
+			msg = msg[:512]
+		}
+		return fmt.Errorf("sandbox: runsc does not work here: %v: %s", runErr, msg)
+	}
+	return nil
 }
