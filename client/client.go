@@ -15,6 +15,10 @@ import (
 	"time"
 )
 
+// MaxAnswerBytes bounds an answer the client reads. The largest is
+// sandboxes.exec's: two 8 MiB streams, base64 in JSON (about 21.4 MiB).
+const MaxAnswerBytes = 32 << 20
+
 // Error is an error answer from the API. Test for a code with errors.Is
 // against the Err* values (errors.Is(err, client.ErrAccessDenied)) or read
 // Code.
@@ -125,7 +129,7 @@ func (c *Client) CallIdempotent(ctx context.Context, method, key string, in, out
 		return fmt.Errorf("client: %s: %w", method, err)
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes))
 	if err != nil {
 		return fmt.Errorf("client: read answer: %w", err)
 	}

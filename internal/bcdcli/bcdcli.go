@@ -178,6 +178,9 @@ func nodeCmd() *cobra.Command {
 	c.Flags().StringVar(&sbx.ImageStore, "image-store", "", "gocloud.dev/blob URL of the sandbox image store (file:///dir, s3://…)")
 	c.Flags().IntVar(&sbx.Slots, "sandbox-slots", 16, "most sandboxes at once")
 	c.Flags().Int64Var(&sbx.MemoryMB, "sandbox-memory-mb", 8192, "most memory (MiB) all sandboxes' limits may add up to")
+	c.Flags().StringVar(&sbx.Egress, "sandbox-egress", "auto", "network egress for sandboxes through the egress proxy: auto (when iproute2 and nftables work) or off")
+	c.Flags().StringVar(&sbx.EgressRange, "sandbox-egress-range", sandbox.DefaultEgressRange, "IPv4 range the sandboxes' links are cut from (a /30 each); must be unused on this machine's networks")
+	c.Flags().IntVar(&sbx.EgressPort, "sandbox-egress-port", sandbox.DefaultEgressPort, "the egress proxy's port on each sandbox link (the same for every bcd on a machine)")
 	return c
 }
 

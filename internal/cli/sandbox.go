@@ -129,7 +129,7 @@ func templatesCmd() *cobra.Command {
 	f.StringVar(&tenant, "tenant", "", "tenant (default: your own)")
 	f.StringVar(&image, "image", "", "image name (see images list)")
 	f.StringVar(&runtime, "runtime", "runc", "runc, runsc or sim")
-	f.StringVar(&network, "network", "none", "none (only loopback)")
+	f.StringVar(&network, "network", "none", "none (only loopback) or egress (the public internet through the host's egress proxy only)")
 	f.Int64Var(&cpu, "cpu-millis", 1000, "CPU in thousandths")
 	f.Int64Var(&mem, "memory-mb", 256, "memory limit (MiB)")
 	f.Int64Var(&pids, "pids", 256, "process limit")

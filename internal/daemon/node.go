@@ -269,6 +269,9 @@ func (n *Node) Dial() (*grpc.ClientConn, error) {
 		return nil, err
 	}
 	return grpc.NewClient(n.cfg.Gateway, grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+		// Updates carry results of up to nodev1.MaxMessageBytes (a sandbox
+		// exec's two 8 MiB streams); the gateway accepts as much.
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(nodev1.MaxMessageBytes), grpc.MaxCallRecvMsgSize(nodev1.MaxMessageBytes)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}))
 }
 

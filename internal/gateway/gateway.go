@@ -221,7 +221,8 @@ func (g *Gateway) TLSConfig() *tls.Config {
 func (g *Gateway) GRPCServer() *grpc.Server {
 	s := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(g.TLSConfig())),
-		grpc.MaxRecvMsgSize(4<<20),
+		grpc.MaxRecvMsgSize(nodev1.MaxMessageBytes),
+		grpc.MaxSendMsgSize(nodev1.MaxMessageBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)

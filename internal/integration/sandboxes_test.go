@@ -431,6 +431,18 @@ func TestSandboxPlacement(t *testing.T) {
 	if _, err := admin.CreateSandbox(ctx, "", "runc"); !errors.Is(err, client.ErrInvalidState) {
 		t.Fatalf("runc template on a sim-only fleet: %v, want INVALID_STATE", err)
 	}
+	if err := admin.Call(ctx, "templates.create", map[string]any{"name": "sim-egress", "image": "img", "runtime": spec.RuntimeSim, "network": "egress"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if node.Labels[spec.EgressLabel] != "" {
+		t.Fatalf("the sim host advertises egress: %v", node.Labels)
+	}
+	if _, err := admin.CreateSandbox(ctx, "", "sim-egress"); !errors.Is(err, client.ErrInvalidState) {
+		t.Fatalf("egress template on a fleet without egress: %v, want INVALID_STATE", err)
+	}
+	if err := admin.Call(ctx, "templates.create", map[string]any{"name": "host-net", "image": "img", "runtime": spec.RuntimeSim, "network": "host"}, nil); !errors.Is(err, client.ErrInvalidInput) {
+		t.Fatalf("network host: %v, want INVALID_INPUT", err)
+	}
 	if _, err := admin.CreateSandbox(ctx, "", "sim"); err != nil {
 		t.Fatal(err)
 	}
@@ -460,5 +472,143 @@ func waitDisconnectedInRegistry(t *testing.T, e *testenv.Env, id string) {
 		case <-timeout:
 			t.Fatal("the registry still shows the node connected")
 		}
+	}
+}
+
+// TestSandboxRuncEgress creates a sandbox of a template with network
+// egress on a runc host with egress wired: the host advertises it, the
+// sandbox gets the proxy variables, cannot reach the host's loopback
+// directly, and the proxy refuses a loopback target with its reason.
+// Deleting the sandbox removes its link. Every target is on this machine.
+func TestSandboxRuncEgress(t *testing.T) {
+	if sandboxRuntime(t) != spec.RuntimeRunc {
+		t.Skip("runc is not available (set BC_REQUIRE_RUNC=1 to require it)")
+	}
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1, SandboxRuntime: spec.RuntimeRunc, SandboxEgress: true})
+	tenant, admin := e.TenantAdmin(t, "acme")
+	ctx := context.Background()
+	if _, err := e.CP.Sandboxes.ImportBytes(ctx, audit.Entry{TenantID: tenant, Actor: "test"}, tenant, "busybox", busyboxTar(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Call(ctx, "templates.create", map[string]any{"name": "net", "image": "busybox", "runtime": spec.RuntimeRunc, "network": "egress",
+		"limits": map[string]any{"cpu_millis": 500, "memory_mb": 128, "pids": 64, "disk_mb": 32}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	x, err := admin.CreateSandbox(ctx, "", "net")
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	st, ok := e.Nodes[0].Sandbox.Get(x.ID)
+	if !ok || st.Link == nil {
+		t.Fatalf("host state %+v: no egress link", st)
+	}
+	proxyPort := strconv.Itoa(st.Link.ProxyPort)
+	r, err := admin.Exec(ctx, x.ID, []string{"env"}, 10)
+	if err != nil || !bytes.Contains(r.Stdout, []byte("HTTP_PROXY=http://"+st.Link.HostAddr+":"+proxyPort+"\n")) {
+		t.Fatalf("env: %q %v", r.Stdout, err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	port := strconv.Itoa(lis.Addr().(*net.TCPAddr).Port)
+	if r, err := admin.Exec(ctx, x.ID, []string{"nc", "-w", "2", "127.0.0.1", port}, 10); err != nil || r.ExitCode == 0 {
+		t.Fatalf("nc to the host's loopback: %+v %v", r, err)
+	}
+	req := "GET http://127.0.0.1:" + port + "/ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+	r, err = admin.Exec(ctx, x.ID, []string{"sh", "-c", `f=$(mktemp -u) && mkfifo "$f" && { nc -w 5 "$2" "$3" <"$f" & exec 3>"$f"; printf '%s' "$1" >&3; wait $!; }`,
+		"sh", req, st.Link.HostAddr, proxyPort}, 15)
+	if err != nil || !bytes.HasPrefix(r.Stdout, []byte("HTTP/1.1 403 ")) || !bytes.HasSuffix(r.Stdout, []byte("\r\n\r\nrefused: loopback\n")) {
+		t.Fatalf("through the proxy to the host's loopback: %q %v", r.Stdout, err)
+	}
+	if freed, err := admin.DeleteSandbox(ctx, x.ID); err != nil || !freed {
+		t.Fatalf("delete: %v %v", freed, err)
+	}
+	if _, err := os.Stat("/sys/class/net/" + st.Link.HostIf); !os.IsNotExist(err) {
+		t.Fatalf("the link survived the delete: %v", err)
+	}
+}
+
+// TestSandboxExecOutputCap has a sandbox write 9 MiB on each stream: the
+// answer, after the node-signed update over gRPC, bcd's journal, the
+// control plane and the API, holds exactly the first 8 MiB of each with
+// truncation flagged, and a result that large fits every limit on the way.
+func TestSandboxExecOutputCap(t *testing.T) {
+	s := startSandboxes(t, storetest.NewTestSQLite(t), nil, 0)
+	if s.rt != spec.RuntimeRunc {
+		t.Skip("runc is not available (set BC_REQUIRE_RUNC=1 to require it)")
+	}
+	ctx := context.Background()
+	x, err := s.admin.CreateSandbox(ctx, "", "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const nine = 9 << 20
+	r, err := s.admin.Exec(ctx, x.ID, []string{"sh", "-c", `head -c "$1" /dev/zero; yes | head -c "$1" >&2`, "sh", strconv.Itoa(nine)}, 60)
+	if err != nil {
+		t.Fatalf("exec: %v", err)
+	}
+	if r.ExitCode != 0 || !r.Attested || r.TimedOut {
+		t.Fatalf("exec: exit %d attested %v timed out %v", r.ExitCode, r.Attested, r.TimedOut)
+	}
+	if len(r.Stdout) != spec.MaxOutput || !r.StdoutTruncated || !bytes.Equal(r.Stdout, make([]byte, spec.MaxOutput)) {
+		t.Fatalf("stdout: %d bytes, truncated %v; want exactly %d zero bytes, truncated", len(r.Stdout), r.StdoutTruncated, spec.MaxOutput)
+	}
+	if len(r.Stderr) != spec.MaxOutput || !r.StderrTruncated || !bytes.Equal(r.Stderr, bytes.Repeat([]byte("y\n"), spec.MaxOutput/2)) {
+		t.Fatalf("stderr: %d bytes, truncated %v; want exactly %d bytes of yes, truncated", len(r.Stderr), r.StderrTruncated, spec.MaxOutput)
+	}
+	if r, err := s.admin.Exec(ctx, x.ID, []string{"sh", "-c", `head -c "$1" /dev/zero`, "sh", strconv.Itoa(spec.MaxOutput)}, 30); err != nil || len(r.Stdout) != spec.MaxOutput || r.StdoutTruncated {
+		t.Fatalf("exactly 8 MiB: %d bytes truncated %v, %v", len(r.Stdout), r.StdoutTruncated, err)
+	}
+}
+
+// TestSandboxRunsc runs a template on runsc (gVisor, ptrace platform)
+// through the API: echo answers, `ls /` shows the image and not the host,
+// the user is not root, and delete frees it. It needs runsc and root and
+// skips loudly without them (BC_REQUIRE_RUNSC=1 makes that a failure).
+func TestSandboxRunsc(t *testing.T) {
+	_, err := exec.LookPath("runsc")
+	_, bbErr := imagetar.BusyboxPath()
+	if err != nil || os.Geteuid() != 0 || bbErr != nil {
+		msg := "RUNSC TEST NOT RUN: needs runsc, root and busybox-static"
+		if os.Getenv("BC_REQUIRE_RUNSC") == "1" {
+			t.Fatalf("%s (BC_REQUIRE_RUNSC=1): runsc %v, root %v, busybox %v", msg, err, os.Geteuid() == 0, bbErr)
+		}
+		t.Skip(msg)
+	}
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1, SandboxRuntime: spec.RuntimeRunsc})
+	tenant, admin := e.TenantAdmin(t, "acme")
+	ctx := context.Background()
+	if _, err := e.CP.Sandboxes.ImportBytes(ctx, audit.Entry{TenantID: tenant, Actor: "test"}, tenant, "busybox", busyboxTar(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Call(ctx, "templates.create", map[string]any{"name": "gvisor", "image": "busybox", "runtime": spec.RuntimeRunsc,
+		"limits": map[string]any{"cpu_millis": 500, "memory_mb": 128, "pids": 64, "disk_mb": 32}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	x, err := admin.CreateSandbox(ctx, "", "gvisor")
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if x.Runtime != spec.RuntimeRunsc {
+		t.Fatalf("runtime %s", x.Runtime)
+	}
+	if r, err := admin.Exec(ctx, x.ID, []string{"echo", "hello"}, 30); err != nil || string(r.Stdout) != "hello\n" || !r.Attested {
+		t.Fatalf("echo: %+v %v", r, err)
+	}
+	r, err := admin.Exec(ctx, x.ID, []string{"ls", "/"}, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := strings.Fields(string(r.Stdout))
+	if !contains(root, "bin") || contains(root, "work") || contains(root, "var") || contains(root, "boot") {
+		t.Fatalf("ls / = %v", root)
+	}
+	if r, err := admin.Exec(ctx, x.ID, []string{"id", "-u"}, 30); err != nil || strings.TrimSpace(string(r.Stdout)) != "65534" {
+		t.Fatalf("id -u: %q %v", r.Stdout, err)
+	}
+	if freed, err := admin.DeleteSandbox(ctx, x.ID); err != nil || !freed {
+		t.Fatalf("delete: %v %v", freed, err)
 	}
 }

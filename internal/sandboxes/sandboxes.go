@@ -174,8 +174,8 @@ func (s *Service) CreateTemplate(ctx context.Context, actor audit.Entry, tenant 
 		return bad("name: 1 to 63 of a-z 0-9 . _ -")
 	case t.Runtime != spec.RuntimeRunc && t.Runtime != spec.RuntimeRunsc && t.Runtime != spec.RuntimeSim:
 		return bad("runtime: runc, runsc or sim")
-	case t.Network != spec.NetworkNone:
-		return bad("network: none (egress needs the egress guard's proxy, not wired yet)")
+	case t.Network != spec.NetworkNone && t.Network != spec.NetworkEgress:
+		return bad("network: none or egress")
 	case t.Lifetime < 120 || t.MaxLifetime < t.Lifetime || t.MaxLifetime > 7*86400:
 		return bad("lifetime_seconds: at least 120, and at most max_lifetime_seconds (at most 7 days)")
 	case t.Warm < 0 || t.Warm > MaxWarm:
@@ -394,7 +394,8 @@ func (s *Service) place(ctx context.Context, t Template) (string, error) {
 		if !n.Connected || n.Role != pki.RoleNode || n.TenantID != "root" || n.Labels[spec.RuntimeLabel(t.Runtime)] != "true" {
 			continue
 		}
-		ok := true
+		// An egress sandbox needs a host that wires the egress proxy.
+		ok := t.Network != spec.NetworkEgress || n.Labels[spec.EgressLabel] == "true"
 		for k, v := range t.Labels {
 			if n.Labels[k] != v {
 				ok = false

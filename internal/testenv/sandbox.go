@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,14 +51,23 @@ func (e *Env) nodeDriver(t testing.TB, n *Node) driver.Driver {
 			t.Fatalf("sandbox runtime: %v", err)
 		}
 	}
-	h, err := sandbox.OpenHost(ctx, sandbox.HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: e.Clock, Log: e.Log, Slots: 64, MemoryMB: 8192})
+	var eg *sandbox.Egress
+	if e.sandboxEgress && e.sandboxRuntime != spec.RuntimeSim {
+		if eg, err = sandbox.NewEgress(ctx, sandbox.EgressConfig{Log: e.Log}); err != nil {
+			t.Fatalf("sandbox egress: %v", err)
+		}
+		t.Cleanup(eg.Close)
+	}
+	h, err := sandbox.OpenHost(ctx, sandbox.HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: e.Clock, Log: e.Log, Slots: 64, MemoryMB: 8192, Egress: eg})
 	if err != nil {
 		t.Fatalf("sandbox host: %v", err)
 	}
 	n.Sandbox = h
 	t.Cleanup(func() {
 		for _, id := range h.Sandboxes() {
-			_ = rt.Remove(context.Background(), id)
+			// Delete removes the runtime instance and any egress link.
+			raw, _ := json.Marshal(spec.Delete{SandboxID: id})
+			_, _ = h.Delete(context.Background(), raw)
 		}
 	})
 	return &sandbox.Driver{Driver: n.Sim, Host: h}

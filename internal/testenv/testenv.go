@@ -60,6 +60,10 @@ type Options struct {
 	// SandboxRuntime, when set (sim or runc), makes every node a sandbox
 	// host on that runtime, sharing the control plane's image store.
 	SandboxRuntime string
+	// SandboxEgress wires network egress into every OCI sandbox host (the
+	// machine's egress firewall table, a proxy listener per egress
+	// sandbox); it needs root, iproute2 and nftables.
+	SandboxEgress bool
 }
 
 // Env is a running control plane with its nodes.
@@ -79,6 +83,7 @@ type Env struct {
 	ApproverKeys []ed25519.PrivateKey
 
 	sandboxRuntime, imageStore string
+	sandboxEgress              bool
 }
 
 // Node is a bcd agent joined to the environment.
@@ -163,7 +168,7 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 		t.Fatalf("start control plane: %v", err)
 	}
 	e := &Env{CP: cp, Bundle: b, KEK: kek, Dir: dir, Clock: o.Clock, Log: log, ApproverDir: approverDir, ApproverKeys: approverKeys,
-		sandboxRuntime: o.SandboxRuntime, imageStore: imageStore}
+		sandboxRuntime: o.SandboxRuntime, sandboxEgress: o.SandboxEgress, imageStore: imageStore}
 	t.Cleanup(e.Close)
 	_, key, err := cp.APIKeys.Create(context.Background(), audit.Entry{TenantID: "root", Actor: "testenv"}, "root", "admin", "admin", 0)
 	if err != nil {

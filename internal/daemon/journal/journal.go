@@ -17,6 +17,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 )
 
 // Entry is one line of the journal.
@@ -46,8 +48,10 @@ type Journal struct {
 	records map[string]*Record
 }
 
-// maxLine bounds a journal line; an update is at most a few MiB.
-const maxLine = 16 << 20
+// maxLine bounds a journal line: an entry holds one marshalled
+// CommandUpdate (at most nodev1.MaxMessageBytes), base64 in JSON, plus the
+// entry's own few fields.
+const maxLine = (nodev1.MaxMessageBytes+2)/3*4 + 64<<10
 
 // Open reads the journal at path (creating it 0600), compacts away commands
 // that are acknowledged and expired more than keep ago as of now, and

@@ -4,7 +4,9 @@
 // digest and verifies them before unpacking, builds one OCI bundle per
 // sandbox (read-only image under a size-limited writable layer, no
 // capabilities, no new privileges, a seccomp profile, masked kernel
-// paths, cgroup limits, its own namespaces with only loopback), keeps each
+// paths, cgroup limits, its own namespaces with only loopback, or for
+// network egress one veth link whose only reachable service is the
+// host's egress proxy), keeps each
 // sandbox's signed deadline in its own 0600 state, and stops and removes
 // every sandbox at its deadline, with or without a session to the control
 // plane.
@@ -41,6 +43,8 @@ type State struct {
 	DeadlineMS  int64             `json:"deadline_ms"`
 	Warm        bool              `json:"warm"`
 	CreatedMS   int64             `json:"created_ms"`
+	Network     string            `json:"network,omitempty"`
+	Link        *Link             `json:"link,omitempty"` // egress only
 }
 
 // HostConfig configures a sandbox host.
@@ -54,6 +58,8 @@ type HostConfig struct {
 	// of their memory limits. Both are advertised to the control plane.
 	Slots    int
 	MemoryMB int64
+	// Egress wires network egress; nil refuses it (network-unavailable).
+	Egress *Egress
 }
 
 // Host runs sandboxes on one machine.
@@ -104,6 +110,15 @@ func OpenHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 		if !cfg.Runtime.Running(ctx, id) {
 			cfg.Log.Warn("sandbox lost by its runtime", "sandbox_id", id)
 			_ = h.remove(ctx, id)
+			continue
+		}
+		if st.Link != nil {
+			if cfg.Egress == nil {
+				cfg.Log.Warn("egress sandbox on a host without egress", "sandbox_id", id)
+				_ = h.remove(ctx, id)
+			} else if err := cfg.Egress.Listen(ctx, id, *st.Link); err != nil {
+				cfg.Log.Error("sandbox egress proxy not restored", "sandbox_id", id, "err", err)
+			}
 		}
 	}
 	h.Sweep(ctx)
@@ -116,11 +131,15 @@ func (h *Host) Runtime() string { return h.cfg.Runtime.Name() }
 // Labels are the capability labels bcd advertises in Hello; only bcd
 // sets labels under spec.LabelPrefix.
 func (h *Host) Labels() map[string]string {
-	return map[string]string{
+	l := map[string]string{
 		spec.RuntimeLabel(h.cfg.Runtime.Name()): "true",
 		spec.LabelPrefix + "sandbox.slots":      strconv.Itoa(h.cfg.Slots),
 		spec.LabelPrefix + "sandbox.memory_mb":  strconv.FormatInt(h.cfg.MemoryMB, 10),
 	}
+	if h.cfg.Egress != nil {
+		l[spec.EgressLabel] = "true"
+	}
+	return l
 }
 
 func (h *Host) statePath(id string) string { return filepath.Join(h.cfg.Dir, "state", id+".json") }
@@ -145,6 +164,9 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 	if c.Runtime != h.cfg.Runtime.Name() {
 		return nil, errors.New("runtime-unavailable")
 	}
+	if c.Network == spec.NetworkEgress && (h.cfg.Egress == nil || h.cfg.Runtime.Name() == spec.RuntimeSim) {
+		return nil, errors.New("network-unavailable")
+	}
 	now := h.cfg.Clock.Now()
 	if c.DeadlineMS <= now.UnixMilli() {
 		return nil, errors.New("deadline-passed")
@@ -163,7 +185,22 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 		return nil, errors.New("no-capacity")
 	}
 	st := &State{ID: c.SandboxID, Runtime: c.Runtime, ImageDigest: c.ImageDigest, Limits: c.Limits, Root: c.Root,
-		Env: c.Env, DeadlineMS: c.DeadlineMS, Warm: c.Warm, CreatedMS: now.UnixMilli()}
+		Env: c.Env, DeadlineMS: c.DeadlineMS, Warm: c.Warm, CreatedMS: now.UnixMilli(), Network: c.Network}
+	if c.Network == spec.NetworkEgress {
+		taken := map[int]bool{}
+		for _, s := range h.sbx {
+			if s.Link != nil {
+				taken[s.Link.Slot] = true
+			}
+		}
+		l, err := h.cfg.Egress.Plan(c.SandboxID, taken)
+		if err != nil {
+			h.mu.Unlock()
+			h.cfg.Log.Warn("sandbox egress link refused", "sandbox_id", c.SandboxID, "err", err)
+			return nil, errors.New("no-capacity")
+		}
+		st.Link = &l
+	}
 	h.sbx[c.SandboxID] = st
 	h.mu.Unlock()
 	// The state is written before anything starts, so the sweep removes
@@ -178,7 +215,16 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 		_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
 		return nil, imageReason(err)
 	}
-	if err := h.cfg.Runtime.Start(ctx, c, lower); err != nil {
+	netns := ""
+	if st.Link != nil {
+		if err := h.cfg.Egress.Setup(ctx, c.SandboxID, *st.Link); err != nil {
+			h.cfg.Log.Error("sandbox egress link failed", "sandbox_id", c.SandboxID, "err", err)
+			_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
+			return nil, errors.New("start-failed")
+		}
+		netns = st.Link.NetNSPath()
+	}
+	if err := h.cfg.Runtime.Start(ctx, c, lower, netns); err != nil {
 		h.cfg.Log.Error("sandbox start failed", "sandbox_id", c.SandboxID, "err", err)
 		_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
 		return nil, errors.New("start-failed")
@@ -211,7 +257,18 @@ func (h *Host) Exec(ctx context.Context, payload []byte) ([]byte, error) {
 	var root bool
 	var deadline int64
 	if ok {
+		vars := map[string]string{}
 		for k, v := range st.Env {
+			vars[k] = v
+		}
+		if st.Link != nil {
+			// The proxy's variables win over the template's: there is no
+			// other way out.
+			for k, v := range st.Link.Env() {
+				vars[k] = v
+			}
+		}
+		for k, v := range vars {
 			env = append(env, k+"="+v)
 		}
 		root, deadline = st.Root, st.DeadlineMS
@@ -278,10 +335,28 @@ func (h *Host) Delete(ctx context.Context, payload []byte) ([]byte, error) {
 	return json.Marshal(map[string]any{"sandbox_id": d.SandboxID, "deleted": true})
 }
 
-// remove stops and deletes a sandbox and then its state.
+// remove stops and deletes a sandbox, then its egress link, then its
+// state.
 func (h *Host) remove(ctx context.Context, id string) error {
 	if err := h.cfg.Runtime.Remove(ctx, id); err != nil {
 		return err
+	}
+	h.mu.Lock()
+	var link *Link
+	if st, ok := h.sbx[id]; ok {
+		link = st.Link
+	}
+	h.mu.Unlock()
+	if link != nil {
+		var err error
+		if h.cfg.Egress != nil {
+			err = h.cfg.Egress.Teardown(ctx, id, *link)
+		} else {
+			err = RemoveLink(ctx, *link)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	if err := os.Remove(h.statePath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("sandbox: remove state: %w", err)

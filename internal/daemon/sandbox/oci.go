@@ -57,10 +57,10 @@ func processFor(argv, env []string, root bool) *specs.Process {
 // overlay of the read-only image and the writable layer) at "rootfs",
 // PID 1 the reaping init (or initArgv when there is none), new PID,
 // mount, IPC, UTS, network and cgroup namespaces (the network namespace
-// is fresh: loopback only), hostname = the sandbox id, no capabilities,
+// is fresh, loopback only, unless netns names an egress link's), hostname = the sandbox id, no capabilities,
 // no new privileges, the seccomp profile, masked and read-only kernel
 // paths, and cgroup limits from the signed spec.
-func Config(c spec.Create, initHost string, initArgv []string) *specs.Spec {
+func Config(c spec.Create, initHost string, initArgv []string, netns string) *specs.Spec {
 	argv := initArgv
 	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
@@ -87,7 +87,7 @@ func Config(c spec.Create, initHost string, initArgv []string) *specs.Spec {
 		Mounts:   mounts,
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.MountNamespace}, {Type: specs.IPCNamespace},
-				{Type: specs.UTSNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.CgroupNamespace}},
+				{Type: specs.UTSNamespace}, {Type: specs.NetworkNamespace, Path: netns}, {Type: specs.CgroupNamespace}},
 			CgroupsPath: CgroupParent + "/" + c.SandboxID,
 			Resources: &specs.LinuxResources{
 				Devices: []specs.LinuxDeviceCgroup{{Allow: deny, Access: "rwm"}},

@@ -24,8 +24,10 @@ type Runtime interface {
 	// Name is runc, runsc or sim.
 	Name() string
 	// Start makes and starts a sandbox from the signed spec on the image
-	// root filesystem lower (read-only), detached.
-	Start(ctx context.Context, c spec.Create, lower string) error
+	// root filesystem lower (read-only), detached. netns is the network
+	// namespace to join (an egress link's), or "" for a fresh one with
+	// only loopback.
+	Start(ctx context.Context, c spec.Create, lower, netns string) error
 	// Exec runs argv (no shell) with env in a running sandbox, capturing
 	// each stream up to spec.MaxOutput and killing what it started when
 	// ctx ends (TimedOut is then set).
@@ -64,19 +66,36 @@ func NewOCI(name, binary, dir string) (*OCI, error) {
 // Name returns the runtime's name.
 func (o *OCI) Name() string { return o.name }
 
+// argv is the runtime's argument vector: its state root, the runtime's
+// own global flags, globals, then args. runsc runs on the ptrace
+// platform (no KVM needed).
+func (o *OCI) argv(globals []string, args ...string) []string {
+	out := []string{"--root", filepath.Join(o.dir, "state")}
+	if o.name == spec.RuntimeRunsc {
+		out = append(out, "--platform=ptrace")
+	}
+	out = append(out, globals...)
+	return append(out, args...)
+}
+
 func (o *OCI) bundle(id string) string { return filepath.Join(o.dir, "bundles", id) }
 
 // run runs the runtime binary with fixed arguments and returns its
 // output on failure. The output goes to a file, not a pipe: a detached
 // sandbox inherits it, and a pipe would never reach end of file.
 func (o *OCI) run(ctx context.Context, args ...string) error {
+	return o.runWith(ctx, nil, args...)
+}
+
+// runWith is run with extra global flags (before the subcommand).
+func (o *OCI) runWith(ctx context.Context, globals []string, args ...string) error {
 	out, err := os.CreateTemp(o.dir, "out-*")
 	if err != nil {
 		return fmt.Errorf("sandbox: runtime output: %w", err)
 	}
 	defer os.Remove(out.Name())
 	defer out.Close()
-	cmd := exec.CommandContext(ctx, o.binary, append([]string{"--root", filepath.Join(o.dir, "state")}, args...)...)
+	cmd := exec.CommandContext(ctx, o.binary, o.argv(globals, args...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Run(); err != nil {
 		b, _ := os.ReadFile(out.Name())
@@ -90,7 +109,7 @@ func (o *OCI) run(ctx context.Context, args ...string) error {
 }
 
 // Start prepares the bundle and runs `runc run -d`.
-func (o *OCI) Start(ctx context.Context, c spec.Create, lower string) error {
+func (o *OCI) Start(ctx context.Context, c spec.Create, lower, netns string) error {
 	if err := spec.ValidSandboxID(c.SandboxID); err != nil {
 		return err
 	}
@@ -128,7 +147,7 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, lower string) error {
 			return fmt.Errorf("sandbox: own init: %w", err)
 		}
 	}
-	cfg := Config(c, initHost, []string{"/bin/sleep", "2147483647"})
+	cfg := Config(c, initHost, []string{"/bin/sleep", "2147483647"}, netns)
 	raw, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return fmt.Errorf("sandbox: encode config: %w", err)
@@ -137,10 +156,18 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, lower string) error {
 		return fmt.Errorf("sandbox: write config: %w", err)
 	}
 	args := []string{"run", "--detach", "--bundle", b, "--pid-file", filepath.Join(b, "init.pid")}
-	if o.name == spec.RuntimeRunc {
+	var globals []string
+	switch o.name {
+	case spec.RuntimeRunc:
 		args = append(args, "--no-new-keyring")
+	case spec.RuntimeRunsc:
+		// gVisor's netstack: with no link namespace, loopback only
+		// (--network=none); with an egress link, the link's namespace.
+		if netns == "" {
+			globals = append(globals, "--network=none")
+		}
 	}
-	if err := o.run(ctx, append(args, c.SandboxID)...); err != nil {
+	if err := o.runWith(ctx, globals, append(args, c.SandboxID)...); err != nil {
 		return err
 	}
 	return nil
@@ -165,7 +192,7 @@ func (o *OCI) Exec(ctx context.Context, id string, argv, env []string, root bool
 		return res, fmt.Errorf("sandbox: exec process file: %w", err)
 	}
 	pf.Close()
-	cmd := exec.Command(o.binary, "--root", filepath.Join(o.dir, "state"), "exec", "--process", pf.Name(), id)
+	cmd := exec.Command(o.binary, o.argv(nil, "exec", "--process", pf.Name(), id)...)
 	stdout, stderr := &capped{max: spec.MaxOutput}, &capped{max: spec.MaxOutput}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
@@ -215,6 +242,12 @@ func (o *OCI) killAllButInit(id string) {
 	if b, err := os.ReadFile(filepath.Join(o.bundle(id), "init.pid")); err == nil {
 		initPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 	}
+	if o.name == spec.RuntimeRunsc {
+		// The cgroup holds gVisor's own processes (the Sentry and its
+		// stubs): kill inside the sandbox instead.
+		o.killInsideRunsc(ctx, id)
+		return
+	}
 	paused := o.run(ctx, "pause", id) == nil
 	for _, p := range cgroupProcs(id) {
 		if p != initPID && p > 1 {
@@ -223,6 +256,24 @@ func (o *OCI) killAllButInit(id string) {
 	}
 	if paused {
 		_ = o.run(ctx, "resume", id)
+	}
+}
+
+// killInsideRunsc SIGKILLs every process of a gVisor sandbox but its
+// PID 1, as runsc's own process table lists them.
+func (o *OCI) killInsideRunsc(ctx context.Context, id string) {
+	out, err := exec.CommandContext(ctx, o.binary, o.argv(nil, "ps", "--format", "json", id)...).Output()
+	if err != nil {
+		return
+	}
+	var pids []int // runsc ps --format json lists the pids alone
+	if json.Unmarshal(out, &pids) != nil {
+		return
+	}
+	for _, p := range pids {
+		if p > 1 {
+			_ = o.run(ctx, "kill", "--pid", strconv.Itoa(p), id, "KILL")
+		}
 	}
 }
 

@@ -53,6 +53,12 @@ func RequireRunc(t testing.TB) string {
 // busybox image, and returns it with the image's digest.
 func testHost(t *testing.T, rt func(dir string) Runtime, clk clock.Clock) (*Host, string) {
 	t.Helper()
+	return testHostEgress(t, rt, clk, nil)
+}
+
+// testHostEgress is testHost with egress wiring (nil: none).
+func testHostEgress(t *testing.T, rt func(dir string) Runtime, clk clock.Clock, eg *Egress) (*Host, string) {
+	t.Helper()
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "bcsbx-") // short: overlay options hold paths
 	if err != nil {
@@ -73,7 +79,7 @@ func testHost(t *testing.T, rt func(dir string) Runtime, clk clock.Clock) (*Host
 	if err := im.bucket.WriteAll(ctx, ImageKey(digest), tarball, nil); err != nil {
 		t.Fatal(err)
 	}
-	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt(filepath.Join(dir, "rt")), Images: im, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Slots: 8, MemoryMB: 4096})
+	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt(filepath.Join(dir, "rt")), Images: im, Clock: clk, Log: slog.New(slog.NewTextHandler(testLogOut(io.Discard), nil)), Slots: 8, MemoryMB: 4096, Egress: eg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,4 +367,12 @@ func readIntOr(p string, def int) int {
 		return def
 	}
 	return n
+}
+
+// testLogOut is where test hosts log: w, or stderr with BC_TEST_LOG=1.
+func testLogOut(w io.Writer) io.Writer {
+	if os.Getenv("BC_TEST_LOG") == "1" {
+		return os.Stderr
+	}
+	return w
 }

@@ -129,7 +129,7 @@ func TestImagesVerifyDigest(t *testing.T) {
 func TestConfigControls(t *testing.T) {
 	c := spec.Create{SandboxID: ids.New("sbx"), ImageDigest: "sha256:" + string(bytes.Repeat([]byte("a"), 64)), Runtime: spec.RuntimeRunc,
 		Limits: spec.Limits{CPUMillis: 250, MemoryMB: 64, Pids: 32, DiskMB: 8}, Network: spec.NetworkNone, DeadlineMS: 1}
-	cfg := Config(c, "/x/bc-init", nil)
+	cfg := Config(c, "/x/bc-init", nil, "")
 	p := cfg.Process
 	if p.User.UID != NobodyID || p.User.GID != NobodyID || !p.NoNewPrivileges {
 		t.Fatalf("process user %+v, no new privileges %v", p.User, p.NoNewPrivileges)
@@ -180,7 +180,7 @@ func TestConfigControls(t *testing.T) {
 		t.Fatalf("PID 1 is %v", cfg.Process.Args)
 	}
 	c.Root = true
-	if u := Config(c, "", []string{"/bin/sleep"}).Process.User; u.UID != 0 {
+	if u := Config(c, "", []string{"/bin/sleep"}, "").Process.User; u.UID != 0 {
 		t.Fatalf("root template runs as %+v", u)
 	}
 }
@@ -208,7 +208,8 @@ func TestHostRefusals(t *testing.T) {
 		"unknown-field":  {withExtra, "payload-invalid"},
 		"other-runtime":  {mk(func(c *spec.Create) { c.Runtime = spec.RuntimeRunc }), "runtime-unavailable"},
 		"deadline":       {mk(func(c *spec.Create) { c.DeadlineMS = clk.Now().Add(-time.Second).UnixMilli() }), "deadline-passed"},
-		"network-egress": {mk(func(c *spec.Create) { c.Network = spec.NetworkEgress }), "payload-invalid"},
+		"network-egress": {mk(func(c *spec.Create) { c.Network = spec.NetworkEgress }), "network-unavailable"},
+		"network-other":  {mk(func(c *spec.Create) { c.Network = "host" }), "payload-invalid"},
 		"warm-with-env":  {mk(func(c *spec.Create) { c.Warm, c.Env = true, map[string]string{"A": "b"} }), "payload-invalid"},
 	} {
 		if _, err := h.Create(ctx, tc.payload); err == nil || err.Error() != tc.want {
@@ -267,5 +268,29 @@ func TestInitProgramIsELF(t *testing.T) {
 	}
 	if !bytes.HasPrefix(p, []byte("\x7fELF")) || len(p) != 64+56+64 {
 		t.Fatalf("init is %d bytes", len(p))
+	}
+}
+
+// TestCappedKeepsExactlyMaxOutput writes past spec.MaxOutput in uneven
+// chunks: exactly the first 8 MiB are kept and truncation is flagged;
+// exactly 8 MiB is kept whole and not flagged.
+func TestCappedKeepsExactlyMaxOutput(t *testing.T) {
+	if spec.MaxOutput != 8<<20 {
+		t.Fatalf("MaxOutput = %d, want 8 MiB", spec.MaxOutput)
+	}
+	over := &capped{max: spec.MaxOutput}
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 4099) // not a divisor of 8 MiB
+	for written := 0; written <= spec.MaxOutput+len(chunk); written += len(chunk) {
+		if n, err := over.Write(chunk); n != len(chunk) || err != nil {
+			t.Fatalf("write: %d %v", n, err)
+		}
+	}
+	if over.buf.Len() != spec.MaxOutput || !over.truncated {
+		t.Fatalf("kept %d truncated %v, want %d true", over.buf.Len(), over.truncated, spec.MaxOutput)
+	}
+	exact := &capped{max: spec.MaxOutput}
+	_, _ = exact.Write(make([]byte, spec.MaxOutput))
+	if exact.buf.Len() != spec.MaxOutput || exact.truncated {
+		t.Fatalf("exactly 8 MiB: kept %d truncated %v", exact.buf.Len(), exact.truncated)
 	}
 }

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
@@ -22,6 +25,13 @@ type Options struct {
 	MemoryMB   int64
 	Clock      clock.Clock
 	Log        *slog.Logger
+	// Egress is auto (wire network egress when iproute2 and nftables
+	// work; runc and runsc only) or off.
+	Egress string
+	// EgressRange and EgressPort configure the links and the proxy (see
+	// EgressConfig); zero values take the defaults.
+	EgressRange string
+	EgressPort  int
 }
 
 // ErrNoRuntime is returned by Open for auto when no runtime is usable or
@@ -45,7 +55,16 @@ func Open(ctx context.Context, o Options) (*Host, func(), error) {
 	if name == "auto" {
 		name = ""
 		for _, rt := range []string{spec.RuntimeRunc, spec.RuntimeRunsc} {
-			if _, ok := Usable(rt); ok {
+			bin, ok := Usable(rt)
+			if ok && rt == spec.RuntimeRunsc {
+				if err := ProbeRunsc(ctx, bin, filepath.Join(o.DataDir, "sandbox")); err != nil {
+					if o.Log != nil {
+						o.Log.Warn("runsc does not work here", "err", err)
+					}
+					ok = false
+				}
+			}
+			if ok {
 				name = rt
 				break
 			}
@@ -67,6 +86,12 @@ func Open(ctx context.Context, o Options) (*Host, func(), error) {
 		if !ok {
 			return nil, nil, fmt.Errorf("sandbox: %s is not usable here (installed, and bcd running as root?)", name)
 		}
+		// runsc is advertised only when a gVisor sandbox really runs here.
+		if name == spec.RuntimeRunsc && o.Runtime != "auto" {
+			if err := ProbeRunsc(ctx, bin, dir); err != nil {
+				return nil, nil, err
+			}
+		}
 		o, err := NewOCI(name, bin, filepath.Join(dir, "rt"))
 		if err != nil {
 			return nil, nil, err
@@ -75,14 +100,98 @@ func Open(ctx context.Context, o Options) (*Host, func(), error) {
 	default:
 		return nil, nil, errors.New("sandbox: runtime must be runc, runsc, sim or auto")
 	}
+	eg, err := openEgress(ctx, o, name)
+	if err != nil {
+		return nil, nil, err
+	}
 	im, err := OpenImages(ctx, o.ImageStore, filepath.Join(dir, "images"))
 	if err != nil {
+		if eg != nil {
+			eg.Close()
+		}
 		return nil, nil, err
 	}
-	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: o.Clock, Log: o.Log, Slots: o.Slots, MemoryMB: o.MemoryMB})
+	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: o.Clock, Log: o.Log, Slots: o.Slots, MemoryMB: o.MemoryMB, Egress: eg})
 	if err != nil {
 		im.Close()
+		if eg != nil {
+			eg.Close()
+		}
 		return nil, nil, err
 	}
-	return h, func() { _ = im.Close() }, nil
+	return h, func() {
+		_ = im.Close()
+		if eg != nil {
+			eg.Close()
+		}
+	}, nil
+}
+
+// openEgress wires network egress for an OCI runtime when o asks for it
+// (auto) and this machine can: a failure to set it up leaves the host
+// without egress (it does not advertise it), logged, rather than without
+// sandboxes.
+func openEgress(ctx context.Context, o Options, runtime string) (*Egress, error) {
+	switch o.Egress {
+	case "off":
+		return nil, nil
+	case "", "auto":
+	default:
+		return nil, errors.New("sandbox: egress must be auto or off")
+	}
+	if runtime == spec.RuntimeSim {
+		return nil, nil
+	}
+	cfg := EgressConfig{Port: o.EgressPort, Log: o.Log}
+	if o.EgressRange != "" {
+		p, err := netip.ParsePrefix(o.EgressRange)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: egress range: %w", err)
+		}
+		cfg.Range = p
+	}
+	eg, err := NewEgress(ctx, cfg)
+	if err != nil {
+		if o.Log != nil {
+			o.Log.Warn("sandbox egress unavailable", "err", err)
+		}
+		return nil, nil
+	}
+	return eg, nil
+}
+
+// ProbeRunsc checks that gVisor works on this machine with the flags bcd
+// uses (ptrace platform, no network): it runs echo in a throwaway runsc
+// sandbox (`runsc do`, the host's root read-only under gVisor) and wants
+// its output back within 30 s. runsc can be installed and still fail,
+// e.g. where ptrace is forbidden or the kernel lacks what gVisor needs.
+func ProbeRunsc(ctx context.Context, bin, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("sandbox: runsc probe: %w", err)
+	}
+	tmp, err := os.MkdirTemp(dir, "runsc-probe-")
+	if err != nil {
+		return fmt.Errorf("sandbox: runsc probe: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	out, err := os.Create(filepath.Join(tmp, "out"))
+	if err != nil {
+		return fmt.Errorf("sandbox: runsc probe: %w", err)
+	}
+	defer out.Close()
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	const token = "bc-runsc-probe-ok"
+	cmd := exec.CommandContext(pctx, bin, "--root", filepath.Join(tmp, "state"), "--platform=ptrace", "--network=none", "do", "echo", token)
+	cmd.Stdout, cmd.Stderr = out, out
+	runErr := cmd.Run()
+	b, _ := os.ReadFile(out.Name())
+	if runErr != nil || !strings.Contains(string(b), token) {
+		msg := strings.TrimSpace(string(b))
+		if len(msg) > 512 {
+			msg = msg[:512]
+		}
+		return fmt.Errorf("sandbox: runsc does not work here: %v: %s", runErr, msg)
+	}
+	return nil
 }

@@ -38,16 +38,29 @@ func ImageKey(digest string) string {
 	return "images/sha256/" + strings.TrimPrefix(digest, "sha256:") + ".tar"
 }
 
-// Network modes.
+// Network modes. none is a network namespace with only loopback; egress
+// adds one veth link to the host whose only reachable service is the
+// host's egress proxy (the egress guard), so the sandbox reaches the
+// public internet through the proxy alone.
 const (
 	NetworkNone   = "none"
 	NetworkEgress = "egress"
 )
 
-// MaxOutput caps each captured stream of an exec. The result travels in a
-// node-signed CommandUpdate (gRPC messages are bounded at 4 MiB), so both
-// streams together stay well under that bound.
-const MaxOutput = 1 << 20
+// EgressLabel is the label ("true") of a host that can run egress
+// sandboxes; placement requires it for a template with network egress.
+const EgressLabel = LabelPrefix + "network.egress"
+
+// MaxOutput caps each captured stream of an exec (past it the stream is
+// drained and flagged truncated). The result travels in a node-signed
+// CommandUpdate, whose gRPC messages are bounded by
+// nodev1.MaxMessageBytes; MaxExecResultBytes is what both streams take
+// there, and fits.
+const MaxOutput = 8 << 20
+
+// MaxExecResultBytes bounds the JSON of an ExecResult: both streams at
+// MaxOutput, base64 (encoding/json's form of []byte), and the other fields.
+const MaxExecResultBytes = 2*((MaxOutput+2)/3*4) + 1<<10
 
 // MaxArgv bounds an exec's argument vector (count and total bytes).
 const (
@@ -109,8 +122,8 @@ func (c Create) Validate() error {
 	if err := c.Limits.Validate(); err != nil {
 		return err
 	}
-	if c.Network != NetworkNone {
-		return errors.New("network: only none is supported until the egress guard's proxy is wired")
+	if c.Network != NetworkNone && c.Network != NetworkEgress {
+		return errors.New("network: none or egress")
 	}
 	if c.DeadlineMS <= 0 {
 		return errors.New("deadline_ms: required")

@@ -1,0 +1,124 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/imagetar"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
+)
+
+// RequireRunsc skips the test, loudly, unless gVisor's runsc is installed
+// and the test runs as root; with BC_REQUIRE_RUNSC=1 it fails instead.
+func RequireRunsc(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("runsc")
+	why := ""
+	switch {
+	case err != nil:
+		why = "runsc is not installed"
+	case os.Geteuid() != 0:
+		why = "runsc sandboxes need root"
+	}
+	if why == "" {
+		if _, err := imagetar.BusyboxPath(); err != nil {
+			why = err.Error()
+		}
+	}
+	if why != "" {
+		if os.Getenv("BC_REQUIRE_RUNSC") == "1" {
+			t.Fatalf("runsc required (BC_REQUIRE_RUNSC=1): %s", why)
+		}
+		t.Skip("RUNSC TEST NOT RUN: " + why + " (set BC_REQUIRE_RUNSC=1 to make this fatal)")
+	}
+	return p
+}
+
+func runscRuntime(t *testing.T) func(string) Runtime {
+	bin := RequireRunsc(t)
+	return func(dir string) Runtime {
+		o, err := NewOCI(spec.RuntimeRunsc, bin, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+}
+
+// TestRunscSandbox runs a real gVisor sandbox: echo answers, `ls /`
+// shows the image and not the host, the user is 65534, and delete
+// frees it.
+func TestRunscSandbox(t *testing.T) {
+	h, digest := testHost(t, runscRuntime(t), clock.Real{})
+	c := createSpec(digest, time.Now().Add(10*time.Minute), 64)
+	c.Runtime = spec.RuntimeRunsc
+	mustCreate(t, h, c)
+	if r := execIn(t, h, c.SandboxID, 30*time.Second, "echo", "hello"); string(r.Stdout) != "hello\n" || r.ExitCode != 0 {
+		t.Fatalf("echo: %+v", r)
+	}
+	root := strings.Fields(string(execIn(t, h, c.SandboxID, 30*time.Second, "ls", "/").Stdout))
+	for _, want := range []string{"bin", "etc", "tmp"} {
+		if !contains(root, want) {
+			t.Fatalf("ls / = %q, missing the image's %s", root, want)
+		}
+	}
+	for _, host := range []string{"work", "usr/local", "boot", "var"} {
+		if contains(root, host) {
+			t.Fatalf("ls / = %q shows the host's %s", root, host)
+		}
+	}
+	if r := execIn(t, h, c.SandboxID, 30*time.Second, "id", "-u"); strings.TrimSpace(string(r.Stdout)) != "65534" {
+		t.Fatalf("id -u = %q, want 65534", r.Stdout)
+	}
+	// runsc puts its own processes under the sandbox's cgroup with the
+	// signed limits.
+	if max := readIntOr("/sys/fs/cgroup/pids"+CgroupParent+"/"+c.SandboxID+"/pids.max", -1); max != 64 {
+		t.Fatalf("pids.max = %d, want 64", max)
+	}
+	if mem := readIntOr("/sys/fs/cgroup/memory"+CgroupParent+"/"+c.SandboxID+"/memory.limit_in_bytes", -1); mem != 128<<20 {
+		t.Fatalf("memory.limit_in_bytes = %d, want %d", mem, 128<<20)
+	}
+	// An exec past its timeout is killed inside the sandbox, which keeps
+	// working.
+	if r := execIn(t, h, c.SandboxID, 2*time.Second, "sleep", "60"); !r.TimedOut || r.ExitCode != 137 {
+		t.Fatalf("sleep past the timeout: %+v", r)
+	}
+	if r := execIn(t, h, c.SandboxID, 30*time.Second, "echo", "alive"); string(r.Stdout) != "alive\n" {
+		t.Fatalf("after the timeout: %+v", r)
+	}
+	raw, _ := json.Marshal(spec.Delete{SandboxID: c.SandboxID})
+	if _, err := h.Delete(context.Background(), raw); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, h, c.SandboxID)
+}
+
+// TestOpenRunscAdvertisesOnlyWhenItWorks opens a runsc host, which probes
+// gVisor first and then advertises runtime.runsc=true; a runsc binary
+// that does not run a sandbox fails the probe, so it is never advertised.
+func TestOpenRunscAdvertisesOnlyWhenItWorks(t *testing.T) {
+	RequireRunsc(t)
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "bcsbx-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	h, closeFn, err := Open(ctx, Options{DataDir: dir, Runtime: spec.RuntimeRunsc, ImageStore: "mem://", Egress: "off"})
+	if err != nil {
+		t.Fatalf("open runsc: %v", err)
+	}
+	defer closeFn()
+	if l := h.Labels(); l[spec.RuntimeLabel(spec.RuntimeRunsc)] != "true" {
+		t.Fatalf("labels %v lack runtime.runsc=true", l)
+	}
+	if err := ProbeRunsc(ctx, "/bin/false", dir); err == nil || !strings.Contains(err.Error(), "runsc does not work here") {
+		t.Fatalf("probe of a binary that runs nothing: %v", err)
+	}
+}
