@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 )
@@ -22,5 +23,24 @@ func TestSecretsPutTakesNoValueArgument(t *testing.T) {
 	errb.Reset()
 	if code := Main([]string{"secrets", "put", "--name", "x", "hunter2"}, &out, &errb); code == 0 {
 		t.Fatal("a positional value accepted")
+	}
+}
+
+// serve refuses a bad configuration before starting anything, naming every
+// problem with its field path.
+func TestServeRefusesBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/bc.toml"
+	if err := os.WriteFile(path, []byte("roles = [\"api\", \"nope\"]\n[database]\ndsn = \"oracle:x\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := Main([]string{"serve", "--config", path}, &out, &errb)
+	if code != 2 || !strings.Contains(errb.String(), "INVALID_CONFIG") || !strings.Contains(errb.String(), "roles[1]") || !strings.Contains(errb.String(), "database.dsn") {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	errb.Reset()
+	if code := Main([]string{"serve", "--config", path, "--db", "sqlite:" + dir + "/x.db", "--roles", "api"}, &out, &errb); code != 2 || strings.Contains(errb.String(), "database.dsn") || strings.Contains(errb.String(), "roles") {
+		t.Fatalf("flags did not override the file (exit %d): %s", code, errb.String())
 	}
 }

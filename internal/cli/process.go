@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/auditlog"
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/config"
 	"github.com/bettercompute/bettercompute/internal/devenv"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/server"
@@ -80,86 +82,117 @@ func devCmd() *cobra.Command {
 }
 
 func serveCmd() *cobra.Command {
-	var dsn, pkiDir, kekFile, roles, apiAddr, gwAddr, gwNames, level, baseURL, sandboxImages string
-	var trusted []string
-	var cookies bool
-	var auditSink string
-	var auditSeal time.Duration
-	var pprofAddr string
+	cfg := config.Default()
+	var cfgFile, pprofAddr string
+	roles := strings.Join(cfg.Roles, ",")
+	names := strings.Join(cfg.Gateway.Names, ",")
+	var trusted string
 	c := &cobra.Command{
 		Use:   "serve",
 		Short: "Run control plane roles (api, gateway, workers) against a database",
-		Args:  cobra.NoArgs,
+		Long: "Run control plane roles against a database. Settings come from --config (TOML, strict; see docs/operations.md)\n" +
+			"and from flags, which override the file.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Flags given on the command line win over the file.
+			set := map[string]string{}
+			cmd.Flags().Visit(func(f *pflag.Flag) { set[f.Name] = f.Value.String() })
+			if cfgFile != "" {
+				loaded, err := config.Read(cfgFile)
+				if err != nil {
+					return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: %w", err)}
+				}
+				cfg = loaded
+				roles, names, trusted = strings.Join(cfg.Roles, ","), strings.Join(cfg.Gateway.Names, ","), strings.Join(cfg.API.TrustedProxies, ",")
+				for name, v := range set {
+					if err := cmd.Flags().Set(name, v); err != nil {
+						return &ExitError{Code: 2, Err: err}
+					}
+				}
+			}
+			cfg.Roles, cfg.Gateway.Names, cfg.API.TrustedProxies = splitList(roles), splitList(names), splitList(trusted)
+			if err := cfg.Validate(); err != nil {
+				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: %w", err)}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			log := newLogger(cmd.ErrOrStderr(), level)
+			log := newLogger(cmd.ErrOrStderr(), cfg.LogLevel)
 			if pprofAddr != "" {
 				if err := servePprof(ctx, pprofAddr); err != nil {
 					return &ExitError{Code: 2, Err: err}
 				}
 			}
-			kek, err := pki.LoadKEK(kekFile)
+			kek, err := pki.LoadKEK(cfg.PKI.KEKFile)
 			if err != nil {
-				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: key-encryption key: %w", err)}
+				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: pki.kek_file: %w", err)}
 			}
-			b, err := pki.Load(pkiDir)
+			b, err := pki.Load(cfg.PKI.Dir)
 			if err != nil {
-				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: PKI bundle in %s: %w", pkiDir, err)}
+				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: pki.dir %s: %w", cfg.PKI.Dir, err)}
 			}
-			db, err := store.Open(ctx, dsn)
+			db, err := store.Open(ctx, cfg.Database.DSN)
 			if err != nil {
-				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: database: %w", err)}
+				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: database.dsn: %w", err)}
 			}
 			defer db.Close()
 			if err := db.Migrate(ctx); err != nil {
 				return err
 			}
-			proxies, err := api.ParseProxies(trusted)
+			proxies, err := api.ParseProxies(cfg.API.TrustedProxies)
 			if err != nil {
-				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: --trusted-proxy: %w", err)}
+				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: api.trusted_proxies: %w", err)}
 			}
-			var names []string
-			if gwNames != "" {
-				names = strings.Split(gwNames, ",")
-			}
-			so := server.Options{DB: db, Bundle: b, KEK: kek, Roles: strings.Split(roles, ","), Clock: clock.Real{}, Log: log, SandboxImages: sandboxImages,
-				APIListen: apiAddr, GatewayListen: gwAddr, GatewayNames: names, TrustedProxies: proxies, SessionCookies: cookies, BaseURL: baseURL,
-				AuditSealInterval: auditSeal}
-			if auditSink != "" {
-				sink, err := auditlog.OpenSink(ctx, auditSink)
+			rl := cfg.API.RateLimits
+			so := server.Options{DB: db, Bundle: b, KEK: kek, Roles: cfg.Roles, Clock: clock.Real{}, Log: log, SandboxImages: cfg.Sandboxes.Images,
+				APIListen: cfg.API.Listen, GatewayListen: cfg.Gateway.Listen, GatewayNames: cfg.Gateway.Names, TrustedProxies: proxies,
+				SessionCookies: cfg.API.SessionCookies, BaseURL: cfg.API.BaseURL, AuditSealInterval: cfg.SealInterval(),
+				RateLimits: api.RateLimits{ReadPerSecond: rl.ReadPerSecond, ReadBurst: rl.ReadBurst, MutatePerSecond: rl.MutatePerSecond, MutateBurst: rl.MutateBurst}}
+			if cfg.Audit.Sink != "" {
+				sink, err := auditlog.OpenSink(ctx, cfg.Audit.Sink)
 				if err != nil {
-					return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: audit sink: %w", err)}
+					return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: audit.sink: %w", err)}
 				}
 				defer sink.Close()
-				so.AuditSink, so.AuditSinkName = sink, auditSink
+				so.AuditSink, so.AuditSinkName = sink, cfg.Audit.Sink
 			}
 			cp, err := server.Start(ctx, so)
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
 			defer cp.Close()
-			log.Info("serving", "roles", roles, "api", cp.APIAddr, "gateway", cp.GatewayAddr)
+			log.Info("serving", "roles", strings.Join(cfg.Roles, ","), "api", cp.APIAddr, "gateway", cp.GatewayAddr)
 			<-ctx.Done()
 			return nil
 		},
 	}
-	c.Flags().StringVar(&dsn, "db", "sqlite:better-compute.db", "database: sqlite:PATH or postgres://…")
-	c.Flags().StringVar(&pkiDir, "pki", "pki", "PKI bundle directory (from pki init)")
-	c.Flags().StringVar(&kekFile, "kek-file", "kek", "key-encryption key file (0600); BC_KEK overrides")
-	c.Flags().StringVar(&roles, "roles", "api,gateway,workers", "roles to run")
-	c.Flags().StringVar(&apiAddr, "api", "127.0.0.1:7780", "API listen address")
-	c.Flags().StringVar(&gwAddr, "gateway", "127.0.0.1:7781", "gateway listen address")
-	c.Flags().StringVar(&gwNames, "gateway-names", "localhost", "comma-separated DNS names for the gateway certificate")
-	c.Flags().StringVar(&level, "log-level", "info", "log level")
-	c.Flags().StringSliceVar(&trusted, "trusted-proxy", nil, "address or CIDR of a proxy whose X-Forwarded-For is believed (repeatable)")
-	c.Flags().BoolVar(&cookies, "session-cookies", false, "accept the bc_session cookie (needs --base-url; Origin must match it exactly)")
-	c.Flags().StringVar(&baseURL, "base-url", "", "the API's public URL, such as https://bc.example.com")
-	c.Flags().StringVar(&pprofAddr, "pprof", "", "serve Go profiles (net/http/pprof) on this loopback address, for profiling only")
-	c.Flags().StringVar(&auditSink, "audit-sink", "", "copy sealed audit rows to this sink: a JSON-lines file path, or a bucket URL (s3://…, file:///…)")
-	c.Flags().DurationVar(&auditSeal, "audit-seal-interval", time.Hour, "how often the workers role seals the audit log")
-	c.Flags().StringVar(&sandboxImages, "sandbox-images", "", "gocloud.dev/blob URL of the sandbox image store (file:///dir, s3://…); empty: no image imports")
+	f := c.Flags()
+	f.StringVar(&cfgFile, "config", "", "TOML configuration file (strict: unknown keys are refused); flags override it")
+	f.StringVar(&cfg.Database.DSN, "db", cfg.Database.DSN, "database: sqlite:PATH or postgres://…")
+	f.StringVar(&cfg.PKI.Dir, "pki", cfg.PKI.Dir, "PKI bundle directory (from pki init)")
+	f.StringVar(&cfg.PKI.KEKFile, "kek-file", cfg.PKI.KEKFile, "key-encryption key file (0600); BC_KEK overrides")
+	f.StringVar(&roles, "roles", roles, "roles to run, comma-separated")
+	f.StringVar(&cfg.API.Listen, "api", cfg.API.Listen, "API listen address")
+	f.StringVar(&cfg.Gateway.Listen, "gateway", cfg.Gateway.Listen, "gateway listen address")
+	f.StringVar(&names, "gateway-names", names, "comma-separated DNS names for the gateway certificate")
+	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log level: debug, info, warn, error")
+	f.StringVar(&trusted, "trusted-proxies", "", "comma-separated addresses or CIDRs of proxies whose X-Forwarded-For is believed")
+	f.BoolVar(&cfg.API.SessionCookies, "session-cookies", false, "accept the bc_session cookie (needs --base-url; Origin must match it exactly)")
+	f.StringVar(&cfg.API.BaseURL, "base-url", "", "the API's public URL, such as https://bc.example.com")
+	f.StringVar(&pprofAddr, "pprof", "", "serve Go profiles (net/http/pprof) on this loopback address, for profiling only")
+	f.StringVar(&cfg.Audit.Sink, "audit-sink", "", "copy sealed audit rows to this sink: a JSON-lines file path, or a bucket URL (s3://…, file:///…)")
+	f.StringVar(&cfg.Audit.SealInterval, "audit-seal-interval", cfg.Audit.SealInterval, "how often the workers role seals the audit log")
+	f.StringVar(&cfg.Sandboxes.Images, "sandbox-images", "", "gocloud.dev/blob URL of the sandbox image store (file:///dir, s3://…); empty: no image imports")
 	return c
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func pkiCmd() *cobra.Command {

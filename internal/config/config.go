@@ -1,0 +1,197 @@
+// Package config reads the control plane's TOML configuration. Decoding is
+// strict (an unknown key is an error), defaults are documented here, and
+// Validate reports every problem at once with its field path, before
+// anything starts.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	toml "github.com/pelletier/go-toml/v2"
+)
+
+// Config is `better-compute serve`'s configuration. Every field has a
+// default (see Default); a file sets only what differs.
+type Config struct {
+	// Roles to run: any of api, gateway, workers. Default: all three.
+	Roles    []string `toml:"roles"`
+	LogLevel string   `toml:"log_level"` // debug, info, warn, error; default info
+
+	Database struct {
+		DSN string `toml:"dsn"` // sqlite:PATH or postgres://…; default sqlite:better-compute.db
+	} `toml:"database"`
+
+	PKI struct {
+		Dir     string `toml:"dir"`      // bundle directory; default pki
+		KEKFile string `toml:"kek_file"` // 0600 key-encryption key; default kek (BC_KEK overrides)
+	} `toml:"pki"`
+
+	API struct {
+		Listen         string   `toml:"listen"`          // default 127.0.0.1:7780
+		TrustedProxies []string `toml:"trusted_proxies"` // addresses or CIDRs
+		SessionCookies bool     `toml:"session_cookies"` // needs base_url
+		BaseURL        string   `toml:"base_url"`
+		RateLimits     struct {
+			ReadPerSecond   float64 `toml:"read_per_second"`   // default 50
+			ReadBurst       float64 `toml:"read_burst"`        // default 100
+			MutatePerSecond float64 `toml:"mutate_per_second"` // default 10
+			MutateBurst     float64 `toml:"mutate_burst"`      // default 20
+		} `toml:"rate_limits"`
+	} `toml:"api"`
+
+	Gateway struct {
+		Listen string   `toml:"listen"` // default 127.0.0.1:7781
+		Names  []string `toml:"names"`  // DNS names in the gateway's certificate; default ["localhost"]
+	} `toml:"gateway"`
+
+	Audit struct {
+		Sink         string `toml:"sink"`          // JSON-lines path or bucket URL; empty: none
+		SealInterval string `toml:"seal_interval"` // Go duration; default 1h
+	} `toml:"audit"`
+
+	Sandboxes struct {
+		Images string `toml:"images"` // gocloud.dev/blob URL of the image store; empty: no imports
+	} `toml:"sandboxes"`
+}
+
+// Default returns the documented defaults.
+func Default() Config {
+	var c Config
+	c.Roles = []string{"api", "gateway", "workers"}
+	c.LogLevel = "info"
+	c.Database.DSN = "sqlite:better-compute.db"
+	c.PKI.Dir, c.PKI.KEKFile = "pki", "kek"
+	c.API.Listen = "127.0.0.1:7780"
+	c.API.RateLimits.ReadPerSecond, c.API.RateLimits.ReadBurst = 50, 100
+	c.API.RateLimits.MutatePerSecond, c.API.RateLimits.MutateBurst = 10, 20
+	c.Gateway.Listen = "127.0.0.1:7781"
+	c.Gateway.Names = []string{"localhost"}
+	c.Audit.SealInterval = "1h"
+	return c
+}
+
+// Load reads path over the defaults, strictly, and validates the result.
+func Load(path string) (Config, error) {
+	c, err := Read(path)
+	if err != nil {
+		return Config{}, err
+	}
+	return c, c.Validate()
+}
+
+// Read reads path over the defaults, strictly, without validating (for a
+// caller that overrides fields before it validates).
+func Read(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return decode(b)
+}
+
+// Parse decodes TOML over the defaults, strictly, and validates.
+func Parse(b []byte) (Config, error) {
+	c, err := decode(b)
+	if err != nil {
+		return Config{}, err
+	}
+	return c, c.Validate()
+}
+
+func decode(b []byte) (Config, error) {
+	c := Default()
+	dec := toml.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		var strict *toml.StrictMissingError
+		if errors.As(err, &strict) {
+			return Config{}, fmt.Errorf("config: unknown keys:\n%s", strict.String())
+		}
+		var de *toml.DecodeError
+		if errors.As(err, &de) {
+			row, col := de.Position()
+			return Config{}, fmt.Errorf("config: line %d, column %d: %s", row, col, de.Error())
+		}
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return c, nil
+}
+
+// SealInterval returns audit.seal_interval parsed (Validate checked it).
+func (c Config) SealInterval() time.Duration {
+	d, _ := time.ParseDuration(c.Audit.SealInterval)
+	return d
+}
+
+// Validate reports every problem at once, each with its field path.
+func (c Config) Validate() error {
+	var probs []string
+	add := func(path, msg string) { probs = append(probs, path+": "+msg) }
+	if len(c.Roles) == 0 {
+		add("roles", "at least one of api, gateway, workers")
+	}
+	for i, r := range c.Roles {
+		if !slices.Contains([]string{"api", "gateway", "workers"}, r) {
+			add(fmt.Sprintf("roles[%d]", i), fmt.Sprintf("%q is not api, gateway or workers", r))
+		}
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
+		add("log_level", "debug, info, warn or error")
+	}
+	if !strings.HasPrefix(c.Database.DSN, "sqlite:") && !strings.HasPrefix(c.Database.DSN, "postgres://") && !strings.HasPrefix(c.Database.DSN, "postgresql://") {
+		add("database.dsn", "must start with sqlite: or postgres://")
+	}
+	if c.PKI.Dir == "" {
+		add("pki.dir", "required")
+	}
+	if c.PKI.KEKFile == "" && os.Getenv("BC_KEK") == "" {
+		add("pki.kek_file", "required (or set BC_KEK)")
+	}
+	checkAddr := func(path, a string) {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			add(path, "host:port expected")
+		}
+	}
+	if slices.Contains(c.Roles, "api") {
+		checkAddr("api.listen", c.API.Listen)
+	}
+	if slices.Contains(c.Roles, "gateway") {
+		checkAddr("gateway.listen", c.Gateway.Listen)
+		if len(c.Gateway.Names) == 0 {
+			add("gateway.names", "at least one DNS name")
+		}
+	}
+	for i, p := range c.API.TrustedProxies {
+		if _, err := netip.ParsePrefix(p); err != nil {
+			if _, err := netip.ParseAddr(p); err != nil {
+				add(fmt.Sprintf("api.trusted_proxies[%d]", i), "not an address or CIDR")
+			}
+		}
+	}
+	if c.API.SessionCookies && c.API.BaseURL == "" {
+		add("api.base_url", "required when api.session_cookies is true")
+	}
+	rl := c.API.RateLimits
+	for path, v := range map[string]float64{"api.rate_limits.read_per_second": rl.ReadPerSecond, "api.rate_limits.read_burst": rl.ReadBurst,
+		"api.rate_limits.mutate_per_second": rl.MutatePerSecond, "api.rate_limits.mutate_burst": rl.MutateBurst} {
+		if v <= 0 {
+			add(path, "must be positive")
+		}
+	}
+	if d, err := time.ParseDuration(c.Audit.SealInterval); err != nil || d < time.Second {
+		add("audit.seal_interval", "a duration of at least 1s, such as 1h")
+	}
+	if len(probs) == 0 {
+		return nil
+	}
+	slices.Sort(probs)
+	return fmt.Errorf("config: %d problem(s):\n  %s", len(probs), strings.Join(probs, "\n  "))
+}

@@ -1,0 +1,57 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestDefaultsAreValid(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseIsStrict(t *testing.T) {
+	_, err := Parse([]byte("roles = [\"api\"]\n[api]\nlisten = \"127.0.0.1:1\"\nlisen = \"x\"\n"))
+	if err == nil || !strings.Contains(err.Error(), "unknown keys") || !strings.Contains(err.Error(), "lisen") {
+		t.Fatalf("unknown key: %v", err)
+	}
+	if _, err := Parse([]byte("roles = \n")); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Fatalf("bad TOML: %v", err)
+	}
+}
+
+func TestValidateReportsEveryProblemWithItsPath(t *testing.T) {
+	_, err := Parse([]byte(`roles = ["api", "web"]
+log_level = "loud"
+[database]
+dsn = "mysql://x"
+[api]
+listen = "nowhere"
+trusted_proxies = ["10.0.0.0/8", "proxy.example"]
+session_cookies = true
+[api.rate_limits]
+read_per_second = 0
+[audit]
+seal_interval = "soon"
+`))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{"roles[1]", "log_level", "database.dsn", "api.listen", "api.trusted_proxies[1]", "api.base_url",
+		"api.rate_limits.read_per_second", "audit.seal_interval", "8 problem(s)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q not reported in:\n%v", want, err)
+		}
+	}
+}
+
+func TestFileOverridesOnlyWhatItSets(t *testing.T) {
+	c, err := Parse([]byte("[gateway]\nlisten = \"0.0.0.0:9000\"\n[audit]\nseal_interval = \"15m\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Gateway.Listen != "0.0.0.0:9000" || c.API.Listen != Default().API.Listen || c.SealInterval().Minutes() != 15 {
+		t.Fatalf("%+v", c)
+	}
+}
