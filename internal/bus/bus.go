@@ -57,7 +57,13 @@ const (
 	// TopicApprovers wakes every gateway to send a changed approver set
 	// to its connected nodes.
 	TopicApprovers = "approvers.changed"
+	// TopicSigned is poked once per batch of newly signed commands.
+	TopicSigned = "commands.signed"
 )
+
+// RemoteTopic is the topic under which a poke from another process (over
+// PostgreSQL NOTIFY) is republished here; it is never forwarded again.
+func RemoteTopic(topic string) string { return "remote." + topic }
 
 // NodeTopic is the topic poked when a node has something to receive.
 func NodeTopic(nodeID string) string { return "node." + nodeID }

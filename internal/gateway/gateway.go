@@ -238,8 +238,10 @@ func (g *Gateway) Run(ctx context.Context) {
 	}
 	go g.sweepPending(ctx)
 	go g.batchUpdates(ctx)
-	poke, stop := g.poke.Subscribe("certs.revoked")
+	poke, stop := g.poke.Subscribe(bus.TopicRevoked)
 	defer stop()
+	remote, stopRemote := g.poke.Subscribe(bus.RemoteTopic(bus.TopicRevoked))
+	defer stopRemote()
 	t := time.NewTicker(g.cfg.RevocationPoll)
 	defer t.Stop()
 	since := g.cfg.Clock.Now().Add(-time.Minute)
@@ -248,6 +250,7 @@ func (g *Gateway) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-poke:
+		case <-remote:
 		case <-t.C:
 		}
 		serials, next, err := g.reg.RevokedSince(ctx, since)
@@ -600,11 +603,15 @@ func (g *Gateway) deliver(ctx context.Context, s *session, send func(*nodev1.Ser
 func (g *Gateway) sweepPending(ctx context.Context) {
 	t := time.NewTicker(g.cfg.CommandPoll)
 	defer t.Stop()
+	// Another process signed commands (PostgreSQL NOTIFY): sweep at once.
+	remote, stop := g.poke.Subscribe(bus.RemoteTopic(bus.TopicSigned))
+	defer stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-remote:
 		}
 		ids, err := g.cmds.PendingNodes(ctx)
 		if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/server"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 	"github.com/bettercompute/bettercompute/internal/testenv"
@@ -515,4 +516,30 @@ func unmarshalUpdate(t *testing.T, raw []byte) *nodev1.CommandUpdate {
 		t.Fatal(err)
 	}
 	return &u
+}
+
+// On PostgreSQL, pokes cross processes through NOTIFY: with the second
+// gateway's polling slowed to an hour, a command signed in the first
+// process still reaches a node on the second at once, and a revocation
+// still closes its session at once.
+func TestCrossProcessPokesOverPostgres(t *testing.T) {
+	db := storetest.NewTestPostgres(t)
+	e := testenv.Start(t, db, testenv.Options{})
+	gw2 := e.StartGatewayWith(t, func(o *server.Options) { o.CommandPoll, o.RevocationPoll = time.Hour, time.Hour })
+	n := e.Join(t, pki.RoleNode, "far")
+	n.Stop()
+	n2 := e.OpenNodeAt(t, n.Dir, "", gw2.GatewayAddr)
+	n2.Start(t)
+	n2.WaitConnected(t)
+	c, err := e.Client.CreateCommand(context.Background(), n2.NodeID(), "node.ping", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.WaitCommand(t, c.ID); got.State != "succeeded" || !got.Attested {
+		t.Fatalf("command through the other process's gateway: %s %q", got.State, got.Reason)
+	}
+	if _, err := e.CP.Nodes.Revoke(context.Background(), admin, n2.NodeID(), "", nodes.ReasonOperator); err != nil {
+		t.Fatal(err)
+	}
+	n2.WaitDisconnectedWithin(t, 5*time.Second)
 }

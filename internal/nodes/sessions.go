@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/ids"
 )
 
@@ -121,7 +122,7 @@ func (s *Service) OpenSession(ctx context.Context, h Hello) (SessionOutcome, err
 		return SessionOutcome{}, err
 	}
 	if out.Quarantined {
-		s.bus.Publish("certs.revoked")
+		s.bus.Publish(bus.TopicRevoked)
 	}
 	return out, nil
 }

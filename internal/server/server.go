@@ -60,6 +60,9 @@ type Options struct {
 	Log          *slog.Logger
 	// RevocationPoll is how often a gateway reads revocations (default 1s).
 	RevocationPoll time.Duration
+	// CommandPoll is how often a gateway sweeps for commands signed in
+	// another process (default 250ms; PostgreSQL NOTIFY pokes it sooner).
+	CommandPoll time.Duration
 	// NodeCertLifetime is the lifetime of node certificates (default 24h).
 	NodeCertLifetime time.Duration
 	// API envelope settings: trusted proxies, session cookies and their
@@ -167,6 +170,8 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		return fail(err)
 	}
 
+	bridgePokes(rctx, o.DB, cp.Bus, o.Log)
+
 	if slices.Contains(o.Roles, RoleWorkers) {
 		rootKey, err := b.CommandRootKey(o.KEK)
 		if err != nil {
@@ -213,7 +218,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		host, _ := os.Hostname()
 		gwID := "gw-" + host + "-" + cp.GatewayAddr
 		gw, err := gateway.New(gateway.Config{TrustDomain: b.TrustDomain, NodeRoots: roots, ServerCert: serverCert,
-			GatewayID: gwID, Clock: o.Clock, Log: o.Log, RevocationPoll: o.RevocationPoll},
+			GatewayID: gwID, Clock: o.Clock, Log: o.Log, RevocationPoll: o.RevocationPoll, CommandPoll: o.CommandPoll},
 			gatewayServices{n: cp.Nodes, sec: cp.Secrets, q: cp.Quorum}, registry{cp.Nodes}, cp.Commands, cp.Bus)
 		if err != nil {
 			lis.Close()

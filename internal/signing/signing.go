@@ -212,6 +212,9 @@ func (s *Signer) signBatch(ctx context.Context) (int, bool, error) {
 	for _, id := range signedNodes {
 		s.bus.Publish(bus.NodeTopic(id))
 	}
+	if len(signedNodes) > 0 {
+		s.bus.Publish(bus.TopicSigned)
+	}
 	// Another round when this one was full and made progress (held batched
 	// commands can fill a round without being signable).
 	return len(signedNodes), len(all) == 1000 && len(signedNodes) > 0, nil

@@ -190,8 +190,18 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 // first (no bus), as another machine's gateway would not.
 func (e *Env) StartGateway(t testing.TB) *server.ControlPlane {
 	t.Helper()
-	cp, err := server.Start(context.Background(), server.Options{DB: e.CP.DB, Bundle: e.Bundle, KEK: e.KEK, Clock: e.Clock, Log: e.Log,
-		Roles: []string{server.RoleGateway}, RevocationPoll: time.Second})
+	return e.StartGatewayWith(t, nil)
+}
+
+// StartGatewayWith is StartGateway with tune applied to its options.
+func (e *Env) StartGatewayWith(t testing.TB, tune func(*server.Options)) *server.ControlPlane {
+	t.Helper()
+	o := server.Options{DB: e.CP.DB, Bundle: e.Bundle, KEK: e.KEK, Clock: e.Clock, Log: e.Log,
+		Roles: []string{server.RoleGateway}, RevocationPoll: time.Second}
+	if tune != nil {
+		tune(&o)
+	}
+	cp, err := server.Start(context.Background(), o)
 	if err != nil {
 		t.Fatalf("start second gateway: %v", err)
 	}
@@ -423,6 +433,10 @@ func (e *Env) WaitCommand(t testing.TB, id string) commands.Command {
 	t.Helper()
 	poke, stop := e.CP.Bus.Subscribe(bus.CommandTopic(id))
 	defer stop()
+	// An update stored by a gateway in another control plane pokes that
+	// process's bus, not this one's: re-read on a slow tick as well.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
 	timeout := time.After(WaitTimeout)
 	for {
 		c, err := e.CP.Commands.Get(context.Background(), "root", id)
@@ -434,6 +448,7 @@ func (e *Env) WaitCommand(t testing.TB, id string) commands.Command {
 		}
 		select {
 		case <-poke:
+		case <-tick.C:
 		case <-timeout:
 			t.Fatalf("command %s still %s after %v", id, c.State, WaitTimeout)
 		}

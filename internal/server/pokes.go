@@ -1,0 +1,66 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/bettercompute/bettercompute/internal/bus"
+	"github.com/bettercompute/bettercompute/internal/store"
+)
+
+// pokeChannel is the PostgreSQL notification channel that carries pokes
+// between control plane processes.
+const pokeChannel = "bc_poke"
+
+// bridged are the topics one process's pokes are forwarded for: a signed
+// command (so a gateway in another process sends it at once instead of at
+// its next sweep) and a revocation (so it closes the session at once
+// instead of at its next poll).
+var bridged = []string{bus.TopicSigned, bus.TopicRevoked}
+
+// bridgePokes forwards the bridged topics to other processes through
+// PostgreSQL NOTIFY, and republishes what other processes send under
+// bus.RemoteTopic, so a poke never loops back. On SQLite (one process) it
+// does nothing: polling covers a second process.
+func bridgePokes(ctx context.Context, db *store.DB, b *bus.Bus, log *slog.Logger) {
+	if db.Dialect != store.Postgres {
+		return
+	}
+	for _, topic := range bridged {
+		ch, stop := b.Subscribe(topic)
+		go func() {
+			defer stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-ch:
+					if err := db.Notify(ctx, pokeChannel, topic); err != nil && ctx.Err() == nil {
+						log.Warn("forward poke", "topic", topic, "err", err)
+					}
+				}
+			}
+		}()
+	}
+	go func() {
+		for ctx.Err() == nil {
+			err := db.Listen(ctx, pokeChannel, func(payload string) {
+				for _, t := range bridged {
+					if payload == t {
+						b.Publish(bus.RemoteTopic(t))
+					}
+				}
+			})
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn("poke listener stopped; restarting", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+}
