@@ -543,3 +543,37 @@ func TestCrossProcessPokesOverPostgres(t *testing.T) {
 	}
 	n2.WaitDisconnectedWithin(t, 5*time.Second)
 }
+
+// A session lives no longer than its certificate: the gateway closes it
+// UNAUTHENTICATED when the certificate expires.
+func TestSessionClosesWhenCertificateExpires(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{NodeCertLifetime: 2 * time.Second})
+	n := e.Join(t, pki.RoleNode, "short-lived")
+	conn, err := grpc.NewClient(e.CP.GatewayAddr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS(t, n))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+	defer cancel()
+	s, err := nodev1.NewGatewayClient(conn).Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{NodeId: n.NodeID(), BootId: "b-expiry"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := s.Recv(); err != nil || m.GetWelcome() == nil {
+		t.Fatalf("no Welcome: %v %v", m, err)
+	}
+	for {
+		_, err := s.Recv()
+		if err == nil {
+			continue
+		}
+		if status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("session ended with %v, want Unauthenticated at certificate expiry", err)
+		}
+		return
+	}
+}

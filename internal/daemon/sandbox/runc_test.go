@@ -25,15 +25,20 @@ import (
 
 // RequireRunc skips the test unless runc is installed and the test runs
 // as root; with BC_REQUIRE_RUNC=1 (CI) it fails instead.
-func RequireRunc(t testing.TB) string {
+func RequireRunc(t testing.TB) string { return requireRuntime(t, "runc", "BC_REQUIRE_RUNC") }
+
+// requireRuntime skips the test, loudly, unless the OCI runtime name is
+// installed, the test runs as root and a static busybox is there to build
+// the image; when the environment variable env is 1 it fails instead.
+func requireRuntime(t testing.TB, name, env string) string {
 	t.Helper()
-	p, err := exec.LookPath("runc")
+	p, err := exec.LookPath(name)
 	why := ""
 	switch {
 	case err != nil:
-		why = "runc is not installed"
+		why = name + " is not installed"
 	case os.Geteuid() != 0:
-		why = "runc sandboxes need root"
+		why = name + " sandboxes need root"
 	}
 	if why == "" {
 		if _, err := imagetar.BusyboxPath(); err != nil {
@@ -41,10 +46,10 @@ func RequireRunc(t testing.TB) string {
 		}
 	}
 	if why != "" {
-		if os.Getenv("BC_REQUIRE_RUNC") == "1" {
-			t.Fatalf("runc required (BC_REQUIRE_RUNC=1): %s", why)
+		if os.Getenv(env) == "1" {
+			t.Fatalf("%s required (%s=1): %s", name, env, why)
 		}
-		t.Skip(why)
+		t.Skipf("%s TEST NOT RUN: %s (set %s=1 to make this fatal)", strings.ToUpper(name), why, env)
 	}
 	return p
 }

@@ -4,41 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/clock"
-	"github.com/bettercompute/bettercompute/internal/sandboxes/imagetar"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
 
 // RequireRunsc skips the test, loudly, unless gVisor's runsc is installed
 // and the test runs as root; with BC_REQUIRE_RUNSC=1 it fails instead.
-func RequireRunsc(t testing.TB) string {
-	t.Helper()
-	p, err := exec.LookPath("runsc")
-	why := ""
-	switch {
-	case err != nil:
-		why = "runsc is not installed"
-	case os.Geteuid() != 0:
-		why = "runsc sandboxes need root"
-	}
-	if why == "" {
-		if _, err := imagetar.BusyboxPath(); err != nil {
-			why = err.Error()
-		}
-	}
-	if why != "" {
-		if os.Getenv("BC_REQUIRE_RUNSC") == "1" {
-			t.Fatalf("runsc required (BC_REQUIRE_RUNSC=1): %s", why)
-		}
-		t.Skip("RUNSC TEST NOT RUN: " + why + " (set BC_REQUIRE_RUNSC=1 to make this fatal)")
-	}
-	return p
-}
+func RequireRunsc(t testing.TB) string { return requireRuntime(t, "runsc", "BC_REQUIRE_RUNSC") }
 
 func runscRuntime(t *testing.T) func(string) Runtime {
 	bin := RequireRunsc(t)
