@@ -221,8 +221,12 @@ func run(dbName string, n int, bin, self, pgDSN string) (result, error) {
 	}
 	rssBefore := rssKB(gw.Process.Pid)
 	fmt.Fprintf(os.Stderr, "%s: joining %d nodes\n", dbName, n)
-	sim := exec.CommandContext(ctx, bcd, "simulate", "--nodes", strconv.Itoa(n), "--gateway", gwAddr, "--tokens-file", tokFile,
-		"--data", filepath.Join(dir, "sim"), "--parallel", "32", "--renew-all")
+	simArgs := []string{"simulate", "--nodes", strconv.Itoa(n), "--gateway", gwAddr, "--tokens-file", tokFile,
+		"--data", filepath.Join(dir, "sim"), "--parallel", "32", "--renew-all"}
+	if profDir != "" {
+		simArgs = append(simArgs, "--pprof", "127.0.0.1:6063")
+	}
+	sim := exec.CommandContext(ctx, bcd, simArgs...)
 	simOut, err := sim.StdoutPipe()
 	if err != nil {
 		return r, err
@@ -258,9 +262,13 @@ func run(dbName string, n int, bin, self, pgDSN string) (result, error) {
 
 	fmt.Fprintf(os.Stderr, "%s: fan-out of diag.run to %d nodes\n", dbName, n)
 	if profDir != "" {
-		for name, addr := range map[string]string{"gateway": "127.0.0.1:6061", "api": "127.0.0.1:6062"} {
+		secs := os.Getenv("BC_BENCH_PROFILE_SECONDS")
+		if secs == "" {
+			secs = "1"
+		}
+		for name, addr := range map[string]string{"gateway": "127.0.0.1:6061", "api": "127.0.0.1:6062", "simulate": "127.0.0.1:6063"} {
 			go func() {
-				resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=1")
+				resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=" + secs)
 				if err != nil {
 					return
 				}

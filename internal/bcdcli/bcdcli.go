@@ -24,6 +24,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
 	"github.com/bettercompute/bettercompute/internal/fleetsim"
 	"github.com/bettercompute/bettercompute/internal/netguard/egresscmd"
+	"github.com/bettercompute/bettercompute/internal/pprofserve"
 )
 
 // ExitError carries an exit status for main.
@@ -186,7 +187,7 @@ func nodeCmd() *cobra.Command {
 
 func simulateCmd() *cobra.Command {
 	var o fleetsim.Options
-	var tokensFile, level string
+	var tokensFile, level, pprofAddr string
 	var hold time.Duration
 	var renewAll bool
 	c := &cobra.Command{
@@ -205,6 +206,11 @@ func simulateCmd() *cobra.Command {
 					return &ExitError{Code: 2, Err: err}
 				}
 				o.Tokens = toks
+			}
+			if pprofAddr != "" {
+				if err := pprofserve.Serve(ctx, pprofAddr); err != nil {
+					return &ExitError{Code: 2, Err: err}
+				}
 			}
 			var l slog.Level
 			_ = l.UnmarshalText([]byte(level))
@@ -258,6 +264,7 @@ func simulateCmd() *cobra.Command {
 	c.Flags().DurationVar(&hold, "hold", 0, "how long to hold the sessions (0: until interrupted)")
 	c.Flags().BoolVar(&renewAll, "renew-all", false, "once connected, renew every certificate at once and report the rate")
 	c.Flags().StringVar(&level, "log-level", "error", "log level")
+	c.Flags().StringVar(&pprofAddr, "pprof", "", "serve Go profiles (net/http/pprof) on this loopback address, for profiling only")
 	return c
 }
 

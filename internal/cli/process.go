@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -23,6 +20,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/config"
 	"github.com/bettercompute/bettercompute/internal/devenv"
 	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/pprofserve"
 	"github.com/bettercompute/bettercompute/internal/server"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
@@ -118,7 +116,7 @@ func serveCmd() *cobra.Command {
 			defer stop()
 			log := newLogger(cmd.ErrOrStderr(), cfg.LogLevel)
 			if pprofAddr != "" {
-				if err := servePprof(ctx, pprofAddr); err != nil {
+				if err := pprofserve.Serve(ctx, pprofAddr); err != nil {
 					return &ExitError{Code: 2, Err: err}
 				}
 			}
@@ -258,23 +256,4 @@ func contextOf(cmd *cobra.Command) context.Context {
 
 func contextWithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, d)
-}
-
-// servePprof serves net/http/pprof on a loopback address only.
-func servePprof(ctx context.Context, addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil || (host != "127.0.0.1" && host != "::1" && host != "localhost") {
-		return errors.New("--pprof must be a loopback address such as 127.0.0.1:6060")
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("--pprof: %w", err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	go func() { <-ctx.Done(); _ = srv.Close() }()
-	return nil
 }
