@@ -17,7 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -84,7 +86,9 @@ type Command struct {
 
 // CertLookup reads node certificates; the nodes module implements it.
 type CertLookup interface {
-	CertState(ctx context.Context, serial string) (nodes.CertState, error)
+	// CertStates returns the records of the given serials; an unknown
+	// serial is absent.
+	CertStates(ctx context.Context, serials []string) (map[string]nodes.CertState, error)
 }
 
 // Batches is the destructive-batch quorum as the command queue sees it
@@ -395,39 +399,52 @@ func (s *Service) TenantOf(ctx context.Context, id string) (string, error) {
 	return t, nil
 }
 
-// Pending returns the signed, queued commands for nodeID, oldest first. A
-// batched command carries its batch's approval and its leaf's inclusion
-// proof beside the signed body.
-func (s *Service) Pending(ctx context.Context, nodeID string) ([]*nodev1.SignedCommand, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, body, signature, signer_cert, kind, payload, batch_id FROM commands
-		WHERE node_id = $1 AND state = $2 AND body IS NOT NULL ORDER BY created_at, id LIMIT 256`, nodeID, StateQueued)
-	if err != nil {
-		return nil, fmt.Errorf("commands: pending: %w", err)
-	}
+// PendingFor returns the signed, queued commands of nodeIDs, at most
+// perNode of each node's oldest, in one query per store.InChunk nodes (a
+// gateway fetches for all its sessions at once). A batched command carries
+// its batch's approval and its leaf's inclusion proof beside the signed
+// body.
+func (s *Service) PendingFor(ctx context.Context, nodeIDs []string, perNode int) (map[string][]*nodev1.SignedCommand, error) {
 	type batched struct {
-		c             *nodev1.SignedCommand
-		kind, batchID string
-		payload       []byte
+		c                     *nodev1.SignedCommand
+		nodeID, kind, batchID string
+		payload               []byte
 	}
-	var out []*nodev1.SignedCommand
+	out := map[string][]*nodev1.SignedCommand{}
 	var withBatch []batched
-	for rows.Next() {
-		c := &nodev1.SignedCommand{}
-		var b batched
-		var batch sql.NullString
-		if err := rows.Scan(&c.Id, &c.Body, &c.Signature, &c.SignerCertDer, &b.kind, &b.payload, &batch); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("commands: scan pending: %w", err)
+	for len(nodeIDs) > 0 {
+		chunk := nodeIDs[:min(len(nodeIDs), store.InChunk)]
+		nodeIDs = nodeIDs[len(chunk):]
+		args := []any{StateQueued, perNode}
+		for _, id := range chunk {
+			args = append(args, id)
 		}
-		out = append(out, c)
-		if batch.Valid && batch.String != "" {
-			b.c, b.batchID = c, batch.String
-			withBatch = append(withBatch, b)
+		rows, err := s.db.QueryContext(ctx, `SELECT node_id, id, body, signature, signer_cert, kind, payload, batch_id FROM (
+			SELECT node_id, id, body, signature, signer_cert, kind, payload, batch_id,
+				ROW_NUMBER() OVER (PARTITION BY node_id ORDER BY created_at, id) AS rn
+			FROM commands WHERE state = $1 AND body IS NOT NULL AND node_id IN (`+store.Placeholders(3, len(chunk))+`)) q
+			WHERE rn <= $2 ORDER BY node_id, rn`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("commands: pending: %w", err)
 		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("commands: pending: %w", err)
+		for rows.Next() {
+			c := &nodev1.SignedCommand{}
+			var b batched
+			var batch sql.NullString
+			if err := rows.Scan(&b.nodeID, &c.Id, &c.Body, &c.Signature, &c.SignerCertDer, &b.kind, &b.payload, &batch); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("commands: scan pending: %w", err)
+			}
+			out[b.nodeID] = append(out[b.nodeID], c)
+			if batch.Valid && batch.String != "" {
+				b.c, b.batchID = c, batch.String
+				withBatch = append(withBatch, b)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("commands: pending: %w", err)
+		}
 	}
 	for _, b := range withBatch {
 		if s.batches == nil {
@@ -435,7 +452,7 @@ func (s *Service) Pending(ctx context.Context, nodeID string) ([]*nodev1.SignedC
 		}
 		// A failure leaves the command without approval or proof: the node
 		// refuses it with the reason, which is what the operator sees.
-		ap, pr, err := s.batches.Delivery(ctx, b.batchID, nodeID, b.kind, b.payload)
+		ap, pr, err := s.batches.Delivery(ctx, b.batchID, b.nodeID, b.kind, b.payload)
 		if err != nil {
 			s.log.Error("batch delivery", "command_id", b.c.Id, "batch_id", b.batchID, "err", err)
 		}
@@ -444,12 +461,20 @@ func (s *Service) Pending(ctx context.Context, nodeID string) ([]*nodev1.SignedC
 	return out, nil
 }
 
-// MarkSent moves a queued command to sent.
-func (s *Service) MarkSent(ctx context.Context, id string) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE commands SET state = $1, updated_at = $2 WHERE id = $3 AND state = $4`,
-		StateSent, s.clk.Now().UnixMilli(), id, StateQueued)
-	if err != nil {
-		return fmt.Errorf("commands: mark sent: %w", err)
+// MarkSent moves queued commands to sent, one statement per
+// store.InChunk ids (a gateway reports what its sessions sent in batches).
+func (s *Service) MarkSent(ctx context.Context, ids []string) error {
+	now := s.clk.Now().UnixMilli()
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), store.InChunk)]
+		ids = ids[len(chunk):]
+		args := []any{StateSent, now, StateQueued}
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		if _, err := s.db.ExecContext(ctx, `UPDATE commands SET state = $1, updated_at = $2 WHERE state = $3 AND id IN (`+store.Placeholders(4, len(chunk))+`)`, args...); err != nil {
+			return fmt.Errorf("commands: mark sent: %w", err)
+		}
 	}
 	return nil
 }
@@ -477,12 +502,7 @@ type (
 // so a fan-out's results do not cost a transaction each.
 func (s *Service) ApplyUpdates(ctx context.Context, items []UpdateItem) []UpdateResult {
 	out := make([]UpdateResult, len(items))
-	type todo struct {
-		i        int
-		body     *nodev1.UpdateBody
-		attested int
-	}
-	var ok []todo
+	var ok []updateTodo
 	for i, it := range items {
 		var body nodev1.UpdateBody
 		if err := proto.Unmarshal(it.Update.GetBody(), &body); err != nil {
@@ -500,16 +520,9 @@ func (s *Service) ApplyUpdates(ctx context.Context, items []UpdateItem) []Update
 			out[i].Err = errs.New(errs.InvalidInput, "update state is not valid")
 			continue
 		}
-		attested, why := s.attest(ctx, it.NodeID, it.Update)
-		if !attested {
-			s.log.Warn("update not attested", "node_id", it.NodeID, "command_id", body.CommandId, "why", why)
-		}
-		t := todo{i: i, body: &body}
-		if attested {
-			t.attested = 1
-		}
-		ok = append(ok, t)
+		ok = append(ok, updateTodo{i: i, body: &body})
 	}
+	s.attestAll(ctx, items, ok)
 	if len(ok) == 0 {
 		return out
 	}
@@ -554,20 +567,73 @@ func (s *Service) ApplyUpdates(ctx context.Context, items []UpdateItem) []Update
 	return out
 }
 
-// attest checks the node's signature on an update.
-func (s *Service) attest(ctx context.Context, nodeID string, upd *nodev1.CommandUpdate) (bool, string) {
-	st, err := s.certs.CertState(ctx, upd.CertSerial)
-	if err != nil {
-		return false, "cert-unknown"
+// updateTodo is an update of a batch that passed the shape checks: its
+// item's index, its parsed body, and whether its signature attests it.
+type updateTodo struct {
+	i        int
+	body     *nodev1.UpdateBody
+	attested int
+}
+
+// attestAll checks the node signatures of the updates in todo and sets
+// each one's attested flag: one certificate query for the whole batch, and
+// the signature checks spread over the CPUs, since a fan-out's results
+// arrive together.
+func (s *Service) attestAll(ctx context.Context, items []UpdateItem, todo []updateTodo) {
+	if len(todo) == 0 {
+		return
 	}
+	seen := map[string]bool{}
+	var serials []string
+	for k := range todo {
+		if sn := items[todo[k].i].Update.GetCertSerial(); !seen[sn] {
+			seen[sn] = true
+			serials = append(serials, sn)
+		}
+	}
+	states, err := s.certs.CertStates(ctx, serials)
+	if err != nil {
+		// Unattested, not refused: the update is still the node's word
+		// over its authenticated session; attestation is what failed.
+		s.log.Error("read update certificates", "err", err)
+		states = nil
+	}
+	now := s.clk.Now()
+	workers := min(runtime.GOMAXPROCS(0), len(todo))
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := w; k < len(todo); k += workers {
+				it := items[todo[k].i]
+				attested, why := attest(states, now, it.NodeID, it.Update)
+				if !attested {
+					s.log.Warn("update not attested", "node_id", it.NodeID, "command_id", todo[k].body.CommandId, "why", why)
+					continue
+				}
+				todo[k].attested = 1
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// attest checks the node's signature on an update against the stored
+// record of the certificate it names: of this node, not revoked, not of
+// role node-tenant, expired less than AttestGrace before now.
+func attest(states map[string]nodes.CertState, now time.Time, nodeID string, upd *nodev1.CommandUpdate) (bool, string) {
+	st, known := states[upd.CertSerial]
 	switch {
+	case !known:
+		return false, "cert-unknown"
 	case st.NodeID != nodeID:
 		return false, "cert-other-node"
 	case st.Revoked:
 		return false, "cert-revoked"
 	case st.Role == pki.RoleNodeTenant:
 		return false, "node-tenant"
-	case s.clk.Now().After(st.NotAfter.Add(AttestGrace)):
+	case now.After(st.NotAfter.Add(AttestGrace)):
 		return false, "cert-expired"
 	}
 	digest := sha256.Sum256(append([]byte(UpdateSigContext), upd.Body...))

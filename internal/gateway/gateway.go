@@ -66,8 +66,11 @@ type Registry interface {
 
 // Commands is the command queue as the gateway sees it.
 type Commands interface {
-	Pending(ctx context.Context, nodeID string) ([]*nodev1.SignedCommand, error)
-	MarkSent(ctx context.Context, id string) error
+	// PendingFor returns the signed, queued commands of nodeIDs, at most
+	// perNode of each node's oldest.
+	PendingFor(ctx context.Context, nodeIDs []string, perNode int) (map[string][]*nodev1.SignedCommand, error)
+	// MarkSent records that the commands were sent.
+	MarkSent(ctx context.Context, ids []string) error
 	ApplyUpdates(ctx context.Context, items []wire.UpdateItem) []wire.UpdateResult
 	CancelDisallowed(ctx context.Context, nodeID, role string, allowed []string) (int, error)
 	PendingNodes(ctx context.Context) ([]string, error)
@@ -115,9 +118,14 @@ type Gateway struct {
 	svc  Services
 	poke Poker
 
+	// mu guards sessions and the delivery state below (see dispatch).
 	mu       sync.Mutex
 	sessions map[string]*session // by node id
+	inflight map[string]bool     // command ids handed to a session and not yet recorded as sent
+	sent     []string            // ids sessions sent since dispatch last recorded them
+	want     map[string]bool     // nodes to fetch commands for in dispatch's next round
 
+	dpoke   chan struct{}       // wakes dispatch; coalesced
 	updates chan *pendingUpdate // to the update batcher
 }
 
@@ -169,6 +177,11 @@ type session struct {
 	serial string
 	cancel context.CancelCauseFunc
 	poke   chan struct{} // wakes deliver; coalesced
+
+	// Guarded by Gateway.mu: commands dispatch handed over and deliver has
+	// not taken yet, and whether the session has ended.
+	outbox []*nodev1.SignedCommand
+	closed bool
 }
 
 // pokeSession wakes a session's deliver loop without blocking.
@@ -204,7 +217,8 @@ func New(cfg Config, svc Services, reg Registry, cmds Commands, poke Poker) (*Ga
 	if cfg.CommandPoll == 0 {
 		cfg.CommandPoll = 250 * time.Millisecond
 	}
-	return &Gateway{cfg: cfg, reg: reg, cmds: cmds, svc: svc, poke: poke, sessions: map[string]*session{}, updates: make(chan *pendingUpdate, maxUpdateBatch)}, nil
+	return &Gateway{cfg: cfg, reg: reg, cmds: cmds, svc: svc, poke: poke, sessions: map[string]*session{},
+		inflight: map[string]bool{}, want: map[string]bool{}, dpoke: make(chan struct{}, 1), updates: make(chan *pendingUpdate, maxUpdateBatch)}, nil
 }
 
 // TLSConfig is the server side: TLS 1.3 only; a client certificate is
@@ -236,7 +250,7 @@ func (g *Gateway) Run(ctx context.Context) {
 	if err := g.reg.CloseGatewaySessions(ctx, g.cfg.GatewayID); err != nil {
 		g.cfg.Log.Error("close stale sessions", "err", err)
 	}
-	go g.sweepPending(ctx)
+	go g.dispatch(ctx)
 	go g.batchUpdates(ctx)
 	poke, stop := g.poke.Subscribe(bus.TopicRevoked)
 	defer stop()
@@ -446,6 +460,13 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 		if g.sessions[id.NodeID] == s {
 			delete(g.sessions, id.NodeID)
 		}
+		// What was handed to this session and not sent goes back to the
+		// queue: dispatch fetches it again for the node's next session.
+		s.closed = true
+		for _, c := range s.outbox {
+			delete(g.inflight, c.Id)
+		}
+		s.outbox = nil
 		g.mu.Unlock()
 		if err := g.reg.CloseSession(context.WithoutCancel(ctx), id.NodeID, s.id); err != nil {
 			g.cfg.Log.Error("close session", "node_id", id.NodeID, "err", err)
@@ -569,63 +590,186 @@ func (g *Gateway) deliverApproverSets(ctx context.Context, nodeID string, send f
 	}
 }
 
-// deliver sends the node's signed, queued commands whenever it is poked:
-// by the bus (this process signed something for it) or by Run's sweep
-// (another process did).
+// perNodeBatch bounds how many commands dispatch hands one session per
+// round; a session that sends a full batch asks for the next.
+const perNodeBatch = 64
+
+// deliver sends what dispatch put in the session's outbox, in order, and
+// reports what it sent. A poke on the node's bus topic (this process
+// signed something for it) asks dispatch to fetch for this node.
 func (g *Gateway) deliver(ctx context.Context, s *session, send func(*nodev1.ServerMessage) error) {
-	busPoke, stop := g.poke.Subscribe("node." + s.nodeID)
+	busPoke, stop := g.poke.Subscribe(bus.NodeTopic(s.nodeID))
 	defer stop()
+	g.wantNode(s.nodeID) // what was queued before the session came up
 	for {
-		cmds, err := g.cmds.Pending(ctx, s.nodeID)
-		if err != nil && ctx.Err() == nil {
-			g.cfg.Log.Error("read pending commands", "node_id", s.nodeID, "err", err)
-		}
-		for _, c := range cmds {
+		g.mu.Lock()
+		batch := s.outbox
+		s.outbox = nil
+		g.mu.Unlock()
+		for i, c := range batch {
 			if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Command{Command: c}}); err != nil {
+				g.release(batch[i:])
 				return
 			}
-			if err := g.cmds.MarkSent(ctx, c.Id); err != nil && ctx.Err() == nil {
-				g.cfg.Log.Error("mark command sent", "command_id", c.Id, "err", err)
-			}
+			g.mu.Lock()
+			g.sent = append(g.sent, c.Id)
+			g.mu.Unlock()
+		}
+		switch {
+		case len(batch) >= perNodeBatch:
+			g.wantNode(s.nodeID) // there may be more
+		case len(batch) > 0:
+			g.pokeDispatch() // record what was sent
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-busPoke:
+			g.wantNode(s.nodeID)
 		case <-s.poke:
 		}
 	}
 }
 
-// sweepPending wakes the sessions of nodes with commands waiting: one query
-// per CommandPoll for the whole gateway, for commands signed in another
-// process whose poke did not reach this one.
-func (g *Gateway) sweepPending(ctx context.Context) {
+// release returns commands a session took but could not send to the
+// queue (they stay queued in the database; dispatch fetches them again).
+func (g *Gateway) release(cmds []*nodev1.SignedCommand) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, c := range cmds {
+		delete(g.inflight, c.Id)
+	}
+}
+
+// wantNode asks dispatch to fetch nodeID's queued commands.
+func (g *Gateway) wantNode(nodeID string) {
+	g.mu.Lock()
+	g.want[nodeID] = true
+	g.mu.Unlock()
+	g.pokeDispatch()
+}
+
+func (g *Gateway) pokeDispatch() {
+	select {
+	case g.dpoke <- struct{}{}:
+	default:
+	}
+}
+
+// dispatch moves signed commands from the database to the sessions, for
+// the whole gateway at once: each round it first records in one statement
+// what the sessions sent since the last round, then fetches in one query
+// the queued commands of the nodes that asked (a new session, a poke) or,
+// every CommandPoll and whenever a batch was signed here or in another
+// process (PostgreSQL NOTIFY), of every node with work waiting, and puts
+// them in the sessions' outboxes. A command is in flight from the moment
+// it is handed to a session until its sent state is recorded, and is never
+// handed out twice meanwhile; because recording comes before fetching in
+// the same goroutine, a fetch never sees a command as queued that a
+// session already sent and dispatch already forgot.
+func (g *Gateway) dispatch(ctx context.Context) {
 	t := time.NewTicker(g.cfg.CommandPoll)
 	defer t.Stop()
-	// Another process signed commands (PostgreSQL NOTIFY): sweep at once.
-	remote, stop := g.poke.Subscribe(bus.RemoteTopic(bus.TopicSigned))
-	defer stop()
+	local, stopLocal := g.poke.Subscribe(bus.TopicSigned)
+	defer stopLocal()
+	remote, stopRemote := g.poke.Subscribe(bus.RemoteTopic(bus.TopicSigned))
+	defer stopRemote()
 	for {
+		all := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			all = true
+		case <-local:
+			all = true
 		case <-remote:
+			all = true
+		case <-g.dpoke:
 		}
-		ids, err := g.cmds.PendingNodes(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				g.cfg.Log.Error("read nodes with pending commands", "err", err)
-			}
-			continue
+		g.recordSent(ctx)
+		g.fetch(ctx, all)
+	}
+}
+
+// recordSent marks what the sessions sent; on failure the ids stay in
+// flight and are tried again next round.
+func (g *Gateway) recordSent(ctx context.Context) {
+	g.mu.Lock()
+	ids := g.sent
+	g.sent = nil
+	g.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	if err := g.cmds.MarkSent(ctx, ids); err != nil {
+		if ctx.Err() == nil {
+			g.cfg.Log.Error("mark commands sent", "count", len(ids), "err", err)
 		}
 		g.mu.Lock()
-		for _, id := range ids {
-			if s := g.sessions[id]; s != nil {
-				s.wake()
-			}
-		}
+		g.sent = append(g.sent, ids...)
 		g.mu.Unlock()
+		return
+	}
+	g.mu.Lock()
+	for _, id := range ids {
+		delete(g.inflight, id)
+	}
+	g.mu.Unlock()
+}
+
+// fetch hands queued commands to the sessions of the wanted nodes (and,
+// when all, of every node with work waiting) whose outbox is empty.
+func (g *Gateway) fetch(ctx context.Context, all bool) {
+	g.mu.Lock()
+	want := g.want
+	g.want = map[string]bool{}
+	g.mu.Unlock()
+	if all {
+		ids, err := g.cmds.PendingNodes(ctx)
+		if err != nil && ctx.Err() == nil {
+			g.cfg.Log.Error("read nodes with pending commands", "err", err)
+		}
+		for _, id := range ids {
+			want[id] = true
+		}
+	}
+	g.mu.Lock()
+	var nodes []string
+	for id := range want {
+		if s := g.sessions[id]; s != nil && len(s.outbox) == 0 {
+			nodes = append(nodes, id)
+		}
+	}
+	g.mu.Unlock()
+	if len(nodes) == 0 {
+		return
+	}
+	pending, err := g.cmds.PendingFor(ctx, nodes, perNodeBatch)
+	if err != nil {
+		if ctx.Err() == nil {
+			g.cfg.Log.Error("read pending commands", "nodes", len(nodes), "err", err)
+		}
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for nodeID, cmds := range pending {
+		s := g.sessions[nodeID]
+		if s == nil || s.closed {
+			continue
+		}
+		added := false
+		for _, c := range cmds {
+			if g.inflight[c.Id] {
+				continue
+			}
+			g.inflight[c.Id] = true
+			s.outbox = append(s.outbox, c)
+			added = true
+		}
+		if added {
+			s.wake()
+		}
 	}
 }

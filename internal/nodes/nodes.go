@@ -356,19 +356,59 @@ type CertState struct {
 // ErrCertUnknown is returned by CertState for a serial never issued.
 var ErrCertUnknown = errors.New("nodes: certificate unknown")
 
+const certStateColumns = `serial, node_id, role, cert_der, not_after, revoked_at, allowed_kinds`
+
 // CertState reads a certificate's record.
 func (s *Service) CertState(ctx context.Context, serial string) (CertState, error) {
+	st, err := scanCertState(s.db.QueryRowContext(ctx, `SELECT `+certStateColumns+` FROM node_certs WHERE serial = $1`, serial))
+	if errors.Is(err, sql.ErrNoRows) {
+		return CertState{}, ErrCertUnknown
+	}
+	return st, err
+}
+
+// CertStates reads the records of many certificates in one query per
+// store.InChunk serials (the gateway attests a batch of updates at once).
+// A serial never issued is absent from the map.
+func (s *Service) CertStates(ctx context.Context, serials []string) (map[string]CertState, error) {
+	out := make(map[string]CertState, len(serials))
+	for len(serials) > 0 {
+		chunk := serials[:min(len(serials), store.InChunk)]
+		serials = serials[len(chunk):]
+		args := make([]any, len(chunk))
+		for i, v := range chunk {
+			args[i] = v
+		}
+		rows, err := s.db.QueryContext(ctx, `SELECT `+certStateColumns+` FROM node_certs WHERE serial IN (`+store.Placeholders(1, len(chunk))+`)`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("nodes: read certs: %w", err)
+		}
+		for rows.Next() {
+			st, err := scanCertState(rows)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[st.Serial] = st
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("nodes: read certs: %w", err)
+		}
+	}
+	return out, nil
+}
+
+func scanCertState(row interface{ Scan(...any) error }) (CertState, error) {
 	var st CertState
 	var der []byte
 	var notAfter int64
 	var revoked sql.NullInt64
 	var allowed sql.NullString
-	err := s.db.QueryRowContext(ctx, `SELECT serial, node_id, role, cert_der, not_after, revoked_at, allowed_kinds FROM node_certs WHERE serial = $1`, serial).
-		Scan(&st.Serial, &st.NodeID, &st.Role, &der, &notAfter, &revoked, &allowed)
-	if errors.Is(err, sql.ErrNoRows) {
-		return CertState{}, ErrCertUnknown
-	}
-	if err != nil {
+	if err := row.Scan(&st.Serial, &st.NodeID, &st.Role, &der, &notAfter, &revoked, &allowed); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return CertState{}, err
+		}
 		return CertState{}, fmt.Errorf("nodes: read cert: %w", err)
 	}
 	st.Revoked = revoked.Valid
@@ -381,6 +421,7 @@ func (s *Service) CertState(ctx context.Context, serial string) (CertState, erro
 			st.AllowedKinds = []string{}
 		}
 	}
+	var err error
 	if st.Cert, err = x509.ParseCertificate(der); err != nil {
 		return CertState{}, fmt.Errorf("nodes: parse stored cert: %w", err)
 	}

@@ -214,3 +214,21 @@ func IsUniqueViolation(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "UNIQUE constraint failed") || strings.Contains(msg, "SQLSTATE 23505")
 }
+
+// Placeholders returns "$first, $first+1, …" for n arguments: the list of
+// an IN clause whose length is known only at run time.
+func Placeholders(first, n int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('$')
+		b.WriteString(strconv.Itoa(first + i))
+	}
+	return b.String()
+}
+
+// InChunk bounds how many values one IN list carries, well under SQLite's
+// limit of bound parameters per statement.
+const InChunk = 500
