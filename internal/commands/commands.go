@@ -242,13 +242,17 @@ func (s *Service) CreateMany(ctx context.Context, actor audit.Entry, nodeIDs []s
 	out := make([]Command, 0, len(nodeIDs))
 	seen := map[string]bool{}
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		tenants, err := nodeTenants(ctx, tx, nodeIDs)
+		if err != nil {
+			return err
+		}
 		for _, nodeID := range nodeIDs {
 			if seen[nodeID] {
 				continue
 			}
 			seen[nodeID] = true
-			var tenant string
-			if err := tx.QueryRowContext(ctx, `SELECT tenant_id FROM nodes WHERE id = $1`, nodeID).Scan(&tenant); err != nil || actor.TenantID != "root" && tenant != actor.TenantID {
+			tenant, ok := tenants[nodeID]
+			if !ok || actor.TenantID != "root" && tenant != actor.TenantID {
 				return errs.New(errs.AccessDenied, "access denied")
 			}
 			c := Command{ID: ids.New("c"), NodeID: nodeID, TenantID: tenant, Kind: kind, Payload: payload, State: StateQueued,
@@ -273,6 +277,37 @@ func (s *Service) CreateMany(ctx context.Context, actor audit.Entry, nodeIDs []s
 		return nil, err
 	}
 	s.bus.Publish(bus.TopicSign)
+	return out, nil
+}
+
+// nodeTenants returns the tenant of each node of ids that exists, one
+// query per store.InChunk ids.
+func nodeTenants(ctx context.Context, tx *sql.Tx, ids []string) (map[string]string, error) {
+	out := make(map[string]string, len(ids))
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), store.InChunk)]
+		ids = ids[len(chunk):]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT id, tenant_id FROM nodes WHERE id IN (`+store.Placeholders(1, len(chunk))+`)`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("commands: read node tenants: %w", err)
+		}
+		for rows.Next() {
+			var id, tenant string
+			if err := rows.Scan(&id, &tenant); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("commands: scan node tenant: %w", err)
+			}
+			out[id] = tenant
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("commands: read node tenants: %w", err)
+		}
+	}
 	return out, nil
 }
 
