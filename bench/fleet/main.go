@@ -78,6 +78,9 @@ type result struct {
 	GatewayRSSMB        float64
 	IdleCPUPercent      float64
 	FanoutSeconds       float64
+	FanoutCreatedS      float64 // commands.fanout returned (all queued)
+	FanoutSignedS       float64 // every command signed
+	FanoutSentS         float64 // every command sent (or further)
 	FanoutMedianMS      float64
 	FanoutP99MS         float64
 	RevokeCloseMS       float64
@@ -310,10 +313,19 @@ func run(dbName string, n int, bin, self, pgDSN, simRoot string) (result, error)
 	if fo.Count != n {
 		return r, fmt.Errorf("fanout addressed %d nodes, want %d", fo.Count, n)
 	}
+	r.FanoutCreatedS = time.Since(fanStart).Seconds()
 	for {
-		var done int
-		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM commands WHERE state = 'succeeded' AND attested = 1`).Scan(&done); err != nil {
+		var signed, sent, done int
+		if err := db.QueryRowContext(ctx, `SELECT COALESCE(SUM(CASE WHEN body IS NOT NULL THEN 1 ELSE 0 END), 0),
+			COALESCE(SUM(CASE WHEN state <> 'queued' THEN 1 ELSE 0 END), 0),
+			COALESCE(SUM(CASE WHEN state = 'succeeded' AND attested = 1 THEN 1 ELSE 0 END), 0) FROM commands`).Scan(&signed, &sent, &done); err != nil {
 			return r, err
+		}
+		if signed == n && r.FanoutSignedS == 0 {
+			r.FanoutSignedS = time.Since(fanStart).Seconds()
+		}
+		if sent == n && r.FanoutSentS == 0 {
+			r.FanoutSentS = time.Since(fanStart).Seconds()
 		}
 		if done == n {
 			break
@@ -321,7 +333,7 @@ func run(dbName string, n int, bin, self, pgDSN, simRoot string) (result, error)
 		if time.Since(fanStart) > 10*time.Minute {
 			return r, fmt.Errorf("fanout: %d of %d attested after 10 minutes", done, n)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 	r.FanoutSeconds = time.Since(fanStart).Seconds()
 	var lat []float64
@@ -454,6 +466,9 @@ func printTable(rows []result) {
 	line("gateway RSS (MB)", "%.0f", func(r result) any { return r.GatewayRSSMB })
 	line("gateway RSS per node (KB)", "%.1f", func(r result) any { return r.GatewayRSSPerNodeKB })
 	line("gateway CPU at idle (% of a core)", "%.1f", func(r result) any { return r.IdleCPUPercent })
+	line("fan-out: call returned (s)", "%.2f", func(r result) any { return r.FanoutCreatedS })
+	line("fan-out: all signed (s)", "%.2f", func(r result) any { return r.FanoutSignedS })
+	line("fan-out: all sent (s)", "%.2f", func(r result) any { return r.FanoutSentS })
 	line("fan-out: all attested (s)", "%.2f", func(r result) any { return r.FanoutSeconds })
 	line("fan-out per command median (ms)", "%.0f", func(r result) any { return r.FanoutMedianMS })
 	line("fan-out per command p99 (ms)", "%.0f", func(r result) any { return r.FanoutP99MS })

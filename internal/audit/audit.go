@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,6 +46,38 @@ func Record(ctx context.Context, tx *sql.Tx, now time.Time, e Entry) error {
 		ids.New("ev_"), e.TenantID, now.UnixMilli(), e.Actor, e.Action, e.Resource, e.Outcome, e.RequestID, e.Caller, string(details))
 	if err != nil {
 		return fmt.Errorf("audit: insert: %w", err)
+	}
+	return nil
+}
+
+// auditColumns is how many values one audit row binds.
+const auditColumns = 10
+
+// RecordMany writes entries in tx like Record, with one multi-row INSERT
+// per chunk instead of one statement per row (a 10,000-node fan-out writes
+// 10,000 rows).
+func RecordMany(ctx context.Context, tx *sql.Tx, now time.Time, entries []Entry) error {
+	const perStmt = 500
+	for len(entries) > 0 {
+		chunk := entries[:min(len(entries), perStmt)]
+		entries = entries[len(chunk):]
+		args := make([]any, 0, len(chunk)*auditColumns)
+		var q strings.Builder
+		q.WriteString(`INSERT INTO audit_events (id, tenant_id, at, actor, action, resource, outcome, request_id, caller, details) VALUES `)
+		for i, e := range chunk {
+			details, err := json.Marshal(orEmpty(e.Details))
+			if err != nil {
+				return fmt.Errorf("audit: encode details: %w", err)
+			}
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(" + store.Placeholders(len(args)+1, auditColumns) + ")")
+			args = append(args, ids.New("ev_"), e.TenantID, now.UnixMilli(), e.Actor, e.Action, e.Resource, e.Outcome, e.RequestID, e.Caller, string(details))
+		}
+		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+			return fmt.Errorf("audit: insert: %w", err)
+		}
 	}
 	return nil
 }

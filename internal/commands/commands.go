@@ -255,21 +255,35 @@ func (s *Service) CreateMany(ctx context.Context, actor audit.Entry, nodeIDs []s
 			if !ok || actor.TenantID != "root" && tenant != actor.TenantID {
 				return errs.New(errs.AccessDenied, "access denied")
 			}
-			c := Command{ID: ids.New("c"), NodeID: nodeID, TenantID: tenant, Kind: kind, Payload: payload, State: StateQueued,
-				CreatedBy: actor.Actor, CreatedAt: now.UTC(), UpdatedAt: now.UTC(), ExpiresAt: now.Add(ttl).UTC()}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-				c.ID, tenant, nodeID, kind, []byte(payload), StateQueued, actor.Actor, now.UnixMilli(), now.UnixMilli(), c.ExpiresAt.UnixMilli()); err != nil {
+			out = append(out, Command{ID: ids.New("c"), NodeID: nodeID, TenantID: tenant, Kind: kind, Payload: payload, State: StateQueued,
+				CreatedBy: actor.Actor, CreatedAt: now.UTC(), UpdatedAt: now.UTC(), ExpiresAt: now.Add(ttl).UTC()})
+		}
+		const perStmt = 500 // rows per INSERT: 5,000 bound values
+		for rest := out; len(rest) > 0; {
+			chunk := rest[:min(len(rest), perStmt)]
+			rest = rest[len(chunk):]
+			var q strings.Builder
+			q.WriteString(`INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at) VALUES `)
+			args := make([]any, 0, len(chunk)*10)
+			entries := make([]audit.Entry, 0, len(chunk))
+			for i, c := range chunk {
+				if i > 0 {
+					q.WriteString(", ")
+				}
+				q.WriteString("(" + store.Placeholders(len(args)+1, 10) + ")")
+				args = append(args, c.ID, c.TenantID, c.NodeID, kind, []byte(payload), StateQueued, actor.Actor, now.UnixMilli(), now.UnixMilli(), c.ExpiresAt.UnixMilli())
+				e := actor
+				e.TenantID = c.TenantID
+				e.Action, e.Resource, e.Outcome = "compute:commands:create", "command/"+c.ID, "allowed"
+				e.Details = map[string]any{"node_id": c.NodeID, "kind": kind, "payload_sha256": fmt.Sprintf("%x", sum), "fanout": len(nodeIDs)}
+				entries = append(entries, e)
+			}
+			if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
 				return fmt.Errorf("commands: insert: %w", err)
 			}
-			e := actor
-			e.TenantID = tenant
-			e.Action, e.Resource, e.Outcome = "compute:commands:create", "command/"+c.ID, "allowed"
-			e.Details = map[string]any{"node_id": nodeID, "kind": kind, "payload_sha256": fmt.Sprintf("%x", sum), "fanout": len(nodeIDs)}
-			if err := audit.Record(ctx, tx, now, e); err != nil {
+			if err := audit.RecordMany(ctx, tx, now, entries); err != nil {
 				return err
 			}
-			out = append(out, c)
 		}
 		return nil
 	})
