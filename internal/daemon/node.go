@@ -50,6 +50,12 @@ type Config struct {
 	Labels  map[string]string
 	// Backoff bounds reconnect delays (defaults 200ms to 30s, full jitter).
 	MinBackoff, MaxBackoff time.Duration
+	// WorkerChains memoises verified worker chains (see
+	// pki.WorkerChainCache). Nil: Open makes one for this node. Nodes of
+	// one process may share one (fleetsim does): the memo answers exactly
+	// as the full verification, and each node still checks the signature
+	// over its own command and every field of it.
+	WorkerChains *pki.WorkerChainCache
 }
 
 // Node is a running node agent.
@@ -92,6 +98,9 @@ func Open(cfg Config) (*Node, error) {
 	}
 	if cfg.MaxBackoff == 0 {
 		cfg.MaxBackoff = 30 * time.Second
+	}
+	if cfg.WorkerChains == nil {
+		cfg.WorkerChains = pki.NewWorkerChainCache(0)
 	}
 	if cfg.Driver == nil {
 		return nil, errors.New("daemon: no driver")
@@ -137,7 +146,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, rec: &rec, bundle: tb, journal: j, key: key, chain: chain, highestMS: st.HighestServerTimeMS, approvers: ap,
 		verify: &Verifier{NodeID: rec.NodeID, Role: nid.Role, TrustDomain: tb.TrustDomain, CommandRoots: roots,
-			Deployment: tb.Deployment, Approvers: ap.current}}
+			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains}}
 	for _, r := range j.Interrupted() {
 		upd, err := n.signUpdate(&nodev1.UpdateBody{CommandId: r.ID, State: "failed", Reason: "interrupted"})
 		if err != nil {
