@@ -20,6 +20,10 @@ type fixture struct {
 	v    *Verifier
 	now  time.Time
 	sign func(body []byte) *nodev1.SignedCommand
+	// bundle and kek are the PKI the verifier pins (for tests that make a
+	// whole node on it).
+	bundle *pki.Bundle
+	kek    pki.KEK
 }
 
 func newFixture(t testing.TB) fixture {
@@ -43,8 +47,10 @@ func newFixture(t testing.TB) fixture {
 		t.Fatal(err)
 	}
 	return fixture{
-		v:   &Verifier{NodeID: "n1", Role: pki.RoleNode, TrustDomain: b.TrustDomain, CommandRoots: []*x509.Certificate{b.CommandRoot}},
-		now: now,
+		v:      &Verifier{NodeID: "n1", Role: pki.RoleNode, TrustDomain: b.TrustDomain, CommandRoots: []*x509.Certificate{b.CommandRoot}},
+		now:    now,
+		bundle: b,
+		kek:    kek,
 		sign: func(body []byte) *nodev1.SignedCommand {
 			var cb nodev1.CommandBody
 			_ = proto.Unmarshal(body, &cb)
