@@ -489,7 +489,7 @@ func (n *Node) session(ctx context.Context) error {
 					return nil
 				}
 			case *nodev1.ServerMessage_Ack:
-				if err := n.journal.Ack(msg.Ack.CommandId); err != nil {
+				if err := n.acknowledge(msg.Ack); err != nil {
 					return err
 				}
 			case *nodev1.ServerMessage_ApproverSets:
@@ -518,6 +518,22 @@ func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
 		}
 	}
 	return false
+}
+
+// acknowledge journals the gateway's ack of a command's final update, so
+// the update is not sent again after a reconnect or restart. The gateway
+// acks every update it records, a "running" one too, with the state the
+// command then has; only an ack naming a final state (succeeded, failed,
+// cancelled) says the final update needs no resending. Journaling the ack
+// of a running update would mark the command acknowledged before its
+// result was sent, and a result lost with the session would then never be
+// sent again.
+func (n *Node) acknowledge(a *nodev1.UpdateAck) error {
+	switch a.GetState() {
+	case "succeeded", "failed", "cancelled":
+		return n.journal.Ack(a.GetCommandId())
+	}
+	return nil
 }
 
 func (n *Node) sendUpdate(send func(*nodev1.NodeMessage) error, raw []byte) error {

@@ -285,3 +285,29 @@ func TestRunningAfterDefault(t *testing.T) {
 		t.Fatalf("RunningAfter = %v, want %v (1 s)", n.cfg.RunningAfter, DefaultRunningAfter)
 	}
 }
+
+// TestAckOfRunningUpdateLeavesResultUnacked checks that the gateway's ack
+// of a "running" update (it acks every update it records) does not mark
+// the command acknowledged: its final update stays in the journal to be
+// sent again until an ack with a final state arrives.
+func TestAckOfRunningUpdateLeavesResultUnacked(t *testing.T) {
+	f := newFixture(t)
+	n, _, key := openTestNode(t, f, -1)
+	e := startExecutor(t, n, key, noSecrets)
+	e.work <- command(f, "c1", kinds.DiagRun, []byte("{}"))
+	wantUpdate(t, e.next(), "c1", "running", "")
+	if err := n.acknowledge(&nodev1.UpdateAck{CommandId: "c1", State: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	wantUpdate(t, e.next(), "c1", "succeeded", "")
+	e.finish()
+	if got := n.journal.Unacked(); len(got) != 1 || got[0].ID != "c1" {
+		t.Fatalf("unacked after the running ack = %+v, want c1", got)
+	}
+	if err := n.acknowledge(&nodev1.UpdateAck{CommandId: "c1", State: "succeeded"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.journal.Unacked(); len(got) != 0 {
+		t.Fatalf("unacked after the final ack = %+v, want none", got)
+	}
+}
