@@ -50,7 +50,25 @@ type Config struct {
 	Labels  map[string]string
 	// Backoff bounds reconnect delays (defaults 200ms to 30s, full jitter).
 	MinBackoff, MaxBackoff time.Duration
+	// RunningAfter is how long a command may run before the node signs and
+	// sends its "running" update. A command that finishes sooner reports
+	// only its final state, which spares a signature and a message for the
+	// many commands that take a moment (a fan-out's diag.run); one still
+	// running after RunningAfter is reported running then, so the control
+	// plane sees that it started. Zero means DefaultRunningAfter; a
+	// negative value reports running at once, before the driver starts
+	// (tests that want every update).
+	RunningAfter time.Duration
+	// WorkerChains memoises verified worker chains (see
+	// pki.WorkerChainCache). Nil: Open makes one for this node. Nodes of
+	// one process may share one (fleetsim does): the memo answers exactly
+	// as the full verification, and each node still checks the signature
+	// over its own command and every field of it.
+	WorkerChains *pki.WorkerChainCache
 }
+
+// DefaultRunningAfter is Config.RunningAfter when it is zero.
+const DefaultRunningAfter = time.Second
 
 // Node is a running node agent.
 type Node struct {
@@ -92,6 +110,12 @@ func Open(cfg Config) (*Node, error) {
 	}
 	if cfg.MaxBackoff == 0 {
 		cfg.MaxBackoff = 30 * time.Second
+	}
+	if cfg.RunningAfter == 0 {
+		cfg.RunningAfter = DefaultRunningAfter
+	}
+	if cfg.WorkerChains == nil {
+		cfg.WorkerChains = pki.NewWorkerChainCache(0)
 	}
 	if cfg.Driver == nil {
 		return nil, errors.New("daemon: no driver")
@@ -137,7 +161,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, rec: &rec, bundle: tb, journal: j, key: key, chain: chain, highestMS: st.HighestServerTimeMS, approvers: ap,
 		verify: &Verifier{NodeID: rec.NodeID, Role: nid.Role, TrustDomain: tb.TrustDomain, CommandRoots: roots,
-			Deployment: tb.Deployment, Approvers: ap.current}}
+			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains}}
 	for _, r := range j.Interrupted() {
 		upd, err := n.signUpdate(&nodev1.UpdateBody{CommandId: r.ID, State: "failed", Reason: "interrupted"})
 		if err != nil {
@@ -465,7 +489,7 @@ func (n *Node) session(ctx context.Context) error {
 					return nil
 				}
 			case *nodev1.ServerMessage_Ack:
-				if err := n.journal.Ack(msg.Ack.CommandId); err != nil {
+				if err := n.acknowledge(msg.Ack); err != nil {
 					return err
 				}
 			case *nodev1.ServerMessage_ApproverSets:
@@ -496,6 +520,22 @@ func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
 	return false
 }
 
+// acknowledge journals the gateway's ack of a command's final update, so
+// the update is not sent again after a reconnect or restart. The gateway
+// acks every update it records, a "running" one too, with the state the
+// command then has; only an ack naming a final state (succeeded, failed,
+// cancelled) says the final update needs no resending. Journaling the ack
+// of a running update would mark the command acknowledged before its
+// result was sent, and a result lost with the session would then never be
+// sent again.
+func (n *Node) acknowledge(a *nodev1.UpdateAck) error {
+	switch a.GetState() {
+	case "succeeded", "failed", "cancelled":
+		return n.journal.Ack(a.GetCommandId())
+	}
+	return nil
+}
+
 func (n *Node) sendUpdate(send func(*nodev1.NodeMessage) error, raw []byte) error {
 	var u nodev1.CommandUpdate
 	if err := proto.Unmarshal(raw, &u); err != nil {
@@ -515,6 +555,16 @@ func (n *Node) execute(ctx context.Context, work <-chan *nodev1.SignedCommand, s
 	}
 }
 
+// handle verifies one command and either refuses it (a "cancelled" update
+// with the reason, journaled as done) or runs it: it journals "start"
+// (fsynced) before the driver starts, runs the driver, journals "done"
+// with the signed final update and sends it. The "running" update is sent
+// only if the driver has not returned within Config.RunningAfter (at once,
+// before the driver starts, when that is negative), so a quick command
+// costs one signed update, not two. Both updates are sent from this
+// goroutine, the running one first, so the final update never precedes
+// it. The driver gets ctx and handle waits for it to return, also when
+// ctx ends (it is then not reported running).
 func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*nodev1.NodeMessage) error, allowed []string, rewound bool) error {
 	if len(c.Id) > 64 {
 		return errors.New("command id too long")
@@ -547,12 +597,7 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 	if err := n.journal.Start(c.Id, expires); err != nil {
 		return err
 	}
-	running, err := n.signUpdate(&nodev1.UpdateBody{CommandId: c.Id, State: "running"})
-	if err != nil {
-		return err
-	}
-	_ = n.sendUpdate(send, running)
-	result, runErr := n.cfg.Driver.Run(ctx, body.Kind, body.Payload)
+	result, runErr := n.run(ctx, c.Id, body, send)
 	ub := &nodev1.UpdateBody{CommandId: c.Id, State: "succeeded", Result: result}
 	if runErr != nil {
 		ub.State, ub.Reason, ub.Result = "failed", runErr.Error(), nil
@@ -565,6 +610,52 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 		return err
 	}
 	return n.sendUpdate(send, upd)
+}
+
+// run runs the driver for a verified, journaled command and returns its
+// result, reporting the command "running" if the driver is still at work
+// after Config.RunningAfter (see handle). It always waits for the driver.
+func (n *Node) run(ctx context.Context, id string, body *nodev1.CommandBody, send func(*nodev1.NodeMessage) error) ([]byte, error) {
+	if n.cfg.RunningAfter < 0 {
+		n.reportRunning(id, send)
+		return n.cfg.Driver.Run(ctx, body.Kind, body.Payload)
+	}
+	type outcome struct {
+		result []byte
+		err    error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := n.cfg.Driver.Run(ctx, body.Kind, body.Payload)
+		done <- outcome{r, err}
+	}()
+	// clock.Clock only tells the time (it has no timers), so the delay is
+	// a real timer, as the session's renewal timer is.
+	t := time.NewTimer(n.cfg.RunningAfter)
+	defer t.Stop()
+	var o outcome
+	select {
+	case o = <-done:
+	case <-t.C:
+		n.reportRunning(id, send)
+		o = <-done
+	case <-ctx.Done():
+		// The session is ending and the driver sees it through ctx: no
+		// running report, but the result is still journaled.
+		o = <-done
+	}
+	return o.result, o.err
+}
+
+// reportRunning signs and sends a "running" update for id. It is advisory
+// (the final update is what counts), so a failure is only logged.
+func (n *Node) reportRunning(id string, send func(*nodev1.NodeMessage) error) {
+	running, err := n.signUpdate(&nodev1.UpdateBody{CommandId: id, State: "running"})
+	if err != nil {
+		n.cfg.Log.Warn("sign running update", "command_id", id, "err", err)
+		return
+	}
+	_ = n.sendUpdate(send, running)
 }
 
 func pkiSerial(c *x509.Certificate) string { return pki.SerialHex(c) }

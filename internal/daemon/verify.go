@@ -87,6 +87,20 @@ type Verifier struct {
 	// later one its quorum signed). Nil, or a set without keys, means no
 	// destructive command ever passes.
 	Approvers func() quorumwire.ApproverSet
+	// WorkerChains, when set, memoises the worker-chain verification
+	// (every command a worker key signs carries the same certificate). It
+	// answers exactly as pki.VerifyWorkerChain for these roots and trust
+	// domain; nil verifies every chain in full.
+	WorkerChains *pki.WorkerChainCache
+}
+
+// workerKey verifies the signer certificate at the issue time, through the
+// memo when there is one.
+func (v *Verifier) workerKey(der []byte, issued time.Time) (ed25519.PublicKey, error) {
+	if v.WorkerChains != nil {
+		return v.WorkerChains.Verify(der, v.CommandRoots, v.TrustDomain, issued)
+	}
+	return pki.VerifyWorkerChain(der, v.CommandRoots, v.TrustDomain, issued)
 }
 
 // Check verifies a signed command at time now and returns its body, or the
@@ -102,7 +116,7 @@ func (v *Verifier) Check(c *nodev1.SignedCommand, now time.Time, allowed []strin
 		return nil, ReasonBodyMalformed
 	}
 	issued := time.UnixMilli(body.IssuedAtMs)
-	pub, err := pki.VerifyWorkerChain(c.SignerCertDer, v.CommandRoots, v.TrustDomain, issued)
+	pub, err := v.workerKey(c.SignerCertDer, issued)
 	if err != nil {
 		return nil, ReasonSignerUntrusted
 	}

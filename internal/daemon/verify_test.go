@@ -20,6 +20,10 @@ type fixture struct {
 	v    *Verifier
 	now  time.Time
 	sign func(body []byte) *nodev1.SignedCommand
+	// bundle and kek are the PKI the verifier pins (for tests that make a
+	// whole node on it).
+	bundle *pki.Bundle
+	kek    pki.KEK
 }
 
 func newFixture(t testing.TB) fixture {
@@ -43,8 +47,10 @@ func newFixture(t testing.TB) fixture {
 		t.Fatal(err)
 	}
 	return fixture{
-		v:   &Verifier{NodeID: "n1", Role: pki.RoleNode, TrustDomain: b.TrustDomain, CommandRoots: []*x509.Certificate{b.CommandRoot}},
-		now: now,
+		v:      &Verifier{NodeID: "n1", Role: pki.RoleNode, TrustDomain: b.TrustDomain, CommandRoots: []*x509.Certificate{b.CommandRoot}},
+		now:    now,
+		bundle: b,
+		kek:    kek,
 		sign: func(body []byte) *nodev1.SignedCommand {
 			var cb nodev1.CommandBody
 			_ = proto.Unmarshal(body, &cb)
@@ -103,18 +109,48 @@ func TestVerifierRefusals(t *testing.T) {
 			return f.sign(f.body(func(b *nodev1.CommandBody) { b.Kind = "bmc.powerOff" }))
 		}, nil, never, ReasonKindNotAllowed},
 		{"kind outside allowed list", func() *nodev1.SignedCommand { return f.sign(f.body(nil)) }, []string{"node.ping"}, never, ReasonKindNotAllowed},
+		// The worker certificate is valid from now-1h-1m to now+23h; the
+		// chain is checked at the body's issue time.
+		{"signer expired at issue", func() *nodev1.SignedCommand {
+			return f.sign(f.body(func(b *nodev1.CommandBody) {
+				b.IssuedAtMs = f.now.Add(23*time.Hour + time.Millisecond).UnixMilli()
+				b.ExpiresAtMs = f.now.Add(24 * time.Hour).UnixMilli()
+			}))
+		}, nil, never, ReasonSignerUntrusted},
+		{"signer not yet valid at issue", func() *nodev1.SignedCommand {
+			return f.sign(f.body(func(b *nodev1.CommandBody) { b.IssuedAtMs = f.now.Add(-2 * time.Hour).UnixMilli() }))
+		}, nil, never, ReasonSignerUntrusted},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			if _, reason := f.v.Check(c.cmd(), f.now, c.allow, c.seen); reason != c.reason {
-				t.Fatalf("reason %q, want %q", reason, c.reason)
-			}
-		})
+	// Every refusal is the same with the worker-chain memo, whose entry
+	// for this signer a good command stored first.
+	memo := *f.v
+	memo.WorkerChains = pki.NewWorkerChainCache(0)
+	if _, reason := memo.Check(f.sign(f.body(nil)), f.now, nil, never); reason != "" || memo.WorkerChains.Len() != 1 {
+		t.Fatalf("good command through the memo: %q, %d entries", reason, memo.WorkerChains.Len())
+	}
+	for _, v := range []struct {
+		name string
+		v    *Verifier
+	}{{"full", f.v}, {"memo", &memo}} {
+		for _, c := range cases {
+			t.Run(v.name+"/"+c.name, func(t *testing.T) {
+				if _, reason := v.v.Check(c.cmd(), f.now, c.allow, c.seen); reason != c.reason {
+					t.Fatalf("reason %q, want %q", reason, c.reason)
+				}
+			})
+		}
 	}
 	other := *f.v
 	other.Role = pki.RoleSite
 	if _, reason := other.Check(f.sign(f.body(nil)), f.now, nil, never); reason != ReasonKindNotAllowed {
 		t.Fatalf("site role ran diag.run: %q", reason)
+	}
+	// A verifier of another trust domain sharing the memo finds no entry
+	// for its own inputs and refuses the signer.
+	otherTD := memo
+	otherTD.TrustDomain = "other.bc.local"
+	if _, reason := otherTD.Check(f.sign(f.body(nil)), f.now, nil, never); reason != ReasonSignerUntrusted {
+		t.Fatalf("other trust domain through a shared memo: %q, want %q", reason, ReasonSignerUntrusted)
 	}
 }
 

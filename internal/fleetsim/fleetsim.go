@@ -1,9 +1,15 @@
 // Package fleetsim runs many simulated nodes in one process, each on the
 // real daemon code path: its own key, join, certificate, mutual-TLS
 // session, journal and signature checks, with the sim driver. Only what
-// does not change security is shared (the process, the Go runtime). It is
-// what `bcd simulate` and bench/fleet use to put thousands of nodes on a
-// gateway.
+// does not change security is shared: the process, the Go runtime, and one
+// memo of verified worker chains (pki.WorkerChainCache). The memo caches a
+// pure function of the worker certificate, the command roots, the trust
+// domain and the validity window, keyed by all of them, so sharing it does
+// not change what any node checks: each node still verifies the Ed25519
+// signature over its own command and every field of it, and a chain the
+// memo has not seen, or a time outside its window, is verified in full. It
+// is what `bcd simulate` and bench/fleet use to put thousands of nodes on
+// a gateway.
 package fleetsim
 
 import (
@@ -21,6 +27,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
+	"github.com/bettercompute/bettercompute/internal/pki"
 )
 
 // Options configure a simulated fleet.
@@ -51,11 +58,14 @@ type Report struct {
 
 // Fleet is a running simulated fleet.
 type Fleet struct {
-	Nodes     []*daemon.Node
-	connected atomic.Int64
-	changed   chan struct{}
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	Nodes []*daemon.Node
+	// WorkerChains is the one memo of verified worker chains every node of
+	// the fleet uses (see the package comment).
+	WorkerChains *pki.WorkerChainCache
+	connected    atomic.Int64
+	changed      chan struct{}
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup
 }
 
 // Start joins the nodes that are not joined yet (at the configured rate),
@@ -141,10 +151,13 @@ func Start(ctx context.Context, o Options) (*Fleet, Report, error) {
 		return nil, rep, firstErr
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	f := &Fleet{cancel: cancel, changed: make(chan struct{}, 1)}
+	// One memo for the whole fleet: every node gets commands signed under
+	// the same worker keys (see the package comment).
+	chains := pki.NewWorkerChainCache(0)
+	f := &Fleet{WorkerChains: chains, cancel: cancel, changed: make(chan struct{}, 1)}
 	for i, dir := range dirs {
 		n, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: o.Gateway, Driver: driver.NewSim(fmt.Sprintf("sim-%05d", i)), Clock: clock.Real{},
-			Log: o.Log, Labels: map[string]string{"sim": "true", "fleet": "bench"}, MaxBackoff: 10 * time.Second})
+			Log: o.Log, Labels: map[string]string{"sim": "true", "fleet": "bench"}, MaxBackoff: 10 * time.Second, WorkerChains: chains})
 		if err != nil {
 			f.Stop()
 			return nil, rep, fmt.Errorf("fleetsim: open node %d: %w", i, err)

@@ -54,6 +54,11 @@ func TestFleetJoinsAndRunsFanout(t *testing.T) {
 			t.Fatalf("%s: %s attested=%v", c.ID, got.State, got.Attested)
 		}
 	}
+	// Every node verified its command's worker chain through the one
+	// shared memo: one worker key, one entry.
+	if got := f.WorkerChains.Len(); got != 1 {
+		t.Fatalf("shared worker-chain memo holds %d entries, want 1", got)
+	}
 	rate, err := f.RenewAll(wctx, 8)
 	if err != nil || rate <= 0 {
 		t.Fatalf("renew all: %v %v", rate, err)

@@ -25,7 +25,7 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 const td = "dev.bc.local"
 
-func newBundle(t *testing.T) (*Bundle, KEK, string) {
+func newBundle(t testing.TB) (*Bundle, KEK, string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "pki")
 	kek := testKEK(7)

@@ -207,15 +207,23 @@ func IssueWorkerCert(root *x509.Certificate, rootKey ed25519.PrivateKey, trustDo
 // time at, carries exactly one worker SPIFFE ID in trustDomain, permits
 // digital signatures, is not a CA and holds an Ed25519 key, which it returns.
 func VerifyWorkerChain(workerDER []byte, commandRoots []*x509.Certificate, trustDomain string, at time.Time) (ed25519.PublicKey, error) {
+	pub, _, err := verifyWorkerChain(workerDER, commandRoots, trustDomain, at)
+	return pub, err
+}
+
+// verifyWorkerChain is VerifyWorkerChain that also returns the chain that
+// verified (leaf first, root last), from which WorkerChainCache takes the
+// validity window of its answer.
+func verifyWorkerChain(workerDER []byte, commandRoots []*x509.Certificate, trustDomain string, at time.Time) (ed25519.PublicKey, []*x509.Certificate, error) {
 	if len(commandRoots) == 0 {
-		return nil, errors.New("pki: no command roots given")
+		return nil, nil, errors.New("pki: no command roots given")
 	}
 	if at.IsZero() {
-		return nil, errors.New("pki: verification time not set")
+		return nil, nil, errors.New("pki: verification time not set")
 	}
 	cert, err := x509.ParseCertificate(workerDER)
 	if err != nil {
-		return nil, fmt.Errorf("pki: parse worker certificate: %w", err)
+		return nil, nil, fmt.Errorf("pki: parse worker certificate: %w", err)
 	}
 	roots := x509.NewCertPool()
 	for _, r := range commandRoots {
@@ -223,30 +231,31 @@ func VerifyWorkerChain(workerDER []byte, commandRoots []*x509.Certificate, trust
 			roots.AddCert(r)
 		}
 	}
-	if _, err := cert.Verify(x509.VerifyOptions{
+	chains, err := cert.Verify(x509.VerifyOptions{
 		Roots: roots, CurrentTime: at,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	}); err != nil {
-		return nil, fmt.Errorf("pki: worker certificate does not verify: %w", err)
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("pki: worker certificate does not verify: %w", err)
 	}
 	if cert.IsCA || cert.KeyUsage&x509.KeyUsageDigitalSignature == 0 {
-		return nil, errors.New("pki: worker certificate is not a signing leaf")
+		return nil, nil, errors.New("pki: worker certificate is not a signing leaf")
 	}
 	if len(cert.URIs) != 1 {
-		return nil, fmt.Errorf("pki: worker certificate must have exactly one URI SAN, has %d", len(cert.URIs))
+		return nil, nil, fmt.Errorf("pki: worker certificate must have exactly one URI SAN, has %d", len(cert.URIs))
 	}
 	td, _, err := parseSPIFFEID(cert.URIs[0], "worker")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if td != trustDomain {
-		return nil, fmt.Errorf("pki: worker certificate is for trust domain %q, want %q", td, trustDomain)
+		return nil, nil, fmt.Errorf("pki: worker certificate is for trust domain %q, want %q", td, trustDomain)
 	}
 	pub, ok := cert.PublicKey.(ed25519.PublicKey)
 	if !ok {
-		return nil, errors.New("pki: worker key is not Ed25519")
+		return nil, nil, errors.New("pki: worker key is not Ed25519")
 	}
-	return pub, nil
+	return pub, chains[0], nil
 }
 
 // NewNodeKey makes the ECDSA P-256 key a node authenticates with.

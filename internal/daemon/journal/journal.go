@@ -1,10 +1,25 @@
 // Package journal is bcd's crash-safe command journal: an append-only file
-// of JSON lines, each fsynced before the step it records goes on. A command
-// is journaled before it runs ("start") and after ("done", with its signed
-// update); the gateway's ack is journaled too. After a restart a command
-// that started but never finished is not run again (it is reported failed,
-// reason interrupted), results not yet acknowledged are sent again, and
-// every id ever seen is refused as a replay until its expiry has passed.
+// of JSON lines. A command is journaled before it runs ("start") and after
+// ("done", with its signed update); the gateway's ack is journaled too.
+// After a restart a command that started but never finished is not run
+// again (it is reported failed, reason interrupted), results not yet
+// acknowledged are sent again, and every id ever seen is refused as a
+// replay until its expiry has passed.
+//
+// Which entries are fsynced: "start" and "done" are fsynced before Start
+// and Done return, so the step they guard (running the driver; sending the
+// update and treating the id as seen) never happens unless the entry
+// survives a crash. "ack" is appended without fsync (the file is still
+// opened, appended to and closed, so the entry is in the journal for every
+// later read, and Open's compaction fsyncs it with the rest): a lost ack
+// only makes the node send that final update again after a crash, and the
+// control plane acknowledges it again without changing anything, because
+// it ignores updates to commands already final. Losing an ack therefore
+// never runs a command twice nor unseats a replay refusal, which both rest
+// on "start" and "done". Nor can an unsynced ack tear the journal in the
+// middle: fsync covers the whole file, so the next "start" or "done" makes
+// every earlier ack durable too, and an ack a crash loses or tears is at
+// the tail, where the loader already stops at a torn line.
 package journal
 
 import (
@@ -172,8 +187,9 @@ func (j *Journal) rewrite() error {
 	return nil
 }
 
-// append writes and fsyncs one entry, then applies it.
-func (j *Journal) append(e Entry) error {
+// append writes one entry, fsyncing it when durable is set, then applies
+// it.
+func (j *Journal) append(e Entry, durable bool) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("journal: encode: %w", err)
@@ -188,9 +204,11 @@ func (j *Journal) append(e Entry) error {
 		f.Close()
 		return fmt.Errorf("journal: append: %w", err)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("journal: sync: %w", err)
+	if durable {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return fmt.Errorf("journal: sync: %w", err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("journal: close: %w", err)
@@ -207,18 +225,23 @@ func (j *Journal) Seen(id string) bool {
 	return ok
 }
 
-// Start records that id is about to run; it must be durable first.
+// Start records that id is about to run; the entry is fsynced before Start
+// returns, so a command never runs unless its start survives a crash.
 func (j *Journal) Start(id string, expires time.Time) error {
-	return j.append(Entry{Op: "start", ID: id, ExpiresMS: expires.UnixMilli()})
+	return j.append(Entry{Op: "start", ID: id, ExpiresMS: expires.UnixMilli()}, true)
 }
 
 // Done records id's final signed update (also for a refusal, which makes
-// the id seen).
+// the id seen); the entry is fsynced before Done returns, so the update is
+// never sent unless it survives a crash.
 func (j *Journal) Done(id string, expires time.Time, update []byte) error {
-	return j.append(Entry{Op: "done", ID: id, ExpiresMS: expires.UnixMilli(), Update: update})
+	return j.append(Entry{Op: "done", ID: id, ExpiresMS: expires.UnixMilli(), Update: update}, true)
 }
 
-// Ack records that the gateway stored id's final update.
+// Ack records that the gateway stored id's final update. The entry is
+// written but not fsynced: a crash that loses it only makes the node send
+// the final update again, which the control plane acknowledges again
+// without changing anything (see the package comment).
 func (j *Journal) Ack(id string) error {
 	j.mu.Lock()
 	r := j.records[id]
@@ -226,7 +249,7 @@ func (j *Journal) Ack(id string) error {
 	if r == nil || r.Acked {
 		return nil
 	}
-	return j.append(Entry{Op: "ack", ID: id})
+	return j.append(Entry{Op: "ack", ID: id}, false)
 }
 
 // Interrupted returns the commands that started but never finished.

@@ -3,6 +3,7 @@ package journal
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -97,6 +98,52 @@ func TestJournalTornTail(t *testing.T) {
 	defer j.Close()
 	if got := j.Interrupted(); len(got) != 1 || got[0].ID != "c1" {
 		t.Fatalf("interrupted = %+v, want c1 (its done line was torn)", got)
+	}
+}
+
+// TestJournalAckWrittenWithoutSync checks that the ack, though not
+// fsynced, is appended to the file at once and read back after a reopen:
+// the acknowledged command is not sent again, and stays seen.
+func TestJournalAckWrittenWithoutSync(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.log")
+	now := time.Now()
+	j, err := Open(path, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := now.Add(time.Hour)
+	must(t, j.Start("c1", exp))
+	must(t, j.Done("c1", exp, []byte("u1")))
+	must(t, j.Start("c2", exp))
+	must(t, j.Done("c2", exp, []byte("u2")))
+	must(t, j.Ack("c1"))
+	must(t, j.Ack("c1"))      // a second ack of the same id writes nothing
+	must(t, j.Ack("unknown")) // nor does an ack of an id never journaled
+	if got := j.Unacked(); len(got) != 1 || got[0].ID != "c2" {
+		t.Fatalf("unacked before reopen = %+v, want c2", got)
+	}
+	must(t, j.Close())
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(raw), `{"op":"ack","id":"c1"}`+"\n"); got != 1 {
+		t.Fatalf("file holds %d ack lines for c1, want 1:\n%s", got, raw)
+	}
+	if strings.Contains(string(raw), "unknown") {
+		t.Fatalf("an ack of an unknown id was written:\n%s", raw)
+	}
+
+	j, err = Open(path, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if got := j.Unacked(); len(got) != 1 || got[0].ID != "c2" || string(got[0].Update) != "u2" {
+		t.Fatalf("unacked after reopen = %+v, want only c2", got)
+	}
+	if !j.Seen("c1") || j.Seen("unknown") {
+		t.Fatal("acked command not seen after reopen, or unknown id seen")
 	}
 }
 
