@@ -86,6 +86,7 @@ type Node struct {
 	offset    time.Duration
 	connected bool
 	sessionID string
+	refusals  map[string]int // commands refused since Open, by reason
 
 	// onState, when set, is told of session changes (tests and dev wait on
 	// it instead of sleeping).
@@ -189,6 +190,18 @@ func (n *Node) OnState(f func(connected bool)) {
 	n.mu.Lock()
 	n.onState = f
 	n.mu.Unlock()
+}
+
+// Refusals returns how many commands this node refused since Open, by
+// reason (a copy).
+func (n *Node) Refusals() map[string]int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[string]int, len(n.refusals))
+	for k, v := range n.refusals {
+		out[k] = v
+	}
+	return out
 }
 
 // Connected reports whether a session is up.
@@ -582,6 +595,12 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 	}
 	if reason != "" {
 		n.cfg.Log.Warn("command refused", "command_id", c.Id, "reason", reason)
+		n.mu.Lock()
+		if n.refusals == nil {
+			n.refusals = map[string]int{}
+		}
+		n.refusals[reason]++
+		n.mu.Unlock()
 		upd, err := n.signUpdate(&nodev1.UpdateBody{CommandId: c.Id, State: "cancelled", Reason: reason})
 		if err != nil {
 			return err

@@ -3,9 +3,11 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 	"github.com/bettercompute/bettercompute/internal/testenv"
@@ -53,6 +55,89 @@ func TestFanoutToManyNodes(t *testing.T) {
 		err := other.Call(ctx, "commands.fanout", map[string]any{"node_ids": ids[:1], "kind": "node.ping"}, nil)
 		if !errors.Is(err, client.ErrAccessDenied) {
 			t.Fatalf("cross-tenant fan-out: %v, want ACCESS_DENIED", err)
+		}
+	})
+}
+
+// A fan-out wider than one statement's chunk (500) writes one command and
+// one audit row per node; the gateway's batch reads (PendingFor) and
+// writes (MarkSent) cover every chunk too.
+func TestFanoutAcrossChunks(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		ctx := context.Background()
+		const n = 1201
+		var nodeIDs []string
+		for i := 0; i < n; i++ {
+			id := fmt.Sprintf("n-chunk-%04d", i)
+			if _, err := db.ExecContext(ctx, `INSERT INTO nodes (id, tenant_id, name, role, created_at) VALUES ($1, 'root', $1, 'node', 0)`, id); err != nil {
+				t.Fatal(err)
+			}
+			nodeIDs = append(nodeIDs, id)
+		}
+		cmds, err := e.CP.Commands.CreateMany(ctx, audit.Entry{TenantID: "root", Actor: "test"}, append(nodeIDs, nodeIDs[7]), "diag.run", nil, 0)
+		if err != nil || len(cmds) != n {
+			t.Fatalf("CreateMany: %d commands, %v", len(cmds), err)
+		}
+		var audited int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM audit_events a JOIN commands c ON a.resource = 'command/' || c.id
+			WHERE a.action = 'compute:commands:create' AND a.tenant_id = 'root'`).Scan(&audited); err != nil || audited != n {
+			t.Fatalf("%d audit rows for %d commands (%v)", audited, n, err)
+		}
+		if _, err := e.CP.Signer.SignPending(ctx); err != nil {
+			t.Fatal(err)
+		}
+		pending, err := e.CP.Commands.PendingFor(ctx, nodeIDs, 1)
+		if err != nil || len(pending) != n {
+			t.Fatalf("PendingFor: %d nodes, %v", len(pending), err)
+		}
+		var ids []string
+		for _, c := range cmds {
+			got := pending[c.NodeID]
+			if len(got) != 1 || got[0].Id != c.ID || len(got[0].Signature) == 0 {
+				t.Fatalf("node %s: pending %v, want its one signed command %s", c.NodeID, got, c.ID)
+			}
+			ids = append(ids, c.ID)
+		}
+		if err := e.CP.Commands.MarkSent(ctx, ids); err != nil {
+			t.Fatal(err)
+		}
+		var sent int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM commands WHERE state = 'sent'`).Scan(&sent); err != nil || sent != n {
+			t.Fatalf("%d commands sent, want %d (%v)", sent, n, err)
+		}
+		if pending, err := e.CP.Commands.PendingFor(ctx, nodeIDs, 1); err != nil || len(pending) != 0 {
+			t.Fatalf("after MarkSent %d nodes still pending (%v)", len(pending), err)
+		}
+	})
+}
+
+// More commands for one node than the gateway hands a session at once
+// (64) each reach the node exactly once, in order: none is refused as a
+// replay, none is left behind.
+func TestManyCommandsToOneNodeRunOnce(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{Nodes: 1})
+		ctx := context.Background()
+		node := e.Nodes[0].NodeID()
+		ids := make([]string, 150)
+		for i := range ids {
+			c, err := e.CP.Commands.Create(ctx, audit.Entry{TenantID: "root", Actor: "test"}, node, "diag.run", nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[i] = c.ID
+		}
+		for _, id := range ids {
+			if c := e.WaitCommand(t, id); c.State != "succeeded" || !c.Attested {
+				t.Fatalf("%s: %s (%s) attested=%v", id, c.State, c.Reason, c.Attested)
+			}
+		}
+		if runs := e.Nodes[0].Sim.Runs("diag.run"); runs != len(ids) {
+			t.Fatalf("the node ran diag.run %d times for %d commands", runs, len(ids))
+		}
+		if r := e.Nodes[0].Refusals(); len(r) != 0 {
+			t.Fatalf("the node refused commands: %v (a command delivered twice is refused %q)", r, "replayed")
 		}
 	})
 }
