@@ -733,12 +733,21 @@ func (s *Service) CancelDisallowed(ctx context.Context, nodeID, role string, all
 	return len(cancel), nil
 }
 
+// SentGrace is how long after its expiry a sent command waits for its
+// result before the sweep cancels it. A node accepts a command only before
+// its expiry, but one accepted just before may still be running: a node
+// reports "running" only after a second (daemon.DefaultRunningAfter), so
+// until then the command looks merely sent.
+const SentGrace = time.Minute
+
 // SweepExpired cancels unfinished commands past their expiry (reason
-// expired). The workers role runs it.
+// expired): queued ones at once, sent ones after SentGrace. The workers
+// role runs it.
 func (s *Service) SweepExpired(ctx context.Context) (int64, error) {
-	now := s.clk.Now().UnixMilli()
-	res, err := s.db.ExecContext(ctx, `UPDATE commands SET state = $1, reason = $2, updated_at = $3 WHERE expires_at < $4 AND state IN ($5, $6)`,
-		StateCancelled, "expired", now, now, StateQueued, StateSent)
+	now := s.clk.Now()
+	res, err := s.db.ExecContext(ctx, `UPDATE commands SET state = $1, reason = $2, updated_at = $3
+		WHERE (state = $4 AND expires_at < $5) OR (state = $6 AND expires_at < $7)`,
+		StateCancelled, "expired", now.UnixMilli(), StateQueued, now.UnixMilli(), StateSent, now.Add(-SentGrace).UnixMilli())
 	if err != nil {
 		return 0, fmt.Errorf("commands: sweep: %w", err)
 	}

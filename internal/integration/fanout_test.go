@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 	"github.com/bettercompute/bettercompute/internal/testenv"
@@ -138,6 +141,56 @@ func TestManyCommandsToOneNodeRunOnce(t *testing.T) {
 		}
 		if r := e.Nodes[0].Refusals(); len(r) != 0 {
 			t.Fatalf("the node refused commands: %v (a command delivered twice is refused %q)", r, "replayed")
+		}
+	})
+}
+
+// A queued command is cancelled `expired` at its expiry; a sent one, which
+// its node may have accepted just before and still be running, only
+// commands.SentGrace later.
+func TestSweepExpiredGivesSentCommandsGrace(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		clk := clock.NewFake(time.Now())
+		e := testenv.Start(t, db, testenv.Options{Clock: clk})
+		ctx := context.Background()
+		if _, err := db.ExecContext(ctx, `INSERT INTO nodes (id, tenant_id, name, role, created_at) VALUES ('n-sweep', 'root', 'n-sweep', 'node', 0)`); err != nil {
+			t.Fatal(err)
+		}
+		actor := audit.Entry{TenantID: "root", Actor: "test"}
+		queued, err := e.CP.Commands.Create(ctx, actor, "n-sweep", "diag.run", nil, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent, err := e.CP.Commands.Create(ctx, actor, "n-sweep", "diag.run", nil, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.CP.Commands.MarkSent(ctx, []string{sent.ID}); err != nil {
+			t.Fatal(err)
+		}
+		state := func(id string) string {
+			c, err := e.CP.Commands.Get(ctx, "root", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c.State + "/" + c.Reason
+		}
+		clk.Advance(time.Minute + time.Second)
+		if _, err := e.CP.Commands.SweepExpired(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := state(queued.ID); got != "cancelled/expired" {
+			t.Fatalf("queued command past expiry: %s, want cancelled/expired", got)
+		}
+		if got := state(sent.ID); got != "sent/" {
+			t.Fatalf("sent command within the grace: %s, want sent", got)
+		}
+		clk.Advance(commands.SentGrace)
+		if _, err := e.CP.Commands.SweepExpired(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := state(sent.ID); got != "cancelled/expired" {
+			t.Fatalf("sent command past the grace: %s, want cancelled/expired", got)
 		}
 	})
 }
