@@ -50,18 +50,15 @@ func Record(ctx context.Context, tx *sql.Tx, now time.Time, e Entry) error {
 	return nil
 }
 
-// auditColumns is how many values one audit row binds.
-const auditColumns = 10
-
 // RecordMany writes entries in tx like Record, with one multi-row INSERT
 // per chunk instead of one statement per row (a 10,000-node fan-out writes
 // 10,000 rows).
-func RecordMany(ctx context.Context, tx *sql.Tx, now time.Time, entries []Entry) error {
+func RecordMany(ctx context.Context, tx *sql.Tx, d store.Dialect, now time.Time, entries []Entry) error {
 	const perStmt = 500
 	for len(entries) > 0 {
 		chunk := entries[:min(len(entries), perStmt)]
 		entries = entries[len(chunk):]
-		args := make([]any, 0, len(chunk)*auditColumns)
+		a := store.NewArgsFor(d)
 		var q strings.Builder
 		q.WriteString(`INSERT INTO audit_events (id, tenant_id, at, actor, action, resource, outcome, request_id, caller, details) VALUES `)
 		for i, e := range chunk {
@@ -72,10 +69,9 @@ func RecordMany(ctx context.Context, tx *sql.Tx, now time.Time, entries []Entry)
 			if i > 0 {
 				q.WriteString(", ")
 			}
-			q.WriteString("(" + store.Placeholders(len(args)+1, auditColumns) + ")")
-			args = append(args, ids.New("ev_"), e.TenantID, now.UnixMilli(), e.Actor, e.Action, e.Resource, e.Outcome, e.RequestID, e.Caller, string(details))
+			q.WriteString("(" + a.List(ids.New("ev_"), e.TenantID, now.UnixMilli(), e.Actor, e.Action, e.Resource, e.Outcome, e.RequestID, e.Caller, string(details)) + ")")
 		}
-		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+		if _, err := tx.ExecContext(ctx, q.String(), a.Values()...); err != nil {
 			return fmt.Errorf("audit: insert: %w", err)
 		}
 	}

@@ -242,7 +242,7 @@ func (s *Service) CreateMany(ctx context.Context, actor audit.Entry, nodeIDs []s
 	out := make([]Command, 0, len(nodeIDs))
 	seen := map[string]bool{}
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		tenants, err := nodeTenants(ctx, tx, nodeIDs)
+		tenants, err := nodeTenants(ctx, tx, s.db.Dialect, nodeIDs)
 		if err != nil {
 			return err
 		}
@@ -264,24 +264,23 @@ func (s *Service) CreateMany(ctx context.Context, actor audit.Entry, nodeIDs []s
 			rest = rest[len(chunk):]
 			var q strings.Builder
 			q.WriteString(`INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at) VALUES `)
-			args := make([]any, 0, len(chunk)*10)
+			a := s.db.NewArgs()
 			entries := make([]audit.Entry, 0, len(chunk))
 			for i, c := range chunk {
 				if i > 0 {
 					q.WriteString(", ")
 				}
-				q.WriteString("(" + store.Placeholders(len(args)+1, 10) + ")")
-				args = append(args, c.ID, c.TenantID, c.NodeID, kind, []byte(payload), StateQueued, actor.Actor, now.UnixMilli(), now.UnixMilli(), c.ExpiresAt.UnixMilli())
+				q.WriteString("(" + a.List(c.ID, c.TenantID, c.NodeID, kind, []byte(payload), StateQueued, actor.Actor, now.UnixMilli(), now.UnixMilli(), c.ExpiresAt.UnixMilli()) + ")")
 				e := actor
 				e.TenantID = c.TenantID
 				e.Action, e.Resource, e.Outcome = "compute:commands:create", "command/"+c.ID, "allowed"
 				e.Details = map[string]any{"node_id": c.NodeID, "kind": kind, "payload_sha256": fmt.Sprintf("%x", sum), "fanout": len(nodeIDs)}
 				entries = append(entries, e)
 			}
-			if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+			if _, err := tx.ExecContext(ctx, q.String(), a.Values()...); err != nil {
 				return fmt.Errorf("commands: insert: %w", err)
 			}
-			if err := audit.RecordMany(ctx, tx, now, entries); err != nil {
+			if err := audit.RecordMany(ctx, tx, s.db.Dialect, now, entries); err != nil {
 				return err
 			}
 		}
@@ -296,16 +295,13 @@ func (s *Service) CreateMany(ctx context.Context, actor audit.Entry, nodeIDs []s
 
 // nodeTenants returns the tenant of each node of ids that exists, one
 // query per store.InChunk ids.
-func nodeTenants(ctx context.Context, tx *sql.Tx, ids []string) (map[string]string, error) {
+func nodeTenants(ctx context.Context, tx *sql.Tx, d store.Dialect, ids []string) (map[string]string, error) {
 	out := make(map[string]string, len(ids))
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), store.InChunk)]
 		ids = ids[len(chunk):]
-		args := make([]any, len(chunk))
-		for i, id := range chunk {
-			args[i] = id
-		}
-		rows, err := tx.QueryContext(ctx, `SELECT id, tenant_id FROM nodes WHERE id IN (`+store.Placeholders(1, len(chunk))+`)`, args...)
+		a := store.NewArgsFor(d)
+		rows, err := tx.QueryContext(ctx, `SELECT id, tenant_id FROM nodes WHERE id IN (`+a.Strings(chunk)+`)`, a.Values()...)
 		if err != nil {
 			return nil, fmt.Errorf("commands: read node tenants: %w", err)
 		}
@@ -464,15 +460,13 @@ func (s *Service) PendingFor(ctx context.Context, nodeIDs []string, perNode int)
 	for len(nodeIDs) > 0 {
 		chunk := nodeIDs[:min(len(nodeIDs), store.InChunk)]
 		nodeIDs = nodeIDs[len(chunk):]
-		args := []any{StateQueued, perNode}
-		for _, id := range chunk {
-			args = append(args, id)
-		}
-		rows, err := s.db.QueryContext(ctx, `SELECT node_id, id, body, signature, signer_cert, kind, payload, batch_id FROM (
+		a := s.db.NewArgs()
+		q := `SELECT node_id, id, body, signature, signer_cert, kind, payload, batch_id FROM (
 			SELECT node_id, id, body, signature, signer_cert, kind, payload, batch_id,
 				ROW_NUMBER() OVER (PARTITION BY node_id ORDER BY created_at, id) AS rn
-			FROM commands WHERE state = $1 AND body IS NOT NULL AND node_id IN (`+store.Placeholders(3, len(chunk))+`)) q
-			WHERE rn <= $2 ORDER BY node_id, rn`, args...)
+			FROM commands WHERE state = ` + a.Add(StateQueued) + ` AND body IS NOT NULL AND node_id IN (` + a.Strings(chunk) + `)) q
+			WHERE rn <= ` + a.Add(perNode) + ` ORDER BY node_id, rn`
+		rows, err := s.db.QueryContext(ctx, q, a.Values()...)
 		if err != nil {
 			return nil, fmt.Errorf("commands: pending: %w", err)
 		}
@@ -517,11 +511,9 @@ func (s *Service) MarkSent(ctx context.Context, ids []string) error {
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), store.InChunk)]
 		ids = ids[len(chunk):]
-		args := []any{StateSent, now, StateQueued}
-		for _, id := range chunk {
-			args = append(args, id)
-		}
-		if _, err := s.db.ExecContext(ctx, `UPDATE commands SET state = $1, updated_at = $2 WHERE state = $3 AND id IN (`+store.Placeholders(4, len(chunk))+`)`, args...); err != nil {
+		a := s.db.NewArgs()
+		q := `UPDATE commands SET state = ` + a.Add(StateSent) + `, updated_at = ` + a.Add(now) + ` WHERE state = ` + a.Add(StateQueued) + ` AND id IN (` + a.Strings(chunk) + `)`
+		if _, err := s.db.ExecContext(ctx, q, a.Values()...); err != nil {
 			return fmt.Errorf("commands: mark sent: %w", err)
 		}
 	}
@@ -577,13 +569,21 @@ func (s *Service) ApplyUpdates(ctx context.Context, items []UpdateItem) []Update
 	}
 	var changed []string
 	now := s.clk.Now().UnixMilli()
-	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+	update, err := s.db.Stmt(ctx, `UPDATE commands SET state = $1, reason = $2, result = $3, attested = $4, update_body = $5, node_sig = $6,
+		update_cert_serial = $7, updated_at = $8 WHERE id = $9 AND node_id = $10 AND state NOT IN ($11, $12, $13)`)
+	if err != nil {
+		for _, t := range ok {
+			out[t.i].Err = err
+		}
+		return out
+	}
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		changed = changed[:0]
+		st := tx.StmtContext(ctx, update)
+		defer st.Close()
 		for _, t := range ok {
 			it, body := items[t.i], t.body
-			res, err := tx.ExecContext(ctx, `UPDATE commands SET state = $1, reason = $2, result = $3, attested = $4, update_body = $5, node_sig = $6,
-				update_cert_serial = $7, updated_at = $8 WHERE id = $9 AND node_id = $10 AND state NOT IN ($11, $12, $13)`,
-				body.State, body.Reason, body.Result, t.attested, it.Update.Body, it.Update.NodeSig, it.Update.CertSerial, now, body.CommandId, it.NodeID,
+			res, err := st.ExecContext(ctx, body.State, body.Reason, body.Result, t.attested, it.Update.Body, it.Update.NodeSig, it.Update.CertSerial, now, body.CommandId, it.NodeID,
 				StateSucceeded, StateFailed, StateCancelled)
 			if err != nil {
 				return fmt.Errorf("commands: apply update: %w", err)

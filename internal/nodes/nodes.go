@@ -375,11 +375,8 @@ func (s *Service) CertStates(ctx context.Context, serials []string) (map[string]
 	for len(serials) > 0 {
 		chunk := serials[:min(len(serials), store.InChunk)]
 		serials = serials[len(chunk):]
-		args := make([]any, len(chunk))
-		for i, v := range chunk {
-			args[i] = v
-		}
-		rows, err := s.db.QueryContext(ctx, `SELECT `+certStateColumns+` FROM node_certs WHERE serial IN (`+store.Placeholders(1, len(chunk))+`)`, args...)
+		a := s.db.NewArgs()
+		rows, err := s.db.QueryContext(ctx, `SELECT `+certStateColumns+` FROM node_certs WHERE serial IN (`+a.Strings(chunk)+`)`, a.Values()...)
 		if err != nil {
 			return nil, fmt.Errorf("nodes: read certs: %w", err)
 		}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -185,18 +186,45 @@ func (s *Signer) signBatch(ctx context.Context) (int, bool, error) {
 		return 0, false, err
 	}
 	now := s.clk.Now()
+	// Encode and sign outside the transaction, spread over the CPUs: the
+	// signatures are independent, and the transaction then only writes.
+	bodies, sigs := make([][]byte, len(todo)), make([][]byte, len(todo))
+	workers := min(runtime.GOMAXPROCS(0), len(todo))
+	errc := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		go func() {
+			for i := w; i < len(todo); i += workers {
+				b := todo[i]
+				b.IssuedAtMs = now.UnixMilli()
+				b.Nonce = ids.Secret(12)
+				body, err := proto.MarshalOptions{Deterministic: true}.Marshal(b)
+				if err != nil {
+					errc <- fmt.Errorf("signing: encode body: %w", err)
+					return
+				}
+				bodies[i], sigs[i] = body, ed25519.Sign(k.key, append([]byte(commands.CommandSigContext), body...))
+			}
+			errc <- nil
+		}()
+	}
+	for w := 0; w < workers; w++ {
+		if e := <-errc; e != nil && err == nil {
+			err = e
+		}
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	update, err := s.db.Stmt(ctx, `UPDATE commands SET body = $1, signature = $2, signer_cert = $3, updated_at = $4 WHERE id = $5 AND body IS NULL AND state = $6`)
+	if err != nil {
+		return 0, false, err
+	}
 	var signedNodes []string
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		for _, b := range todo {
-			b.IssuedAtMs = now.UnixMilli()
-			b.Nonce = ids.Secret(12)
-			body, err := proto.MarshalOptions{Deterministic: true}.Marshal(b)
-			if err != nil {
-				return fmt.Errorf("signing: encode body: %w", err)
-			}
-			sig := ed25519.Sign(k.key, append([]byte(commands.CommandSigContext), body...))
-			res, err := tx.ExecContext(ctx, `UPDATE commands SET body = $1, signature = $2, signer_cert = $3, updated_at = $4 WHERE id = $5 AND body IS NULL AND state = $6`,
-				body, sig, k.cert, now.UnixMilli(), b.CommandId, commands.StateQueued)
+		st := tx.StmtContext(ctx, update)
+		defer st.Close()
+		for i, b := range todo {
+			res, err := st.ExecContext(ctx, bodies[i], sigs[i], k.cert, now.UnixMilli(), b.CommandId, commands.StateQueued)
 			if err != nil {
 				return fmt.Errorf("signing: store signature: %w", err)
 			}
