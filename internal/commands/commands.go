@@ -569,38 +569,34 @@ func (s *Service) ApplyUpdates(ctx context.Context, items []UpdateItem) []Update
 	}
 	var changed []string
 	now := s.clk.Now().UnixMilli()
-	update, err := s.db.Stmt(ctx, `UPDATE commands SET state = $1, reason = $2, result = $3, attested = $4, update_body = $5, node_sig = $6,
-		update_cert_serial = $7, updated_at = $8 WHERE id = $9 AND node_id = $10 AND state NOT IN ($11, $12, $13)`)
-	if err != nil {
-		for _, t := range ok {
-			out[t.i].Err = err
-		}
-		return out
-	}
-	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		changed = changed[:0]
-		st := tx.StmtContext(ctx, update)
-		defer st.Close()
-		for _, t := range ok {
-			it, body := items[t.i], t.body
-			res, err := st.ExecContext(ctx, body.State, body.Reason, body.Result, t.attested, it.Update.Body, it.Update.NodeSig, it.Update.CertSerial, now, body.CommandId, it.NodeID,
-				StateSucceeded, StateFailed, StateCancelled)
+		// One statement per round of at most 200 updates: a round trip per
+		// update costs PostgreSQL far more than the write. A command named
+		// twice in a batch (running, then its result) goes in two rounds,
+		// in arrival order, since one UPDATE … FROM applies one row per
+		// command.
+		for _, round := range updateRounds(ok, 200) {
+			applied, err := s.applyRound(ctx, tx, items, round, now)
 			if err != nil {
-				return fmt.Errorf("commands: apply update: %w", err)
+				return err
 			}
-			if n, _ := res.RowsAffected(); n == 1 {
-				out[t.i].State = body.State
-				changed = append(changed, body.CommandId)
-				continue
+			for _, t := range round {
+				it, body := items[t.i], t.body
+				if applied[body.CommandId] {
+					out[t.i].State = body.State
+					changed = append(changed, body.CommandId)
+					continue
+				}
+				// Unknown, another node's, or already final: nothing
+				// changes. The node still gets an ack so it stops resending.
+				var st string
+				if err := tx.QueryRowContext(ctx, `SELECT state FROM commands WHERE id = $1 AND node_id = $2`, body.CommandId, it.NodeID).Scan(&st); err != nil {
+					out[t.i].Err = errs.New(errs.NotFound, "command not found")
+					continue
+				}
+				out[t.i].State = st
 			}
-			// Unknown, another node's, or already final: nothing changes.
-			// The node still gets an ack so it stops resending.
-			var st string
-			if err := tx.QueryRowContext(ctx, `SELECT state FROM commands WHERE id = $1 AND node_id = $2`, body.CommandId, it.NodeID).Scan(&st); err != nil {
-				out[t.i].Err = errs.New(errs.NotFound, "command not found")
-				continue
-			}
-			out[t.i].State = st
 		}
 		return nil
 	})
@@ -614,6 +610,65 @@ func (s *Service) ApplyUpdates(ctx context.Context, items []UpdateItem) []Update
 		s.bus.Publish(bus.CommandTopic(id))
 	}
 	return out
+}
+
+// updateRounds splits todo, in order, into rounds of at most size updates
+// in which no command appears twice.
+func updateRounds(todo []updateTodo, size int) [][]updateTodo {
+	var rounds [][]updateTodo
+	var cur []updateTodo
+	inCur := map[string]bool{}
+	for _, t := range todo {
+		if len(cur) == size || inCur[t.body.CommandId] {
+			rounds = append(rounds, cur)
+			cur, inCur = nil, map[string]bool{}
+		}
+		cur = append(cur, t)
+		inCur[t.body.CommandId] = true
+	}
+	if len(cur) > 0 {
+		rounds = append(rounds, cur)
+	}
+	return rounds
+}
+
+// applyRound writes one round of updates (no command twice) in one
+// statement and returns the ids of the commands it changed: those of the
+// named node not already final.
+func (s *Service) applyRound(ctx context.Context, tx *sql.Tx, items []UpdateItem, round []updateTodo, now int64) (map[string]bool, error) {
+	a := s.db.NewArgs()
+	var q strings.Builder
+	q.WriteString(`WITH v(id, node_id, state, reason, result, attested, update_body, node_sig, serial) AS (VALUES `)
+	for k, t := range round {
+		it, body := items[t.i], t.body
+		if k > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(" + a.Typed(body.CommandId, "text") + ", " + a.Typed(it.NodeID, "text") + ", " + a.Typed(body.State, "text") + ", " +
+			a.Typed(body.Reason, "text") + ", " + a.Typed(body.Result, "bytea") + ", " + a.Typed(t.attested, "integer") + ", " +
+			a.Typed(it.Update.Body, "bytea") + ", " + a.Typed(it.Update.NodeSig, "bytea") + ", " + a.Typed(it.Update.CertSerial, "text") + ")")
+	}
+	q.WriteString(`) UPDATE commands SET state = v.state, reason = v.reason, result = v.result, attested = v.attested, update_body = v.update_body,
+		node_sig = v.node_sig, update_cert_serial = v.serial, updated_at = ` + a.Add(now) + `
+		FROM v WHERE commands.id = v.id AND commands.node_id = v.node_id AND commands.state NOT IN (` + a.List(StateSucceeded, StateFailed, StateCancelled) + `)
+		RETURNING commands.id`)
+	rows, err := tx.QueryContext(ctx, q.String(), a.Values()...)
+	if err != nil {
+		return nil, fmt.Errorf("commands: apply updates: %w", err)
+	}
+	defer rows.Close()
+	applied := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("commands: apply updates: %w", err)
+		}
+		applied[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("commands: apply updates: %w", err)
+	}
+	return applied, nil
 }
 
 // updateTodo is an update of a batch that passed the shape checks: its

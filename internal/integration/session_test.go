@@ -19,6 +19,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/journal"
+	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/jointoken"
 	"github.com/bettercompute/bettercompute/internal/nodes"
@@ -423,6 +424,74 @@ func TestAttestation(t *testing.T) {
 		}
 		if got := apply(t, nil); got.Attested {
 			t.Fatal("a revoked certificate attested")
+		}
+	})
+}
+
+// One batch of updates from many sessions is recorded exactly as one
+// update at a time would be: a command named twice (running, then its
+// result) ends in its result, a forged signature is recorded but not
+// attested, a final command does not change, and an update naming an
+// unknown command or another node is refused.
+func TestApplyUpdatesBatch(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{Nodes: 2})
+		ctx := context.Background()
+		a, b := e.Nodes[0], e.Nodes[1]
+		a.Stop()
+		b.Stop()
+		mk := func(n *testenv.Node) string {
+			c, err := e.CP.Commands.Create(ctx, admin, n.NodeID(), "diag.run", nil, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c.ID
+		}
+		upd := func(n *testenv.Node, id, state string) *nodev1.CommandUpdate {
+			raw, err := n.SignUpdate(&nodev1.UpdateBody{CommandId: id, State: state, Result: []byte(`{"ok":true}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return unmarshalUpdate(t, raw)
+		}
+		twice, forged, final, other := mk(a), mk(a), mk(b), mk(b)
+		if _, err := db.ExecContext(ctx, `UPDATE commands SET state = 'failed' WHERE id = $1`, final); err != nil {
+			t.Fatal(err)
+		}
+		bad := upd(b, forged, "succeeded")
+		bad.NodeSig[len(bad.NodeSig)-1] ^= 1
+		// The forged update comes over b's session but names a's command:
+		// refused as another node's (not found for b).
+		items := []commands.UpdateItem{
+			{NodeID: a.NodeID(), Update: upd(a, twice, "running")},
+			{NodeID: a.NodeID(), Update: upd(a, twice, "succeeded")},
+			{NodeID: b.NodeID(), Update: upd(b, final, "succeeded")},
+			{NodeID: b.NodeID(), Update: upd(b, "c-unknown", "succeeded")},
+			{NodeID: a.NodeID(), Update: upd(b, other, "succeeded")},
+			{NodeID: b.NodeID(), Update: bad},
+		}
+		forgedA := upd(a, forged, "succeeded")
+		forgedA.NodeSig[len(forgedA.NodeSig)-1] ^= 1
+		items = append(items, commands.UpdateItem{NodeID: a.NodeID(), Update: forgedA})
+		res := e.CP.Commands.ApplyUpdates(ctx, items)
+		want := []struct{ state, code string }{
+			{"running", ""}, {"succeeded", ""}, {"failed", ""}, {"", string(errs.NotFound)}, {"", string(errs.AccessDenied)},
+			{"", string(errs.NotFound)}, {"succeeded", ""},
+		}
+		for i, w := range want {
+			errOK := w.code == "" && res[i].Err == nil || w.code != "" && string(errs.CodeOf(res[i].Err)) == w.code
+			if res[i].State != w.state || !errOK {
+				t.Errorf("item %d: state %q err %v, want state %q code %q", i, res[i].State, res[i].Err, w.state, w.code)
+			}
+		}
+		for id, w := range map[string]struct {
+			state    string
+			attested bool
+		}{twice: {"succeeded", true}, forged: {"succeeded", false}, final: {"failed", false}, other: {"queued", false}} {
+			got, err := e.CP.Commands.Get(ctx, "root", id)
+			if err != nil || got.State != w.state || got.Attested != w.attested {
+				t.Errorf("%s: %s attested=%v (%v), want %s attested=%v", id, got.State, got.Attested, err, w.state, w.attested)
+			}
 		}
 	})
 }

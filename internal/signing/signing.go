@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -215,21 +216,40 @@ func (s *Signer) signBatch(ctx context.Context) (int, bool, error) {
 	if err != nil {
 		return 0, false, err
 	}
-	update, err := s.db.Stmt(ctx, `UPDATE commands SET body = $1, signature = $2, signer_cert = $3, updated_at = $4 WHERE id = $5 AND body IS NULL AND state = $6`)
-	if err != nil {
-		return 0, false, err
-	}
 	var signedNodes []string
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		st := tx.StmtContext(ctx, update)
-		defer st.Close()
-		for i, b := range todo {
-			res, err := st.ExecContext(ctx, bodies[i], sigs[i], k.cert, now.UnixMilli(), b.CommandId, commands.StateQueued)
-			if err != nil {
-				return fmt.Errorf("signing: store signature: %w", err)
+		signedNodes = signedNodes[:0]
+		// One statement per 200 commands: a round trip per command costs
+		// PostgreSQL far more than the write itself.
+		const perStmt = 200
+		for start := 0; start < len(todo); start += perStmt {
+			end := min(start+perStmt, len(todo))
+			a := s.db.NewArgs()
+			var q strings.Builder
+			q.WriteString(`WITH v(id, body, sig) AS (VALUES `)
+			for i := start; i < end; i++ {
+				if i > start {
+					q.WriteString(", ")
+				}
+				q.WriteString("(" + a.Typed(todo[i].CommandId, "text") + ", " + a.Typed(bodies[i], "bytea") + ", " + a.Typed(sigs[i], "bytea") + ")")
 			}
-			if n, _ := res.RowsAffected(); n == 1 {
-				signedNodes = append(signedNodes, b.NodeId)
+			q.WriteString(`) UPDATE commands SET body = v.body, signature = v.sig, signer_cert = ` + a.Typed(k.cert, "bytea") + `, updated_at = ` + a.Add(now.UnixMilli()) +
+				` FROM v WHERE commands.id = v.id AND commands.body IS NULL AND commands.state = ` + a.Add(commands.StateQueued) + ` RETURNING commands.node_id`)
+			rows, err := tx.QueryContext(ctx, q.String(), a.Values()...)
+			if err != nil {
+				return fmt.Errorf("signing: store signatures: %w", err)
+			}
+			for rows.Next() {
+				var node string
+				if err := rows.Scan(&node); err != nil {
+					rows.Close()
+					return fmt.Errorf("signing: store signatures: %w", err)
+				}
+				signedNodes = append(signedNodes, node)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("signing: store signatures: %w", err)
 			}
 		}
 		return nil

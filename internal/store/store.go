@@ -242,6 +242,17 @@ func (a *Args) Add(v any) string {
 	return "$" + strconv.Itoa(len(a.vals))
 }
 
+// Typed appends v and returns its placeholder cast to pgType on
+// PostgreSQL (where a VALUES list would otherwise type it text); SQLite
+// needs no cast.
+func (a *Args) Typed(v any, pgType string) string {
+	p := a.Add(v)
+	if a.dialect == SQLite {
+		return p
+	}
+	return p + "::" + pgType
+}
+
 // List appends vs and returns their placeholders, comma separated.
 func (a *Args) List(vs ...any) string {
 	var b strings.Builder
