@@ -137,7 +137,7 @@ type pendingUpdate struct {
 }
 
 // maxUpdateBatch bounds how many updates go into one transaction.
-const maxUpdateBatch = 256
+const maxUpdateBatch = 1024
 
 // batchUpdates writes updates from every session in shared transactions:
 // it takes what is waiting (up to maxUpdateBatch) as soon as one arrives,
