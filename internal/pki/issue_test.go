@@ -292,23 +292,12 @@ func TestIssueServerCert(t *testing.T) {
 }
 
 func TestWorkerChain(t *testing.T) {
-	b, kek, _ := newBundle(t)
-	rootKey, err := b.CommandRootKey(kek)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, okek, _ := newBundle(t)
-	otherKey, _ := other.CommandRootKey(okek)
-	wpub, _, _ := ed25519.GenerateKey(rand.Reader)
-	der, err := IssueWorkerCert(b.CommandRoot, rootKey, td, "worker-1", wpub, 24*time.Hour, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newWorkerChainFixture(t)
+	b, other, rootKey, wpub, der, otherDER := f.b, f.other, f.rootKey, f.wpub, f.der, f.otherDER
 	c := parse(t, der)
 	if c.IsCA || c.KeyUsage != x509.KeyUsageDigitalSignature || c.URIs[0].String() != "spiffe://dev.bc.local/worker/worker-1" || !c.NotAfter.Equal(t0.Add(24*time.Hour)) {
 		t.Fatalf("worker cert = %+v", c)
 	}
-	otherDER, _ := IssueWorkerCert(other.CommandRoot, otherKey, td, "worker-1", wpub, 24*time.Hour, t0)
 	wrongTD, _ := IssueWorkerCert(b.CommandRoot, rootKey, "prod.bc.local", "worker-1", wpub, 24*time.Hour, t0)
 	nodeID := craft(t, caPair{b.CommandRoot, rootKey}, &x509.Certificate{URIs: []*url.URL{NodeSPIFFEID(td, "worker-1")}, KeyUsage: x509.KeyUsageDigitalSignature, BasicConstraintsValid: true})
 	gw := craft(t, caPair{b.CommandRoot, rootKey}, &x509.Certificate{URIs: []*url.URL{GatewaySPIFFEID(td)}, KeyUsage: x509.KeyUsageDigitalSignature, BasicConstraintsValid: true})
@@ -414,4 +403,39 @@ func TestRoleExtensionOIDIsolated(t *testing.T) {
 			t.Errorf("%q valid", r)
 		}
 	}
+}
+
+// workerChainFixture is what the worker-chain tests share: a bundle and its
+// command-root key, another bundle, a worker key, and a worker certificate
+// under the first root issued at t0 for 24 hours, with the same worker key
+// under the other root.
+type workerChainFixture struct {
+	b, other      *Bundle
+	rootKey       ed25519.PrivateKey
+	wpub          ed25519.PublicKey
+	der, otherDER []byte
+}
+
+func newWorkerChainFixture(t *testing.T) workerChainFixture {
+	t.Helper()
+	b, kek, _ := newBundle(t)
+	rootKey, err := b.CommandRootKey(kek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, okek, _ := newBundle(t)
+	otherKey, err := other.CommandRootKey(okek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wpub, _, _ := ed25519.GenerateKey(rand.Reader)
+	der, err := IssueWorkerCert(b.CommandRoot, rootKey, td, "worker-1", wpub, 24*time.Hour, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherDER, err := IssueWorkerCert(other.CommandRoot, otherKey, td, "worker-1", wpub, 24*time.Hour, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return workerChainFixture{b: b, other: other, rootKey: rootKey, wpub: wpub, der: der, otherDER: otherDER}
 }

@@ -54,20 +54,9 @@ func sameAnswer(t *testing.T, what string, gotPub ed25519.PublicKey, gotErr erro
 // DER was stored: a stored success never admits a time outside the chain's
 // validity, other roots or another trust domain.
 func TestWorkerChainCacheNeverAdmitsMore(t *testing.T) {
-	b, kek, _ := newBundle(t)
-	rootKey, err := b.CommandRootKey(kek)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, okek, _ := newBundle(t)
-	otherKey, _ := other.CommandRootKey(okek)
-	wpub, _, _ := ed25519.GenerateKey(rand.Reader)
-	der, err := IssueWorkerCert(b.CommandRoot, rootKey, td, "worker-1", wpub, 24*time.Hour, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newWorkerChainFixture(t)
+	b, other, rootKey, wpub, der, otherDER := f.b, f.other, f.rootKey, f.wpub, f.der, f.otherDER
 	leaf := parse(t, der)
-	otherDER, _ := IssueWorkerCert(other.CommandRoot, otherKey, td, "worker-1", wpub, 24*time.Hour, t0)
 	wrongTD, _ := IssueWorkerCert(b.CommandRoot, rootKey, "prod.bc.local", "worker-1", wpub, 24*time.Hour, t0)
 	root := b.CommandRoot
 	// Leaves that begin before the root does, and end after it: the

@@ -267,14 +267,11 @@ func (a *Args) List(vs ...any) string {
 
 // Strings appends vs and returns their placeholders, comma separated.
 func (a *Args) Strings(vs []string) string {
-	var b strings.Builder
+	anys := make([]any, len(vs))
 	for i, v := range vs {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(a.Add(v))
+		anys[i] = v
 	}
-	return b.String()
+	return a.List(anys...)
 }
 
 // Values returns the arguments in placeholder order.

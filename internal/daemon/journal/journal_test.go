@@ -9,12 +9,7 @@ import (
 )
 
 func TestJournalReplay(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "journal.log")
-	now := time.Now()
-	j, err := Open(path, now, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, now, j := openTemp(t)
 	exp := now.Add(time.Hour)
 	must(t, j.Start("c-running", exp))
 	must(t, j.Start("c-done", exp))
@@ -105,12 +100,7 @@ func TestJournalTornTail(t *testing.T) {
 // fsynced, is appended to the file at once and read back after a reopen:
 // the acknowledged command is not sent again, and stays seen.
 func TestJournalAckWrittenWithoutSync(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "journal.log")
-	now := time.Now()
-	j, err := Open(path, now, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, now, j := openTemp(t)
 	exp := now.Add(time.Hour)
 	must(t, j.Start("c1", exp))
 	must(t, j.Done("c1", exp, []byte("u1")))
@@ -152,4 +142,16 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// openTemp opens a new journal in a temporary directory.
+func openTemp(t *testing.T) (string, time.Time, *Journal) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "journal.log")
+	now := time.Now()
+	j, err := Open(path, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, now, j
 }
