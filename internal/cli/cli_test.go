@@ -44,3 +44,23 @@ func TestServeRefusesBadConfig(t *testing.T) {
 		t.Fatalf("flags did not override the file (exit %d): %s", code, errb.String())
 	}
 }
+
+// commands fanout refuses a bad invocation before calling the API: no
+// kind, both or neither of --node and --label, an empty node id, bad JSON.
+func TestFanoutRefusesBadFlags(t *testing.T) {
+	t.Setenv("BC_ADDR", "http://127.0.0.1:1")
+	t.Setenv("BC_API_KEY", "bck_x")
+	for _, args := range [][]string{
+		{"--label", "a=b"},
+		{"--kind", "diag.run"},
+		{"--kind", "diag.run", "--node", "n1", "--label", "a=b"},
+		{"--kind", "diag.run", "--node", ""},
+		{"--kind", "diag.run", "--node", "n1", "--payload", "{"},
+		{"--kind", "diag.run", "--node", "n1", "--ttl", "1500ms"},
+	} {
+		var out, errb bytes.Buffer
+		if code := Main(append([]string{"commands", "fanout"}, args...), &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d (%s), want 2", args, code, errb.String())
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -215,7 +216,64 @@ func commandsCmd() *cobra.Command {
 	list.Flags().StringVar(&lstate, "state", "", "only in this state")
 	list.Flags().IntVar(&llimit, "limit", 100, "at most this many (up to 1000)")
 	list.Flags().BoolVar(&ljson, "json", false, "print JSON")
-	c.AddCommand(run, show, list)
+	c.AddCommand(run, show, list, fanoutCmd())
+	return c
+}
+
+// fanoutCmd queues one command of a kind for many nodes in one call
+// (commands.fanout): by node ids or by labels, never both.
+func fanoutCmd() *cobra.Command {
+	var nodes []string
+	var labels map[string]string
+	var kind, payload string
+	var ttl time.Duration
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "fanout (--node ID ... | --label KEY=VALUE ...) --kind KIND",
+		Short: "Queue one command for many nodes (up to 10,000) in one call, by node ids or labels",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if kind == "" || (len(nodes) == 0) == (len(labels) == 0) {
+				return &ExitError{Code: 2, Err: errors.New("--kind and either --node or --label (not both) are required")}
+			}
+			for _, n := range nodes {
+				if n == "" {
+					return &ExitError{Code: 2, Err: errors.New("--node must not be empty")}
+				}
+			}
+			if payload != "" && !json.Valid([]byte(payload)) {
+				return &ExitError{Code: 2, Err: errors.New("--payload is not valid JSON")}
+			}
+			if ttl < 0 || ttl%time.Second != 0 {
+				return &ExitError{Code: 2, Err: errors.New("--ttl must be a positive whole number of seconds, such as 10m")}
+			}
+			in := map[string]any{"kind": kind, "ttl_seconds": int64(ttl / time.Second)}
+			if len(nodes) > 0 {
+				in["node_ids"] = nodes
+			} else {
+				in["labels"] = labels
+			}
+			if payload != "" {
+				in["payload"] = json.RawMessage(payload)
+			}
+			return call(cmd, "commands.fanout", in, asJSON, func(out map[string]any) string {
+				var b strings.Builder
+				ids, _ := out["command_ids"].([]any)
+				fmt.Fprintf(&b, "queued %d commands of kind %s\n", len(ids), kind)
+				for _, id := range ids {
+					fmt.Fprintf(&b, "%v\n", id)
+				}
+				return b.String()
+			})
+		},
+	}
+	f := c.Flags()
+	f.StringArrayVar(&nodes, "node", nil, "node id (repeat for more)")
+	f.StringToStringVar(&labels, "label", nil, "label the nodes must carry, KEY=VALUE (repeat for more; all must match)")
+	f.StringVar(&kind, "kind", "", "command kind (node.ping, diag.run, ...)")
+	f.StringVar(&payload, "payload", "", "JSON payload")
+	f.DurationVar(&ttl, "ttl", 0, "how long the commands may wait for their nodes (default 10m, at most 24h)")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }
 

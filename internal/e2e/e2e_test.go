@@ -84,6 +84,7 @@ func TestDevAndCLI(t *testing.T) {
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
 			code = ee.ExitCode()
+			o = append(o, ee.Stderr...)
 		} else if err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
@@ -111,6 +112,18 @@ func TestDevAndCLI(t *testing.T) {
 	o, code = cli("commands", "show", cmd.ID, "--json")
 	if code != 0 || !strings.Contains(o, `"succeeded"`) {
 		t.Fatalf("commands show (exit %d): %s", code, o)
+	}
+	// One call queues a command for every node that carries a label.
+	o, code = cli("commands", "fanout", "--label", "sim=true", "--kind", "node.ping", "--json")
+	var fan struct {
+		Count      int      `json:"count"`
+		CommandIDs []string `json:"command_ids"`
+	}
+	if err := json.Unmarshal([]byte(o), &fan); err != nil || code != 0 || fan.Count != 2 || len(fan.CommandIDs) != 2 {
+		t.Fatalf("commands fanout (exit %d): %s", code, o)
+	}
+	if o, code = cli("commands", "fanout", "--label", "sim=nope", "--kind", "node.ping"); code != 1 || !strings.Contains(o, "INVALID_INPUT") {
+		t.Fatalf("fanout matching no node (exit %d): %s", code, o)
 	}
 	// A destructive kind outside a batch is refused on the node, and
 	// --wait exits non-zero.
