@@ -563,7 +563,14 @@ func (s *Service) ApplyUpdates(ctx context.Context, items []UpdateItem) []Update
 		}
 		ok = append(ok, updateTodo{i: i, body: &body})
 	}
-	s.attestAll(ctx, items, ok)
+	// Without the certificates nothing can be attested or refused: the
+	// whole batch fails unacknowledged and the nodes send it again.
+	if err := s.attestAll(ctx, items, ok); err != nil {
+		for _, t := range ok {
+			out[t.i].Err = err
+		}
+		return out
+	}
 	if len(ok) == 0 {
 		return out
 	}
@@ -682,10 +689,10 @@ type updateTodo struct {
 // attestAll checks the node signatures of the updates in todo and sets
 // each one's attested flag: one certificate query for the whole batch, and
 // the signature checks spread over the CPUs, since a fan-out's results
-// arrive together.
-func (s *Service) attestAll(ctx context.Context, items []UpdateItem, todo []updateTodo) {
+// arrive together. It fails only when the certificates cannot be read.
+func (s *Service) attestAll(ctx context.Context, items []UpdateItem, todo []updateTodo) error {
 	if len(todo) == 0 {
-		return
+		return nil
 	}
 	seen := map[string]bool{}
 	var serials []string
@@ -697,10 +704,7 @@ func (s *Service) attestAll(ctx context.Context, items []UpdateItem, todo []upda
 	}
 	states, err := s.certs.CertStates(ctx, serials)
 	if err != nil {
-		// Unattested, not refused: the update is still the node's word
-		// over its authenticated session; attestation is what failed.
-		s.log.Error("read update certificates", "err", err)
-		states = nil
+		return fmt.Errorf("commands: read update certificates: %w", err)
 	}
 	now := s.clk.Now()
 	workers := min(runtime.GOMAXPROCS(0), len(todo))
@@ -721,6 +725,7 @@ func (s *Service) attestAll(ctx context.Context, items []UpdateItem, todo []upda
 		}()
 	}
 	wg.Wait()
+	return nil
 }
 
 // attest checks the node's signature on an update against the stored

@@ -601,12 +601,22 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 		}
 		n.refusals[reason]++
 		n.mu.Unlock()
+		if reason == ReasonReplayed {
+			// A command this node already has is not run and not reported
+			// again as something else: the node answers with the final
+			// update it journaled the first time (a replayed copy can change
+			// nothing), or with nothing while the first copy still runs here
+			// (its own result follows).
+			if upd, ok := n.journal.Final(c.Id); ok {
+				return n.sendUpdate(send, upd)
+			}
+			return nil
+		}
 		upd, err := n.signUpdate(&nodev1.UpdateBody{CommandId: c.Id, State: "cancelled", Reason: reason})
 		if err != nil {
 			return err
 		}
-		// A replay is not journaled again: the first record stands.
-		if reason != ReasonReplayed && !n.journal.Seen(c.Id) {
+		if !n.journal.Seen(c.Id) {
 			if err := n.journal.Done(c.Id, expires, upd); err != nil {
 				return err
 			}

@@ -106,7 +106,7 @@ type Config struct {
 	Clock          clock.Clock
 	Log            *slog.Logger
 	RevocationPoll time.Duration // default 1s
-	CommandPoll    time.Duration // default 250ms: one query per interval for the whole gateway
+	CommandPoll    time.Duration // default 250ms: one dispatch round (nodes with work, then their commands) per interval for the whole gateway
 }
 
 // Gateway serves the Gateway gRPC service.
@@ -184,7 +184,7 @@ type session struct {
 	closed bool
 }
 
-// pokeSession wakes a session's deliver loop without blocking.
+// wake wakes a session's deliver loop without blocking.
 func (s *session) wake() {
 	select {
 	case s.poke <- struct{}{}:
@@ -449,6 +449,14 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 		g.dropSessions(id.NodeID, errRevoked)
 		return errUnauthenticated
 	}
+	// Before the session can be handed commands: none of a kind its
+	// certificate does not allow may reach its outbox.
+	if n, err := g.cmds.CancelDisallowed(ctx, id.NodeID, ci.Role, ci.AllowedKinds); err != nil {
+		g.cfg.Log.Error("cancel disallowed kinds", "node_id", id.NodeID, "err", err)
+		return status.Error(codes.Internal, string(errs.Internal))
+	} else if n > 0 {
+		g.cfg.Log.Info("cancelled commands not allowed for certificate", "node_id", id.NodeID, "count", n)
+	}
 	g.mu.Lock()
 	if old := g.sessions[id.NodeID]; old != nil {
 		old.cancel(errSuperseded)
@@ -472,12 +480,6 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 			g.cfg.Log.Error("close session", "node_id", id.NodeID, "err", err)
 		}
 	}()
-	if n, err := g.cmds.CancelDisallowed(ctx, id.NodeID, ci.Role, ci.AllowedKinds); err != nil {
-		g.cfg.Log.Error("cancel disallowed kinds", "node_id", id.NodeID, "err", err)
-		return status.Error(codes.Internal, string(errs.Internal))
-	} else if n > 0 {
-		g.cfg.Log.Info("cancelled commands not allowed for certificate", "node_id", id.NodeID, "count", n)
-	}
 
 	var sendMu sync.Mutex
 	send := func(m *nodev1.ServerMessage) error {
@@ -666,7 +668,11 @@ func (g *Gateway) pokeDispatch() {
 // it is handed to a session until its sent state is recorded, and is never
 // handed out twice meanwhile; because recording comes before fetching in
 // the same goroutine, a fetch never sees a command as queued that a
-// session already sent and dispatch already forgot.
+// session already sent and dispatch already forgot. That holds within one
+// gateway: a node that moves to another gateway before its last commands
+// were recorded as sent (one round) gets them again there, and answers
+// the copies as replays with the results it journaled, which changes
+// nothing.
 func (g *Gateway) dispatch(ctx context.Context) {
 	t := time.NewTicker(g.cfg.CommandPoll)
 	defer t.Stop()
@@ -678,6 +684,11 @@ func (g *Gateway) dispatch(ctx context.Context) {
 		all := false
 		select {
 		case <-ctx.Done():
+			// Record what was sent before the stop, so the next gateway does
+			// not send it again (the node would answer a copy as a replay).
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			g.recordSent(fctx)
+			cancel()
 			return
 		case <-t.C:
 			all = true
@@ -737,8 +748,12 @@ func (g *Gateway) fetch(ctx context.Context, all bool) {
 	g.mu.Lock()
 	var nodes []string
 	for id := range want {
-		if s := g.sessions[id]; s != nil && len(s.outbox) == 0 {
+		switch s := g.sessions[id]; {
+		case s == nil:
+		case len(s.outbox) == 0:
 			nodes = append(nodes, id)
+		default:
+			g.want[id] = true // still sending its last batch: next round
 		}
 	}
 	g.mu.Unlock()
@@ -750,6 +765,11 @@ func (g *Gateway) fetch(ctx context.Context, all bool) {
 		if ctx.Err() == nil {
 			g.cfg.Log.Error("read pending commands", "nodes", len(nodes), "err", err)
 		}
+		g.mu.Lock()
+		for _, id := range nodes {
+			g.want[id] = true
+		}
+		g.mu.Unlock()
 		return
 	}
 	g.mu.Lock()

@@ -123,12 +123,17 @@ func TestNodeRefusesForgedCommands(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.CP.Bus.Publish("node." + a.NodeID())
+			// The node refuses to run it again and answers with the result
+			// it journaled the first time, which changes nothing.
 			got := e.WaitCommand(t, c.ID)
-			if got.State != "cancelled" || got.Reason != daemon.ReasonReplayed {
-				t.Fatalf("replay: %s %q, want cancelled %q", got.State, got.Reason, daemon.ReasonReplayed)
+			if got.State != "succeeded" || !got.Attested || got.Reason != "" {
+				t.Fatalf("replay: %s %q attested=%v, want the first answer again (succeeded, attested)", got.State, got.Reason, got.Attested)
 			}
 			if runs := a.Sim.Runs("node.ping"); runs != 1 {
 				t.Fatalf("node.ping ran %d times, want 1", runs)
+			}
+			if r := a.Refusals(); r[daemon.ReasonReplayed] != 1 {
+				t.Fatalf("refusals %v, want one %q", r, daemon.ReasonReplayed)
 			}
 		})
 	})

@@ -382,6 +382,9 @@ func (s *Service) CertStates(ctx context.Context, serials []string) (map[string]
 		}
 		for rows.Next() {
 			st, err := scanCertState(rows)
+			if errors.Is(err, errUnparsable) {
+				continue // a record that cannot be checked proves nothing: as if unknown
+			}
 			if err != nil {
 				rows.Close()
 				return nil, err
@@ -420,10 +423,13 @@ func scanCertState(row interface{ Scan(...any) error }) (CertState, error) {
 	}
 	var err error
 	if st.Cert, err = x509.ParseCertificate(der); err != nil {
-		return CertState{}, fmt.Errorf("nodes: parse stored cert: %w", err)
+		return CertState{}, fmt.Errorf("nodes: parse stored cert: %w: %w", errUnparsable, err)
 	}
 	return st, nil
 }
+
+// errUnparsable marks a stored certificate record that does not parse.
+var errUnparsable = errors.New("unparsable certificate record")
 
 // SetAllowedKinds narrows a certificate to kinds (nil removes the narrowing).
 // It takes effect at the node's next Hello.

@@ -225,6 +225,19 @@ func (j *Journal) Seen(id string) bool {
 	return ok
 }
 
+// Final returns the signed final update journaled for id, if id is done.
+// A node answers a replayed command with it: the answer it gave the first
+// time, which changes nothing the control plane recorded.
+func (j *Journal) Final(id string) ([]byte, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	r := j.records[id]
+	if r == nil || !r.Done {
+		return nil, false
+	}
+	return r.Update, true
+}
+
 // Start records that id is about to run; the entry is fsynced before Start
 // returns, so a command never runs unless its start survives a crash.
 func (j *Journal) Start(id string, expires time.Time) error {
