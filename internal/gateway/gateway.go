@@ -179,9 +179,8 @@ type session struct {
 	poke   chan struct{} // wakes deliver; coalesced
 
 	// Guarded by Gateway.mu: commands dispatch handed over and deliver has
-	// not taken yet, and whether the session has ended.
+	// not taken yet.
 	outbox []*nodev1.SignedCommand
-	closed bool
 }
 
 // wake wakes a session's deliver loop without blocking.
@@ -470,7 +469,6 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 		}
 		// What was handed to this session and not sent goes back to the
 		// queue: dispatch fetches it again for the node's next session.
-		s.closed = true
 		for _, c := range s.outbox {
 			delete(g.inflight, c.Id)
 		}
@@ -775,8 +773,8 @@ func (g *Gateway) fetch(ctx context.Context, all bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for nodeID, cmds := range pending {
-		s := g.sessions[nodeID]
-		if s == nil || s.closed {
+		s := g.sessions[nodeID] // a session in the map has not ended
+		if s == nil {
 			continue
 		}
 		added := false
