@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,9 +56,7 @@ func Record(ctx context.Context, tx *sql.Tx, now time.Time, e Entry) error {
 // 10,000 rows).
 func RecordMany(ctx context.Context, tx *sql.Tx, d store.Dialect, now time.Time, entries []Entry) error {
 	const perStmt = 500
-	for len(entries) > 0 {
-		chunk := entries[:min(len(entries), perStmt)]
-		entries = entries[len(chunk):]
+	for chunk := range slices.Chunk(entries, perStmt) {
 		a := store.NewArgsFor(d)
 		var q strings.Builder
 		q.WriteString(`INSERT INTO audit_events (id, tenant_id, at, actor, action, resource, outcome, request_id, caller, details) VALUES `)

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -259,9 +260,7 @@ func (s *Service) CreateMany(ctx context.Context, actor audit.Entry, nodeIDs []s
 				CreatedBy: actor.Actor, CreatedAt: now.UTC(), UpdatedAt: now.UTC(), ExpiresAt: now.Add(ttl).UTC()})
 		}
 		const perStmt = 500 // rows per INSERT: 5,000 bound values
-		for rest := out; len(rest) > 0; {
-			chunk := rest[:min(len(rest), perStmt)]
-			rest = rest[len(chunk):]
+		for chunk := range slices.Chunk(out, perStmt) {
 			var q strings.Builder
 			q.WriteString(`INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at) VALUES `)
 			a := s.db.NewArgs()
@@ -297,9 +296,7 @@ func (s *Service) CreateMany(ctx context.Context, actor audit.Entry, nodeIDs []s
 // query per store.InChunk ids.
 func nodeTenants(ctx context.Context, tx *sql.Tx, d store.Dialect, ids []string) (map[string]string, error) {
 	out := make(map[string]string, len(ids))
-	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), store.InChunk)]
-		ids = ids[len(chunk):]
+	for chunk := range slices.Chunk(ids, store.InChunk) {
 		a := store.NewArgsFor(d)
 		rows, err := tx.QueryContext(ctx, `SELECT id, tenant_id FROM nodes WHERE id IN (`+a.Strings(chunk)+`)`, a.Values()...)
 		if err != nil {
@@ -457,9 +454,7 @@ func (s *Service) PendingFor(ctx context.Context, nodeIDs []string, perNode int)
 	}
 	out := map[string][]*nodev1.SignedCommand{}
 	var withBatch []batched
-	for len(nodeIDs) > 0 {
-		chunk := nodeIDs[:min(len(nodeIDs), store.InChunk)]
-		nodeIDs = nodeIDs[len(chunk):]
+	for chunk := range slices.Chunk(nodeIDs, store.InChunk) {
 		a := s.db.NewArgs()
 		q := `SELECT node_id, id, body, signature, signer_cert, kind, payload, batch_id FROM (
 			SELECT node_id, id, body, signature, signer_cert, kind, payload, batch_id,
@@ -508,9 +503,7 @@ func (s *Service) PendingFor(ctx context.Context, nodeIDs []string, perNode int)
 // store.InChunk ids (a gateway reports what its sessions sent in batches).
 func (s *Service) MarkSent(ctx context.Context, ids []string) error {
 	now := s.clk.Now().UnixMilli()
-	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), store.InChunk)]
-		ids = ids[len(chunk):]
+	for chunk := range slices.Chunk(ids, store.InChunk) {
 		a := s.db.NewArgs()
 		q := `UPDATE commands SET state = ` + a.Add(StateSent) + `, updated_at = ` + a.Add(now) + ` WHERE state = ` + a.Add(StateQueued) + ` AND id IN (` + a.Strings(chunk) + `)`
 		if _, err := s.db.ExecContext(ctx, q, a.Values()...); err != nil {

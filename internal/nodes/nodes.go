@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -372,9 +373,7 @@ func (s *Service) CertState(ctx context.Context, serial string) (CertState, erro
 // A serial never issued is absent from the map.
 func (s *Service) CertStates(ctx context.Context, serials []string) (map[string]CertState, error) {
 	out := make(map[string]CertState, len(serials))
-	for len(serials) > 0 {
-		chunk := serials[:min(len(serials), store.InChunk)]
-		serials = serials[len(chunk):]
+	for chunk := range slices.Chunk(serials, store.InChunk) {
 		a := s.db.NewArgs()
 		rows, err := s.db.QueryContext(ctx, `SELECT `+certStateColumns+` FROM node_certs WHERE serial IN (`+a.Strings(chunk)+`)`, a.Values()...)
 		if err != nil {
