@@ -246,6 +246,31 @@ func embedded4(b [16]byte, from int, mask byte) netip.Addr {
 	return netip.AddrFrom4([4]byte{b[from] ^ mask, b[from+1] ^ mask, b[from+2] ^ mask, b[from+3] ^ mask})
 }
 
+// Embedded4 returns the IPv4 addresses an IPv6 address carries in a
+// well-known form (mapped, compatible, translated, NAT64 64:ff9b::/96, 6to4,
+// and Teredo's server and client), which a translator or relay would reach.
+// The this-machine check judges each of them as well as the address itself:
+// with 8.8.8.8 this machine's own, 64:ff9b::808:808 is this machine too.
+func Embedded4(a netip.Addr) []netip.Addr {
+	if !a.Is6() {
+		return nil
+	}
+	b := a.As16()
+	switch {
+	case a == addrUnspec6 || a == addrLoopback6:
+		return nil
+	case prefixMapped.Contains(a):
+		return []netip.Addr{a.Unmap()}
+	case prefixCompat.Contains(a), prefixTransl.Contains(a), prefixNAT64.Contains(a):
+		return []netip.Addr{embedded4(b, 12, 0)}
+	case prefix6to4.Contains(a):
+		return []netip.Addr{embedded4(b, 2, 0)}
+	case prefixTeredo.Contains(a):
+		return []netip.Addr{embedded4(b, 4, 0), embedded4(b, 12, 0xff)}
+	}
+	return nil
+}
+
 func classify6(a netip.Addr) Reason {
 	b := a.As16()
 	switch {

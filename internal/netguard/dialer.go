@@ -200,12 +200,18 @@ func (d *Dialer) checkAddr(ctx context.Context, a netip.Addr, nameAllowed bool) 
 		v.Reason = r
 		return v
 	}
-	local, why, err := d.local.IsLocal(ctx, a.Unmap().WithZone(""))
-	switch {
-	case err != nil:
-		v.Reason, v.Detail = ReasonUnknown, err.Error()
-	case local:
-		v.Reason, v.Detail = ReasonThisMachine, why
+	// The address itself, and any IPv4 address it carries (NAT64, 6to4,
+	// Teredo, ...): a translator would deliver to that one.
+	for _, x := range append([]netip.Addr{a.Unmap().WithZone("")}, Embedded4(a)...) {
+		local, why, err := d.local.IsLocal(ctx, x)
+		switch {
+		case err != nil:
+			v.Reason, v.Detail = ReasonUnknown, err.Error()
+			return v
+		case local:
+			v.Reason, v.Detail = ReasonThisMachine, why
+			return v
+		}
 	}
 	return v
 }

@@ -167,6 +167,30 @@ func TestCheckThisMachine(t *testing.T) {
 	}
 }
 
+// TestCheckThisMachineEmbedded: with 8.8.8.8 this machine's own address,
+// every IPv6 form that carries it (NAT64, 6to4, Teredo server or client)
+// is refused as this-machine; the same forms around another public
+// address stay allowed.
+func TestCheckThisMachineEmbedded(t *testing.T) {
+	own := netip.MustParseAddr("8.8.8.8")
+	d := newTestDialer(t, Config{Local: fakeLocal{own: true}})
+	for _, s := range []string{
+		"64:ff9b::808:808",          // NAT64
+		"2002:808:808::1",           // 6to4
+		"2001:0:808:808::f6f6:f6f6", // Teredo server (client 9.9.9.9)
+		"2001:0:101:101::f7f7:f7f7", // Teredo client 8.8.8.8 (XOR 0xff)
+	} {
+		if v := d.CheckAddr(context.Background(), netip.MustParseAddr(s)); v.Reason != ReasonThisMachine {
+			t.Errorf("%s: reason = %q, want %q", s, v.Reason, ReasonThisMachine)
+		}
+	}
+	for _, s := range []string{"64:ff9b::909:909", "2002:909:909::1"} {
+		if v := d.CheckAddr(context.Background(), netip.MustParseAddr(s)); v.Reason.Refused() {
+			t.Errorf("%s: refused %q, want allowed", s, v.Reason)
+		}
+	}
+}
+
 // TestAllowListSkipsRefusalsForExactlyThose.
 func TestAllowListSkipsRefusalsForExactlyThose(t *testing.T) {
 	res := newFakeResolver(map[string][]string{
