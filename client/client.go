@@ -172,6 +172,10 @@ type Node struct {
 	Inventory  json.RawMessage   `json:"inventory"`
 	CreatedAt  time.Time         `json:"created_at"`
 	LastSeenAt *time.Time        `json:"last_seen_at,omitempty"`
+	// State is active, revoked, quarantined or expired; StateReason says
+	// why a node is not active.
+	State       string `json:"state"`
+	StateReason string `json:"state_reason,omitempty"`
 }
 
 // Nodes lists the nodes the caller can see.

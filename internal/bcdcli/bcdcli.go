@@ -18,11 +18,13 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/bettercompute/bettercompute/internal/clisafe"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
 	"github.com/bettercompute/bettercompute/internal/fleetsim"
+	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/netguard/egresscmd"
 	"github.com/bettercompute/bettercompute/internal/pprofserve"
 )
@@ -42,10 +44,20 @@ func (e *ExitError) Error() string {
 
 func (e *ExitError) Unwrap() error { return e.Err }
 
-// Main runs bcd with args and returns the exit status.
-func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+// NewRoot builds bcd's command tree; the join command reads its token from
+// stdin when BCD_JOIN_TOKEN is not set.
+func NewRoot(stdin io.Reader) *cobra.Command {
 	root := &cobra.Command{Use: "bcd", Short: "bcd: the Better Compute node daemon", SilenceUsage: true, SilenceErrors: true}
 	root.AddCommand(joinCmd(stdin), nodeCmd(), simulateCmd(), egresscmd.NewEgressCommand(), egresscmd.NewProxyCommand())
+	clisafe.GuardArgs(root)
+	return root
+}
+
+// Main runs bcd with args and returns the exit status.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := NewRoot(stdin)
+	stdout = &clisafe.Writer{W: stdout}
+	stderr = &clisafe.Writer{W: stderr}
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
@@ -53,6 +65,11 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	err := root.Execute()
 	if err == nil {
 		return 0
+	}
+	var ue *clisafe.UsageError
+	if errors.As(err, &ue) {
+		fmt.Fprintln(stderr, "error:", ue)
+		return 2
 	}
 	var egress *egresscmd.ExitError
 	if errors.As(err, &egress) {
@@ -106,6 +123,9 @@ func joinCmd(stdin io.Reader) *cobra.Command {
 			if o.Gateway == "" {
 				return &ExitError{Code: 2, Err: errors.New("--gateway is required")}
 			}
+			if !ids.ValidName(o.Name) {
+				return &ExitError{Code: 2, Err: errors.New("--name: " + ids.NameRule)}
+			}
 			tok, err := readToken(stdin, cmd.ErrOrStderr())
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
@@ -125,8 +145,13 @@ func joinCmd(stdin io.Reader) *cobra.Command {
 	return c
 }
 
+// hostname is the default node name: the machine's host name, or its
+// first label when the whole name is not a valid node name.
 func hostname() string {
 	h, _ := os.Hostname()
+	if !ids.ValidName(h) {
+		h, _, _ = strings.Cut(h, ".")
+	}
 	return h
 }
 

@@ -38,9 +38,13 @@ func nodesCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), ns)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tROLE\tCONNECTED")
+			fmt.Fprintln(tw, "ID\tNAME\tROLE\tSTATE\tCONNECTED")
 			for _, n := range ns {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\n", n.ID, n.Name, n.Role, n.Connected)
+				state := n.State
+				if n.StateReason != "" {
+					state += " (" + n.StateReason + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\n", n.ID, n.Name, n.Role, state, n.Connected)
 			}
 			return tw.Flush()
 		},

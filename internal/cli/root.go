@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/clisafe"
 )
 
 // ExitError carries a process exit status; main exits with Code.
@@ -35,12 +36,19 @@ func (e *ExitError) Unwrap() error { return e.Err }
 // Main runs the CLI with args and returns the process exit status.
 func Main(args []string, stdout, stderr io.Writer) int {
 	root := NewRoot()
+	stdout = &clisafe.Writer{W: stdout}
+	stderr = &clisafe.Writer{W: stderr}
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.Execute()
 	if err == nil {
 		return 0
+	}
+	var ue *clisafe.UsageError
+	if errors.As(err, &ue) {
+		fmt.Fprintln(stderr, "error:", ue)
+		return 2
 	}
 	var ee *ExitError
 	if errors.As(err, &ee) {
@@ -66,6 +74,7 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(batchCmd(), approversCmd())
 	root.AddCommand(auditCmd())
 	root.AddCommand(sandboxCommands()...)
+	clisafe.GuardArgs(root)
 	return root
 }
 
@@ -77,10 +86,15 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
+// printJSON writes v indented, with DEL and the C1 controls escaped so
+// that server text cannot act on a terminal through --json either.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	js, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode json: %w", err)
+	}
+	_, err = w.Write(append(clisafe.EscapeJSON(js), '\n'))
+	return err
 }
 
 func apiClient() (*client.Client, error) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/bettercompute/bettercompute/internal/clisafe"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/imagetar"
 )
 
@@ -50,8 +51,9 @@ func sandboxCmd() *cobra.Command {
 			if err != nil {
 				return apiErr(err)
 			}
-			_, _ = cmd.OutOrStdout().Write(r.Stdout)
-			_, _ = cmd.ErrOrStderr().Write(r.Stderr)
+			// The program's own output, raw as ssh would pass it.
+			_, _ = clisafe.Raw(cmd.OutOrStdout()).Write(r.Stdout)
+			_, _ = clisafe.Raw(cmd.ErrOrStderr()).Write(r.Stderr)
 			for _, note := range []struct {
 				on  bool
 				why string

@@ -41,3 +41,23 @@ func Valid(prefix, s string) bool {
 	}
 	return true
 }
+
+// NameRule says in words what ValidName accepts.
+const NameRule = "name must be 1 to 63 characters of letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+// ValidName reports whether a name an operator or a node chose is
+// acceptable: a DNS-label-like ASCII name, so that no name can carry a
+// terminal control, a look-alike character or a path.
+func ValidName(name string) bool {
+	if name == "" || len(name) > 63 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
+			return false
+		}
+	}
+	return true
+}

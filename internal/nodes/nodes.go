@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
@@ -95,6 +94,34 @@ type Node struct {
 	Inventory  json.RawMessage   `json:"inventory"`
 	CreatedAt  time.Time         `json:"created_at"`
 	LastSeenAt *time.Time        `json:"last_seen_at,omitempty"`
+	// State is what the node's certificates allow: StateActive,
+	// StateRevoked, StateQuarantined or StateExpired.
+	State string `json:"state"`
+	// StateReason says why a node is not active: the last revocation's
+	// reason (such as duplicate-identity or operator) or "certificate-expired".
+	StateReason string `json:"state_reason,omitempty"`
+}
+
+// Node states, from the node's certificates.
+const (
+	StateActive      = "active"      // an unrevoked certificate is still valid
+	StateRevoked     = "revoked"     // every certificate is revoked or expired, the last revoked
+	StateQuarantined = "quarantined" // as revoked, the last for duplicate-identity
+	StateExpired     = "expired"     // no certificate revoked or valid: re-join it
+)
+
+// certState derives a node's state from the latest expiry of its unrevoked
+// certificates and the reason of its latest revocation.
+func certState(now time.Time, validUntil sql.NullInt64, lastRevoke sql.NullString) (state, reason string) {
+	switch {
+	case validUntil.Valid && validUntil.Int64 > now.UnixMilli():
+		return StateActive, ""
+	case lastRevoke.Valid && lastRevoke.String == ReasonDuplicateIdentity:
+		return StateQuarantined, lastRevoke.String
+	case lastRevoke.Valid:
+		return StateRevoked, lastRevoke.String
+	}
+	return StateExpired, "certificate-expired"
 }
 
 // CreatedToken is the one-time answer to a token creation: Token is shown
@@ -121,8 +148,8 @@ func (s *Service) CreateJoinToken(ctx context.Context, actor audit.Entry, role, 
 	if ttl > 7*24*time.Hour {
 		return CreatedToken{}, errs.New(errs.InvalidInput, "ttl must be at most 7 days")
 	}
-	if len(name) > 63 {
-		return CreatedToken{}, errs.New(errs.InvalidInput, "name must be at most 63 characters")
+	if name != "" && !ValidateName(name) {
+		return CreatedToken{}, errs.New(errs.InvalidInput, NameRule)
 	}
 	now := s.clk.Now()
 	t := jointoken.Token{Pin: s.cfg.JoinPin, ID: ids.New("jt_"), Secret: ids.Secret(32)}
@@ -212,8 +239,10 @@ func (s *Service) Join(ctx context.Context, token string, csrDER []byte, name st
 	if subtle.ConstantTimeCompare(t.Pin[:], s.cfg.JoinPin[:]) != 1 {
 		return "", nil, s.refuse(ctx, EventJoinRefused, "token-pin-mismatch", "", map[string]any{"token_id": t.ID})
 	}
-	if len(name) > 63 {
-		name = name[:63]
+	if name != "" && !ValidateName(name) {
+		// The name is shown to operators; one that could carry terminal
+		// controls or pass for another node is refused, token unspent.
+		return "", nil, s.refuse(ctx, EventJoinRefused, "name-invalid", "", map[string]any{"token_id": t.ID})
 	}
 	now := s.clk.Now()
 	nodeID = ids.New("n")
@@ -508,7 +537,9 @@ func (s *Service) RevokedSince(ctx context.Context, since time.Time) ([]string, 
 }
 
 const nodeColumns = `SELECT n.id, n.name, n.tenant_id, n.role, n.boot_id, n.version, n.labels, n.inventory, n.created_at, n.last_seen_at,
-		(SELECT COUNT(*) FROM node_sessions s WHERE s.node_id = n.id AND s.closed_at IS NULL)
+		(SELECT COUNT(*) FROM node_sessions s WHERE s.node_id = n.id AND s.closed_at IS NULL),
+		(SELECT MAX(c.not_after) FROM node_certs c WHERE c.node_id = n.id AND c.revoked_at IS NULL),
+		(SELECT c.revoke_reason FROM node_certs c WHERE c.node_id = n.id AND c.revoked_at IS NOT NULL ORDER BY c.revoked_at DESC, c.serial LIMIT 1)
 		FROM nodes n`
 
 // List returns the nodes of tenant (every node for the root tenant), in
@@ -539,12 +570,14 @@ func (s *Service) query(ctx context.Context, q string, args ...any) ([]Node, err
 		var n Node
 		var labels, inv string
 		var created int64
-		var seen sql.NullInt64
+		var seen, validUntil sql.NullInt64
 		var live int
-		if err := rows.Scan(&n.ID, &n.Name, &n.TenantID, &n.Role, &n.BootID, &n.Version, &labels, &inv, &created, &seen, &live); err != nil {
+		var lastRevoke sql.NullString
+		if err := rows.Scan(&n.ID, &n.Name, &n.TenantID, &n.Role, &n.BootID, &n.Version, &labels, &inv, &created, &seen, &live, &validUntil, &lastRevoke); err != nil {
 			return nil, fmt.Errorf("nodes: scan: %w", err)
 		}
 		n.Connected = live > 0
+		n.State, n.StateReason = certState(s.clk.Now(), validUntil, lastRevoke)
 		n.CreatedAt = time.UnixMilli(created).UTC()
 		if seen.Valid {
 			t := time.UnixMilli(seen.Int64).UTC()
@@ -584,7 +617,9 @@ func (s *Service) TenantOf(ctx context.Context, nodeID string) (string, error) {
 	return t, nil
 }
 
-// ValidateName reports whether a node name is acceptable.
-func ValidateName(name string) bool {
-	return name != "" && len(name) <= 63 && !strings.ContainsAny(name, " \t\r\n/")
-}
+// NameRule says in words what ValidateName accepts.
+const NameRule = ids.NameRule
+
+// ValidateName reports whether a node (or join-token) name is acceptable
+// (ids.ValidName: bcd checks the same rule before it joins).
+func ValidateName(name string) bool { return ids.ValidName(name) }
