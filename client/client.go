@@ -305,6 +305,28 @@ func (c *Client) Bind(ctx context.Context, tenant, identity, role string) error 
 	return c.Call(ctx, "bindings.create", map[string]any{"tenant_id": tenant, "identity_id": identity, "role_id": role}, nil)
 }
 
+// Binding gives an identity a role in a tenant and every tenant below it.
+type Binding struct {
+	ID               string    `json:"id"`
+	TenantID         string    `json:"tenant_id"`
+	IdentityID       string    `json:"identity_id"`
+	IdentityName     string    `json:"identity_name"`
+	IdentityTenantID string    `json:"identity_tenant_id"`
+	RoleID           string    `json:"role_id"`
+	RoleName         string    `json:"role_name"`
+	CreatedAt        time.Time `json:"created_at"`
+}
+
+// Bindings lists the bindings made in tenant ("" for the caller's) and in
+// every tenant below it.
+func (c *Client) Bindings(ctx context.Context, tenant string) ([]Binding, error) {
+	var out struct {
+		Bindings []Binding `json:"bindings"`
+	}
+	err := c.Call(ctx, "bindings.list", map[string]any{"tenant_id": tenant}, &out)
+	return out.Bindings, err
+}
+
 // APIKey is a new key; Key is shown once.
 type APIKey struct {
 	ID         string `json:"id"`

@@ -98,6 +98,13 @@ func iamMethods(m Modules) []Method {
 			}
 			return map[string]any{"id": id}, nil
 		}),
+		Def("bindings.list", "compute:bindings:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
+			bs, err := m.IAM.ListBindings(ctx, c.Tenant)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"bindings": bs}, nil
+		}),
 		Def("bindings.delete", "compute:bindings:delete", true, byTenant[unbindIn], func(ctx context.Context, c *Caller, in unbindIn) (any, error) {
 			return map[string]any{}, m.IAM.Unbind(ctx, c.Actor(), c.Tenant, in.ID)
 		}),

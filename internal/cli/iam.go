@@ -170,7 +170,16 @@ func bindingsCmd() *cobra.Command {
 			return call(cmd, "bindings.delete", map[string]any{"tenant_id": dt, "id": args[0]}, false, func(map[string]any) string { return "deleted\n" })
 		}}
 	del.Flags().StringVar(&dt, "tenant", "", "tenant (default: your own)")
-	c.AddCommand(create, del)
+	var lt string
+	var lj bool
+	list := &cobra.Command{Use: "list", Short: "List the bindings made in a tenant and every tenant below it", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, "bindings.list", map[string]any{"tenant_id": lt}, lj,
+				table("bindings", "id", "tenant_id", "identity_id", "identity_name", "identity_tenant_id", "role_id", "role_name"))
+		}}
+	list.Flags().StringVar(&lt, "tenant", "", "tenant (default: your own)")
+	list.Flags().BoolVar(&lj, "json", false, "print JSON")
+	c.AddCommand(create, del, list)
 	return c
 }
 
