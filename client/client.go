@@ -327,12 +327,14 @@ func (c *Client) Bindings(ctx context.Context, tenant string) ([]Binding, error)
 	return out.Bindings, err
 }
 
-// APIKey is a new key; Key is shown once.
+// APIKey is a new key; Key is shown once. ExpiresAt is nil for a key
+// that does not expire.
 type APIKey struct {
-	ID         string `json:"id"`
-	Key        string `json:"key"`
-	TenantID   string `json:"tenant_id"`
-	IdentityID string `json:"identity_id"`
+	ID         string     `json:"id"`
+	Key        string     `json:"key"`
+	TenantID   string     `json:"tenant_id"`
+	IdentityID string     `json:"identity_id"`
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 }
 
 // CreateAPIKey makes a key for identity in tenant.
@@ -344,6 +346,29 @@ func (c *Client) CreateAPIKey(ctx context.Context, tenant, identity, name string
 	}
 	err := c.Call(ctx, "apiKeys.create", in, &out)
 	return out, err
+}
+
+// Session is a new browser session; Value goes into the Cookie named
+// Cookie and is shown once.
+type Session struct {
+	ID        string    `json:"id"`
+	Cookie    string    `json:"cookie"`
+	Value     string    `json:"value"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// CreateSession makes a session for the caller: at most 12 h, and never
+// past the expiry of the caller's own key.
+func (c *Client) CreateSession(ctx context.Context) (Session, error) {
+	var out Session
+	err := c.Call(ctx, "sessions.create", nil, &out)
+	return out, err
+}
+
+// RevokeSession revokes session id of tenant ("" for the caller's) and
+// every session made from it.
+func (c *Client) RevokeSession(ctx context.Context, tenant, id string) error {
+	return c.Call(ctx, "sessions.revoke", map[string]any{"tenant_id": tenant, "id": id}, nil)
 }
 
 // Key returns the API key the client sends (for tests and tools that need

@@ -241,3 +241,15 @@ func apiKeysCmd() *cobra.Command {
 	c.AddCommand(create, list, revoke)
 	return c
 }
+
+func sessionsCmd() *cobra.Command {
+	c := &cobra.Command{Use: "sessions", Short: "Browser sessions (never outlive the key that made them)"}
+	var tenant string
+	revoke := &cobra.Command{Use: "revoke ID", Short: "Revoke a session and every session made from it", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd, "sessions.revoke", map[string]any{"tenant_id": tenant, "id": args[0]}, false, func(map[string]any) string { return "revoked\n" })
+		}}
+	revoke.Flags().StringVar(&tenant, "tenant", "", "tenant (default: your own)")
+	c.AddCommand(revoke)
+	return c
+}

@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -46,5 +47,22 @@ func TestBindingsList(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "id") || !strings.Contains(lines[1], "cli-bind-admin") {
 		t.Fatalf("bindings list --tenant: %q", out)
+	}
+}
+
+// sessions revoke ends a session; a second revoke is NOT_FOUND.
+func TestSessionsRevoke(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	s, err := e.Client.CreateSession(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("BC_ADDR", "http://"+e.CP.APIAddr)
+	t.Setenv("BC_API_KEY", e.AdminKey)
+	if code, out, errOut := run(t, "sessions", "revoke", s.ID); code != 0 || out != "revoked\n" {
+		t.Fatalf("exit %d: %q %s", code, out, errOut)
+	}
+	if code, _, errOut := run(t, "sessions", "revoke", s.ID); code == 0 || !strings.Contains(errOut, "NOT_FOUND") {
+		t.Fatalf("second revoke: exit %d: %s", code, errOut)
 	}
 }

@@ -65,6 +65,7 @@ func NewRoot() *cobra.Command {
 		tenantsCmd(), identitiesCmd(), rolesCmd(), bindingsCmd(), apiKeysCmd(), secretsCmd())
 	root.AddCommand(batchCmd(), approversCmd())
 	root.AddCommand(auditCmd())
+	root.AddCommand(sessionsCmd())
 	root.AddCommand(sandboxCommands()...)
 	return root
 }
