@@ -66,7 +66,9 @@ func iamMethods(m Modules) []Method {
 			}
 			return map[string]any{"tenants": ts}, nil
 		}),
-		Def("tenants.get", "compute:tenants:get", false, tenantByID, func(ctx context.Context, c *Caller, in idIn) (any, error) {
+		// A tenant is read in its own tree: a caller may get its own tenant
+		// and those below it.
+		Def("tenants.get", "compute:tenants:get", false, func(in idIn) Target { return Target{Tenant: in.ID} }, func(ctx context.Context, c *Caller, in idIn) (any, error) {
 			chain, err := m.IAM.Chain(ctx, in.ID)
 			if err != nil || len(chain) == 0 {
 				return nil, errs.New(errs.NotFound, "tenant not found")
