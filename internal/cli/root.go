@@ -63,9 +63,9 @@ func NewRoot() *cobra.Command {
 	}
 	root.AddCommand(devCmd(), serveCmd(), pkiCmd(), nodesCmd(), joinTokensCmd(), commandsCmd(),
 		tenantsCmd(), identitiesCmd(), rolesCmd(), bindingsCmd(), apiKeysCmd(), secretsCmd())
+	root.AddCommand(sessionsCmd())
 	root.AddCommand(batchCmd(), approversCmd())
 	root.AddCommand(auditCmd())
-	root.AddCommand(sessionsCmd())
 	root.AddCommand(sandboxCommands()...)
 	return root
 }
