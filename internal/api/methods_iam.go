@@ -44,6 +44,7 @@ func iamMethods(m Modules) []Method {
 		TTLSeconds int64    `json:"ttl_seconds"`
 		Scopes     []string `json:"scopes"`
 	}
+	// sessionIn names one session (or identity) of a tenant.
 	type sessionIn struct {
 		tenantIn
 		ID string `json:"id"`
@@ -87,6 +88,12 @@ func iamMethods(m Modules) []Method {
 				return nil, err
 			}
 			return map[string]any{"identities": is}, nil
+		}),
+		Def("identities.delete", "compute:identities:delete", true, byTenant[sessionIn], func(ctx context.Context, c *Caller, in sessionIn) (any, error) {
+			if in.ID == "" {
+				return nil, errs.New(errs.InvalidInput, "id is required")
+			}
+			return map[string]any{}, m.IAM.DeleteIdentity(ctx, c.Actor(), c.Tenant, in.ID)
 		}),
 		Def("roles.create", "compute:roles:create", true, byTenant[roleIn], func(ctx context.Context, c *Caller, in roleIn) (any, error) {
 			return m.IAM.CreateRole(ctx, c.Actor(), c.Tenant, in.Name, in.Statements)

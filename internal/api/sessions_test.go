@@ -188,13 +188,24 @@ func TestSessionsNeverOutliveTheirMaker(t *testing.T) {
 			}
 			s := sessionOf(t, k.Key)
 			expectCode(t, asSession(t, e, s.Value, "nodes.list", `{}`), 200, "")
-			for _, q := range []string{`DELETE FROM bindings WHERE identity_id = $1`, `DELETE FROM identities WHERE id = $1`} {
-				if _, err := db.ExecContext(ctx, q, id.ID); err != nil {
-					t.Fatal(err)
-				}
-			}
+			// An identity cannot delete itself; a wrong tenant is NOT_FOUND.
+			expectCode(t, asSession(t, e, s.Value, "identities.delete", `{"tenant_id":"`+tenant+`","id":"`+id.ID+`"}`), 409, "INVALID_STATE")
+			expectCode(t, do(t, e, "POST", "/api/v1/identities.delete", e.AdminKey, nil, `{"tenant_id":"root","id":"`+id.ID+`"}`), 404, "NOT_FOUND")
+			expectCode(t, do(t, e, "POST", "/api/v1/identities.delete", e.AdminKey, nil, `{"tenant_id":"`+tenant+`","id":"`+id.ID+`"}`), 200, "")
 			expectCode(t, asSession(t, e, s.Value, "nodes.list", `{}`), 401, "UNAUTHENTICATED")
 			expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", k.Key, nil, `{}`), 401, "UNAUTHENTICATED")
+			// A credential whose identity row is gone, however it went,
+			// does not authenticate either.
+			k2 := key(t, "orphan", 0)
+			s2 := sessionOf(t, k2.Key)
+			if _, err := db.ExecContext(ctx, `UPDATE api_keys SET identity = 'igone' WHERE id = $1`, k2.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.ExecContext(ctx, `UPDATE sessions SET identity_id = 'igone' WHERE id = $1`, s2.ID); err != nil {
+				t.Fatal(err)
+			}
+			expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", k2.Key, nil, `{}`), 401, "UNAUTHENTICATED")
+			expectCode(t, asSession(t, e, s2.Value, "nodes.list", `{}`), 401, "UNAUTHENTICATED")
 		})
 	})
 }

@@ -119,7 +119,13 @@ func identitiesCmd() *cobra.Command {
 		}}
 	list.Flags().StringVar(&lt, "tenant", "", "tenant (default: your own)")
 	list.Flags().BoolVar(&lj, "json", false, "print JSON")
-	c.AddCommand(create, list)
+	var dt string
+	del := &cobra.Command{Use: "delete ID", Short: "Delete an identity: its bindings go, its keys and sessions are revoked", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd, "identities.delete", map[string]any{"tenant_id": dt, "id": args[0]}, false, func(map[string]any) string { return "deleted\n" })
+		}}
+	del.Flags().StringVar(&dt, "tenant", "", "tenant (default: your own)")
+	c.AddCommand(create, list, del)
 	return c
 }
 

@@ -248,6 +248,42 @@ func (s *Service) CreateIdentity(ctx context.Context, actor audit.Entry, tenant,
 	return id, err
 }
 
+// DeleteIdentity removes an identity of tenant with its bindings, and
+// revokes its API keys and sessions in the same transaction, so nothing it
+// held still authenticates. An identity cannot delete itself
+// (INVALID_STATE); NOT_FOUND when tenant has no such identity.
+func (s *Service) DeleteIdentity(ctx context.Context, actor audit.Entry, tenant, id string) error {
+	if id == actor.Actor {
+		return errs.New(errs.InvalidState, "an identity cannot delete itself")
+	}
+	now := s.clk.Now()
+	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM identities WHERE id = $1 AND tenant_id = $2`, id, tenant).Scan(&n); err != nil {
+			return fmt.Errorf("iam: read identity: %w", err)
+		}
+		if n != 1 {
+			return errs.New(errs.NotFound, "identity not found")
+		}
+		at := now.UnixMilli()
+		for _, st := range []struct {
+			q    string
+			args []any
+		}{
+			{`DELETE FROM bindings WHERE identity_id = $1`, []any{id}},
+			{`UPDATE api_keys SET revoked_at = $1 WHERE identity = $2 AND revoked_at IS NULL`, []any{at, id}},
+			{`UPDATE sessions SET revoked_at = $1 WHERE identity_id = $2 AND revoked_at IS NULL`, []any{at, id}},
+			{`DELETE FROM identities WHERE id = $1`, []any{id}},
+		} {
+			if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
+				return fmt.Errorf("iam: delete identity: %w", err)
+			}
+		}
+		actor.Action, actor.Resource, actor.Outcome = "compute:identities:delete", "identity/"+id, "allowed"
+		return audit.Record(ctx, tx, now, actor)
+	})
+}
+
 // Identity reads an identity; NOT_FOUND when absent.
 func (s *Service) Identity(ctx context.Context, id string) (Identity, error) {
 	var i Identity
