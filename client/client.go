@@ -309,12 +309,36 @@ func (c *Client) Bind(ctx context.Context, tenant, identity, role string) error 
 	return c.Call(ctx, "bindings.create", map[string]any{"tenant_id": tenant, "identity_id": identity, "role_id": role}, nil)
 }
 
-// APIKey is a new key; Key is shown once.
+// Binding gives an identity a role in a tenant and every tenant below it.
+type Binding struct {
+	ID               string    `json:"id"`
+	TenantID         string    `json:"tenant_id"`
+	IdentityID       string    `json:"identity_id"`
+	IdentityName     string    `json:"identity_name"`
+	IdentityTenantID string    `json:"identity_tenant_id"`
+	RoleID           string    `json:"role_id"`
+	RoleName         string    `json:"role_name"`
+	CreatedAt        time.Time `json:"created_at"`
+}
+
+// Bindings lists the bindings made in tenant ("" for the caller's) and in
+// every tenant below it.
+func (c *Client) Bindings(ctx context.Context, tenant string) ([]Binding, error) {
+	var out struct {
+		Bindings []Binding `json:"bindings"`
+	}
+	err := c.Call(ctx, "bindings.list", map[string]any{"tenant_id": tenant}, &out)
+	return out.Bindings, err
+}
+
+// APIKey is a new key; Key is shown once. ExpiresAt is nil for a key
+// that does not expire.
 type APIKey struct {
-	ID         string `json:"id"`
-	Key        string `json:"key"`
-	TenantID   string `json:"tenant_id"`
-	IdentityID string `json:"identity_id"`
+	ID         string     `json:"id"`
+	Key        string     `json:"key"`
+	TenantID   string     `json:"tenant_id"`
+	IdentityID string     `json:"identity_id"`
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 }
 
 // CreateAPIKey makes a key for identity in tenant.
@@ -326,6 +350,29 @@ func (c *Client) CreateAPIKey(ctx context.Context, tenant, identity, name string
 	}
 	err := c.Call(ctx, "apiKeys.create", in, &out)
 	return out, err
+}
+
+// Session is a new browser session; Value goes into the Cookie named
+// Cookie and is shown once.
+type Session struct {
+	ID        string    `json:"id"`
+	Cookie    string    `json:"cookie"`
+	Value     string    `json:"value"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// CreateSession makes a session for the caller: at most 12 h, and never
+// past the expiry of the caller's own key.
+func (c *Client) CreateSession(ctx context.Context) (Session, error) {
+	var out Session
+	err := c.Call(ctx, "sessions.create", nil, &out)
+	return out, err
+}
+
+// RevokeSession revokes session id of tenant ("" for the caller's) and
+// every session made from it.
+func (c *Client) RevokeSession(ctx context.Context, tenant, id string) error {
+	return c.Call(ctx, "sessions.revoke", map[string]any{"tenant_id": tenant, "id": id}, nil)
 }
 
 // Key returns the API key the client sends (for tests and tools that need

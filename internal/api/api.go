@@ -287,9 +287,10 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 		return fail(err)
 	}
 	c.Principal = p
-	// The tenant pre-check reads nothing: a caller outside the input's
-	// tenant and outside root is denied before any database read.
-	if target.Tenant != "" && !c.Root() && target.Tenant != c.TenantID {
+	// The tenant pre-check: a caller outside root naming a tenant outside
+	// its own subtree is denied reading only the tenant tree (nothing for
+	// its own tenant), before any IAM decision or resource read.
+	if target.Tenant != "" && !c.Root() && target.Tenant != c.TenantID && !s.reaches(ctx, c, target.Tenant) {
 		s.recordDenial(ctx, c, m, target, "tenant-precheck")
 		return fail(errDenied)
 	}
@@ -327,7 +328,7 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 			return fail(errDenied)
 		case err != nil:
 			return fail(err)
-		case !c.Root() && t != c.TenantID:
+		case !c.Root() && t != c.TenantID && !s.reaches(ctx, c, t):
 			s.recordDenial(ctx, c, m, target, "other-tenant")
 			return fail(errDenied)
 		}
@@ -339,6 +340,9 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 		if chain, err = s.deps.IAM.Chain(ctx, c.Tenant); err != nil {
 			return fail(err)
 		}
+	}
+	if err := actingState(c, chain, m.Mutates); err != nil {
+		return fail(err)
 	}
 	ok, err := s.deps.IAM.Decide(ctx, c.Identity, m.Action, resource, chain, c.Scopes)
 	if err != nil {

@@ -135,11 +135,7 @@ func Methods(m Modules) []Method {
 			}),
 		Def("nodes.restrict", "compute:nodes:restrict", true, func(in restrictIn) Target { return Target{Kind: "node", ID: in.NodeID} },
 			func(ctx context.Context, c *Caller, in restrictIn) (any, error) {
-				st, err := m.Nodes.CertState(ctx, in.Serial)
-				if err != nil || st.NodeID != in.NodeID {
-					return nil, errs.New(errs.InvalidInput, "serial: not a certificate of this node")
-				}
-				return map[string]any{}, m.Nodes.SetAllowedKinds(ctx, c.Actor(), in.Serial, in.AllowedKinds)
+				return map[string]any{}, m.Nodes.RestrictCert(ctx, c.Actor(), in.NodeID, in.Serial, in.AllowedKinds)
 			}),
 		Def("joinTokens.create", "compute:join-tokens:create", true, byTenant[tokenIn], func(ctx context.Context, c *Caller, in tokenIn) (any, error) {
 			return m.Nodes.CreateJoinToken(ctx, c.Actor(), in.Role, in.Name, time.Duration(in.TTLSeconds)*time.Second)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
 )
@@ -43,6 +44,11 @@ func iamMethods(m Modules) []Method {
 		TTLSeconds int64    `json:"ttl_seconds"`
 		Scopes     []string `json:"scopes"`
 	}
+	// sessionIn names one session (or identity) of a tenant.
+	type sessionIn struct {
+		tenantIn
+		ID string `json:"id"`
+	}
 	tenantByID := func(in idIn) Target { return Target{Kind: "tenant", ID: in.ID} }
 	setState := func(state string) func(context.Context, *Caller, idIn) (any, error) {
 		return func(ctx context.Context, c *Caller, in idIn) (any, error) {
@@ -61,7 +67,9 @@ func iamMethods(m Modules) []Method {
 			}
 			return map[string]any{"tenants": ts}, nil
 		}),
-		Def("tenants.get", "compute:tenants:get", false, tenantByID, func(ctx context.Context, c *Caller, in idIn) (any, error) {
+		// A tenant is read in its own tree: a caller may get its own tenant
+		// and those below it.
+		Def("tenants.get", "compute:tenants:get", false, func(in idIn) Target { return Target{Tenant: in.ID} }, func(ctx context.Context, c *Caller, in idIn) (any, error) {
 			chain, err := m.IAM.Chain(ctx, in.ID)
 			if err != nil || len(chain) == 0 {
 				return nil, errs.New(errs.NotFound, "tenant not found")
@@ -81,6 +89,12 @@ func iamMethods(m Modules) []Method {
 			}
 			return map[string]any{"identities": is}, nil
 		}),
+		Def("identities.delete", "compute:identities:delete", true, byTenant[sessionIn], func(ctx context.Context, c *Caller, in sessionIn) (any, error) {
+			if in.ID == "" {
+				return nil, errs.New(errs.InvalidInput, "id is required")
+			}
+			return map[string]any{}, m.IAM.DeleteIdentity(ctx, c.Actor(), c.Tenant, in.ID)
+		}),
 		Def("roles.create", "compute:roles:create", true, byTenant[roleIn], func(ctx context.Context, c *Caller, in roleIn) (any, error) {
 			return m.IAM.CreateRole(ctx, c.Actor(), c.Tenant, in.Name, in.Statements)
 		}),
@@ -98,6 +112,13 @@ func iamMethods(m Modules) []Method {
 			}
 			return map[string]any{"id": id}, nil
 		}),
+		Def("bindings.list", "compute:bindings:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
+			bs, err := m.IAM.ListBindings(ctx, c.Tenant)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"bindings": bs}, nil
+		}),
 		Def("bindings.delete", "compute:bindings:delete", true, byTenant[unbindIn], func(ctx context.Context, c *Caller, in unbindIn) (any, error) {
 			return map[string]any{}, m.IAM.Unbind(ctx, c.Actor(), c.Tenant, in.ID)
 		}),
@@ -108,11 +129,16 @@ func iamMethods(m Modules) []Method {
 			if in.TTLSeconds < 0 {
 				return nil, errs.New(errs.InvalidInput, "ttl_seconds must not be negative")
 			}
-			id, key, err := m.Keys.Create(ctx, c.Actor(), c.Tenant, in.IdentityID, in.Name, time.Duration(in.TTLSeconds)*time.Second, in.Scopes...)
+			// The new key expires no later than the caller's credential.
+			id, key, exp, err := m.Keys.CreateFor(ctx, c.Actor(), c.Principal, c.Tenant, in.IdentityID, in.Name, time.Duration(in.TTLSeconds)*time.Second, in.Scopes...)
 			if err != nil {
 				return nil, err
 			}
-			return map[string]any{"id": id, "key": key, "tenant_id": c.Tenant, "identity_id": in.IdentityID}, nil
+			out := map[string]any{"id": id, "key": key, "tenant_id": c.Tenant, "identity_id": in.IdentityID}
+			if !exp.IsZero() {
+				out["expires_at"] = exp.UTC()
+			}
+			return out, nil
 		}),
 		Def("apiKeys.list", "compute:api-keys:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
 			ks, err := m.Keys.List(ctx, c.Tenant)
@@ -126,11 +152,23 @@ func iamMethods(m Modules) []Method {
 				return map[string]any{}, m.Keys.Revoke(ctx, c.Actor(), c.Tenant, in.ID)
 			}),
 		Def("sessions.create", "compute:sessions:create", true, nil, func(ctx context.Context, c *Caller, _ struct{}) (any, error) {
-			v, exp, err := m.Keys.CreateSession(ctx, c.Actor(), c.Principal, 12*time.Hour)
+			// At most 12 h, and never past the caller's key or session.
+			ss, err := m.Keys.CreateSession(ctx, c.Actor(), c.Principal, apikeys.SessionLifetime)
 			if err != nil {
 				return nil, err
 			}
-			return map[string]any{"cookie": SessionCookie, "value": v, "expires_at": exp.UTC()}, nil
+			return map[string]any{"id": ss.ID, "cookie": SessionCookie, "value": ss.Value, "expires_at": ss.ExpiresAt.UTC()}, nil
+		}),
+		Def("sessions.revoke", "compute:sessions:revoke", true, byTenant[sessionIn], func(ctx context.Context, c *Caller, in sessionIn) (any, error) {
+			id := in.ID
+			if id == "" {
+				// No id: the calling session itself (sign out).
+				if c.SessionID == "" || c.Tenant != c.TenantID {
+					return nil, errs.New(errs.InvalidInput, "id is required")
+				}
+				id = c.SessionID
+			}
+			return map[string]any{}, m.Keys.RevokeSession(ctx, c.Actor(), c.Tenant, id)
 		}),
 	}
 }

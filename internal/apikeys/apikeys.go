@@ -1,6 +1,9 @@
-// Package apikeys issues and checks API keys. A key reads
-// "bck_<id>_<secret>"; only SHA-256 of the whole key is stored, so the
-// database never holds a usable key. A key is shown once, when made.
+// Package apikeys issues and checks API keys and the sessions made from
+// them. A key reads "bck_<id>_<secret>"; only SHA-256 of the whole key is
+// stored, so the database never holds a usable key. A key is shown once,
+// when made. No credential outlives the one that made it: a key or session
+// made by a caller with an expiry expires no later, and a session is valid
+// only while its key, its identity and every session above it are.
 package apikeys
 
 import (
@@ -9,6 +12,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,12 +28,20 @@ const Prefix = "bck_"
 
 // Principal is who an API key (or a session) speaks for.
 type Principal struct {
-	KeyID    string
-	TenantID string
-	Identity string
+	// KeyID is the API key the caller presented, or for a session the key
+	// at the root of its lineage.
+	KeyID string
+	// SessionID is set when the caller presented a session.
+	SessionID string
+	TenantID  string
+	Identity  string
 	// Scopes, when not empty, limit the actions the key may be used for
-	// (action patterns); the identity's roles still decide.
+	// (action patterns); the identity's roles still decide. A session has
+	// its key's scopes.
 	Scopes []string
+	// ExpiresAt is when the presented credential expires (zero: never); a
+	// credential it makes expires no later.
+	ExpiresAt time.Time
 }
 
 // Service is the API key store.
@@ -50,17 +62,46 @@ func hash(key string) []byte {
 // limited to scopes when given, with its audit row. The key is returned
 // once and never stored. The identity must belong to tenant.
 func (s *Service) Create(ctx context.Context, actor audit.Entry, tenant, identity, name string, ttl time.Duration, scopes ...string) (id, key string, err error) {
+	id, key, _, err = s.CreateFor(ctx, actor, Principal{}, tenant, identity, name, ttl, scopes...)
+	return id, key, err
+}
+
+// Limit returns the expiry of a credential the caller makes for ttl (0: no
+// expiry) at now: never later than the caller's own expiry (zero: none).
+func Limit(caller Principal, now time.Time, ttl time.Duration) time.Time {
+	var exp time.Time
+	if ttl > 0 {
+		exp = now.Add(ttl)
+	}
+	if !caller.ExpiresAt.IsZero() && (exp.IsZero() || exp.After(caller.ExpiresAt)) {
+		exp = caller.ExpiresAt
+	}
+	return exp
+}
+
+// CreateFor is Create on behalf of caller: the key expires no later than
+// the caller's credential (a caller whose key has no expiry may make any),
+// and a scoped caller makes only keys within its scopes (its own scopes
+// when none are asked for). It returns the key's expiry (zero: none).
+func (s *Service) CreateFor(ctx context.Context, actor audit.Entry, caller Principal, tenant, identity, name string, ttl time.Duration, scopes ...string) (id, key string, expires time.Time, err error) {
 	id = ids.New("k")
 	key = Prefix + id + "_" + ids.Secret(32)
 	now := s.clk.Now()
+	expires = Limit(caller, now, ttl)
 	var exp any
-	if ttl > 0 {
-		exp = now.Add(ttl).UnixMilli()
+	if !expires.IsZero() {
+		exp = expires.UnixMilli()
 	}
 	for _, sc := range scopes {
 		if sc == "" || strings.ContainsAny(sc, " ,") || len(sc) > 128 {
-			return "", "", errs.New(errs.InvalidInput, "scopes: action patterns without spaces or commas")
+			return "", "", time.Time{}, errs.New(errs.InvalidInput, "scopes: action patterns without spaces or commas")
 		}
+		if len(caller.Scopes) > 0 && !slices.Contains(caller.Scopes, sc) {
+			return "", "", time.Time{}, errs.New(errs.InvalidInput, "scopes: a scoped key makes keys only within its own scopes")
+		}
+	}
+	if len(scopes) == 0 {
+		scopes = caller.Scopes
 	}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		var n int
@@ -76,16 +117,23 @@ func (s *Service) Create(ctx context.Context, actor audit.Entry, tenant, identit
 		}
 		actor.Action, actor.Resource, actor.Outcome = "compute:api-keys:create", "api-key/"+id, "allowed"
 		actor.Details = map[string]any{"tenant_id": tenant, "identity": identity}
+		if exp != nil {
+			actor.Details["expires_at"] = exp
+		}
 		return audit.Record(ctx, tx, now, actor)
 	})
-	return id, key, err
+	if err != nil {
+		return "", "", time.Time{}, err
+	}
+	return id, key, expires, nil
 }
 
 // ErrInvalid is the one answer for a missing, unknown, expired or revoked
 // key (UNAUTHENTICATED), so a caller learns nothing about which.
 var ErrInvalid = errs.New(errs.Unauthenticated, "a valid API key is required")
 
-// Authenticate returns the principal for key.
+// Authenticate returns the principal for key. The key must be unexpired,
+// unrevoked, and its identity must still exist in its tenant.
 func (s *Service) Authenticate(ctx context.Context, key string) (Principal, error) {
 	if !strings.HasPrefix(key, Prefix) || len(key) > 200 {
 		return Principal{}, ErrInvalid
@@ -93,7 +141,8 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Principal, erro
 	var p Principal
 	var exp, revoked sql.NullInt64
 	var scopes string
-	st, err := s.db.Stmt(ctx, `SELECT id, tenant_id, identity, scopes, expires_at, revoked_at FROM api_keys WHERE hash = $1`)
+	st, err := s.db.Stmt(ctx, `SELECT k.id, k.tenant_id, k.identity, k.scopes, k.expires_at, k.revoked_at FROM api_keys k
+		JOIN identities i ON i.id = k.identity AND i.tenant_id = k.tenant_id WHERE k.hash = $1`)
 	if err != nil {
 		return Principal{}, err
 	}
@@ -106,6 +155,9 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Principal, erro
 	}
 	if revoked.Valid || exp.Valid && s.clk.Now().UnixMilli() >= exp.Int64 {
 		return Principal{}, ErrInvalid
+	}
+	if exp.Valid {
+		p.ExpiresAt = time.UnixMilli(exp.Int64)
 	}
 	if scopes != "" {
 		p.Scopes = strings.Split(scopes, ",")
@@ -172,7 +224,7 @@ func (s *Service) TenantOf(ctx context.Context, id string) (string, error) {
 	return t, nil
 }
 
-// Revoke revokes a key of tenant.
+// Revoke revokes a key of tenant, and every session made from it.
 func (s *Service) Revoke(ctx context.Context, actor audit.Entry, tenant, id string) error {
 	now := s.clk.Now()
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
@@ -183,50 +235,13 @@ func (s *Service) Revoke(ctx context.Context, actor audit.Entry, tenant, id stri
 		if n, _ := res.RowsAffected(); n != 1 {
 			return errs.New(errs.NotFound, "api key not found or already revoked")
 		}
-		actor.Action, actor.Resource, actor.Outcome = "compute:api-keys:revoke", "api-key/"+id, "allowed"
-		return audit.Record(ctx, tx, now, actor)
-	})
-}
-
-// SessionPrefix starts every session cookie value.
-const SessionPrefix = "bcs_"
-
-// CreateSession makes a browser session for p, valid for ttl; only its
-// hash is stored. The value goes into an HttpOnly cookie.
-func (s *Service) CreateSession(ctx context.Context, actor audit.Entry, p Principal, ttl time.Duration) (string, time.Time, error) {
-	id := ids.New("ss")
-	value := SessionPrefix + id + "_" + ids.Secret(32)
-	now := s.clk.Now()
-	exp := now.Add(ttl)
-	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, hash, tenant_id, identity_id, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)`,
-			id, hash(value), p.TenantID, p.Identity, now.UnixMilli(), exp.UnixMilli()); err != nil {
-			return fmt.Errorf("apikeys: insert session: %w", err)
+		res, err = tx.ExecContext(ctx, `UPDATE sessions SET revoked_at = $1 WHERE key_id = $2 AND revoked_at IS NULL`, now.UnixMilli(), id)
+		if err != nil {
+			return fmt.Errorf("apikeys: revoke sessions: %w", err)
 		}
-		actor.Action, actor.Resource, actor.Outcome = "compute:sessions:create", "session/"+id, "allowed"
+		n, _ := res.RowsAffected()
+		actor.Action, actor.Resource, actor.Outcome = "compute:api-keys:revoke", "api-key/"+id, "allowed"
+		actor.Details = map[string]any{"sessions_revoked": n}
 		return audit.Record(ctx, tx, now, actor)
 	})
-	return value, exp, err
-}
-
-// AuthenticateSession returns the principal of a session cookie value.
-func (s *Service) AuthenticateSession(ctx context.Context, value string) (Principal, error) {
-	if !strings.HasPrefix(value, SessionPrefix) || len(value) > 200 {
-		return Principal{}, ErrInvalid
-	}
-	var p Principal
-	var exp int64
-	var rev sql.NullInt64
-	err := s.db.QueryRowContext(ctx, `SELECT id, tenant_id, identity_id, expires_at, revoked_at FROM sessions WHERE hash = $1`, hash(value)).
-		Scan(&p.KeyID, &p.TenantID, &p.Identity, &exp, &rev)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Principal{}, ErrInvalid
-	}
-	if err != nil {
-		return Principal{}, fmt.Errorf("apikeys: read session: %w", err)
-	}
-	if rev.Valid || s.clk.Now().UnixMilli() >= exp {
-		return Principal{}, ErrInvalid
-	}
-	return p, nil
 }

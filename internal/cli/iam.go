@@ -119,7 +119,13 @@ func identitiesCmd() *cobra.Command {
 		}}
 	list.Flags().StringVar(&lt, "tenant", "", "tenant (default: your own)")
 	list.Flags().BoolVar(&lj, "json", false, "print JSON")
-	c.AddCommand(create, list)
+	var dt string
+	del := &cobra.Command{Use: "delete ID", Short: "Delete an identity: its bindings go, its keys and sessions are revoked", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd, "identities.delete", map[string]any{"tenant_id": dt, "id": args[0]}, false, func(map[string]any) string { return "deleted\n" })
+		}}
+	del.Flags().StringVar(&dt, "tenant", "", "tenant (default: your own)")
+	c.AddCommand(create, list, del)
 	return c
 }
 
@@ -170,7 +176,16 @@ func bindingsCmd() *cobra.Command {
 			return call(cmd, "bindings.delete", map[string]any{"tenant_id": dt, "id": args[0]}, false, func(map[string]any) string { return "deleted\n" })
 		}}
 	del.Flags().StringVar(&dt, "tenant", "", "tenant (default: your own)")
-	c.AddCommand(create, del)
+	var lt string
+	var lj bool
+	list := &cobra.Command{Use: "list", Short: "List the bindings made in a tenant and every tenant below it", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, "bindings.list", map[string]any{"tenant_id": lt}, lj,
+				table("bindings", "id", "tenant_id", "identity_id", "identity_name", "identity_tenant_id", "role_id", "role_name"))
+		}}
+	list.Flags().StringVar(&lt, "tenant", "", "tenant (default: your own)")
+	list.Flags().BoolVar(&lj, "json", false, "print JSON")
+	c.AddCommand(create, del, list)
 	return c
 }
 
@@ -230,5 +245,17 @@ func apiKeysCmd() *cobra.Command {
 			return call(cmd, "apiKeys.revoke", map[string]any{"id": args[0]}, false, func(map[string]any) string { return "revoked\n" })
 		}}
 	c.AddCommand(create, list, revoke)
+	return c
+}
+
+func sessionsCmd() *cobra.Command {
+	c := &cobra.Command{Use: "sessions", Short: "Browser sessions (never outlive the key that made them)"}
+	var tenant string
+	revoke := &cobra.Command{Use: "revoke ID", Short: "Revoke a session and every session made from it", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd, "sessions.revoke", map[string]any{"tenant_id": tenant, "id": args[0]}, false, func(map[string]any) string { return "revoked\n" })
+		}}
+	revoke.Flags().StringVar(&tenant, "tenant", "", "tenant (default: your own)")
+	c.AddCommand(revoke)
 	return c
 }

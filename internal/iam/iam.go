@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"time"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
@@ -167,6 +168,26 @@ func EffectiveState(chain []Tenant) string {
 	return st
 }
 
+// Within reports whether tenant is ancestor or a tenant below it (the
+// subtree a binding in ancestor applies to). It reads only the tenant
+// tree, and nothing when the two are the same; an unknown tenant is
+// within nothing.
+func (s *Service) Within(ctx context.Context, ancestor, tenant string) (bool, error) {
+	if tenant == ancestor {
+		return true, nil
+	}
+	chain, err := s.Chain(ctx, tenant)
+	if err != nil {
+		return false, err
+	}
+	for _, t := range chain {
+		if t.ID == ancestor {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // ListTenants returns the tenants below (and including) under.
 func (s *Service) ListTenants(ctx context.Context, under string) ([]Tenant, error) {
 	rows, err := s.db.QueryContext(ctx, `WITH RECURSIVE sub(id, parent_id, name, state, depth) AS (
@@ -225,6 +246,42 @@ func (s *Service) CreateIdentity(ctx context.Context, actor audit.Entry, tenant,
 		return audit.Record(ctx, tx, now, actor)
 	})
 	return id, err
+}
+
+// DeleteIdentity removes an identity of tenant with its bindings, and
+// revokes its API keys and sessions in the same transaction, so nothing it
+// held still authenticates. An identity cannot delete itself
+// (INVALID_STATE); NOT_FOUND when tenant has no such identity.
+func (s *Service) DeleteIdentity(ctx context.Context, actor audit.Entry, tenant, id string) error {
+	if id == actor.Actor {
+		return errs.New(errs.InvalidState, "an identity cannot delete itself")
+	}
+	now := s.clk.Now()
+	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM identities WHERE id = $1 AND tenant_id = $2`, id, tenant).Scan(&n); err != nil {
+			return fmt.Errorf("iam: read identity: %w", err)
+		}
+		if n != 1 {
+			return errs.New(errs.NotFound, "identity not found")
+		}
+		at := now.UnixMilli()
+		for _, st := range []struct {
+			q    string
+			args []any
+		}{
+			{`DELETE FROM bindings WHERE identity_id = $1`, []any{id}},
+			{`UPDATE api_keys SET revoked_at = $1 WHERE identity = $2 AND revoked_at IS NULL`, []any{at, id}},
+			{`UPDATE sessions SET revoked_at = $1 WHERE identity_id = $2 AND revoked_at IS NULL`, []any{at, id}},
+			{`DELETE FROM identities WHERE id = $1`, []any{id}},
+		} {
+			if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
+				return fmt.Errorf("iam: delete identity: %w", err)
+			}
+		}
+		actor.Action, actor.Resource, actor.Outcome = "compute:identities:delete", "identity/"+id, "allowed"
+		return audit.Record(ctx, tx, now, actor)
+	})
 }
 
 // Identity reads an identity; NOT_FOUND when absent.
@@ -354,7 +411,10 @@ func (s *Service) ListRoles(ctx context.Context, tenant string) ([]Role, error) 
 
 // Bind gives identity the role in tenant (and below). The role must be
 // defined in tenant or an ancestor, and the identity must belong to tenant
-// or an ancestor.
+// or a tenant below it: a tenant cannot bind an identity of an ancestor
+// (root's admin included) or of another branch. An identity that exists
+// elsewhere gets the same answer as one that does not exist, so binding
+// is no existence oracle.
 func (s *Service) Bind(ctx context.Context, actor audit.Entry, tenant, identityID, roleID string) (string, error) {
 	chain, err := s.Chain(ctx, tenant)
 	if err != nil {
@@ -372,8 +432,17 @@ func (s *Service) Bind(ctx context.Context, actor audit.Entry, tenant, identityI
 	if err := s.db.QueryRowContext(ctx, `SELECT tenant_id FROM roles WHERE id = $1`, roleID).Scan(&roleTenant); err != nil || !inChain(roleTenant) {
 		return "", errs.New(errs.InvalidInput, "role_id: no such role in this tenant")
 	}
-	if err := s.db.QueryRowContext(ctx, `SELECT tenant_id FROM identities WHERE id = $1`, identityID).Scan(&idTenant); err != nil || !inChain(idTenant) {
-		return "", errs.New(errs.InvalidInput, "identity_id: no such identity in this tenant")
+	noIdentity := errs.New(errs.InvalidInput, "identity_id: no such identity in this tenant")
+	if err := s.db.QueryRowContext(ctx, `SELECT tenant_id FROM identities WHERE id = $1`, identityID).Scan(&idTenant); err != nil {
+		if !errors.Is(err, sql.ErrNoRows) {
+			return "", fmt.Errorf("iam: read identity: %w", err)
+		}
+		return "", noIdentity
+	}
+	if ok, err := s.Within(ctx, tenant, idTenant); err != nil {
+		return "", err
+	} else if !ok {
+		return "", noIdentity
 	}
 	id := ids.New("b")
 	now := s.clk.Now()
@@ -390,6 +459,47 @@ func (s *Service) Bind(ctx context.Context, actor audit.Entry, tenant, identityI
 		return audit.Record(ctx, tx, now, actor)
 	})
 	return id, err
+}
+
+// Binding is a binding as the API shows it: identity has role in tenant
+// and every tenant below it.
+type Binding struct {
+	ID             string    `json:"id"`
+	TenantID       string    `json:"tenant_id"`
+	IdentityID     string    `json:"identity_id"`
+	IdentityName   string    `json:"identity_name"`
+	IdentityTenant string    `json:"identity_tenant_id"`
+	RoleID         string    `json:"role_id"`
+	RoleName       string    `json:"role_name"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+// ListBindings returns the bindings made in tenant and in every tenant
+// below it, so a parent (root included) finds every binding that can
+// affect its subtree.
+func (s *Service) ListBindings(ctx context.Context, tenant string) ([]Binding, error) {
+	rows, err := s.db.QueryContext(ctx, `WITH RECURSIVE sub(id, depth) AS (
+			SELECT id, 0 FROM tenants WHERE id = $1
+			UNION ALL
+			SELECT t.id, s.depth + 1 FROM tenants t JOIN sub s ON t.parent_id = s.id WHERE s.depth < 32
+		) SELECT b.id, b.tenant_id, b.identity_id, i.name, i.tenant_id, b.role_id, r.name, b.created_at
+		FROM bindings b JOIN sub ON sub.id = b.tenant_id JOIN identities i ON i.id = b.identity_id JOIN roles r ON r.id = b.role_id
+		ORDER BY sub.depth, b.tenant_id, i.name, r.name, b.id`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("iam: list bindings: %w", err)
+	}
+	defer rows.Close()
+	out := []Binding{}
+	for rows.Next() {
+		var b Binding
+		var created int64
+		if err := rows.Scan(&b.ID, &b.TenantID, &b.IdentityID, &b.IdentityName, &b.IdentityTenant, &b.RoleID, &b.RoleName, &created); err != nil {
+			return nil, fmt.Errorf("iam: scan binding: %w", err)
+		}
+		b.CreatedAt = time.UnixMilli(created).UTC()
+		out = append(out, b)
+	}
+	return out, rows.Err()
 }
 
 // Unbind removes a binding of tenant.
@@ -423,7 +533,7 @@ func (s *Service) Decide(ctx context.Context, identity, action, resource string,
 	}
 	// The identity's bindings anywhere in the chain: read them all (an
 	// identity has few) and keep those whose tenant is in the chain.
-	st, err := s.db.Stmt(ctx, `SELECT b.tenant_id, r.statements FROM bindings b JOIN roles r ON r.id = b.role_id WHERE b.identity_id = $1`)
+	st, err := s.db.Stmt(ctx, `SELECT b.tenant_id, r.statements, i.tenant_id FROM bindings b JOIN roles r ON r.id = b.role_id JOIN identities i ON i.id = b.identity_id WHERE b.identity_id = $1`)
 	if err != nil {
 		return false, err
 	}
@@ -437,16 +547,44 @@ func (s *Service) Decide(ctx context.Context, identity, action, resource string,
 	}
 	defer rows.Close()
 	allowed := false
+	type binding struct{ tenant, raw, idTenant string }
+	var bs []binding
 	for rows.Next() {
-		var tenant, raw string
-		if err := rows.Scan(&tenant, &raw); err != nil {
+		var b binding
+		if err := rows.Scan(&b.tenant, &b.raw, &b.idTenant); err != nil {
 			return false, fmt.Errorf("iam: scan role: %w", err)
 		}
-		if !inChain[tenant] {
-			continue
+		if inChain[b.tenant] {
+			bs = append(bs, b)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("iam: read bindings: %w", err)
+	}
+	rows.Close()
+	// A binding counts only in a tenant at or above its identity's own
+	// tenant (the rule Bind enforces), so a binding that names an identity
+	// of an ancestor, made before that rule or written around it, never
+	// applies: no tenant can deny root's admin in its own tenant.
+	var idChain map[string]bool
+	for _, b := range bs {
+		if b.tenant != b.idTenant {
+			if idChain == nil {
+				c, err := s.Chain(ctx, b.idTenant)
+				if err != nil {
+					return false, err
+				}
+				idChain = make(map[string]bool, len(c))
+				for _, t := range c {
+					idChain[t.ID] = true
+				}
+			}
+			if !idChain[b.tenant] {
+				continue
+			}
 		}
 		var st []Statement
-		if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		if err := json.Unmarshal([]byte(b.raw), &st); err != nil {
 			return false, fmt.Errorf("iam: decode role: %w", err)
 		}
 		for _, x := range st {
@@ -459,7 +597,7 @@ func (s *Service) Decide(ctx context.Context, identity, action, resource string,
 			allowed = true
 		}
 	}
-	return allowed, rows.Err()
+	return allowed, nil
 }
 
 func matchAny(patterns []string, s string) bool {

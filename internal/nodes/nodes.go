@@ -483,24 +483,36 @@ func (s *Service) SetAllowedKinds(ctx context.Context, actor audit.Entry, serial
 }
 
 // Revoke revokes every unrevoked certificate of nodeID (or only serial,
-// when given) and pokes the gateways to close their sessions.
+// when given) and pokes the gateways to close their sessions. A serial
+// must be a certificate of nodeID (ErrNotNodeCert otherwise, the same
+// answer as for a serial never issued), and the audit row is written in
+// the tenant that owns the node, whatever tenant the actor named.
 func (s *Service) Revoke(ctx context.Context, actor audit.Entry, nodeID, serial, reason string) (int, error) {
 	now := s.clk.Now()
 	var n int64
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		q := `UPDATE node_certs SET revoked_at = $1, revoke_reason = $2 WHERE revoked_at IS NULL AND `
-		arg := nodeID
+		var tenant string
+		var err error
 		if serial != "" {
-			q += `serial = $3`
-			arg = serial
+			tenant, err = certOfNode(ctx, tx, nodeID, serial)
 		} else {
-			q += `node_id = $3`
+			tenant, err = nodeTenant(ctx, tx, nodeID)
 		}
-		res, err := tx.ExecContext(ctx, q, now.UnixMilli(), reason, arg)
+		if err != nil {
+			return err
+		}
+		q := `UPDATE node_certs SET revoked_at = $1, revoke_reason = $2 WHERE revoked_at IS NULL AND node_id = $3`
+		args := []any{now.UnixMilli(), reason, nodeID}
+		if serial != "" {
+			q += ` AND serial = $4`
+			args = append(args, serial)
+		}
+		res, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
 			return fmt.Errorf("nodes: revoke: %w", err)
 		}
 		n, _ = res.RowsAffected()
+		actor.TenantID = tenant
 		actor.Action, actor.Resource, actor.Outcome = "compute:nodes:revoke", "node/"+nodeID, "allowed"
 		actor.Details = map[string]any{"serial": serial, "reason": reason, "revoked": n}
 		return audit.Record(ctx, tx, now, actor)
