@@ -6,8 +6,9 @@
 // to its reference, tenant and version, so a ciphertext moved to another
 // row or tenant does not open. No method returns a value to an API caller.
 // A node gets one from Release: for a reference a live command addressed to
-// it carries, with a fresh request signed by its current platform
-// certificate, as a JWE to a key it made for that one request.
+// it carries, when the secret's tenant is the command's and the node's,
+// with a fresh request signed by its current platform certificate, as a
+// JWE to a key it made for that one request.
 package secrets
 
 import (
@@ -279,12 +280,25 @@ func (s *Service) Release(ctx context.Context, id pki.NodeIdentity, req *nodev1.
 	if err != nil || !isEC {
 		return "", s.refused(ctx, "one-time-key-invalid", id.NodeID, d)
 	}
-	if !s.bound(ctx, id.NodeID, body.CommandId, body.Ref, now) {
+	commandTenant, ok := s.bound(ctx, id.NodeID, body.CommandId, body.Ref, now)
+	if !ok {
 		return "", s.refused(ctx, "not-bound", id.NodeID, d)
 	}
 	tenant, _, ok := ParseRef(body.Ref)
 	if !ok {
 		return "", s.refused(ctx, "unknown-ref", id.NodeID, d)
+	}
+	nodeTenant, err := s.nodes.TenantOf(ctx, id.NodeID)
+	if err != nil {
+		return "", s.refused(ctx, "node-unknown", id.NodeID, d)
+	}
+	// A secret goes only to its own tenant's work on its own tenant's
+	// node: a fleet secret (root) only to root work on a root node, and
+	// one tenant's secret never to another tenant's command or machine,
+	// whatever a command's payload names.
+	if !TenantsMatch(tenant, commandTenant, nodeTenant) {
+		d["command_tenant"], d["node_tenant"] = commandTenant, nodeTenant
+		return "", s.refused(ctx, "tenant-mismatch", id.NodeID, d)
 	}
 	var sealed []byte
 	var version int64
@@ -353,17 +367,28 @@ func (s *Service) Release(ctx context.Context, id pki.NodeIdentity, req *nodev1.
 
 var errReplayed = errors.New("replayed")
 
+// TenantsMatch reports whether a secret of secretTenant may be released
+// for a command of commandTenant on a node of nodeTenant: only when all
+// three are the same tenant.
+func TenantsMatch(secretTenant, commandTenant, nodeTenant string) bool {
+	return secretTenant != "" && secretTenant == commandTenant && secretTenant == nodeTenant
+}
+
 // bound reports whether a live command addressed to nodeID carries ref in
-// its payload's "ref" field.
-func (s *Service) bound(ctx context.Context, nodeID, commandID, ref string, now time.Time) bool {
+// its payload's "ref" field, and that command's tenant.
+func (s *Service) bound(ctx context.Context, nodeID, commandID, ref string, now time.Time) (string, bool) {
 	var payload []byte
-	err := s.db.QueryRowContext(ctx, `SELECT payload FROM commands WHERE id = $1 AND node_id = $2 AND state IN ('queued', 'sent', 'running') AND expires_at > $3`,
-		commandID, nodeID, now.UnixMilli()).Scan(&payload)
+	var tenant string
+	err := s.db.QueryRowContext(ctx, `SELECT payload, tenant_id FROM commands WHERE id = $1 AND node_id = $2 AND state IN ('queued', 'sent', 'running') AND expires_at > $3`,
+		commandID, nodeID, now.UnixMilli()).Scan(&payload, &tenant)
 	if err != nil {
-		return false
+		return "", false
 	}
 	var p struct {
 		Ref string `json:"ref"`
 	}
-	return json.Unmarshal(payload, &p) == nil && p.Ref == ref
+	if json.Unmarshal(payload, &p) != nil || p.Ref != ref {
+		return "", false
+	}
+	return tenant, true
 }

@@ -1,0 +1,247 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/daemon"
+	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/secrets"
+	"github.com/bettercompute/bettercompute/internal/store"
+	"github.com/bettercompute/bettercompute/internal/store/storetest"
+	"github.com/bettercompute/bettercompute/internal/testenv"
+)
+
+// joinToken joins a started sim node with tok through the real bcd join
+// path.
+func joinToken(t *testing.T, e *testenv.Env, tok string) *testenv.Node {
+	t.Helper()
+	dir := filepath.Join(e.Dir, "nodes", ids.New("j"))
+	if _, err := daemon.Join(context.Background(), daemon.JoinOptions{DataDir: dir, Gateway: e.CP.GatewayAddr, Token: tok}); err != nil {
+		t.Fatalf("join: %v", err)
+	}
+	n := e.OpenNode(t, dir, "")
+	n.Start(t)
+	n.WaitConnected(t)
+	return n
+}
+
+// joinIn joins a node to tenant with a token of role minted straight in
+// the nodes module, as a token minted before the join-role rule was.
+func joinIn(t *testing.T, e *testenv.Env, tenant, role string) *testenv.Node {
+	t.Helper()
+	tok, err := e.CP.Nodes.CreateJoinToken(context.Background(), audit.Entry{TenantID: tenant, Actor: "test"}, role, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return joinToken(t, e, tok.Token)
+}
+
+// commandRow writes a command of tenant for nodeID carrying ref in state
+// (sent: as if the node were running it; queued: the workers sign it and
+// the gateway delivers it), bypassing commands.create and its checks.
+func commandRow(t *testing.T, e *testenv.Env, tenant, nodeID, state string, payload any) string {
+	t.Helper()
+	id := ids.New("c")
+	now := time.Now().UnixMilli()
+	p, _ := json.Marshal(payload)
+	if _, err := e.CP.DB.ExecContext(context.Background(), `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at)
+		VALUES ($1, $2, $3, 'secret.digest', $4, $5, 'test', $6, $6, $7)`, id, tenant, nodeID, p, state, now, now+600000); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func releaseCount(t *testing.T, e *testenv.Env, ref string) int {
+	t.Helper()
+	var n int
+	if err := e.CP.DB.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM audit_events WHERE action = 'compute:secrets:release' AND resource = $1`, ref).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestSecretBrokerTenantMismatch checks that the broker releases a secret
+// only when its tenant is the command's tenant and the node's tenant: a
+// fleet (root) secret only to root work on a root node, a tenant's secret
+// only to that tenant's work on that tenant's node, whatever a live
+// command's payload names. Commands are written straight to the database,
+// so the broker refuses on its own, without any check at create.
+func TestSecretBrokerTenantMismatch(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		ctx := context.Background()
+		a, err := e.Client.CreateTenant(ctx, "", "tenant-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := e.Client.CreateTenant(ctx, "", "tenant-b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		aRef := putSecret(t, e, a.ID, "a-secret")
+		fleet, err := e.CP.Secrets.Put(ctx, admin, "root", "site-bmc", secrets.ScopeFleet, []byte("fleet-value"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rootRef := putSecret(t, e, "root", "root-secret")
+		rootNode := joinIn(t, e, "root", pki.RoleNode)
+		aNode := joinIn(t, e, a.ID, pki.RoleNode)
+		// A role-node machine in tenant B, as a token minted before the
+		// join-role rule could make it.
+		bNode := joinIn(t, e, b.ID, pki.RoleNode)
+
+		for _, c := range []struct {
+			name          string
+			ref           string
+			commandTenant string
+			node          *testenv.Node
+		}{
+			{"another tenant's secret for B's work on B's node", aRef, b.ID, bNode},
+			{"a fleet secret for B's work on B's node", fleet.Ref, b.ID, bNode},
+			{"a root secret for B's work on B's node", rootRef, b.ID, bNode},
+			{"a fleet secret for root's command on B's node", fleet.Ref, "root", bNode},
+			{"a tenant's secret for root's command on B's node", aRef, "root", bNode},
+			{"a tenant's secret for its own work on a root node", aRef, a.ID, rootNode},
+			{"a tenant's secret for root's work on a root node", aRef, "root", rootNode},
+			{"a fleet secret for root's work on a tenant's node", fleet.Ref, "root", aNode},
+			{"a fleet secret for the tenant's work on its node", fleet.Ref, a.ID, aNode},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				cmd := commandRow(t, e, c.commandTenant, c.node.NodeID(), "sent", map[string]string{"ref": c.ref})
+				_, err := request(t, c.node, &nodev1.SecretRequestBody{NodeId: c.node.NodeID(), Ref: c.ref, CommandId: cmd})
+				expectSecretRefused(t, e, err, "tenant-mismatch")
+			})
+		}
+		for _, ref := range []string{aRef, fleet.Ref, rootRef} {
+			if n := releaseCount(t, e, ref); n != 0 {
+				t.Fatalf("%s released %d times across tenants", ref, n)
+			}
+		}
+		// The matching cases are released.
+		for _, c := range []struct {
+			ref, tenant string
+			node        *testenv.Node
+		}{{aRef, a.ID, aNode}, {fleet.Ref, "root", rootNode}, {rootRef, "root", rootNode}} {
+			cmd := commandRow(t, e, c.tenant, c.node.NodeID(), "sent", map[string]string{"ref": c.ref})
+			if _, err := request(t, c.node, &nodev1.SecretRequestBody{NodeId: c.node.NodeID(), Ref: c.ref, CommandId: cmd}); err != nil {
+				t.Fatalf("%s for %s on its own node: %v", c.ref, c.tenant, err)
+			}
+		}
+	})
+}
+
+// TestTenantJoinedMachineGetsNoSecrets is the outside testers' attack:
+// tenant B's operator mints a join token, joins a machine it controls and
+// has a command on it name tenant A's secret and a fleet secret. B can
+// mint only node-tenant tokens (a role-node, ramdisk or site token is
+// INVALID_INPUT; the default is node-tenant, while root's default stays
+// node), the broker refuses B's machine, and the value never reaches it:
+// not through the node's own secret.digest, not through a request the
+// machine's owner forges with its key, not in its data directory.
+func TestTenantJoinedMachineGetsNoSecrets(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		ctx := context.Background()
+		_, aClient := e.TenantAdmin(t, "victim")
+		bID, bClient := e.TenantAdmin(t, "attacker")
+		aValue := []byte("tenant-a-value-" + ids.Secret(16))
+		var aMeta secrets.Meta
+		if err := aClient.Call(ctx, "secrets.put", map[string]any{"name": "db-password", "value_base64": b64(aValue)}, &aMeta); err != nil {
+			t.Fatal(err)
+		}
+		fleetValue := []byte("fleet-value-" + ids.Secret(16))
+		fleet, err := e.CP.Secrets.Put(ctx, admin, "root", "site-bmc", secrets.ScopeFleet, fleetValue)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		// B cannot mint a platform role.
+		for _, role := range []string{pki.RoleNode, pki.RoleRamdisk, pki.RoleSite} {
+			var tok client.JoinToken
+			err := bClient.Call(ctx, "joinTokens.create", map[string]any{"role": role}, &tok)
+			if !errors.Is(err, client.ErrInvalidInput) {
+				t.Fatalf("tenant mints a %s token: %v, want INVALID_INPUT", role, err)
+			}
+			err = bClient.Call(ctx, "joinTokens.createMany", map[string]any{"role": role, "count": 2}, nil)
+			if !errors.Is(err, client.ErrInvalidInput) {
+				t.Fatalf("tenant mints %s tokens in bulk: %v, want INVALID_INPUT", role, err)
+			}
+		}
+		var many struct{ Tokens []client.JoinToken }
+		if err := bClient.Call(ctx, "joinTokens.createMany", map[string]any{"count": 2}, &many); err != nil || len(many.Tokens) != 2 || many.Tokens[0].Role != pki.RoleNodeTenant {
+			t.Fatalf("tenant's default bulk tokens: %+v %v, want node-tenant", many, err)
+		}
+		var rootTok client.JoinToken
+		if err := e.Client.Call(ctx, "joinTokens.create", map[string]any{}, &rootTok); err != nil || rootTok.Role != pki.RoleNode {
+			t.Fatalf("root's default token: %+v %v, want node", rootTok, err)
+		}
+		var tok client.JoinToken
+		if err := bClient.Call(ctx, "joinTokens.create", map[string]any{}, &tok); err != nil || tok.Role != pki.RoleNodeTenant {
+			t.Fatalf("tenant's default token: %+v %v, want node-tenant", tok, err)
+		}
+		bNode := joinToken(t, e, tok.Token)
+		if nt, err := e.CP.Nodes.TenantOf(ctx, bNode.NodeID()); err != nil || nt != bID {
+			t.Fatalf("B's machine is in %q (%v), want %s", nt, err, bID)
+		}
+
+		// Commands on B's machine naming A's secret and the fleet secret,
+		// as B's work and as root's; B's machine runs what reaches it.
+		nonce := hex.EncodeToString([]byte(ids.Secret(16)))
+		var queued []string
+		for _, ref := range []string{aMeta.Ref, fleet.Ref} {
+			for _, tenant := range []string{bID, "root"} {
+				queued = append(queued, commandRow(t, e, tenant, bNode.NodeID(), "queued", map[string]string{"ref": ref, "nonce": nonce}))
+				// B holds root on its machine: it asks the broker itself,
+				// with its node key, for a command that names the secret.
+				cmd := commandRow(t, e, tenant, bNode.NodeID(), "sent", map[string]string{"ref": ref})
+				_, err := request(t, bNode, &nodev1.SecretRequestBody{NodeId: bNode.NodeID(), Ref: ref, CommandId: cmd})
+				expectSecretRefused(t, e, err, "node-tenant")
+			}
+		}
+		for _, id := range queued {
+			if c := e.WaitCommand(t, id); c.State == "succeeded" || len(c.Result) > 0 && !bytes.Equal(c.Result, []byte("null")) {
+				t.Fatalf("command %s on B's machine: %s result %s", id, c.State, c.Result)
+			}
+		}
+		for _, ref := range []string{aMeta.Ref, fleet.Ref} {
+			if n := releaseCount(t, e, ref); n != 0 {
+				t.Fatalf("%s released %d times to B's machine", ref, n)
+			}
+		}
+		bNode.Stop()
+		err = filepath.WalkDir(bNode.Dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			raw, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			for _, v := range [][]byte{aValue, fleetValue, []byte(b64(aValue)), []byte(b64(fleetValue))} {
+				if bytes.Contains(raw, v) {
+					t.Fatalf("a secret value reached B's machine: %s", p)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func b64(v []byte) string { return base64.StdEncoding.EncodeToString(v) }
