@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/daemon"
+	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
@@ -245,3 +247,83 @@ func TestTenantJoinedMachineGetsNoSecrets(t *testing.T) {
 }
 
 func b64(v []byte) string { return base64.StdEncoding.EncodeToString(v) }
+
+// TestConcurrentSecretPutsStayDense puts one name 20 times at once through
+// the API: every put succeeds (puts of one reference are serialised), the
+// versions are exactly 1..20, and the latest version opens.
+func TestConcurrentSecretPutsStayDense(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		ctx := context.Background()
+		const n = 20
+		errc := make(chan error, n)
+		versions := make(chan int64, n)
+		for i := range n {
+			go func() {
+				var m secrets.Meta
+				err := e.Client.Call(ctx, "secrets.put", map[string]any{"name": "racy", "value_base64": b64([]byte(fmt.Sprintf("value-%d", i)))}, &m)
+				versions <- m.Version
+				errc <- err
+			}()
+		}
+		seen := map[int64]bool{}
+		for range n {
+			if err := <-errc; err != nil {
+				t.Errorf("concurrent put: %v", err)
+			}
+			seen[<-versions] = true
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+		rows, err := db.QueryContext(ctx, `SELECT version FROM secrets WHERE ref = 'secret://root/racy' ORDER BY version`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var want int64 = 1
+		for rows.Next() {
+			var v int64
+			if err := rows.Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			if v != want || !seen[v] {
+				t.Fatalf("version %d stored (answered: %v), want %d", v, seen[v], want)
+			}
+			want++
+		}
+		if err := rows.Err(); err != nil || want != n+1 {
+			t.Fatalf("%d versions stored (%v), want %d", want-1, err, n)
+		}
+	})
+}
+
+// TestTenantPutNeverOverwritesFleetSecret checks the scope rule against the
+// latest version, not the largest scope name: a name that was tenant-scoped
+// once and is now the fleet's cannot be overwritten or deleted by a
+// tenant-scoped call (INVALID_STATE), and stays the fleet's, unchanged.
+func TestTenantPutNeverOverwritesFleetSecret(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		ctx := context.Background()
+		if _, err := e.CP.Secrets.Put(ctx, admin, "root", "shared", secrets.ScopeTenant, []byte("v1")); err != nil {
+			t.Fatal(err)
+		}
+		fleet, err := e.CP.Secrets.Put(ctx, admin, "root", "shared", secrets.ScopeFleet, []byte("v2"))
+		if err != nil || fleet.Version != 2 {
+			t.Fatalf("fleet put: %+v %v", fleet, err)
+		}
+		var m secrets.Meta
+		err = e.Client.Call(ctx, "secrets.put", map[string]any{"name": "shared", "scope": "tenant", "value_base64": b64([]byte("v3"))}, &m)
+		if !errors.Is(err, client.ErrInvalidState) {
+			t.Fatalf("tenant-scoped put over a fleet secret: %+v %v, want INVALID_STATE", m, err)
+		}
+		if err := e.CP.Secrets.Delete(ctx, admin, fleet.Ref, secrets.ScopeTenant); errs.CodeOf(err) != errs.InvalidState {
+			t.Fatalf("tenant-scoped delete of a fleet secret: %v, want INVALID_STATE", err)
+		}
+		got, err := e.CP.Secrets.Show(ctx, fleet.Ref)
+		if err != nil || got.Version != 2 || got.Scope != secrets.ScopeFleet {
+			t.Fatalf("the fleet secret is now %+v (%v), want version 2, fleet", got, err)
+		}
+	})
+}

@@ -129,21 +129,32 @@ func (s *Service) Put(ctx context.Context, actor audit.Entry, tenant, name, scop
 	now := s.clk.Now()
 	m.CreatedAt = now.UTC()
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		var prevScope sql.NullString
-		var prev sql.NullInt64
-		if err := tx.QueryRowContext(ctx, `SELECT MAX(version), MAX(scope) FROM secrets WHERE ref = $1`, m.Ref).Scan(&prev, &prevScope); err != nil {
+		if err := s.lockRef(ctx, tx, m.Ref); err != nil {
+			return err
+		}
+		var prev int64
+		var prevScope string
+		err := tx.QueryRowContext(ctx, `SELECT version, scope FROM secrets WHERE ref = $1 ORDER BY version DESC LIMIT 1`, m.Ref).Scan(&prev, &prevScope)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("secrets: read versions: %w", err)
 		}
-		if prevScope.Valid && prevScope.String == ScopeFleet && scope != ScopeFleet {
+		// The latest version's scope decides, deleted or not: a name the
+		// fleet holds stays the fleet's until a fleet-scoped put.
+		if prevScope == ScopeFleet && scope != ScopeFleet {
 			return errs.New(errs.InvalidState, "a tenant-scoped put cannot change a fleet secret")
 		}
-		m.Version = prev.Int64 + 1
+		m.Version = prev + 1
 		sealed, err := pki.Seal(s.kek, value, aad(m.Ref, tenant, m.Version))
 		if err != nil {
 			return fmt.Errorf("secrets: seal: %w", err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO secrets (ref, version, tenant_id, name, scope, sealed, created_by, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 			m.Ref, m.Version, tenant, name, scope, sealed, actor.Actor, now.UnixMilli()); err != nil {
+			if store.IsUniqueViolation(err) {
+				// Not expected under lockRef; if another writer got past it,
+				// the caller gets a clear answer, never a 500.
+				return errs.New(errs.Conflict, "another put of this secret committed first; put it again")
+			}
 			return fmt.Errorf("secrets: insert: %w", err)
 		}
 		actor.TenantID = tenant
@@ -154,6 +165,25 @@ func (s *Service) Put(ctx context.Context, actor audit.Entry, tenant, name, scop
 	return m, err
 }
 
+// putLockClass is the first key of the PostgreSQL advisory locks that
+// serialise puts of one reference (the second is the reference's hash).
+const putLockClass = 0x5ec2
+
+// lockRef serialises writers of ref until tx ends, so that versions stay
+// dense and concurrent puts all succeed. On PostgreSQL it takes a
+// transaction-scoped advisory lock on the reference (a hash collision only
+// serialises two references more than needed); on SQLite every write
+// transaction is already serial (one connection, BEGIN IMMEDIATE).
+func (s *Service) lockRef(ctx context.Context, tx *sql.Tx, ref string) error {
+	if s.db.Dialect != store.Postgres {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, putLockClass, ref); err != nil {
+		return fmt.Errorf("secrets: lock %s: %w", ref, err)
+	}
+	return nil
+}
+
 // Delete marks every version of ref deleted. A tenant-scoped delete never
 // changes a fleet secret (INVALID_STATE).
 func (s *Service) Delete(ctx context.Context, actor audit.Entry, ref, scope string) error {
@@ -162,6 +192,9 @@ func (s *Service) Delete(ctx context.Context, actor audit.Entry, ref, scope stri
 	}
 	now := s.clk.Now()
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockRef(ctx, tx, ref); err != nil {
+			return err
+		}
 		var cur string
 		if err := tx.QueryRowContext(ctx, `SELECT scope FROM secrets WHERE ref = $1 AND deleted_at IS NULL ORDER BY version DESC LIMIT 1`, ref).Scan(&cur); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
