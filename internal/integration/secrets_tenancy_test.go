@@ -8,9 +8,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -324,6 +327,80 @@ func TestTenantPutNeverOverwritesFleetSecret(t *testing.T) {
 		got, err := e.CP.Secrets.Show(ctx, fleet.Ref)
 		if err != nil || got.Version != 2 || got.Scope != secrets.ScopeFleet {
 			t.Fatalf("the fleet secret is now %+v (%v), want version 2, fleet", got, err)
+		}
+	})
+}
+
+// TestSecretsGetForeignAnswersAsMissing checks that tenant B asking for
+// tenant A's existing secret, for a missing name of A, and for a secret of
+// a tenant that does not exist gets byte-for-byte the same answer and goes
+// down the same path: the envelope's denial is recorded with the same
+// reason for all three (the reference's tenant is read from the reference,
+// never looked up; internal/secrets.TestTenantOfReadsNothing shows the
+// resolver reads nothing), so neither the answer nor the work tells which
+// tenants hold secrets.
+func TestSecretsGetForeignAnswersAsMissing(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		ctx := context.Background()
+		aID, aClient := e.TenantAdmin(t, "holder")
+		if err := aClient.Call(ctx, "secrets.put", map[string]any{"name": "db-password", "value_base64": b64([]byte("x"))}, nil); err != nil {
+			t.Fatal(err)
+		}
+		bID, err := e.Client.CreateTenant(ctx, "", "asker")
+		if err != nil {
+			t.Fatal(err)
+		}
+		who, err := e.Client.CreateIdentity(ctx, bID.ID, "asker-admin", "person")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Client.Bind(ctx, bID.ID, who.ID, "admin"); err != nil {
+			t.Fatal(err)
+		}
+		key, err := e.Client.CreateAPIKey(ctx, bID.ID, who.ID, "k", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		get := func(ref, rid string) (int, []byte) {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.CP.APIAddr+"/api/v1/secrets.get", strings.NewReader(`{"ref":"`+ref+`"}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Better-Compute", "1")
+			req.Header.Set("Authorization", "Bearer "+key.Key)
+			req.Header.Set("X-Request-Id", rid)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, bytes.ReplaceAll(body, []byte(rid), []byte("RID"))
+		}
+		refs := map[string]string{
+			"existing":       secrets.Ref(aID, "db-password"),
+			"missing-name":   secrets.Ref(aID, "nothing-here"),
+			"missing-tenant": secrets.Ref("tnosuchtenant", "db-password"),
+		}
+		var first []byte
+		for what, ref := range refs {
+			rid := "rid-" + what
+			status, body := get(ref, rid)
+			if status != http.StatusForbidden || !bytes.Contains(body, []byte(`"ACCESS_DENIED"`)) {
+				t.Fatalf("%s: %d %s, want 403 ACCESS_DENIED", what, status, body)
+			}
+			if first == nil {
+				first = body
+			} else if !bytes.Equal(body, first) {
+				t.Fatalf("%s answers %s, another answers %s", what, body, first)
+			}
+			var details string
+			if err := db.QueryRowContext(ctx, `SELECT details FROM audit_events WHERE request_id = $1 AND outcome = 'denied'`, rid).Scan(&details); err != nil {
+				t.Fatalf("%s: denial row: %v", what, err)
+			}
+			var d struct{ Reason string }
+			if err := json.Unmarshal([]byte(details), &d); err != nil || d.Reason != "other-tenant" {
+				t.Fatalf("%s: denied for %q (%v), want other-tenant as for every reference of another tenant", what, d.Reason, err)
+			}
 		}
 	})
 }

@@ -235,31 +235,37 @@ func (s *Service) List(ctx context.Context, tenant string) ([]Meta, error) {
 	return out, rows.Err()
 }
 
-// Show returns one secret's metadata.
+// Show returns one secret's metadata (its latest live version).
 func (s *Service) Show(ctx context.Context, ref string) (Meta, error) {
-	tenant, _, ok := ParseRef(ref)
-	if !ok {
+	if _, _, ok := ParseRef(ref); !ok {
 		return Meta{}, errs.New(errs.NotFound, "secret not found")
 	}
-	ms, err := s.List(ctx, tenant)
+	var m Meta
+	var at int64
+	err := s.db.QueryRowContext(ctx, `SELECT ref, tenant_id, name, version, scope, created_by, created_at FROM secrets
+		WHERE ref = $1 AND deleted_at IS NULL ORDER BY version DESC LIMIT 1`, ref).Scan(&m.Ref, &m.TenantID, &m.Name, &m.Version, &m.Scope, &m.CreatedBy, &at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Meta{}, errs.New(errs.NotFound, "secret not found")
+	}
 	if err != nil {
-		return Meta{}, err
+		return Meta{}, fmt.Errorf("secrets: show: %w", err)
 	}
-	for _, m := range ms {
-		if m.Ref == ref {
-			return m, nil
-		}
-	}
-	return Meta{}, errs.New(errs.NotFound, "secret not found")
+	m.CreatedAt = time.UnixMilli(at).UTC()
+	return m, nil
 }
 
-// TenantOf resolves a reference's tenant for the API envelope.
-func (s *Service) TenantOf(ctx context.Context, ref string) (string, error) {
-	m, err := s.Show(ctx, ref)
-	if err != nil {
-		return "", err
+// TenantOf resolves a reference's tenant for the API envelope from the
+// reference alone, reading nothing: a reference of another tenant, whether
+// that tenant or secret exists or not, costs the same parse and is denied
+// by the tenant check before any database read, so the answer and the
+// work never tell which tenants hold secrets. A malformed reference is
+// NOT_FOUND.
+func (s *Service) TenantOf(_ context.Context, ref string) (string, error) {
+	tenant, _, ok := ParseRef(ref)
+	if !ok {
+		return "", errs.New(errs.NotFound, "secret not found")
 	}
-	return m.TenantID, nil
+	return tenant, nil
 }
 
 // refused records why a release was refused and returns the one generic
