@@ -3,6 +3,10 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -17,8 +21,11 @@ import (
 	"testing"
 	"time"
 
+	jose "github.com/go-jose/go-jose/v4"
+
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/ids"
@@ -68,6 +75,22 @@ func commandRow(t *testing.T, e *testenv.Env, tenant, nodeID, state string, payl
 		t.Fatal(err)
 	}
 	return id
+}
+
+// expectRefusedFor is expectSecretRefused for the request of commandID
+// itself: its own refusal event carries reason.
+func expectRefusedFor(t *testing.T, e *testenv.Env, err error, reason, commandID string) {
+	t.Helper()
+	expectSecretRefused(t, e, err, reason)
+	for _, ev := range events(t, e, secrets.EventRefused) {
+		if ev.Details["command_id"] == commandID {
+			if ev.Details["reason"] != reason {
+				t.Fatalf("request for %s refused %v, want %s", commandID, ev.Details["reason"], reason)
+			}
+			return
+		}
+	}
+	t.Fatalf("no refusal recorded for %s", commandID)
 }
 
 func releaseCount(t *testing.T, e *testenv.Env, ref string) int {
@@ -128,7 +151,7 @@ func TestSecretBrokerTenantMismatch(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				cmd := commandRow(t, e, c.commandTenant, c.node.NodeID(), "sent", map[string]string{"ref": c.ref})
 				_, err := request(t, c.node, &nodev1.SecretRequestBody{NodeId: c.node.NodeID(), Ref: c.ref, CommandId: cmd})
-				expectSecretRefused(t, e, err, "tenant-mismatch")
+				expectRefusedFor(t, e, err, "tenant-mismatch", cmd)
 			})
 		}
 		for _, ref := range []string{aRef, fleet.Ref, rootRef} {
@@ -214,7 +237,7 @@ func TestTenantJoinedMachineGetsNoSecrets(t *testing.T) {
 				// with its node key, for a command that names the secret.
 				cmd := commandRow(t, e, tenant, bNode.NodeID(), "sent", map[string]string{"ref": ref})
 				_, err := request(t, bNode, &nodev1.SecretRequestBody{NodeId: bNode.NodeID(), Ref: ref, CommandId: cmd})
-				expectSecretRefused(t, e, err, "node-tenant")
+				expectRefusedFor(t, e, err, "node-tenant", cmd)
 			}
 		}
 		for _, id := range queued {
@@ -403,4 +426,155 @@ func TestSecretsGetForeignAnswersAsMissing(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestSecretBrokerOwnRefusals drives the broker's own checks, behind the
+// gateway's authentication: a request whose signature does not verify
+// (bad-signature), one stamped more than 5 minutes from the broker's time
+// either way (stale), one signed under a revoked certificate
+// (cert-revoked), one whose certificate is not the session's or has
+// expired (cert-not-current). Each is one ACCESS_DENIED with its reason in
+// security.secret.refused, and nothing is released. A good request is
+// answered with a JWE (ECDH-ES+A256KW, A256GCM, typ bc-secret+jwe) to the
+// request's one-time key, expiring exactly ReleaseLifetime (5 minutes)
+// after the broker's time, in its header and in its sealed payload.
+func TestSecretBrokerOwnRefusals(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		clk := clock.NewFake(time.Now())
+		e := testenv.Start(t, db, testenv.Options{Clock: clk, NodeCertLifetime: time.Hour})
+		ctx := context.Background()
+		n := joinIn(t, e, "root", pki.RoleNode)
+		ref := putSecret(t, e, "root", "bmc")
+		cmd := commandRow(t, e, "root", n.NodeID(), "sent", map[string]string{"ref": ref})
+		good := func() *nodev1.SecretRequestBody {
+			return &nodev1.SecretRequestBody{NodeId: n.NodeID(), Ref: ref, CommandId: cmd}
+		}
+		sendRaw := func(req *nodev1.SecretRequest) error {
+			conn, err := n.Dial()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_, err = nodev1.NewGatewayClient(conn).Secret(ctx, req)
+			return err
+		}
+		sign := func(b *nodev1.SecretRequestBody) *nodev1.SecretRequest {
+			if b.OneTimeKey == nil {
+				k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+				b.OneTimeKey, _ = x509.MarshalPKIXPublicKey(&k.PublicKey)
+			}
+			if b.RequestId == "" {
+				b.RequestId = ids.Secret(18)
+			}
+			req, err := n.SignSecretRequest(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return req
+		}
+
+		t.Run("jwe to the one-time key, expiring in 5 minutes", func(t *testing.T) {
+			otk, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+			b := good()
+			b.OneTimeKey, _ = x509.MarshalPKIXPublicKey(&otk.PublicKey)
+			resp, err := request(t, n, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			obj, err := jose.ParseEncrypted(resp.Jwe, []jose.KeyAlgorithm{jose.ECDH_ES_A256KW}, []jose.ContentEncryption{jose.A256GCM})
+			if err != nil {
+				t.Fatalf("answer is not an ECDH-ES+A256KW/A256GCM JWE: %v", err)
+			}
+			wantExp := clk.Now().Add(secrets.ReleaseLifetime).Unix()
+			if obj.Header.ExtraHeaders["typ"] != "bc-secret+jwe" || obj.Header.ExtraHeaders["exp"] != float64(wantExp) {
+				t.Fatalf("protected header %+v, want typ bc-secret+jwe and exp %d", obj.Header.ExtraHeaders, wantExp)
+			}
+			other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+			if _, err := obj.Decrypt(other); err == nil {
+				t.Fatal("the answer opens under another key")
+			}
+			plain, err := obj.Decrypt(otk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var p struct {
+				Ref     string `json:"ref"`
+				Value   string `json:"value"`
+				Exp     int64  `json:"exp"`
+				Request string `json:"request_id"`
+			}
+			if err := json.Unmarshal(plain, &p); err != nil || p.Ref != ref || p.Exp != wantExp || p.Request != b.RequestId || p.Value != b64([]byte("value-of-bmc")) {
+				t.Fatalf("payload %+v (%v)", p, err)
+			}
+		})
+		released := releaseCount(t, e, ref)
+
+		t.Run("bad-signature", func(t *testing.T) {
+			req := sign(good())
+			req.NodeSig[len(req.NodeSig)/2] ^= 1
+			expectSecretRefused(t, e, sendRaw(req), "bad-signature")
+			req = sign(good())
+			req.Body = append(req.Body, 0x50, 0x01) // a field added after signing
+			expectSecretRefused(t, e, sendRaw(req), "bad-signature")
+		})
+		t.Run("stale", func(t *testing.T) {
+			for _, skew := range []time.Duration{-secrets.ReleaseLifetime - time.Second, secrets.ReleaseLifetime + time.Second} {
+				b := good()
+				b.TimeMs = clk.Now().Add(skew).UnixMilli()
+				_, err := request(t, n, b)
+				expectSecretRefused(t, e, err, "stale")
+			}
+		})
+		t.Run("cert-not-current", func(t *testing.T) {
+			// The request names the node's certificate, but the session
+			// is another one of the node's (the gateway authenticated it).
+			req := sign(good())
+			_, err := e.CP.Secrets.Release(ctx, pki.NodeIdentity{NodeID: n.NodeID(), Serial: "0badc0de"}, req)
+			if errs.CodeOf(err) != errs.AccessDenied || !hasReason(t, e, secrets.EventRefused, "cert-not-current") {
+				t.Fatalf("another session's certificate: %v", err)
+			}
+		})
+		t.Run("cert-revoked", func(t *testing.T) {
+			req := sign(good())
+			if _, err := e.CP.Nodes.Revoke(ctx, admin, n.NodeID(), req.CertSerial, "operator"); err != nil {
+				t.Fatal(err)
+			}
+			// Straight to the broker, as from a gateway that has not yet
+			// seen the revocation.
+			_, err := e.CP.Secrets.Release(ctx, pki.NodeIdentity{NodeID: n.NodeID(), Serial: req.CertSerial}, req)
+			if errs.CodeOf(err) != errs.AccessDenied || !hasReason(t, e, secrets.EventRefused, "cert-revoked") {
+				t.Fatalf("revoked certificate: %v", err)
+			}
+		})
+		if got := releaseCount(t, e, ref); got != released {
+			t.Fatalf("%d releases after refusals, want %d", got, released)
+		}
+	})
+	t.Run("expired certificate is cert-not-current", func(t *testing.T) {
+		clk := clock.NewFake(time.Now())
+		e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Clock: clk, NodeCertLifetime: time.Hour})
+		n := joinIn(t, e, "root", pki.RoleNode)
+		ref := putSecret(t, e, "root", "bmc")
+		cmd := commandRow(t, e, "root", n.NodeID(), "sent", map[string]string{"ref": ref})
+		n.Stop()
+		req, err := n.SignSecretRequest(&nodev1.SecretRequestBody{NodeId: n.NodeID(), Ref: ref, CommandId: cmd, RequestId: ids.Secret(18), OneTimeKey: otkPub(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Hour + time.Minute)
+		_, err = e.CP.Secrets.Release(context.Background(), pki.NodeIdentity{NodeID: n.NodeID(), Serial: req.CertSerial}, req)
+		if errs.CodeOf(err) != errs.AccessDenied || !hasReason(t, e, secrets.EventRefused, "cert-not-current") {
+			t.Fatalf("expired certificate: %v", err)
+		}
+	})
+}
+
+func otkPub(t *testing.T) []byte {
+	t.Helper()
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	b, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
