@@ -578,3 +578,65 @@ func otkPub(t *testing.T) []byte {
 	}
 	return b
 }
+
+// TestSecretsPutRefusalsEchoNoValue checks what every secrets.put refusal
+// says back: the code it is refused with, and never the value, in clear,
+// base64 or hex, nor the raw value_base64 text, in the answer or the log.
+func TestSecretsPutRefusalsEchoNoValue(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		logs := &syncBuffer{}
+		e := testenv.Start(t, db, testenv.Options{LogTo: logs})
+		ctx := context.Background()
+		tenant, err := e.Client.CreateTenant(ctx, "", "echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.CP.Secrets.Put(ctx, admin, "root", "fleet-one", secrets.ScopeFleet, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		value := "v4lue-" + ids.Secret(20)
+		enc := b64([]byte(value))
+		big := b64(bytes.Repeat([]byte(value), secrets.MaxValue/len(value)+1)[:secrets.MaxValue+1])
+		put := func(body string) (int, []byte) {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.CP.APIAddr+"/api/v1/secrets.put", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Better-Compute", "1")
+			req.Header.Set("Authorization", "Bearer "+e.AdminKey)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, b
+		}
+		for _, c := range []struct {
+			name, body, code string
+		}{
+			{"bad name", `{"name":"Bad Name","value_base64":"` + enc + `"}`, "INVALID_INPUT"},
+			{"bad scope", `{"name":"ok","scope":"galaxy","value_base64":"` + enc + `"}`, "INVALID_INPUT"},
+			{"fleet outside root", `{"tenant_id":"` + tenant.ID + `","name":"ok","scope":"fleet","value_base64":"` + enc + `"}`, "INVALID_INPUT"},
+			{"tenant put over a fleet secret", `{"name":"fleet-one","value_base64":"` + enc + `"}`, "INVALID_STATE"},
+			{"not base64", `{"name":"ok","value_base64":"` + value + `!"}`, "INVALID_INPUT"},
+			{"too large", `{"name":"ok","value_base64":"` + big + `"}`, "INVALID_INPUT"},
+			{"value in an unknown field", `{"name":"ok","value":"` + value + `"}`, "INVALID_INPUT"},
+			{"value of the wrong type", `{"name":"ok","value_base64":["` + enc + `"]}`, "INVALID_INPUT"},
+			{"value twice", `{"name":"ok","value_base64":"` + enc + `","value_base64":"` + enc + `"}`, "INVALID_INPUT"},
+		} {
+			status, body := put(c.body)
+			if status == http.StatusOK || !bytes.Contains(body, []byte(`"`+c.code+`"`)) {
+				t.Fatalf("%s: %d %s, want %s", c.name, status, body, c.code)
+			}
+			for _, f := range []string{value, enc, hex.EncodeToString([]byte(value)), value[:12], enc[:12]} {
+				if bytes.Contains(body, []byte(f)) {
+					t.Fatalf("%s: the refusal echoes the value: %s", c.name, body)
+				}
+			}
+		}
+		for _, f := range []string{value, enc, hex.EncodeToString([]byte(value))} {
+			if bytes.Contains(logs.Bytes(), []byte(f)) {
+				t.Fatal("a refused put logged the value")
+			}
+		}
+	})
+}
