@@ -546,6 +546,16 @@ func TestSecretBrokerOwnRefusals(t *testing.T) {
 				t.Fatalf("revoked certificate: %v", err)
 			}
 		})
+		t.Run("role-not-allowed", func(t *testing.T) {
+			// A ramdisk or site certificate is the platform's, but is not
+			// a node's: it gets no secret either.
+			for _, role := range []string{pki.RoleRamdisk, pki.RoleSite} {
+				m := joinIn(t, e, "root", role)
+				c := commandRow(t, e, "root", m.NodeID(), "sent", map[string]string{"ref": ref})
+				_, err := request(t, m, &nodev1.SecretRequestBody{NodeId: m.NodeID(), Ref: ref, CommandId: c})
+				expectRefusedFor(t, e, err, "role-not-allowed", c)
+			}
+		})
 		if got := releaseCount(t, e, ref); got != released {
 			t.Fatalf("%d releases after refusals, want %d", got, released)
 		}

@@ -75,6 +75,22 @@ func TestSecretDigestEndToEnd(t *testing.T) {
 	if meta.Ref != "secret://root/demo" || meta.Version != 1 {
 		t.Fatalf("put answered %+v", meta)
 	}
+	// No method answers the value: put, list and get answer metadata.
+	var answers []json.RawMessage
+	for _, c := range []struct {
+		method string
+		in     map[string]any
+	}{
+		{"secrets.put", map[string]any{"name": "demo", "value_base64": base64.StdEncoding.EncodeToString(value)}},
+		{"secrets.list", map[string]any{}},
+		{"secrets.get", map[string]any{"ref": "secret://root/demo"}},
+	} {
+		var raw json.RawMessage
+		if err := e.Client.Call(ctx, c.method, c.in, &raw); err != nil {
+			t.Fatal(err)
+		}
+		answers = append(answers, raw)
+	}
 	nonce := []byte(ids.Secret(16))
 	c, err := e.Client.CreateCommand(ctx, e.Nodes[0].NodeID(), "secret.digest", json.RawMessage(`{"ref":"secret://root/demo","nonce":"`+hex.EncodeToString(nonce)+`"}`))
 	if err != nil {
@@ -106,6 +122,9 @@ func TestSecretDigestEndToEnd(t *testing.T) {
 		}
 	}
 	check("the logs", logs.Bytes())
+	for _, a := range answers {
+		check("an API answer", a)
+	}
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
