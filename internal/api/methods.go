@@ -137,11 +137,21 @@ func Methods(m Modules) []Method {
 			func(ctx context.Context, c *Caller, in restrictIn) (any, error) {
 				return map[string]any{}, m.Nodes.RestrictCert(ctx, c.Actor(), in.NodeID, in.Serial, in.AllowedKinds)
 			}),
+		// A tenant other than root mints only node-tenant tokens: the
+		// machines it joins are its own, so never platform nodes.
 		Def("joinTokens.create", "compute:join-tokens:create", true, byTenant[tokenIn], func(ctx context.Context, c *Caller, in tokenIn) (any, error) {
-			return m.Nodes.CreateJoinToken(ctx, c.Actor(), in.Role, in.Name, time.Duration(in.TTLSeconds)*time.Second)
+			role, err := nodes.TokenRole(c.Root(), in.Role)
+			if err != nil {
+				return nil, err
+			}
+			return m.Nodes.CreateJoinToken(ctx, c.Actor(), role, in.Name, time.Duration(in.TTLSeconds)*time.Second)
 		}),
 		Def("joinTokens.createMany", "compute:join-tokens:create", true, byTenant[tokensIn], func(ctx context.Context, c *Caller, in tokensIn) (any, error) {
-			ts, err := m.Nodes.CreateJoinTokens(ctx, c.Actor(), in.Role, in.Count, time.Duration(in.TTLSeconds)*time.Second)
+			role, err := nodes.TokenRole(c.Root(), in.Role)
+			if err != nil {
+				return nil, err
+			}
+			ts, err := m.Nodes.CreateJoinTokens(ctx, c.Actor(), role, in.Count, time.Duration(in.TTLSeconds)*time.Second)
 			if err != nil {
 				return nil, err
 			}

@@ -85,7 +85,7 @@ func joinTokensCmd() *cobra.Command {
 		Short: "Make a single-use join token (shown once; stored only as a hash)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !pki.ValidRole(role) {
+			if role != "" && !pki.ValidRole(role) {
 				return &ExitError{Code: 2, Err: errors.New("--role must be node, ramdisk, site or node-tenant")}
 			}
 			cl, err := apiClient()
@@ -114,7 +114,7 @@ func joinTokensCmd() *cobra.Command {
 			return nil
 		},
 	}
-	create.Flags().StringVar(&role, "role", "node", "certificate role: node, ramdisk, site, node-tenant")
+	create.Flags().StringVar(&role, "role", "", "certificate role: node, ramdisk, site, node-tenant (default node in the root tenant, node-tenant in any other; other tenants may mint only node-tenant)")
 	create.Flags().StringVar(&name, "name", "", "name for the node")
 	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token is valid")
 	create.Flags().StringVar(&out, "out", "", "write the token to this new 0600 file instead of printing it")

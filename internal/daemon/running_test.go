@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -227,7 +228,7 @@ func TestRunningOnlyAfterRunningAfter(t *testing.T) {
 				return nil, ctx.Err()
 			}
 		})
-		e.work <- command(f, "c-slow", kinds.SecretDigest, []byte(`{"ref":"r1"}`))
+		e.work <- command(f, "c-slow", kinds.SecretDigest, []byte(`{"ref":"r1","nonce":"000102030405060708090a0b0c0d0e0f"}`))
 		if id := receive(t, entered); id != "c-slow" {
 			t.Fatalf("fetch for %s", id)
 		}
@@ -237,9 +238,10 @@ func TestRunningOnlyAfterRunningAfter(t *testing.T) {
 		close(release)
 		final := e.next()
 		wantUpdate(t, final, "c-slow", "succeeded", "")
-		sum := sha256.Sum256([]byte("value"))
+		mac := hmac.New(sha256.New, []byte("value"))
+		mac.Write([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
 		var res map[string]string
-		if err := json.Unmarshal(final.Result, &res); err != nil || res["sha256"] != hex.EncodeToString(sum[:]) {
+		if err := json.Unmarshal(final.Result, &res); err != nil || res["hmac_sha256"] != hex.EncodeToString(mac.Sum(nil)) {
 			t.Fatalf("result %s (%v)", final.Result, err)
 		}
 		e.finish()
@@ -264,7 +266,7 @@ func TestRunningOnlyAfterRunningAfter(t *testing.T) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		})
-		e.work <- command(f, "c-cancel", kinds.SecretDigest, []byte(`{"ref":"r1"}`))
+		e.work <- command(f, "c-cancel", kinds.SecretDigest, []byte(`{"ref":"r1","nonce":"000102030405060708090a0b0c0d0e0f"}`))
 		if id := receive(t, entered); id != "c-cancel" {
 			t.Fatalf("fetch for %s", id)
 		}

@@ -44,7 +44,16 @@ func (n *Node) FetchSecret(ctx context.Context, conn *grpc.ClientConn, commandID
 	if err != nil {
 		return nil, fmt.Errorf("daemon: secret refused: %w", err)
 	}
-	obj, err := jose.ParseEncrypted(resp.Jwe, []jose.KeyAlgorithm{jose.ECDH_ES_A256KW}, []jose.ContentEncryption{jose.A256GCM})
+	return openSecretAnswer(resp.Jwe, otk, ref, reqID, n.now())
+}
+
+// openSecretAnswer opens the broker's JWE with the request's one-time key
+// and returns the value. It refuses an answer that is not an
+// ECDH-ES+A256KW/A256GCM JWE to that key, names another reference or
+// request, or has expired at now (in its protected header or its sealed
+// payload).
+func openSecretAnswer(jwe string, otk *ecdsa.PrivateKey, ref, reqID string, now time.Time) ([]byte, error) {
+	obj, err := jose.ParseEncrypted(jwe, []jose.KeyAlgorithm{jose.ECDH_ES_A256KW}, []jose.ContentEncryption{jose.A256GCM})
 	if err != nil {
 		return nil, fmt.Errorf("daemon: secret answer: %w", err)
 	}
@@ -62,7 +71,8 @@ func (n *Node) FetchSecret(ctx context.Context, conn *grpc.ClientConn, commandID
 	if err := json.Unmarshal(plain, &p); err != nil {
 		return nil, fmt.Errorf("daemon: secret answer: %w", err)
 	}
-	if p.Ref != ref || p.Request != reqID || time.Unix(p.Exp, 0).Before(n.now()) {
+	hexp, ok := obj.Header.ExtraHeaders["exp"].(float64)
+	if p.Ref != ref || p.Request != reqID || !ok || int64(hexp) != p.Exp || !now.Before(time.Unix(p.Exp, 0)) {
 		return nil, errors.New("daemon: secret answer is for another request or expired")
 	}
 	return base64.StdEncoding.DecodeString(p.Value)

@@ -5,6 +5,10 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net"
 	"os"
@@ -130,5 +134,30 @@ func TestDevAndCLI(t *testing.T) {
 	o, code = cli("commands", "run", "--node", nodes[1].ID, "--kind", "disk.wipe", "--wait", "--json")
 	if code == 0 || !strings.Contains(o, `"unbatched-destructive"`) {
 		t.Fatalf("unbatched disk.wipe (exit %d): %s", code, o)
+	}
+	// The README's sealed-secret block: put from a file, then a keyed
+	// digest under a fresh nonce that whoever knows the value can check.
+	valueFile := filepath.Join(t.TempDir(), "value.txt")
+	if err := os.WriteFile(valueFile, []byte("readme-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if o, code = cli("secrets", "put", "--name", "demo", "--value-file", valueFile); code != 0 {
+		t.Fatalf("secrets put (exit %d): %s", code, o)
+	}
+	nonce := make([]byte, 16)
+	if _, err := rand.Read(nonce); err != nil {
+		t.Fatal(err)
+	}
+	o, code = cli("commands", "run", "--node", nodes[0].ID, "--kind", "secret.digest", "--payload", `{"ref":"secret://root/demo","nonce":"`+hex.EncodeToString(nonce)+`"}`, "--wait", "--json")
+	var digest struct {
+		State  string `json:"state"`
+		Result struct {
+			HMAC string `json:"hmac_sha256"`
+		} `json:"result"`
+	}
+	mac := hmac.New(sha256.New, []byte("readme-secret"))
+	mac.Write(nonce)
+	if err := json.Unmarshal([]byte(o), &digest); err != nil || code != 0 || digest.State != "succeeded" || digest.Result.HMAC != hex.EncodeToString(mac.Sum(nil)) {
+		t.Fatalf("secret.digest (exit %d): %s", code, o)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
@@ -74,14 +75,34 @@ func TestSecretDigestEndToEnd(t *testing.T) {
 	if meta.Ref != "secret://root/demo" || meta.Version != 1 {
 		t.Fatalf("put answered %+v", meta)
 	}
-	c, err := e.Client.CreateCommand(ctx, e.Nodes[0].NodeID(), "secret.digest", json.RawMessage(`{"ref":"secret://root/demo"}`))
+	// No method answers the value: put, list and get answer metadata.
+	var answers []json.RawMessage
+	for _, c := range []struct {
+		method string
+		in     map[string]any
+	}{
+		{"secrets.put", map[string]any{"name": "demo", "value_base64": base64.StdEncoding.EncodeToString(value)}},
+		{"secrets.list", map[string]any{}},
+		{"secrets.get", map[string]any{"ref": "secret://root/demo"}},
+	} {
+		var raw json.RawMessage
+		if err := e.Client.Call(ctx, c.method, c.in, &raw); err != nil {
+			t.Fatal(err)
+		}
+		answers = append(answers, raw)
+	}
+	nonce := []byte(ids.Secret(16))
+	c, err := e.Client.CreateCommand(ctx, e.Nodes[0].NodeID(), "secret.digest", json.RawMessage(`{"ref":"secret://root/demo","nonce":"`+hex.EncodeToString(nonce)+`"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := e.WaitCommand(t, c.ID)
-	want := sha256.Sum256(value)
-	var res struct{ SHA256 string }
-	if err := json.Unmarshal(got.Result, &res); err != nil || got.State != "succeeded" || !got.Attested || res.SHA256 != hex.EncodeToString(want[:]) {
+	mac := hmac.New(sha256.New, value)
+	mac.Write(nonce)
+	var res struct {
+		HMAC string `json:"hmac_sha256"`
+	}
+	if err := json.Unmarshal(got.Result, &res); err != nil || got.State != "succeeded" || !got.Attested || res.HMAC != hex.EncodeToString(mac.Sum(nil)) {
 		t.Fatalf("secret.digest: %s attested=%v result=%s reason=%q", got.State, got.Attested, got.Result, got.Reason)
 	}
 	var n int
@@ -89,7 +110,10 @@ func TestSecretDigestEndToEnd(t *testing.T) {
 		t.Fatalf("%d release audit rows (%v), want 1", n, err)
 	}
 	e.Close()
-	forms := [][]byte{value, []byte(base64.StdEncoding.EncodeToString(value)), []byte(hex.EncodeToString(value))}
+	// Nor does its unkeyed hash: the command's result is keyed under the
+	// caller's nonce.
+	unkeyed := sha256.Sum256(value)
+	forms := [][]byte{value, []byte(base64.StdEncoding.EncodeToString(value)), []byte(hex.EncodeToString(value)), []byte(hex.EncodeToString(unkeyed[:]))}
 	check := func(where string, b []byte) {
 		for _, f := range forms {
 			if bytes.Contains(b, f) {
@@ -98,6 +122,9 @@ func TestSecretDigestEndToEnd(t *testing.T) {
 		}
 	}
 	check("the logs", logs.Bytes())
+	for _, a := range answers {
+		check("an API answer", a)
+	}
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -229,11 +256,13 @@ func TestSecretBrokerRefusals(t *testing.T) {
 				t.Fatal(err)
 			}
 			ref := putSecret(t, e, tn.ID, "tenant-secret")
-			cmd := liveCommand(t, e, n.NodeID(), ref)
+			// The tenant's own work on a platform machine root joined to it.
+			tnNode := joinIn(t, e, tn.ID, pki.RoleNode)
+			cmd := commandRow(t, e, tn.ID, tnNode.NodeID(), "sent", map[string]string{"ref": ref})
 			if _, err := e.Client.SetTenantState(ctx, tn.ID, "suspend"); err != nil {
 				t.Fatal(err)
 			}
-			_, err = request(t, n, &nodev1.SecretRequestBody{NodeId: n.NodeID(), Ref: ref, CommandId: cmd})
+			_, err = request(t, tnNode, &nodev1.SecretRequestBody{NodeId: tnNode.NodeID(), Ref: ref, CommandId: cmd})
 			expectSecretRefused(t, e, err, "tenant-suspended")
 		})
 		t.Run("ciphertext moved to another reference", func(t *testing.T) {

@@ -133,6 +133,29 @@ type CreatedToken struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
+// TokenRole decides the certificate role of a join token a caller asks
+// for. A caller in the root tenant mints for the platform's own machines:
+// any role, node by default. A machine that any other tenant joins is
+// tenant-controlled (the tenant holds root on it), so such a caller mints
+// only role node-tenant, its default; any other role is INVALID_INPUT. A
+// node-tenant certificate never gets a secret, never attests and never
+// runs a destructive kind.
+func TokenRole(callerIsRoot bool, role string) (string, error) {
+	if role == "" {
+		if callerIsRoot {
+			return pki.RoleNode, nil
+		}
+		return pki.RoleNodeTenant, nil
+	}
+	if !pki.ValidRole(role) {
+		return "", errs.New(errs.InvalidInput, "role must be one of node, ramdisk, site, node-tenant")
+	}
+	if !callerIsRoot && role != pki.RoleNodeTenant {
+		return "", errs.New(errs.InvalidInput, "role: a machine a tenant other than root joins is tenant-controlled; its join token's role is node-tenant")
+	}
+	return role, nil
+}
+
 // CreateJoinToken makes a single-use join token for role, valid for ttl,
 // with its audit row in the same transaction.
 func (s *Service) CreateJoinToken(ctx context.Context, actor audit.Entry, role, name string, ttl time.Duration) (CreatedToken, error) {

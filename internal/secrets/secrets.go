@@ -6,8 +6,9 @@
 // to its reference, tenant and version, so a ciphertext moved to another
 // row or tenant does not open. No method returns a value to an API caller.
 // A node gets one from Release: for a reference a live command addressed to
-// it carries, with a fresh request signed by its current platform
-// certificate, as a JWE to a key it made for that one request.
+// it carries, when the secret's tenant is the command's and the node's,
+// with a fresh request signed by its current platform certificate, as a
+// JWE to a key it made for that one request.
 package secrets
 
 import (
@@ -128,21 +129,32 @@ func (s *Service) Put(ctx context.Context, actor audit.Entry, tenant, name, scop
 	now := s.clk.Now()
 	m.CreatedAt = now.UTC()
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		var prevScope sql.NullString
-		var prev sql.NullInt64
-		if err := tx.QueryRowContext(ctx, `SELECT MAX(version), MAX(scope) FROM secrets WHERE ref = $1`, m.Ref).Scan(&prev, &prevScope); err != nil {
+		if err := s.lockRef(ctx, tx, m.Ref); err != nil {
+			return err
+		}
+		var prev int64
+		var prevScope string
+		err := tx.QueryRowContext(ctx, `SELECT version, scope FROM secrets WHERE ref = $1 ORDER BY version DESC LIMIT 1`, m.Ref).Scan(&prev, &prevScope)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("secrets: read versions: %w", err)
 		}
-		if prevScope.Valid && prevScope.String == ScopeFleet && scope != ScopeFleet {
+		// The latest version's scope decides, deleted or not: a name the
+		// fleet holds stays the fleet's until a fleet-scoped put.
+		if prevScope == ScopeFleet && scope != ScopeFleet {
 			return errs.New(errs.InvalidState, "a tenant-scoped put cannot change a fleet secret")
 		}
-		m.Version = prev.Int64 + 1
+		m.Version = prev + 1
 		sealed, err := pki.Seal(s.kek, value, aad(m.Ref, tenant, m.Version))
 		if err != nil {
 			return fmt.Errorf("secrets: seal: %w", err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO secrets (ref, version, tenant_id, name, scope, sealed, created_by, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 			m.Ref, m.Version, tenant, name, scope, sealed, actor.Actor, now.UnixMilli()); err != nil {
+			if store.IsUniqueViolation(err) {
+				// Not expected under lockRef; if another writer got past it,
+				// the caller gets a clear answer, never a 500.
+				return errs.New(errs.Conflict, "another put of this secret committed first; put it again")
+			}
 			return fmt.Errorf("secrets: insert: %w", err)
 		}
 		actor.TenantID = tenant
@@ -153,6 +165,25 @@ func (s *Service) Put(ctx context.Context, actor audit.Entry, tenant, name, scop
 	return m, err
 }
 
+// putLockClass is the first key of the PostgreSQL advisory locks that
+// serialise puts of one reference (the second is the reference's hash).
+const putLockClass = 0x5ec2
+
+// lockRef serialises writers of ref until tx ends, so that versions stay
+// dense and concurrent puts all succeed. On PostgreSQL it takes a
+// transaction-scoped advisory lock on the reference (a hash collision only
+// serialises two references more than needed); on SQLite every write
+// transaction is already serial (one connection, BEGIN IMMEDIATE).
+func (s *Service) lockRef(ctx context.Context, tx *sql.Tx, ref string) error {
+	if s.db.Dialect != store.Postgres {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, putLockClass, ref); err != nil {
+		return fmt.Errorf("secrets: lock %s: %w", ref, err)
+	}
+	return nil
+}
+
 // Delete marks every version of ref deleted. A tenant-scoped delete never
 // changes a fleet secret (INVALID_STATE).
 func (s *Service) Delete(ctx context.Context, actor audit.Entry, ref, scope string) error {
@@ -161,6 +192,9 @@ func (s *Service) Delete(ctx context.Context, actor audit.Entry, ref, scope stri
 	}
 	now := s.clk.Now()
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockRef(ctx, tx, ref); err != nil {
+			return err
+		}
 		var cur string
 		if err := tx.QueryRowContext(ctx, `SELECT scope FROM secrets WHERE ref = $1 AND deleted_at IS NULL ORDER BY version DESC LIMIT 1`, ref).Scan(&cur); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
@@ -201,31 +235,37 @@ func (s *Service) List(ctx context.Context, tenant string) ([]Meta, error) {
 	return out, rows.Err()
 }
 
-// Show returns one secret's metadata.
+// Show returns one secret's metadata (its latest live version).
 func (s *Service) Show(ctx context.Context, ref string) (Meta, error) {
-	tenant, _, ok := ParseRef(ref)
-	if !ok {
+	if _, _, ok := ParseRef(ref); !ok {
 		return Meta{}, errs.New(errs.NotFound, "secret not found")
 	}
-	ms, err := s.List(ctx, tenant)
+	var m Meta
+	var at int64
+	err := s.db.QueryRowContext(ctx, `SELECT ref, tenant_id, name, version, scope, created_by, created_at FROM secrets
+		WHERE ref = $1 AND deleted_at IS NULL ORDER BY version DESC LIMIT 1`, ref).Scan(&m.Ref, &m.TenantID, &m.Name, &m.Version, &m.Scope, &m.CreatedBy, &at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Meta{}, errs.New(errs.NotFound, "secret not found")
+	}
 	if err != nil {
-		return Meta{}, err
+		return Meta{}, fmt.Errorf("secrets: show: %w", err)
 	}
-	for _, m := range ms {
-		if m.Ref == ref {
-			return m, nil
-		}
-	}
-	return Meta{}, errs.New(errs.NotFound, "secret not found")
+	m.CreatedAt = time.UnixMilli(at).UTC()
+	return m, nil
 }
 
-// TenantOf resolves a reference's tenant for the API envelope.
-func (s *Service) TenantOf(ctx context.Context, ref string) (string, error) {
-	m, err := s.Show(ctx, ref)
-	if err != nil {
-		return "", err
+// TenantOf resolves a reference's tenant for the API envelope from the
+// reference alone, reading nothing: a reference of another tenant, whether
+// that tenant or secret exists or not, costs the same parse and is denied
+// by the tenant check before any database read, so the answer and the
+// work never tell which tenants hold secrets. A malformed reference is
+// NOT_FOUND.
+func (s *Service) TenantOf(_ context.Context, ref string) (string, error) {
+	tenant, _, ok := ParseRef(ref)
+	if !ok {
+		return "", errs.New(errs.NotFound, "secret not found")
 	}
-	return m.TenantID, nil
+	return tenant, nil
 }
 
 // refused records why a release was refused and returns the one generic
@@ -279,12 +319,25 @@ func (s *Service) Release(ctx context.Context, id pki.NodeIdentity, req *nodev1.
 	if err != nil || !isEC {
 		return "", s.refused(ctx, "one-time-key-invalid", id.NodeID, d)
 	}
-	if !s.bound(ctx, id.NodeID, body.CommandId, body.Ref, now) {
+	commandTenant, ok := s.bound(ctx, id.NodeID, body.CommandId, body.Ref, now)
+	if !ok {
 		return "", s.refused(ctx, "not-bound", id.NodeID, d)
 	}
 	tenant, _, ok := ParseRef(body.Ref)
 	if !ok {
 		return "", s.refused(ctx, "unknown-ref", id.NodeID, d)
+	}
+	nodeTenant, err := s.nodes.TenantOf(ctx, id.NodeID)
+	if err != nil {
+		return "", s.refused(ctx, "node-unknown", id.NodeID, d)
+	}
+	// A secret goes only to its own tenant's work on its own tenant's
+	// node: a fleet secret (root) only to root work on a root node, and
+	// one tenant's secret never to another tenant's command or machine,
+	// whatever a command's payload names.
+	if !TenantsMatch(tenant, commandTenant, nodeTenant) {
+		d["command_tenant"], d["node_tenant"] = commandTenant, nodeTenant
+		return "", s.refused(ctx, "tenant-mismatch", id.NodeID, d)
 	}
 	var sealed []byte
 	var version int64
@@ -353,17 +406,28 @@ func (s *Service) Release(ctx context.Context, id pki.NodeIdentity, req *nodev1.
 
 var errReplayed = errors.New("replayed")
 
+// TenantsMatch reports whether a secret of secretTenant may be released
+// for a command of commandTenant on a node of nodeTenant: only when all
+// three are the same tenant.
+func TenantsMatch(secretTenant, commandTenant, nodeTenant string) bool {
+	return secretTenant != "" && secretTenant == commandTenant && secretTenant == nodeTenant
+}
+
 // bound reports whether a live command addressed to nodeID carries ref in
-// its payload's "ref" field.
-func (s *Service) bound(ctx context.Context, nodeID, commandID, ref string, now time.Time) bool {
+// its payload's "ref" field, and that command's tenant.
+func (s *Service) bound(ctx context.Context, nodeID, commandID, ref string, now time.Time) (string, bool) {
 	var payload []byte
-	err := s.db.QueryRowContext(ctx, `SELECT payload FROM commands WHERE id = $1 AND node_id = $2 AND state IN ('queued', 'sent', 'running') AND expires_at > $3`,
-		commandID, nodeID, now.UnixMilli()).Scan(&payload)
+	var tenant string
+	err := s.db.QueryRowContext(ctx, `SELECT payload, tenant_id FROM commands WHERE id = $1 AND node_id = $2 AND state IN ('queued', 'sent', 'running') AND expires_at > $3`,
+		commandID, nodeID, now.UnixMilli()).Scan(&payload, &tenant)
 	if err != nil {
-		return false
+		return "", false
 	}
 	var p struct {
 		Ref string `json:"ref"`
 	}
-	return json.Unmarshal(payload, &p) == nil && p.Ref == ref
+	if json.Unmarshal(payload, &p) != nil || p.Ref != ref {
+		return "", false
+	}
+	return tenant, true
 }

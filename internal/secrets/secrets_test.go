@@ -1,6 +1,11 @@
 package secrets
 
-import "testing"
+import (
+	"context"
+	"testing"
+
+	"github.com/bettercompute/bettercompute/internal/errs"
+)
 
 func TestParseRef(t *testing.T) {
 	good := map[string][2]string{
@@ -38,5 +43,27 @@ func TestAADBindsRefTenantVersion(t *testing.T) {
 		if other == base {
 			t.Fatal("authenticated data does not bind every field")
 		}
+	}
+}
+
+// TestTenantOfReadsNothing checks that the envelope's resolver answers from
+// the reference alone: the service here has no database, so any read would
+// panic. An existing tenant's reference, a missing tenant's and a missing
+// name's take the same path and give their tenant; a malformed one is
+// NOT_FOUND.
+func TestTenantOfReadsNothing(t *testing.T) {
+	s := &Service{}
+	for ref, want := range map[string]string{
+		"secret://tabc/db-password": "tabc",
+		"secret://tnobody/x":        "tnobody",
+		"secret://root/site-bmc":    "root",
+	} {
+		got, err := s.TenantOf(context.Background(), ref)
+		if err != nil || got != want {
+			t.Errorf("%s: %q %v, want %q", ref, got, err, want)
+		}
+	}
+	if _, err := s.TenantOf(context.Background(), "secret://x/UPPER"); errs.CodeOf(err) != errs.NotFound {
+		t.Fatalf("malformed reference: %v, want NOT_FOUND", err)
 	}
 }

@@ -19,8 +19,10 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
-	_ "modernc.org/sqlite"             // registers the "sqlite" driver
+	"modernc.org/sqlite"               // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 //go:embed migrations/*.sql
@@ -205,14 +207,20 @@ func firstLine(s string) string {
 	return s
 }
 
-// IsUniqueViolation reports whether err is a unique-constraint violation in
-// either dialect.
+// IsUniqueViolation reports whether err is a unique-constraint or
+// primary-key violation in either dialect, by the driver's error code
+// (PostgreSQL SQLSTATE 23505; SQLite's extended codes, which modernc
+// turns on), never by its text.
 func IsUniqueViolation(err error) bool {
-	if err == nil {
-		return false
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "23505"
 	}
-	msg := err.Error()
-	return strings.Contains(msg, "UNIQUE constraint failed") || strings.Contains(msg, "SQLSTATE 23505")
+	var lite *sqlite.Error
+	if errors.As(err, &lite) {
+		return lite.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || lite.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+	}
+	return false
 }
 
 // Args builds a statement's placeholders and its arguments together, for

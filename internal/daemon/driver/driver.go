@@ -5,7 +5,9 @@
 package driver
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -37,26 +39,57 @@ func WithSecrets(ctx context.Context, f SecretFetcher) context.Context {
 	return context.WithValue(ctx, secretsKey{}, f)
 }
 
-// secretDigest runs secret.digest: fetch the payload's ref and return only
-// its SHA-256.
+// Bounds of the nonce a secret.digest payload carries, in bytes.
+const (
+	MinDigestNonce = 16
+	MaxDigestNonce = 64
+)
+
+// secretDigest runs secret.digest: with the payload
+// {"ref":"secret://…","nonce":"<hex, 16 to 64 bytes>"}, fetch ref and
+// return only HMAC-SHA256 keyed with the secret's value over the nonce's
+// bytes. Whoever knows the value checks delivery by computing the same
+// HMAC; the answer is no fixed fingerprint of the value (no unkeyed hash),
+// so it cannot be looked up in a table or compared across commands. A
+// payload without a valid nonce is refused payload-invalid before anything
+// is fetched.
 func secretDigest(ctx context.Context, payload []byte) ([]byte, error) {
-	var p struct {
-		Ref string `json:"ref"`
-	}
-	if err := json.Unmarshal(payload, &p); err != nil || p.Ref == "" {
-		return nil, errors.New("payload-invalid")
+	ref, nonce, err := decodeDigestPayload(payload)
+	if err != nil {
+		return nil, err
 	}
 	f, _ := ctx.Value(secretsKey{}).(SecretFetcher)
 	if f == nil {
 		return nil, errors.New("secrets-unavailable")
 	}
-	v, err := f(ctx, p.Ref)
+	v, err := f(ctx, ref)
 	if err != nil {
 		return nil, errors.New("secret-refused")
 	}
-	sum := sha256.Sum256(v)
+	mac := hmac.New(sha256.New, v)
 	clear(v)
-	return json.Marshal(map[string]string{"ref": p.Ref, "sha256": hex.EncodeToString(sum[:])})
+	mac.Write(nonce)
+	return json.Marshal(map[string]string{"ref": ref, "nonce": hex.EncodeToString(nonce), "hmac_sha256": hex.EncodeToString(mac.Sum(nil))})
+}
+
+// decodeDigestPayload decodes a secret.digest payload strictly: exactly
+// the fields ref and nonce, a non-empty ref and a hex nonce of
+// MinDigestNonce to MaxDigestNonce bytes.
+func decodeDigestPayload(payload []byte) (ref string, nonce []byte, err error) {
+	var p struct {
+		Ref   string `json:"ref"`
+		Nonce string `json:"nonce"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil || dec.More() || p.Ref == "" {
+		return "", nil, errors.New("payload-invalid")
+	}
+	nonce, err = hex.DecodeString(p.Nonce)
+	if err != nil || len(nonce) < MinDigestNonce || len(nonce) > MaxDigestNonce {
+		return "", nil, errors.New("payload-invalid")
+	}
+	return p.Ref, nonce, nil
 }
 
 // ErrUnsupported is returned for a kind a driver does not implement.
