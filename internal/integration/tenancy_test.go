@@ -16,10 +16,10 @@ import (
 	"github.com/bettercompute/bettercompute/internal/testenv"
 )
 
-// joinIn joins and starts a tenant-controlled sim node in tenant (a
+// joinTenantNode joins and starts a tenant-controlled sim node in tenant (a
 // machine a non-root tenant joins is tenant-controlled) and waits until
 // its session is up.
-func joinIn(t *testing.T, e *testenv.Env, tenant, name string) *testenv.Node {
+func joinTenantNode(t *testing.T, e *testenv.Env, tenant, name string) *testenv.Node {
 	t.Helper()
 	ctx := context.Background()
 	tok, err := e.CP.Nodes.CreateJoinToken(ctx, audit.Entry{TenantID: tenant, Actor: "test"}, pki.RoleNodeTenant, name, time.Hour)
@@ -46,8 +46,8 @@ func TestRevokeSerialMustBelongToNode(t *testing.T) {
 		ctx := context.Background()
 		tenantA, adminA := e.TenantAdmin(t, "rev-a")
 		tenantB, _ := e.TenantAdmin(t, "rev-b")
-		nodeA := joinIn(t, e, tenantA, "box-a")
-		nodeB := joinIn(t, e, tenantB, "box-b")
+		nodeA := joinTenantNode(t, e, tenantA, "box-a")
+		nodeB := joinTenantNode(t, e, tenantB, "box-b")
 
 		var unknown, foreign *client.Error
 		errUnknown := adminA.Call(ctx, "nodes.revoke", map[string]any{"node_id": nodeA.NodeID(), "serial": "00ff00ff00ff"}, nil)
