@@ -275,17 +275,11 @@ func (n *Node) tlsConfig() (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	td := n.bundle.TrustDomain
-	return &tls.Config{
-		MinVersion:         tls.VersionTLS13,
-		InsecureSkipVerify: true, // replaced by VerifyPeerCertificate: pinned roots and SPIFFE ID, not a host name
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			return verifyGateway(raw, roots, td)
-		},
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return n.ClientCertificate()
-		},
-	}, nil
+	cfg := pinnedGatewayTLS(roots, n.bundle.TrustDomain)
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		return n.ClientCertificate()
+	}
+	return cfg, nil
 }
 
 // ClientCertificate returns the node's current TLS identity.
