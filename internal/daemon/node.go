@@ -193,7 +193,9 @@ func (n *Node) OnState(f func(connected bool)) {
 }
 
 // Refusals returns how many commands this node refused since Open, by
-// reason (a copy).
+// reason (a copy). It counts messages refused before their signature
+// verified too: those are only logged and counted here, never journaled
+// or answered.
 func (n *Node) Refusals() map[string]int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -562,10 +564,13 @@ func (n *Node) execute(ctx context.Context, work <-chan *nodev1.SignedCommand, s
 	}
 }
 
-// handle verifies one command and either refuses it (a "cancelled" update
-// with the reason, journaled as done) or runs it: it journals "start"
-// (fsynced) before the driver starts, runs the driver, journals "done"
-// with the signed final update and sends it. The "running" update is sent
+// handle verifies one command and either refuses it or runs it. A
+// message whose signature does not verify over a body naming its id is
+// refused without a trace under that id (logged and counted in Refusals
+// only); an authenticated command that is refused gets a "cancelled"
+// update with the reason, journaled as done. For a command that runs,
+// handle journals "start" (fsynced) before the driver starts, runs the
+// driver, journals "done" with the signed final update and sends it. The "running" update is sent
 // only if the driver has not returned within Config.RunningAfter (at once,
 // before the driver starts, when that is negative), so a quick command
 // costs one signed update, not two. Both updates are sent from this
@@ -576,25 +581,26 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 	if len(c.Id) > 64 {
 		return errors.New("command id too long")
 	}
-	reason := ""
-	var body *nodev1.CommandBody
-	if rewound {
+	body, reason := n.verify.Check(c, n.now(), allowed, n.journal.Seen)
+	if !authenticated(body, reason) {
+		// Nobody signed this id: it is only logged and counted. Journaling
+		// it, or signing a refusal under it, would let anyone who knows a
+		// real command's id have that command refused as a replay, or make
+		// the node contradict a result it already signed.
+		n.cfg.Log.Warn("unauthenticated command refused", "command_id", c.Id, "reason", reason)
+		n.countRefusal(reason)
+		return nil
+	}
+	if rewound && reason != ReasonReplayed {
 		reason = ReasonClockRewound
-	} else {
-		body, reason = n.verify.Check(c, n.now(), allowed, n.journal.Seen)
 	}
 	expires := n.now().Add(MaxLifetime)
-	if body != nil && body.ExpiresAtMs > 0 && reason != ReasonExpired {
+	if body.ExpiresAtMs > 0 && reason != ReasonExpired {
 		expires = time.UnixMilli(body.ExpiresAtMs)
 	}
 	if reason != "" {
 		n.cfg.Log.Warn("command refused", "command_id", c.Id, "reason", reason)
-		n.mu.Lock()
-		if n.refusals == nil {
-			n.refusals = map[string]int{}
-		}
-		n.refusals[reason]++
-		n.mu.Unlock()
+		n.countRefusal(reason)
 		if reason == ReasonReplayed {
 			// A command this node already has is not run and not reported
 			// again as something else: the node answers with the final
@@ -633,6 +639,23 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 		return err
 	}
 	return n.sendUpdate(send, upd)
+}
+
+// authenticated reports whether Check's verdict rests on a signature
+// that verified over a body naming the message's id: only then may the
+// node journal the id or sign an update under it.
+func authenticated(body *nodev1.CommandBody, reason string) bool {
+	return body != nil && reason != ReasonIDMismatch
+}
+
+// countRefusal counts a refusal by reason (see Refusals).
+func (n *Node) countRefusal(reason string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.refusals == nil {
+		n.refusals = map[string]int{}
+	}
+	n.refusals[reason]++
 }
 
 // run runs the driver for a verified, journaled command and returns its
