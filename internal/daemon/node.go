@@ -82,8 +82,12 @@ type Node struct {
 	mu        sync.Mutex
 	key       crypto.Signer
 	chain     []*x509.Certificate
+	// highestMS is the latest signed time statement this node ever
+	// accepted (persisted in state.json); timeMS is the one that sets its
+	// time in this process, read at timeAt by its own clock.
 	highestMS int64
-	offset    time.Duration
+	timeMS    int64
+	timeAt    time.Time
 	connected bool
 	sessionID string
 	refusals  map[string]int // commands refused since Open, by reason
@@ -223,13 +227,26 @@ func (n *Node) setConnected(c bool) {
 	}
 }
 
-// now is the node's idea of the time: its clock moved by the offset of the
-// last Welcome it trusted.
+// now is the node's idea of the time: its own clock, but never earlier
+// than the signed time statement it accepted in this process plus the time
+// elapsed since by its own clock (monotonic when it is the real clock), nor
+// than the highest statement time it ever accepted. Signed statements are
+// lower bounds on the time, so they can only move it forward.
 func (n *Node) now() time.Time {
+	local := n.cfg.Clock.Now()
 	n.mu.Lock()
-	off := n.offset
+	highest, stMS, at := n.highestMS, n.timeMS, n.timeAt
 	n.mu.Unlock()
-	return n.cfg.Clock.Now().Add(off)
+	t := local
+	if !at.IsZero() {
+		if c := time.UnixMilli(stMS).Add(local.Sub(at)); c.After(t) {
+			t = c
+		}
+	}
+	if h := time.UnixMilli(highest); h.After(t) {
+		t = h
+	}
+	return t
 }
 
 // Serial returns the current certificate's serial (hex).
@@ -509,19 +526,44 @@ func (n *Node) session(ctx context.Context) error {
 	}
 }
 
-// acceptWelcome applies a Welcome's server time unless it is more than
-// MaxSkew behind the highest seen, in which case the session is marked
-// rewound and every command on it is refused.
+// acceptWelcome applies the Welcome's signed time statement; the
+// Welcome's own server_time is unsigned and never read. A statement that is missing
+// or does not verify under the command-signing roots is ignored (the node
+// keeps its own clock) and logged. One more than MaxSkew ahead of the
+// node's time is refused and not saved, so a forged or broken clock cannot
+// push the node into the future. One more than MaxSkew behind the highest
+// the node ever accepted is an old statement replayed: the session is
+// marked rewound and every command on it is refused. Otherwise the node's
+// time becomes at least the statement's, counted on from now by its own
+// clock, and the highest statement time is persisted.
 func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
+	st := w.GetTime()
+	if st == nil {
+		n.cfg.Log.Info("welcome carries no signed time, using own clock", "node_id", n.rec.NodeID)
+		return false
+	}
+	at, err := n.verify.CheckTime(st)
+	if err != nil {
+		n.cfg.Log.Warn("welcome time ignored", "node_id", n.rec.NodeID, "err", err)
+		return false
+	}
+	now, local := n.now(), n.cfg.Clock.Now()
+	if at.After(now.Add(MaxSkew)) {
+		n.cfg.Log.Warn("signed time too far ahead, refused", "node_id", n.rec.NodeID, "statement_ms", at.UnixMilli(), "node_ms", now.UnixMilli())
+		return false
+	}
+	ms := at.UnixMilli()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if w.ServerTimeMs < n.highestMS-MaxSkew.Milliseconds() {
-		n.cfg.Log.Warn("welcome time rewound", "node_id", n.rec.NodeID, "server_time_ms", w.ServerTimeMs, "highest_ms", n.highestMS)
+	if ms < n.highestMS-MaxSkew.Milliseconds() {
+		n.cfg.Log.Warn("welcome time rewound", "node_id", n.rec.NodeID, "statement_ms", ms, "highest_ms", n.highestMS)
 		return true
 	}
-	n.offset = time.UnixMilli(w.ServerTimeMs).Sub(n.cfg.Clock.Now())
-	if w.ServerTimeMs > n.highestMS {
-		n.highestMS = w.ServerTimeMs
+	if n.timeAt.IsZero() || at.After(time.UnixMilli(n.timeMS).Add(local.Sub(n.timeAt))) {
+		n.timeMS, n.timeAt = ms, local
+	}
+	if ms > n.highestMS {
+		n.highestMS = ms
 		if err := writeJSON(n.cfg.DataDir, stateFile, state{HighestServerTimeMS: n.highestMS}); err != nil {
 			n.cfg.Log.Error("persist server time", "err", err)
 		}
