@@ -82,12 +82,9 @@ type Node struct {
 	mu        sync.Mutex
 	key       crypto.Signer
 	chain     []*x509.Certificate
-	// highestMS is the latest signed time statement this node ever
-	// accepted (persisted in state.json); timeMS is the one that sets its
-	// time in this process, read at timeAt by its own clock.
-	highestMS int64
-	timeMS    int64
-	timeAt    time.Time
+	highestMS int64     // the latest signed time statement ever accepted (state.json)
+	timeMS    int64     // the statement that sets the time in this process,
+	timeAt    time.Time // read at timeAt by the node's own clock
 	connected bool
 	sessionID string
 	refusals  map[string]int // commands refused since Open, by reason
