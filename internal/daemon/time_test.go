@@ -147,8 +147,8 @@ func TestNodeTimeComesFromSignedStatements(t *testing.T) {
 			}(),
 			// A real worker key, signing under the command context.
 			"command signature context": timeSignerUnder(t, f.bundle, f.kek, wire.CommandSigContext)(soon),
-			"garbage body": {Body: []byte{0xff}, Signature: good(soon).Signature, SignerCertDer: good(soon).SignerCertDer},
-			"no statement": nil,
+			"garbage body":              {Body: []byte{0xff}, Signature: good(soon).Signature, SignerCertDer: good(soon).SignerCertDer},
+			"no statement":              nil,
 		}
 		for name, st := range cases {
 			t.Run(name, func(t *testing.T) {
