@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"slices"
-	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -44,7 +43,8 @@ func verifyGateway(rawCerts [][]byte, roots *x509.CertPool, trustDomain string) 
 		return fmt.Errorf("daemon: gateway certificate does not verify: %w", err)
 	}
 	want := pki.GatewaySPIFFEID(trustDomain).String()
-	if !slices.ContainsFunc(certs[0].URIs, func(u *url.URL) bool { return u.String() == want }) {
+	// An X.509-SVID names exactly one SPIFFE ID.
+	if len(certs[0].URIs) != 1 || !slices.ContainsFunc(certs[0].URIs, func(u *url.URL) bool { return u.String() == want }) {
 		return errors.New("daemon: gateway certificate lacks the gateway SPIFFE ID")
 	}
 	return nil
@@ -62,6 +62,11 @@ type JoinOptions struct {
 // Join makes this node's key locally, checks the gateway against the pin
 // in the token (before the token is sent), trades the token and a CSR for
 // a certificate, and keeps the join record and identity (0600) in DataDir.
+//
+// The signed trust bundle is fetched on a first connection, which carries
+// nothing secret, and checked under the pin; the token then goes only on a
+// second connection whose TLS handshakes (every one, reconnects included)
+// must verify to the bundle's server roots with the gateway SPIFFE ID.
 func Join(ctx context.Context, o JoinOptions) (*JoinRecord, error) {
 	tok, err := jointoken.Parse(o.Token)
 	if err != nil {
@@ -73,45 +78,26 @@ func Join(ctx context.Context, o JoinOptions) (*JoinRecord, error) {
 	if Joined(o.DataDir) {
 		return nil, fmt.Errorf("daemon: %s already holds a join record", o.DataDir)
 	}
-	// The gateway's chain is checked after the signed bundle arrives, on
-	// the same connection, and before the token leaves this machine.
-	var mu sync.Mutex
-	var seen [][]byte
-	tlsCfg := &tls.Config{
-		MinVersion:         tls.VersionTLS13,
-		InsecureSkipVerify: true, // verified below against the pinned bundle
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			mu.Lock()
-			seen = raw
-			mu.Unlock()
-			return nil
-		},
+	sb, tb, err := fetchBundle(ctx, o.Gateway, tok.Pin)
+	if err != nil {
+		return nil, err
 	}
-	conn, err := grpc.NewClient(o.Gateway, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	joinPub := ed25519.PublicKey(sb.JoinPublicKey)
+	serverRoots, err := tb.ServerRootPool()
+	if err != nil {
+		return nil, fmt.Errorf("daemon: server roots: %w", err)
+	}
+	// The token travels only on a new connection whose every handshake
+	// (the first and any reconnect gRPC makes) is checked inside the TLS
+	// handshake against the bundle's server roots and the gateway SPIFFE
+	// ID: a handshake that fails ends before a byte of the request is
+	// written, so no other server can ever read the token.
+	conn, err := grpc.NewClient(o.Gateway, grpc.WithTransportCredentials(credentials.NewTLS(pinnedGatewayTLS(serverRoots, tb.TrustDomain))))
 	if err != nil {
 		return nil, fmt.Errorf("daemon: dial gateway: %w", err)
 	}
 	defer conn.Close()
 	cl := nodev1.NewGatewayClient(conn)
-	sb, err := cl.Bundle(ctx, &nodev1.BundleRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("daemon: fetch trust bundle: %w", err)
-	}
-	joinPub := ed25519.PublicKey(sb.JoinPublicKey)
-	tb, err := pki.VerifyTrustBundle(sb.Body, sb.Signature, joinPub, tok.Pin)
-	if err != nil {
-		return nil, fmt.Errorf("daemon: trust bundle does not match the token's pin: %w", err)
-	}
-	serverRoots, err := tb.ServerRootPool()
-	if err != nil {
-		return nil, fmt.Errorf("daemon: server roots: %w", err)
-	}
-	mu.Lock()
-	raw := seen
-	mu.Unlock()
-	if err := verifyGateway(raw, serverRoots, tb.TrustDomain); err != nil {
-		return nil, err
-	}
 	key, err := pki.NewNodeKey()
 	if err != nil {
 		return nil, fmt.Errorf("daemon: node key: %w", err)
@@ -122,7 +108,7 @@ func Join(ctx context.Context, o JoinOptions) (*JoinRecord, error) {
 	}
 	resp, err := cl.Join(ctx, &nodev1.JoinRequest{Token: tok.String(), CsrDer: csr, Name: o.Name})
 	if err != nil {
-		return nil, fmt.Errorf("daemon: join refused: %w", err)
+		return nil, fmt.Errorf("daemon: join failed (the token was sent only if the gateway's certificate verified): %w", err)
 	}
 	// The answer's bundle must be the one we pinned.
 	if resp.Bundle == nil || subtle.ConstantTimeCompare(sha256sum(resp.Bundle.Body), sha256sum(sb.Body)) != 1 {
@@ -159,6 +145,45 @@ func Join(ctx context.Context, o JoinOptions) (*JoinRecord, error) {
 		return nil, err
 	}
 	return rec, nil
+}
+
+// fetchBundle asks the gateway at addr for its signed trust bundle on a
+// connection of its own and checks it under the token's pin. Nothing
+// secret is sent on that connection: the gateway's certificate cannot be
+// judged before the bundle is known, so the connection is closed once the
+// bundle is in hand and never carries the token.
+func fetchBundle(ctx context.Context, addr string, pin [32]byte) (*nodev1.SignedTrustBundle, pki.TrustBundle, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		InsecureSkipVerify: true, // only the signed bundle is read here, and it is checked under the pin
+	})))
+	if err != nil {
+		return nil, pki.TrustBundle{}, fmt.Errorf("daemon: dial gateway: %w", err)
+	}
+	defer conn.Close()
+	sb, err := nodev1.NewGatewayClient(conn).Bundle(ctx, &nodev1.BundleRequest{})
+	if err != nil {
+		return nil, pki.TrustBundle{}, fmt.Errorf("daemon: fetch trust bundle: %w", err)
+	}
+	tb, err := pki.VerifyTrustBundle(sb.Body, sb.Signature, ed25519.PublicKey(sb.JoinPublicKey), pin)
+	if err != nil {
+		return nil, pki.TrustBundle{}, fmt.Errorf("daemon: trust bundle does not match the token's pin: %w", err)
+	}
+	return sb, tb, nil
+}
+
+// pinnedGatewayTLS is the client TLS configuration for a gateway pinned by
+// its server roots and trust domain: the chain and the gateway SPIFFE ID
+// are checked in VerifyPeerCertificate, which runs inside every handshake
+// before the handshake completes, not a host name.
+func pinnedGatewayTLS(roots *x509.CertPool, trustDomain string) *tls.Config {
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		InsecureSkipVerify: true, // replaced by VerifyPeerCertificate: pinned roots and SPIFFE ID, not a host name
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			return verifyGateway(raw, roots, trustDomain)
+		},
+	}
 }
 
 func sha256sum(b []byte) []byte {

@@ -82,8 +82,9 @@ type Node struct {
 	mu        sync.Mutex
 	key       crypto.Signer
 	chain     []*x509.Certificate
-	highestMS int64
-	offset    time.Duration
+	highestMS int64     // the latest signed time statement ever accepted (state.json)
+	timeMS    int64     // the statement that sets the time in this process,
+	timeAt    time.Time // read at timeAt by the node's own clock
 	connected bool
 	sessionID string
 	refusals  map[string]int // commands refused since Open, by reason
@@ -193,7 +194,9 @@ func (n *Node) OnState(f func(connected bool)) {
 }
 
 // Refusals returns how many commands this node refused since Open, by
-// reason (a copy).
+// reason (a copy). It counts messages refused before their signature
+// verified too: those are only logged and counted here, never journaled
+// or answered.
 func (n *Node) Refusals() map[string]int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -221,13 +224,26 @@ func (n *Node) setConnected(c bool) {
 	}
 }
 
-// now is the node's idea of the time: its clock moved by the offset of the
-// last Welcome it trusted.
+// now is the node's idea of the time: its own clock, but never earlier
+// than the signed time statement it accepted in this process plus the time
+// elapsed since by its own clock (monotonic when it is the real clock), nor
+// than the highest statement time it ever accepted. Signed statements are
+// lower bounds on the time, so they can only move it forward.
 func (n *Node) now() time.Time {
+	local := n.cfg.Clock.Now()
 	n.mu.Lock()
-	off := n.offset
+	highest, stMS, at := n.highestMS, n.timeMS, n.timeAt
 	n.mu.Unlock()
-	return n.cfg.Clock.Now().Add(off)
+	t := local
+	if !at.IsZero() {
+		if c := time.UnixMilli(stMS).Add(local.Sub(at)); c.After(t) {
+			t = c
+		}
+	}
+	if h := time.UnixMilli(highest); h.After(t) {
+		t = h
+	}
+	return t
 }
 
 // Serial returns the current certificate's serial (hex).
@@ -275,17 +291,11 @@ func (n *Node) tlsConfig() (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	td := n.bundle.TrustDomain
-	return &tls.Config{
-		MinVersion:         tls.VersionTLS13,
-		InsecureSkipVerify: true, // replaced by VerifyPeerCertificate: pinned roots and SPIFFE ID, not a host name
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			return verifyGateway(raw, roots, td)
-		},
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return n.ClientCertificate()
-		},
-	}, nil
+	cfg := pinnedGatewayTLS(roots, n.bundle.TrustDomain)
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		return n.ClientCertificate()
+	}
+	return cfg, nil
 }
 
 // ClientCertificate returns the node's current TLS identity.
@@ -513,19 +523,44 @@ func (n *Node) session(ctx context.Context) error {
 	}
 }
 
-// acceptWelcome applies a Welcome's server time unless it is more than
-// MaxSkew behind the highest seen, in which case the session is marked
-// rewound and every command on it is refused.
+// acceptWelcome applies the Welcome's signed time statement; the
+// Welcome's own server_time is unsigned and never read. A statement that is missing
+// or does not verify under the command-signing roots is ignored (the node
+// keeps its own clock) and logged. One more than MaxSkew ahead of the
+// node's time is refused and not saved, so a forged or broken clock cannot
+// push the node into the future. One more than MaxSkew behind the highest
+// the node ever accepted is an old statement replayed: the session is
+// marked rewound and every command on it is refused. Otherwise the node's
+// time becomes at least the statement's, counted on from now by its own
+// clock, and the highest statement time is persisted.
 func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
+	st := w.GetTime()
+	if st == nil {
+		n.cfg.Log.Info("welcome carries no signed time, using own clock", "node_id", n.rec.NodeID)
+		return false
+	}
+	at, err := n.verify.CheckTime(st)
+	if err != nil {
+		n.cfg.Log.Warn("welcome time ignored", "node_id", n.rec.NodeID, "err", err)
+		return false
+	}
+	now, local := n.now(), n.cfg.Clock.Now()
+	if at.After(now.Add(MaxSkew)) {
+		n.cfg.Log.Warn("signed time too far ahead, refused", "node_id", n.rec.NodeID, "statement_ms", at.UnixMilli(), "node_ms", now.UnixMilli())
+		return false
+	}
+	ms := at.UnixMilli()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if w.ServerTimeMs < n.highestMS-MaxSkew.Milliseconds() {
-		n.cfg.Log.Warn("welcome time rewound", "node_id", n.rec.NodeID, "server_time_ms", w.ServerTimeMs, "highest_ms", n.highestMS)
+	if ms < n.highestMS-MaxSkew.Milliseconds() {
+		n.cfg.Log.Warn("welcome time rewound", "node_id", n.rec.NodeID, "statement_ms", ms, "highest_ms", n.highestMS)
 		return true
 	}
-	n.offset = time.UnixMilli(w.ServerTimeMs).Sub(n.cfg.Clock.Now())
-	if w.ServerTimeMs > n.highestMS {
-		n.highestMS = w.ServerTimeMs
+	if n.timeAt.IsZero() || at.After(time.UnixMilli(n.timeMS).Add(local.Sub(n.timeAt))) {
+		n.timeMS, n.timeAt = ms, local
+	}
+	if ms > n.highestMS {
+		n.highestMS = ms
 		if err := writeJSON(n.cfg.DataDir, stateFile, state{HighestServerTimeMS: n.highestMS}); err != nil {
 			n.cfg.Log.Error("persist server time", "err", err)
 		}
@@ -568,10 +603,13 @@ func (n *Node) execute(ctx context.Context, work <-chan *nodev1.SignedCommand, s
 	}
 }
 
-// handle verifies one command and either refuses it (a "cancelled" update
-// with the reason, journaled as done) or runs it: it journals "start"
-// (fsynced) before the driver starts, runs the driver, journals "done"
-// with the signed final update and sends it. The "running" update is sent
+// handle verifies one command and either refuses it or runs it. A
+// message whose signature does not verify over a body naming its id is
+// refused without a trace under that id (logged and counted in Refusals
+// only); an authenticated command that is refused gets a "cancelled"
+// update with the reason, journaled as done. For a command that runs,
+// handle journals "start" (fsynced) before the driver starts, runs the
+// driver, journals "done" with the signed final update and sends it. The "running" update is sent
 // only if the driver has not returned within Config.RunningAfter (at once,
 // before the driver starts, when that is negative), so a quick command
 // costs one signed update, not two. Both updates are sent from this
@@ -582,25 +620,26 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 	if len(c.Id) > 64 {
 		return errors.New("command id too long")
 	}
-	reason := ""
-	var body *nodev1.CommandBody
-	if rewound {
+	body, reason := n.verify.Check(c, n.now(), allowed, n.journal.Seen)
+	if !authenticated(body, reason) {
+		// Nobody signed this id: it is only logged and counted. Journaling
+		// it, or signing a refusal under it, would let anyone who knows a
+		// real command's id have that command refused as a replay, or make
+		// the node contradict a result it already signed.
+		n.cfg.Log.Warn("unauthenticated command refused", "command_id", c.Id, "reason", reason)
+		n.countRefusal(reason)
+		return nil
+	}
+	if rewound && reason != ReasonReplayed {
 		reason = ReasonClockRewound
-	} else {
-		body, reason = n.verify.Check(c, n.now(), allowed, n.journal.Seen)
 	}
 	expires := n.now().Add(MaxLifetime)
-	if body != nil && body.ExpiresAtMs > 0 && reason != ReasonExpired {
+	if body.ExpiresAtMs > 0 && reason != ReasonExpired {
 		expires = time.UnixMilli(body.ExpiresAtMs)
 	}
 	if reason != "" {
 		n.cfg.Log.Warn("command refused", "command_id", c.Id, "reason", reason)
-		n.mu.Lock()
-		if n.refusals == nil {
-			n.refusals = map[string]int{}
-		}
-		n.refusals[reason]++
-		n.mu.Unlock()
+		n.countRefusal(reason)
 		if reason == ReasonReplayed {
 			// A command this node already has is not run and not reported
 			// again as something else: the node answers with the final
@@ -639,6 +678,23 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 		return err
 	}
 	return n.sendUpdate(send, upd)
+}
+
+// authenticated reports whether Check's verdict rests on a signature
+// that verified over a body naming the message's id: only then may the
+// node journal the id or sign an update under it.
+func authenticated(body *nodev1.CommandBody, reason string) bool {
+	return body != nil && reason != ReasonIDMismatch
+}
+
+// countRefusal counts a refusal by reason (see Refusals).
+func (n *Node) countRefusal(reason string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.refusals == nil {
+		n.refusals = map[string]int{}
+	}
+	n.refusals[reason]++
 }
 
 // run runs the driver for a verified, journaled command and returns its

@@ -17,7 +17,7 @@ import (
 const (
 	joinFile     = "join.json"     // the join record: node id, gateway, pinned bundle
 	identityFile = "identity.json" // the node key and its current certificate chain
-	stateFile    = "state.json"    // the highest server time seen
+	stateFile    = "state.json"    // the highest signed time statement accepted
 	journalFile  = "journal.log"
 )
 

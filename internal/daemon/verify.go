@@ -29,7 +29,10 @@ const (
 	ReasonNotYetValid      = "not-yet-valid"
 	ReasonReplayed         = "replayed"
 	ReasonKindNotAllowed   = "kind-not-allowed"
-	ReasonClockRewound     = "welcome-time-rewound"
+	// ReasonClockRewound: the session's signed time statement is more
+	// than MaxSkew behind the highest this node accepted (an old statement
+	// replayed), so nothing on the session runs.
+	ReasonClockRewound = "welcome-time-rewound"
 
 	// Destructive-batch quorum (docs/quorum.md), checked only after all of
 	// the above, for kinds.Destructive kinds.
@@ -142,6 +145,43 @@ func (v *Verifier) Check(c *nodev1.SignedCommand, now time.Time, allowed []strin
 		return &body, v.checkBatch(c, &body, now)
 	}
 	return &body, ""
+}
+
+// Errors of CheckTime. The node ignores such a statement (it keeps its
+// own clock) and logs why.
+var (
+	ErrTimeUnsigned   = errors.New("daemon: time statement missing or unsigned")
+	ErrTimeMalformed  = errors.New("daemon: time statement malformed")
+	ErrTimeUntrusted  = errors.New("daemon: time statement signer not chained to the command-signing roots")
+	ErrTimeBadSig     = errors.New("daemon: time statement signature does not verify")
+	ErrTimeOtherTrust = errors.New("daemon: time statement for another trust domain")
+)
+
+// CheckTime verifies a worker's signed time statement, as Check does a
+// command: the signer certificate must chain to the pinned command roots
+// at the stated time and its key must have signed the exact body bytes
+// under wire.TimeSigContext. It returns the stated time, which proves only
+// that the time is at least that (a statement can be replayed later).
+func (v *Verifier) CheckTime(st *nodev1.SignedTimeStatement) (time.Time, error) {
+	if len(st.GetSignature()) == 0 || len(st.GetSignerCertDer()) == 0 {
+		return time.Time{}, ErrTimeUnsigned
+	}
+	var body nodev1.TimeStatement
+	if err := proto.Unmarshal(st.GetBody(), &body); err != nil || body.ServerTimeMs <= 0 {
+		return time.Time{}, ErrTimeMalformed
+	}
+	at := time.UnixMilli(body.ServerTimeMs)
+	pub, err := v.workerKey(st.SignerCertDer, at)
+	if err != nil {
+		return time.Time{}, ErrTimeUntrusted
+	}
+	if !ed25519.Verify(pub, append([]byte(wire.TimeSigContext), st.Body...), st.Signature) {
+		return time.Time{}, ErrTimeBadSig
+	}
+	if body.TrustDomain != v.TrustDomain {
+		return time.Time{}, ErrTimeOtherTrust
+	}
+	return at, nil
 }
 
 // checkBatch checks that an authenticated destructive command belongs to a

@@ -89,6 +89,9 @@ type Services interface {
 	// ApproverSets returns the chain of signed approver-set changes, oldest
 	// first; the gateway relays it verbatim and each node checks it.
 	ApproverSets(ctx context.Context) ([]*nodev1.SignedApproverSet, error)
+	// TimeStatement returns the latest time statement a worker signed (nil
+	// when there is none yet); the gateway relays it verbatim in Welcome.
+	TimeStatement(ctx context.Context) (*nodev1.SignedTimeStatement, error)
 }
 
 // Poker delivers pokes (the in-process bus implements it).
@@ -490,8 +493,14 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 		g.cfg.Log.Error("read approver sets", "node_id", id.NodeID, "err", err)
 		return status.Error(codes.Internal, string(errs.Internal))
 	}
+	// A statement that cannot be read leaves the node on its own clock.
+	st, err := g.svc.TimeStatement(ctx)
+	if err != nil {
+		g.cfg.Log.Error("read time statement", "node_id", id.NodeID, "err", err)
+		st = nil
+	}
 	if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Welcome{Welcome: &nodev1.Welcome{
-		ServerTimeMs: g.cfg.Clock.Now().UnixMilli(), SessionId: s.id, AllowedKinds: ci.AllowedKinds, ApproverSets: sets}}}); err != nil {
+		ServerTimeMs: g.cfg.Clock.Now().UnixMilli(), SessionId: s.id, AllowedKinds: ci.AllowedKinds, ApproverSets: sets, Time: st}}}); err != nil {
 		return err
 	}
 	g.cfg.Log.Info("session open", "node_id", id.NodeID, "session_id", s.id, "boot_id", hello.BootId)

@@ -30,6 +30,31 @@ func expectCancelled(t *testing.T, e *testenv.Env, n *testenv.Node, id, kind, re
 	}
 }
 
+// expectIgnored waits until node n counted one more refusal with reason
+// than before, and checks that the command was neither run nor answered:
+// a message nobody signed for its id leaves no update (so it stays sent,
+// not cancelled) and the sim driver ran nothing.
+func expectIgnored(t *testing.T, e *testenv.Env, n *testenv.Node, before map[string]int, id, kind, reason string) {
+	t.Helper()
+	deadline := time.Now().Add(testenv.WaitTimeout)
+	for n.Refusals()[reason] <= before[reason] {
+		if time.Now().After(deadline) {
+			t.Fatalf("node did not refuse %s with %q within %v (refusals %v)", id, reason, testenv.WaitTimeout, n.Refusals())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c, err := e.CP.Commands.Get(context.Background(), "root", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.State == "cancelled" || c.State == "succeeded" || c.State == "failed" || c.Reason != "" {
+		t.Fatalf("command %s: state %q reason %q, want no answer from the node", id, c.State, c.Reason)
+	}
+	if runs := n.Sim.Runs(kind); runs != 0 {
+		t.Fatalf("%s ran %d times on the node, want 0", kind, runs)
+	}
+}
+
 // TestNodeRefusesForgedCommands injects commands the way a compromised
 // database or gateway could, and checks bcd refuses each with its reason.
 func TestNodeRefusesForgedCommands(t *testing.T) {
@@ -39,8 +64,9 @@ func TestNodeRefusesForgedCommands(t *testing.T) {
 		good := e.WorkerSigner(t)
 
 		t.Run("signature-missing", func(t *testing.T) {
+			before := a.Refusals()
 			id := e.InjectCommand(t, a.NodeID(), e.Body(a.NodeID(), "disk.wipe"), nil)
-			expectCancelled(t, e, a, id, "disk.wipe", daemon.ReasonSignatureMissing)
+			expectIgnored(t, e, a, before, id, "disk.wipe", daemon.ReasonSignatureMissing)
 		})
 		t.Run("signature-invalid", func(t *testing.T) {
 			flip := func(body []byte) ([]byte, []byte) {
@@ -48,13 +74,15 @@ func TestNodeRefusesForgedCommands(t *testing.T) {
 				sig[0] ^= 1
 				return sig, cert
 			}
+			before := a.Refusals()
 			id := e.InjectCommand(t, a.NodeID(), e.Body(a.NodeID(), "disk.wipe"), flip)
-			expectCancelled(t, e, a, id, "disk.wipe", daemon.ReasonSignatureInvalid)
+			expectIgnored(t, e, a, before, id, "disk.wipe", daemon.ReasonSignatureInvalid)
 		})
 		t.Run("body-altered-after-signing", func(t *testing.T) {
 			// A worker signed a node.ping; the row now holds a disk.wipe body
 			// with that signature.
 			body := e.Body(a.NodeID(), "disk.wipe")
+			before := a.Refusals()
 			id := e.InjectCommand(t, a.NodeID(), body, func([]byte) ([]byte, []byte) {
 				signed := proto.Clone(body).(*nodev1.CommandBody)
 				signed.Kind = "node.ping"
@@ -64,7 +92,7 @@ func TestNodeRefusesForgedCommands(t *testing.T) {
 				}
 				return good(raw)
 			})
-			expectCancelled(t, e, a, id, "disk.wipe", daemon.ReasonSignatureInvalid)
+			expectIgnored(t, e, a, before, id, "disk.wipe", daemon.ReasonSignatureInvalid)
 		})
 		t.Run("signer-untrusted", func(t *testing.T) {
 			rogueKEK, err := pki.CreateKEK(filepath.Join(t.TempDir(), "kek"))
@@ -80,8 +108,9 @@ func TestNodeRefusesForgedCommands(t *testing.T) {
 				t.Fatal(err)
 			}
 			sign := testenv.SignerFromRoot(t, rogue.CommandRoot, rk, rogue.TrustDomain, time.Now())
+			before := a.Refusals()
 			id := e.InjectCommand(t, a.NodeID(), e.Body(a.NodeID(), "disk.wipe"), sign)
-			expectCancelled(t, e, a, id, "disk.wipe", daemon.ReasonSignerUntrusted)
+			expectIgnored(t, e, a, before, id, "disk.wipe", daemon.ReasonSignerUntrusted)
 		})
 		t.Run("wrong-node", func(t *testing.T) {
 			id := e.InjectCommand(t, a.NodeID(), e.Body(b.NodeID(), "disk.wipe"), good)

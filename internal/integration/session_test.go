@@ -100,25 +100,40 @@ func TestAllowedKindsNarrowedAtHello(t *testing.T) {
 	})
 }
 
+// TestWelcomeTimeRewoundRefusesCommands: the time a node trusts comes
+// from statements the workers sign, which a gateway can only relay; one
+// that relays an old statement (more than 5 minutes behind the highest the
+// node accepted) gets every command on that session refused
+// welcome-time-rewound.
 func TestWelcomeTimeRewoundRefusesCommands(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		clk := clock.NewFake(time.Now())
 		e := testenv.Start(t, db, testenv.Options{Nodes: 1, Clock: clk})
 		n := e.Nodes[0]
-		start := clk.Now()
+		ctx := context.Background()
+		// A statement the workers sign now, which a gateway keeps.
+		old, err := e.CP.Signer.SignTime(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
 		n.Stop()
-		// The node sees a Welcome 10 minutes later...
+		// The node accepts a statement 10 minutes later...
 		clk.Advance(10 * time.Minute)
+		if _, err := e.CP.Signer.SignTime(ctx); err != nil {
+			t.Fatal(err)
+		}
 		n1 := e.OpenNode(t, n.Dir, "")
 		n1.Start(t)
 		n1.WaitConnected(t)
 		n1.Stop()
-		// ...then a gateway claims the earlier time again.
-		clk.Set(start)
+		// ...then a gateway relays the earlier one again.
+		if _, err := db.ExecContext(ctx, `UPDATE time_statements SET body = $1, signature = $2, signer_cert = $3`, old.Body, old.Signature, old.SignerCertDer); err != nil {
+			t.Fatal(err)
+		}
 		n2 := e.OpenNode(t, n.Dir, "")
 		n2.Start(t)
 		n2.WaitConnected(t)
-		c, err := e.Client.CreateCommand(context.Background(), n2.NodeID(), "diag.run", nil)
+		c, err := e.Client.CreateCommand(ctx, n2.NodeID(), "diag.run", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

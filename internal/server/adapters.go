@@ -13,6 +13,8 @@ import (
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/quorum"
 	"github.com/bettercompute/bettercompute/internal/secrets"
+	"github.com/bettercompute/bettercompute/internal/signing"
+	"github.com/bettercompute/bettercompute/internal/store"
 )
 
 // registry adapts the nodes module to the gateway's Registry, so that the
@@ -48,12 +50,13 @@ func (r registry) RevokedSince(ctx context.Context, since time.Time) ([]string, 
 	return r.n.RevokedSince(ctx, since)
 }
 
-// gatewayServices adapts the nodes, secrets and quorum modules to the
-// gateway's Services.
+// gatewayServices adapts the nodes, secrets and quorum modules, and the
+// workers' signed time statements, to the gateway's Services.
 type gatewayServices struct {
 	n   *nodes.Service
 	sec *secrets.Service
 	q   *quorum.Service
+	db  *store.DB // the latest signed time statement is read from it
 }
 
 func (s gatewayServices) Secret(ctx context.Context, id pki.NodeIdentity, req *nodev1.SecretRequest) (string, error) {
@@ -62,6 +65,10 @@ func (s gatewayServices) Secret(ctx context.Context, id pki.NodeIdentity, req *n
 
 func (s gatewayServices) ApproverSets(ctx context.Context) ([]*nodev1.SignedApproverSet, error) {
 	return s.q.Chain(ctx)
+}
+
+func (s gatewayServices) TimeStatement(ctx context.Context) (*nodev1.SignedTimeStatement, error) {
+	return signing.LatestTimeStatement(ctx, s.db)
 }
 
 func (s gatewayServices) Bundle() *nodev1.SignedTrustBundle {

@@ -219,7 +219,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		gwID := "gw-" + host + "-" + cp.GatewayAddr
 		gw, err := gateway.New(gateway.Config{TrustDomain: b.TrustDomain, NodeRoots: roots, ServerCert: serverCert,
 			GatewayID: gwID, Clock: o.Clock, Log: o.Log, RevocationPoll: o.RevocationPoll, CommandPoll: o.CommandPoll},
-			gatewayServices{n: cp.Nodes, sec: cp.Secrets, q: cp.Quorum}, registry{cp.Nodes}, cp.Commands, cp.Bus)
+			gatewayServices{n: cp.Nodes, sec: cp.Secrets, q: cp.Quorum, db: o.DB}, registry{cp.Nodes}, cp.Commands, cp.Bus)
 		if err != nil {
 			lis.Close()
 			return fail(err)

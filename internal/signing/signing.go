@@ -1,8 +1,10 @@
 // Package signing is the workers' command signer. It holds a 24 h Ed25519
 // worker key certified by the command-signing root, rotates it before it
-// runs out, and signs the exact body bytes of every queued command. It is
-// the only package that can produce a command signature; the gateway never
-// imports it (a test in package gateway checks).
+// runs out, and signs the exact body bytes of every queued command, and
+// every TimeStatementEvery a time statement that nodes take as a lower
+// bound on the time. It is the only package that can produce a command or
+// time signature; the gateway never imports it (a test in package gateway
+// checks).
 package signing
 
 import (
@@ -16,6 +18,7 @@ import (
 	"log/slog"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -23,6 +26,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/commands"
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
@@ -47,6 +51,11 @@ type Signer struct {
 	bus         *bus.Bus
 	batches     BatchGate
 	log         *slog.Logger
+
+	// timeMu serialises time statements; lastTime is when this signer
+	// last signed one (by its clock).
+	timeMu   sync.Mutex
+	lastTime time.Time
 }
 
 // BatchGate tells the signer whether a batch has its quorum; the quorum
@@ -268,7 +277,9 @@ func (s *Signer) signBatch(ctx context.Context) (int, bool, error) {
 	return len(signedNodes), len(all) == 1000 && len(signedNodes) > 0, nil
 }
 
-// Run signs on every poke and at least every interval until ctx ends.
+// Run signs on every poke and at least every interval until ctx ends, and
+// signs a fresh time statement once TimeStatementEvery has passed since
+// the last one (by the signer's clock).
 func (s *Signer) Run(ctx context.Context, interval time.Duration) {
 	poke, stop := s.bus.Subscribe(bus.TopicSign)
 	defer stop()
@@ -278,6 +289,9 @@ func (s *Signer) Run(ctx context.Context, interval time.Duration) {
 		if _, err := s.SignPending(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("sign pending commands", "err", err)
 		}
+		if err := s.signTimeIfDue(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("sign time statement", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -285,4 +299,66 @@ func (s *Signer) Run(ctx context.Context, interval time.Duration) {
 		case <-t.C:
 		}
 	}
+}
+
+// TimeStatementEvery is how often the workers sign a fresh time statement.
+// A node takes the latest one as a lower bound on the time (it may be this
+// old by the time the node reads it, never newer than the truth).
+const TimeStatementEvery = 10 * time.Second
+
+// SignTime signs a time statement (the signer's clock now, a nonce, the
+// trust domain) with the current worker key and stores it as the latest,
+// unless a newer one is stored already. It returns the statement signed.
+func (s *Signer) SignTime(ctx context.Context) (*nodev1.SignedTimeStatement, error) {
+	s.timeMu.Lock()
+	defer s.timeMu.Unlock()
+	return s.signTimeLocked(ctx)
+}
+
+// signTimeIfDue signs a time statement when none was signed yet or
+// TimeStatementEvery has passed since the last one.
+func (s *Signer) signTimeIfDue(ctx context.Context) error {
+	s.timeMu.Lock()
+	defer s.timeMu.Unlock()
+	if !s.lastTime.IsZero() && s.clk.Now().Before(s.lastTime.Add(TimeStatementEvery)) {
+		return nil
+	}
+	_, err := s.signTimeLocked(ctx)
+	return err
+}
+
+func (s *Signer) signTimeLocked(ctx context.Context) (*nodev1.SignedTimeStatement, error) {
+	k, err := s.currentKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := s.clk.Now()
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(&nodev1.TimeStatement{
+		ServerTimeMs: now.UnixMilli(), Nonce: ids.Secret(12), TrustDomain: s.trustDomain})
+	if err != nil {
+		return nil, fmt.Errorf("signing: encode time statement: %w", err)
+	}
+	st := &nodev1.SignedTimeStatement{Body: body, Signature: ed25519.Sign(k.key, append([]byte(wire.TimeSigContext), body...)), SignerCertDer: k.cert}
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO time_statements (id, body, signature, signer_cert, time_ms) VALUES ('latest', $1, $2, $3, $4)
+		ON CONFLICT (id) DO UPDATE SET body = excluded.body, signature = excluded.signature, signer_cert = excluded.signer_cert, time_ms = excluded.time_ms
+		WHERE time_statements.time_ms < excluded.time_ms`, st.Body, st.Signature, st.SignerCertDer, now.UnixMilli()); err != nil {
+		return nil, fmt.Errorf("signing: store time statement: %w", err)
+	}
+	s.lastTime = now
+	return st, nil
+}
+
+// LatestTimeStatement returns the newest stored time statement, or nil
+// when the workers have signed none yet. It reads only signed bytes, so
+// a process without keys (the gateway's services) can relay it.
+func LatestTimeStatement(ctx context.Context, db *store.DB) (*nodev1.SignedTimeStatement, error) {
+	st := &nodev1.SignedTimeStatement{}
+	err := db.QueryRowContext(ctx, `SELECT body, signature, signer_cert FROM time_statements WHERE id = 'latest'`).Scan(&st.Body, &st.Signature, &st.SignerCertDer)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("signing: read time statement: %w", err)
+	}
+	return st, nil
 }

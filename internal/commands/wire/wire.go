@@ -12,6 +12,11 @@ const CommandSigContext = "bc-command-v1\x00"
 // ECDSA-P256(node key, SHA-256(UpdateSigContext || body)), ASN.1.
 const UpdateSigContext = "bc-update-v1\x00"
 
+// TimeSigContext prefixes the bytes a worker signs for a time statement:
+// Ed25519(worker key, TimeSigContext || body). It differs from
+// CommandSigContext, so a statement can never pass as a command.
+const TimeSigContext = "bc-time-v1\x00"
+
 // SecretRequestSigContext prefixes the bytes a node signs for a secret
 // request: ECDSA-P256(node key, SHA-256(context || body)).
 const SecretRequestSigContext = "bc-secret-request-v1\x00"

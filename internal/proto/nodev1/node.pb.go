@@ -852,8 +852,9 @@ func (x *Disk) GetSizeBytes() int64 {
 
 type Welcome struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// server_time is unix milliseconds; unsigned, so the node refuses one far
-	// behind the highest it has seen.
+	// server_time is unix milliseconds, the gateway's own clock. It is
+	// unsigned, so the node never trusts it: the time it trusts beyond its
+	// own clock comes only from time below.
 	ServerTimeMs int64  `protobuf:"varint,1,opt,name=server_time_ms,json=serverTimeMs,proto3" json:"server_time_ms,omitempty"`
 	SessionId    string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// allowed_kinds narrows the certificate's role table when non-empty.
@@ -861,7 +862,12 @@ type Welcome struct {
 	// approver_sets is the chain of approver-set changes since the set pinned
 	// in the trust bundle, oldest first. The node accepts each one only when
 	// enough of its currently pinned approvers signed it (see docs/quorum.md).
-	ApproverSets  []*SignedApproverSet `protobuf:"bytes,4,rep,name=approver_sets,json=approverSets,proto3" json:"approver_sets,omitempty"`
+	ApproverSets []*SignedApproverSet `protobuf:"bytes,4,rep,name=approver_sets,json=approverSets,proto3" json:"approver_sets,omitempty"`
+	// time is the latest time statement a worker signed, relayed verbatim
+	// (the gateway cannot produce one). The node takes it as a lower bound
+	// on the time, moves its clock forward by at most the allowed skew, and
+	// ignores one that is missing or does not verify.
+	Time          *SignedTimeStatement `protobuf:"bytes,5,opt,name=time,proto3" json:"time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -924,6 +930,142 @@ func (x *Welcome) GetApproverSets() []*SignedApproverSet {
 	return nil
 }
 
+func (x *Welcome) GetTime() *SignedTimeStatement {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+// SignedTimeStatement is a worker's signed word on the time.
+type SignedTimeStatement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// body is the exact signed bytes of a TimeStatement.
+	Body []byte `protobuf:"bytes,1,opt,name=body,proto3" json:"body,omitempty"`
+	// signature is Ed25519 over "bc-time-v1\x00" || body by the worker key.
+	Signature []byte `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	// signer_cert_der is the worker certificate the command-signing root issued.
+	SignerCertDer []byte `protobuf:"bytes,3,opt,name=signer_cert_der,json=signerCertDer,proto3" json:"signer_cert_der,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignedTimeStatement) Reset() {
+	*x = SignedTimeStatement{}
+	mi := &file_node_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignedTimeStatement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignedTimeStatement) ProtoMessage() {}
+
+func (x *SignedTimeStatement) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignedTimeStatement.ProtoReflect.Descriptor instead.
+func (*SignedTimeStatement) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SignedTimeStatement) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *SignedTimeStatement) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *SignedTimeStatement) GetSignerCertDer() []byte {
+	if x != nil {
+		return x.SignerCertDer
+	}
+	return nil
+}
+
+// TimeStatement is what a worker signs: the time it read from its clock
+// when it signed (unix milliseconds). Anyone may replay an old statement,
+// so it proves only that the time is at least server_time_ms.
+type TimeStatement struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ServerTimeMs int64                  `protobuf:"varint,1,opt,name=server_time_ms,json=serverTimeMs,proto3" json:"server_time_ms,omitempty"`
+	// nonce makes every statement's bytes unique.
+	Nonce string `protobuf:"bytes,2,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	// trust_domain names the deployment whose workers signed.
+	TrustDomain   string `protobuf:"bytes,3,opt,name=trust_domain,json=trustDomain,proto3" json:"trust_domain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimeStatement) Reset() {
+	*x = TimeStatement{}
+	mi := &file_node_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimeStatement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimeStatement) ProtoMessage() {}
+
+func (x *TimeStatement) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimeStatement.ProtoReflect.Descriptor instead.
+func (*TimeStatement) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *TimeStatement) GetServerTimeMs() int64 {
+	if x != nil {
+		return x.ServerTimeMs
+	}
+	return 0
+}
+
+func (x *TimeStatement) GetNonce() string {
+	if x != nil {
+		return x.Nonce
+	}
+	return ""
+}
+
+func (x *TimeStatement) GetTrustDomain() string {
+	if x != nil {
+		return x.TrustDomain
+	}
+	return ""
+}
+
 // ApproverSets is sent on a live session when the approver set changed.
 type ApproverSets struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -934,7 +1076,7 @@ type ApproverSets struct {
 
 func (x *ApproverSets) Reset() {
 	*x = ApproverSets{}
-	mi := &file_node_proto_msgTypes[13]
+	mi := &file_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1088,7 @@ func (x *ApproverSets) String() string {
 func (*ApproverSets) ProtoMessage() {}
 
 func (x *ApproverSets) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[13]
+	mi := &file_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1101,7 @@ func (x *ApproverSets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproverSets.ProtoReflect.Descriptor instead.
 func (*ApproverSets) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{13}
+	return file_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApproverSets) GetSets() []*SignedApproverSet {
@@ -987,7 +1129,7 @@ type SignedApproverSet struct {
 
 func (x *SignedApproverSet) Reset() {
 	*x = SignedApproverSet{}
-	mi := &file_node_proto_msgTypes[14]
+	mi := &file_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -999,7 +1141,7 @@ func (x *SignedApproverSet) String() string {
 func (*SignedApproverSet) ProtoMessage() {}
 
 func (x *SignedApproverSet) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[14]
+	mi := &file_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +1154,7 @@ func (x *SignedApproverSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedApproverSet.ProtoReflect.Descriptor instead.
 func (*SignedApproverSet) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{14}
+	return file_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SignedApproverSet) GetDeployment() string {
@@ -1061,7 +1203,7 @@ type ApproverSignature struct {
 
 func (x *ApproverSignature) Reset() {
 	*x = ApproverSignature{}
-	mi := &file_node_proto_msgTypes[15]
+	mi := &file_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1215,7 @@ func (x *ApproverSignature) String() string {
 func (*ApproverSignature) ProtoMessage() {}
 
 func (x *ApproverSignature) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[15]
+	mi := &file_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1228,7 @@ func (x *ApproverSignature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproverSignature.ProtoReflect.Descriptor instead.
 func (*ApproverSignature) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{15}
+	return file_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ApproverSignature) GetPublicKey() []byte {
@@ -1121,7 +1263,7 @@ type BatchApproval struct {
 
 func (x *BatchApproval) Reset() {
 	*x = BatchApproval{}
-	mi := &file_node_proto_msgTypes[16]
+	mi := &file_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1275,7 @@ func (x *BatchApproval) String() string {
 func (*BatchApproval) ProtoMessage() {}
 
 func (x *BatchApproval) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[16]
+	mi := &file_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1288,7 @@ func (x *BatchApproval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchApproval.ProtoReflect.Descriptor instead.
 func (*BatchApproval) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{16}
+	return file_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BatchApproval) GetDeployment() string {
@@ -1198,7 +1340,7 @@ type InclusionProof struct {
 
 func (x *InclusionProof) Reset() {
 	*x = InclusionProof{}
-	mi := &file_node_proto_msgTypes[17]
+	mi := &file_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1352,7 @@ func (x *InclusionProof) String() string {
 func (*InclusionProof) ProtoMessage() {}
 
 func (x *InclusionProof) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[17]
+	mi := &file_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1365,7 @@ func (x *InclusionProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InclusionProof.ProtoReflect.Descriptor instead.
 func (*InclusionProof) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{17}
+	return file_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InclusionProof) GetLeaf() []byte {
@@ -1278,7 +1420,7 @@ type SignedCommand struct {
 
 func (x *SignedCommand) Reset() {
 	*x = SignedCommand{}
-	mi := &file_node_proto_msgTypes[18]
+	mi := &file_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1432,7 @@ func (x *SignedCommand) String() string {
 func (*SignedCommand) ProtoMessage() {}
 
 func (x *SignedCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[18]
+	mi := &file_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1445,7 @@ func (x *SignedCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedCommand.ProtoReflect.Descriptor instead.
 func (*SignedCommand) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{18}
+	return file_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SignedCommand) GetId() string {
@@ -1366,7 +1508,7 @@ type CommandBody struct {
 
 func (x *CommandBody) Reset() {
 	*x = CommandBody{}
-	mi := &file_node_proto_msgTypes[19]
+	mi := &file_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1520,7 @@ func (x *CommandBody) String() string {
 func (*CommandBody) ProtoMessage() {}
 
 func (x *CommandBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[19]
+	mi := &file_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1533,7 @@ func (x *CommandBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandBody.ProtoReflect.Descriptor instead.
 func (*CommandBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{19}
+	return file_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CommandBody) GetCommandId() string {
@@ -1465,7 +1607,7 @@ type CommandUpdate struct {
 
 func (x *CommandUpdate) Reset() {
 	*x = CommandUpdate{}
-	mi := &file_node_proto_msgTypes[20]
+	mi := &file_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1619,7 @@ func (x *CommandUpdate) String() string {
 func (*CommandUpdate) ProtoMessage() {}
 
 func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[20]
+	mi := &file_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1632,7 @@ func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUpdate.ProtoReflect.Descriptor instead.
 func (*CommandUpdate) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{20}
+	return file_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CommandUpdate) GetBody() []byte {
@@ -1529,7 +1671,7 @@ type UpdateBody struct {
 
 func (x *UpdateBody) Reset() {
 	*x = UpdateBody{}
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1683,7 @@ func (x *UpdateBody) String() string {
 func (*UpdateBody) ProtoMessage() {}
 
 func (x *UpdateBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1696,7 @@ func (x *UpdateBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBody.ProtoReflect.Descriptor instead.
 func (*UpdateBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{21}
+	return file_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UpdateBody) GetCommandId() string {
@@ -1609,7 +1751,7 @@ type UpdateAck struct {
 
 func (x *UpdateAck) Reset() {
 	*x = UpdateAck{}
-	mi := &file_node_proto_msgTypes[22]
+	mi := &file_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1763,7 @@ func (x *UpdateAck) String() string {
 func (*UpdateAck) ProtoMessage() {}
 
 func (x *UpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[22]
+	mi := &file_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1776,7 @@ func (x *UpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAck.ProtoReflect.Descriptor instead.
 func (*UpdateAck) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{22}
+	return file_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UpdateAck) GetCommandId() string {
@@ -1660,7 +1802,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_node_proto_msgTypes[23]
+	mi := &file_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1814,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[23]
+	mi := &file_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1827,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{23}
+	return file_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Ping) GetTimeMs() int64 {
@@ -1709,7 +1851,7 @@ type SecretRequest struct {
 
 func (x *SecretRequest) Reset() {
 	*x = SecretRequest{}
-	mi := &file_node_proto_msgTypes[24]
+	mi := &file_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1863,7 @@ func (x *SecretRequest) String() string {
 func (*SecretRequest) ProtoMessage() {}
 
 func (x *SecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[24]
+	mi := &file_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +1876,7 @@ func (x *SecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequest.ProtoReflect.Descriptor instead.
 func (*SecretRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{24}
+	return file_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SecretRequest) GetBody() []byte {
@@ -1774,7 +1916,7 @@ type SecretRequestBody struct {
 
 func (x *SecretRequestBody) Reset() {
 	*x = SecretRequestBody{}
-	mi := &file_node_proto_msgTypes[25]
+	mi := &file_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1928,7 @@ func (x *SecretRequestBody) String() string {
 func (*SecretRequestBody) ProtoMessage() {}
 
 func (x *SecretRequestBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[25]
+	mi := &file_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1941,7 @@ func (x *SecretRequestBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequestBody.ProtoReflect.Descriptor instead.
 func (*SecretRequestBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{25}
+	return file_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SecretRequestBody) GetNodeId() string {
@@ -1854,7 +1996,7 @@ type SecretResponse struct {
 
 func (x *SecretResponse) Reset() {
 	*x = SecretResponse{}
-	mi := &file_node_proto_msgTypes[26]
+	mi := &file_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +2008,7 @@ func (x *SecretResponse) String() string {
 func (*SecretResponse) ProtoMessage() {}
 
 func (x *SecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[26]
+	mi := &file_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +2021,7 @@ func (x *SecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretResponse.ProtoReflect.Descriptor instead.
 func (*SecretResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{26}
+	return file_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SecretResponse) GetJwe() string {
@@ -1950,13 +2092,22 @@ const file_node_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\"\xb7\x01\n" +
+	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\"\xec\x01\n" +
 	"\aWelcome\x12$\n" +
 	"\x0eserver_time_ms\x18\x01 \x01(\x03R\fserverTimeMs\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12#\n" +
 	"\rallowed_kinds\x18\x03 \x03(\tR\fallowedKinds\x12B\n" +
-	"\rapprover_sets\x18\x04 \x03(\v2\x1d.bc.node.v1.SignedApproverSetR\fapproverSets\"A\n" +
+	"\rapprover_sets\x18\x04 \x03(\v2\x1d.bc.node.v1.SignedApproverSetR\fapproverSets\x123\n" +
+	"\x04time\x18\x05 \x01(\v2\x1f.bc.node.v1.SignedTimeStatementR\x04time\"o\n" +
+	"\x13SignedTimeStatement\x12\x12\n" +
+	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\x12&\n" +
+	"\x0fsigner_cert_der\x18\x03 \x01(\fR\rsignerCertDer\"n\n" +
+	"\rTimeStatement\x12$\n" +
+	"\x0eserver_time_ms\x18\x01 \x01(\x03R\fserverTimeMs\x12\x14\n" +
+	"\x05nonce\x18\x02 \x01(\tR\x05nonce\x12!\n" +
+	"\ftrust_domain\x18\x03 \x01(\tR\vtrustDomain\"A\n" +
 	"\fApproverSets\x121\n" +
 	"\x04sets\x18\x01 \x03(\v2\x1d.bc.node.v1.SignedApproverSetR\x04sets\"\xc4\x01\n" +
 	"\x11SignedApproverSet\x12\x1e\n" +
@@ -2065,73 +2216,76 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_node_proto_goTypes = []any{
-	(*BundleRequest)(nil),     // 0: bc.node.v1.BundleRequest
-	(*SignedTrustBundle)(nil), // 1: bc.node.v1.SignedTrustBundle
-	(*JoinRequest)(nil),       // 2: bc.node.v1.JoinRequest
-	(*JoinResponse)(nil),      // 3: bc.node.v1.JoinResponse
-	(*RenewRequest)(nil),      // 4: bc.node.v1.RenewRequest
-	(*RenewResponse)(nil),     // 5: bc.node.v1.RenewResponse
-	(*NodeMessage)(nil),       // 6: bc.node.v1.NodeMessage
-	(*ServerMessage)(nil),     // 7: bc.node.v1.ServerMessage
-	(*Hello)(nil),             // 8: bc.node.v1.Hello
-	(*Inventory)(nil),         // 9: bc.node.v1.Inventory
-	(*Gpu)(nil),               // 10: bc.node.v1.Gpu
-	(*Disk)(nil),              // 11: bc.node.v1.Disk
-	(*Welcome)(nil),           // 12: bc.node.v1.Welcome
-	(*ApproverSets)(nil),      // 13: bc.node.v1.ApproverSets
-	(*SignedApproverSet)(nil), // 14: bc.node.v1.SignedApproverSet
-	(*ApproverSignature)(nil), // 15: bc.node.v1.ApproverSignature
-	(*BatchApproval)(nil),     // 16: bc.node.v1.BatchApproval
-	(*InclusionProof)(nil),    // 17: bc.node.v1.InclusionProof
-	(*SignedCommand)(nil),     // 18: bc.node.v1.SignedCommand
-	(*CommandBody)(nil),       // 19: bc.node.v1.CommandBody
-	(*CommandUpdate)(nil),     // 20: bc.node.v1.CommandUpdate
-	(*UpdateBody)(nil),        // 21: bc.node.v1.UpdateBody
-	(*UpdateAck)(nil),         // 22: bc.node.v1.UpdateAck
-	(*Ping)(nil),              // 23: bc.node.v1.Ping
-	(*SecretRequest)(nil),     // 24: bc.node.v1.SecretRequest
-	(*SecretRequestBody)(nil), // 25: bc.node.v1.SecretRequestBody
-	(*SecretResponse)(nil),    // 26: bc.node.v1.SecretResponse
-	nil,                       // 27: bc.node.v1.Hello.LabelsEntry
+	(*BundleRequest)(nil),       // 0: bc.node.v1.BundleRequest
+	(*SignedTrustBundle)(nil),   // 1: bc.node.v1.SignedTrustBundle
+	(*JoinRequest)(nil),         // 2: bc.node.v1.JoinRequest
+	(*JoinResponse)(nil),        // 3: bc.node.v1.JoinResponse
+	(*RenewRequest)(nil),        // 4: bc.node.v1.RenewRequest
+	(*RenewResponse)(nil),       // 5: bc.node.v1.RenewResponse
+	(*NodeMessage)(nil),         // 6: bc.node.v1.NodeMessage
+	(*ServerMessage)(nil),       // 7: bc.node.v1.ServerMessage
+	(*Hello)(nil),               // 8: bc.node.v1.Hello
+	(*Inventory)(nil),           // 9: bc.node.v1.Inventory
+	(*Gpu)(nil),                 // 10: bc.node.v1.Gpu
+	(*Disk)(nil),                // 11: bc.node.v1.Disk
+	(*Welcome)(nil),             // 12: bc.node.v1.Welcome
+	(*SignedTimeStatement)(nil), // 13: bc.node.v1.SignedTimeStatement
+	(*TimeStatement)(nil),       // 14: bc.node.v1.TimeStatement
+	(*ApproverSets)(nil),        // 15: bc.node.v1.ApproverSets
+	(*SignedApproverSet)(nil),   // 16: bc.node.v1.SignedApproverSet
+	(*ApproverSignature)(nil),   // 17: bc.node.v1.ApproverSignature
+	(*BatchApproval)(nil),       // 18: bc.node.v1.BatchApproval
+	(*InclusionProof)(nil),      // 19: bc.node.v1.InclusionProof
+	(*SignedCommand)(nil),       // 20: bc.node.v1.SignedCommand
+	(*CommandBody)(nil),         // 21: bc.node.v1.CommandBody
+	(*CommandUpdate)(nil),       // 22: bc.node.v1.CommandUpdate
+	(*UpdateBody)(nil),          // 23: bc.node.v1.UpdateBody
+	(*UpdateAck)(nil),           // 24: bc.node.v1.UpdateAck
+	(*Ping)(nil),                // 25: bc.node.v1.Ping
+	(*SecretRequest)(nil),       // 26: bc.node.v1.SecretRequest
+	(*SecretRequestBody)(nil),   // 27: bc.node.v1.SecretRequestBody
+	(*SecretResponse)(nil),      // 28: bc.node.v1.SecretResponse
+	nil,                         // 29: bc.node.v1.Hello.LabelsEntry
 }
 var file_node_proto_depIdxs = []int32{
 	1,  // 0: bc.node.v1.JoinResponse.bundle:type_name -> bc.node.v1.SignedTrustBundle
 	1,  // 1: bc.node.v1.RenewResponse.bundle:type_name -> bc.node.v1.SignedTrustBundle
 	8,  // 2: bc.node.v1.NodeMessage.hello:type_name -> bc.node.v1.Hello
-	20, // 3: bc.node.v1.NodeMessage.update:type_name -> bc.node.v1.CommandUpdate
-	23, // 4: bc.node.v1.NodeMessage.ping:type_name -> bc.node.v1.Ping
+	22, // 3: bc.node.v1.NodeMessage.update:type_name -> bc.node.v1.CommandUpdate
+	25, // 4: bc.node.v1.NodeMessage.ping:type_name -> bc.node.v1.Ping
 	12, // 5: bc.node.v1.ServerMessage.welcome:type_name -> bc.node.v1.Welcome
-	18, // 6: bc.node.v1.ServerMessage.command:type_name -> bc.node.v1.SignedCommand
-	22, // 7: bc.node.v1.ServerMessage.ack:type_name -> bc.node.v1.UpdateAck
-	23, // 8: bc.node.v1.ServerMessage.ping:type_name -> bc.node.v1.Ping
-	13, // 9: bc.node.v1.ServerMessage.approver_sets:type_name -> bc.node.v1.ApproverSets
-	27, // 10: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
+	20, // 6: bc.node.v1.ServerMessage.command:type_name -> bc.node.v1.SignedCommand
+	24, // 7: bc.node.v1.ServerMessage.ack:type_name -> bc.node.v1.UpdateAck
+	25, // 8: bc.node.v1.ServerMessage.ping:type_name -> bc.node.v1.Ping
+	15, // 9: bc.node.v1.ServerMessage.approver_sets:type_name -> bc.node.v1.ApproverSets
+	29, // 10: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
 	9,  // 11: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
 	10, // 12: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
 	11, // 13: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
-	14, // 14: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
-	14, // 15: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
-	15, // 16: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
-	15, // 17: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
-	16, // 18: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
-	17, // 19: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
-	0,  // 20: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
-	2,  // 21: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
-	4,  // 22: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
-	6,  // 23: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
-	24, // 24: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
-	1,  // 25: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
-	3,  // 26: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
-	5,  // 27: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
-	7,  // 28: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
-	26, // 29: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
-	25, // [25:30] is the sub-list for method output_type
-	20, // [20:25] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	16, // 14: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
+	13, // 15: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
+	16, // 16: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
+	17, // 17: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
+	17, // 18: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
+	18, // 19: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
+	19, // 20: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
+	0,  // 21: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
+	2,  // 22: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
+	4,  // 23: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
+	6,  // 24: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
+	26, // 25: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
+	1,  // 26: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
+	3,  // 27: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
+	5,  // 28: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
+	7,  // 29: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
+	28, // 30: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
+	26, // [26:31] is the sub-list for method output_type
+	21, // [21:26] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -2157,7 +2311,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
