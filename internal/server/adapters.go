@@ -27,7 +27,7 @@ func (r registry) CertInfo(ctx context.Context, serial string) (gateway.CertInfo
 	if err != nil {
 		return gateway.CertInfo{}, err
 	}
-	return gateway.CertInfo{NodeID: st.NodeID, Role: st.Role, Revoked: st.Revoked, AllowedKinds: st.AllowedKinds}, nil
+	return gateway.CertInfo{NodeID: st.NodeID, Role: st.Role, Revoked: st.Revoked, RevokeReason: st.RevokeReason, AllowedKinds: st.AllowedKinds}, nil
 }
 
 func (r registry) OpenSession(ctx context.Context, h gateway.HelloInfo) (gateway.SessionResult, error) {
@@ -42,6 +42,18 @@ func (r registry) CloseSession(ctx context.Context, nodeID, sessionID string) er
 
 func (r registry) CloseGatewaySessions(ctx context.Context, gatewayID string) error {
 	return r.n.CloseGatewaySessions(ctx, gatewayID)
+}
+
+func (r registry) SupersededCertificateUsed(ctx context.Context, nodeID, serial string) (bool, error) {
+	return r.n.SupersededCertificateUsed(ctx, nodeID, serial)
+}
+
+func (r registry) Heartbeat(ctx context.Context, gatewayID string) error {
+	return r.n.Heartbeat(ctx, gatewayID)
+}
+
+func (r registry) SessionsMovedSince(ctx context.Context, gatewayID string, since time.Time) (map[string]string, time.Time, error) {
+	return r.n.SessionsMovedSince(ctx, gatewayID, since)
 }
 
 func (r registry) RevokedSince(ctx context.Context, since time.Time) ([]string, time.Time, error) {

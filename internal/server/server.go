@@ -65,6 +65,12 @@ type Options struct {
 	CommandPoll time.Duration
 	// NodeCertLifetime is the lifetime of node certificates (default 24h).
 	NodeCertLifetime time.Duration
+	// RenewInterval is the least time between two renewals of one node
+	// (default nodes.DefaultRenewInterval).
+	RenewInterval time.Duration
+	// SessionHeartbeat is how often a gateway refreshes its sessions'
+	// heartbeat in the registry (default nodes.SessionHeartbeat).
+	SessionHeartbeat time.Duration
 	// API envelope settings: trusted proxies, session cookies and their
 	// base URL, and rate limits (zero: api.DefaultRateLimits).
 	TrustedProxies api.Proxies
@@ -148,7 +154,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	}
 	joinPub := b.JoinKey
 	cp.Nodes = nodes.New(o.DB, o.Clock, cp.Events, cp.Bus, o.Log, nodes.Config{
-		TrustDomain: b.TrustDomain, NodeCA: b.NodeCA, NodeCAKey: nodeCAKey, CertLifetime: o.NodeCertLifetime,
+		TrustDomain: b.TrustDomain, NodeCA: b.NodeCA, NodeCAKey: nodeCAKey, CertLifetime: o.NodeCertLifetime, RenewInterval: o.RenewInterval,
 		BundleBody: tbBody, BundleSig: pki.SignTrustBundle(joinKey, tbBody), JoinPublicKey: joinPub, JoinPin: pki.JoinKeyPin(joinPub),
 	})
 	cp.Commands = commands.New(o.DB, o.Clock, cp.Bus, cp.Nodes, o.Log)
@@ -218,7 +224,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		host, _ := os.Hostname()
 		gwID := "gw-" + host + "-" + cp.GatewayAddr
 		gw, err := gateway.New(gateway.Config{TrustDomain: b.TrustDomain, NodeRoots: roots, ServerCert: serverCert,
-			GatewayID: gwID, Clock: o.Clock, Log: o.Log, RevocationPoll: o.RevocationPoll, CommandPoll: o.CommandPoll},
+			GatewayID: gwID, Clock: o.Clock, Log: o.Log, RevocationPoll: o.RevocationPoll, CommandPoll: o.CommandPoll, Heartbeat: o.SessionHeartbeat},
 			gatewayServices{n: cp.Nodes, sec: cp.Secrets, q: cp.Quorum}, registry{cp.Nodes}, cp.Commands, cp.Bus)
 		if err != nil {
 			lis.Close()
