@@ -72,7 +72,11 @@ func TestAllowedKindsNarrowedAtHello(t *testing.T) {
 		e := testenv.Start(t, db, testenv.Options{Nodes: 1})
 		n := e.Nodes[0]
 		ctx := context.Background()
-		n.Stop()
+		stopNode(t, db, n)
+		// In flight: the gateway sends a diag.run on a session that takes it
+		// and never answers (a node that went away with it), and records it
+		// sent.
+		inflight := sentToVanishingSession(t, e, db, n, "diag.run")
 		if err := e.CP.Nodes.SetAllowedKinds(ctx, admin, n.Serial(), []string{"node.ping"}); err != nil {
 			t.Fatal(err)
 		}
@@ -87,6 +91,12 @@ func TestAllowedKindsNarrowedAtHello(t *testing.T) {
 		if c := e.WaitCommand(t, queued.ID); c.State != "cancelled" || c.Reason != "kind-not-allowed" {
 			t.Fatalf("queued diag.run: %s %q, want cancelled kind-not-allowed", c.State, c.Reason)
 		}
+		if c := e.WaitCommand(t, inflight); c.State != "cancelled" || c.Reason != "kind-not-allowed" {
+			t.Fatalf("in-flight diag.run: %s %q, want cancelled kind-not-allowed", c.State, c.Reason)
+		}
+		if runs := n2.Sim.Runs("diag.run"); runs != 0 {
+			t.Fatalf("diag.run ran %d times", runs)
+		}
 		// Sent after Hello: the node itself refuses it from the Welcome list.
 		id := e.InjectCommand(t, n2.NodeID(), e.Body(n2.NodeID(), "diag.run"), e.WorkerSigner(t))
 		expectCancelled(t, e, n2, id, "diag.run", daemon.ReasonKindNotAllowed)
@@ -98,6 +108,73 @@ func TestAllowedKindsNarrowedAtHello(t *testing.T) {
 			t.Fatalf("node.ping: %s %q", c.State, c.Reason)
 		}
 	})
+}
+
+// sentToVanishingSession creates a command of kind for n, lets the gateway
+// send it on a raw session with n's certificate that reads it and never
+// answers, waits until the command is recorded sent, then drops the session
+// and waits until the registry shows it closed. It returns the command id.
+func sentToVanishingSession(t *testing.T, e *testenv.Env, db *store.DB, n *testenv.Node, kind string) string {
+	t.Helper()
+	conn, err := grpc.NewClient(e.CP.GatewayAddr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS(t, n))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+	defer cancel()
+	s, err := nodev1.NewGatewayClient(conn).Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{NodeId: n.NodeID(), BootId: n.BootID()}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := s.Recv(); err != nil || m.GetWelcome() == nil {
+		t.Fatalf("welcome: %v %v", m, err)
+	}
+	c, err := e.Client.CreateCommand(context.Background(), n.NodeID(), kind, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := s.Recv()
+		if err != nil {
+			t.Fatalf("waiting for command %s: %v", c.ID, err)
+		}
+		if m.GetCommand().GetId() == c.ID {
+			break
+		}
+	}
+	deadline := time.Now().Add(testenv.WaitTimeout)
+	for {
+		got, err := e.CP.Commands.Get(context.Background(), "root", c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == commands.StateSent {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("command %s is %s, not recorded sent within %v", c.ID, got.State, testenv.WaitTimeout)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, not synchronising
+	}
+	cancel()
+	deadline = time.Now().Add(testenv.WaitTimeout)
+	for {
+		var open int
+		if err := db.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM node_sessions WHERE node_id = $1 AND closed_at IS NULL`, n.NodeID()).Scan(&open); err != nil {
+			t.Fatal(err)
+		}
+		if open == 0 {
+			return c.ID
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("raw session still open in the registry after %v", testenv.WaitTimeout)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, not synchronising
+	}
 }
 
 func TestWelcomeTimeRewoundRefusesCommands(t *testing.T) {
