@@ -86,13 +86,17 @@ type Commands interface {
 	PendingNodes(ctx context.Context) ([]string, error)
 }
 
-// Services are the identity services Join and Renew are relayed to.
+// Services are the services the gateway relays to: Bundle, Join, Renew
+// and Secret need keys the gateway does not hold, so a gateway-only
+// process reaches them over the internal channel (server.relayServices);
+// chain is the client certificate chain the node presented, leaf first, so
+// that the holder of the keys can verify it again.
 type Services interface {
-	Bundle() *nodev1.SignedTrustBundle
+	Bundle(ctx context.Context) (*nodev1.SignedTrustBundle, error)
 	Join(ctx context.Context, token string, csrDER []byte, name string) (nodeID string, chain [][]byte, err error)
-	Renew(ctx context.Context, id pki.NodeIdentity, csrDER []byte) ([][]byte, error)
+	Renew(ctx context.Context, id pki.NodeIdentity, chain [][]byte, csrDER []byte) ([][]byte, error)
 	// Secret relays a node's secret request to the broker.
-	Secret(ctx context.Context, id pki.NodeIdentity, req *nodev1.SecretRequest) (string, error)
+	Secret(ctx context.Context, id pki.NodeIdentity, chain [][]byte, req *nodev1.SecretRequest) (string, error)
 	// Refused records a refusal the gateway decided itself (a Renew or
 	// Session whose certificate failed), rate limited per reason.
 	Refused(ctx context.Context, typ, reason, nodeID string)
@@ -455,7 +459,29 @@ func (g *Gateway) authenticate(ctx context.Context) (pki.NodeIdentity, CertInfo,
 
 // Bundle returns the join-key-signed trust bundle (no client cert needed).
 func (g *Gateway) Bundle(ctx context.Context, _ *nodev1.BundleRequest) (*nodev1.SignedTrustBundle, error) {
-	return g.svc.Bundle(), nil
+	b, err := g.svc.Bundle(ctx)
+	if err != nil {
+		g.cfg.Log.Error("read trust bundle", "err", err)
+		return nil, status.Error(codes.Unavailable, string(errs.Internal))
+	}
+	return b, nil
+}
+
+// peerChain returns the DER of the client certificate chain on ctx.
+func peerChain(ctx context.Context) [][]byte {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return nil
+	}
+	var out [][]byte
+	for _, c := range ti.State.PeerCertificates {
+		out = append(out, c.Raw)
+	}
+	return out
 }
 
 // Join relays a join to the identity services; it is the only call that
@@ -468,7 +494,12 @@ func (g *Gateway) Join(ctx context.Context, req *nodev1.JoinRequest) (*nodev1.Jo
 		}
 		return nil, toStatus(err)
 	}
-	return &nodev1.JoinResponse{NodeId: nodeID, CertChainDer: chain, Bundle: g.svc.Bundle()}, nil
+	b, err := g.svc.Bundle(ctx)
+	if err != nil {
+		g.cfg.Log.Error("read trust bundle", "err", err)
+		return nil, status.Error(codes.Internal, string(errs.Internal))
+	}
+	return &nodev1.JoinResponse{NodeId: nodeID, CertChainDer: chain, Bundle: b}, nil
 }
 
 // Renew needs mutual TLS with the node's current, unrevoked certificate.
@@ -479,14 +510,19 @@ func (g *Gateway) Renew(ctx context.Context, req *nodev1.RenewRequest) (*nodev1.
 		g.svc.Refused(ctx, "security.renew.refused", reason, id.NodeID)
 		return nil, status.Error(codes.PermissionDenied, string(errs.AccessDenied))
 	}
-	chain, err := g.svc.Renew(ctx, id, req.GetCsrDer())
+	chain, err := g.svc.Renew(ctx, id, peerChain(ctx), req.GetCsrDer())
 	if err != nil {
 		if errs.CodeOf(err) == errs.Internal {
 			g.cfg.Log.Error("renew failed", "err", err)
 		}
 		return nil, toStatus(err)
 	}
-	return &nodev1.RenewResponse{CertChainDer: chain, Bundle: g.svc.Bundle()}, nil
+	b, err := g.svc.Bundle(ctx)
+	if err != nil {
+		g.cfg.Log.Error("read trust bundle", "err", err)
+		return nil, status.Error(codes.Internal, string(errs.Internal))
+	}
+	return &nodev1.RenewResponse{CertChainDer: chain, Bundle: b}, nil
 }
 
 // Secret relays a secret request from an authenticated node to the broker
@@ -497,7 +533,7 @@ func (g *Gateway) Secret(ctx context.Context, req *nodev1.SecretRequest) (*nodev
 		g.svc.Refused(ctx, "security.secret.refused", reason, id.NodeID)
 		return nil, status.Error(codes.PermissionDenied, string(errs.AccessDenied))
 	}
-	jwe, err := g.svc.Secret(ctx, id, req)
+	jwe, err := g.svc.Secret(ctx, id, peerChain(ctx), req)
 	if err != nil {
 		if errs.CodeOf(err) == errs.Internal {
 			g.cfg.Log.Error("secret request failed", "node_id", id.NodeID, "err", err)

@@ -68,7 +68,7 @@ type gatewayServices struct {
 	q   *quorum.Service
 }
 
-func (s gatewayServices) Secret(ctx context.Context, id pki.NodeIdentity, req *nodev1.SecretRequest) (string, error) {
+func (s gatewayServices) Secret(ctx context.Context, id pki.NodeIdentity, _ [][]byte, req *nodev1.SecretRequest) (string, error) {
 	return s.sec.Release(ctx, id, req)
 }
 
@@ -76,16 +76,19 @@ func (s gatewayServices) ApproverSets(ctx context.Context) ([]*nodev1.SignedAppr
 	return s.q.Chain(ctx)
 }
 
-func (s gatewayServices) Bundle() *nodev1.SignedTrustBundle {
+func (s gatewayServices) Bundle(context.Context) (*nodev1.SignedTrustBundle, error) {
 	body, sig, pub := s.n.TrustBundle()
-	return &nodev1.SignedTrustBundle{Body: body, Signature: sig, JoinPublicKey: pub}
+	if len(sig) == 0 {
+		return nil, errs.New(errs.Internal, "this process holds no signed trust bundle")
+	}
+	return &nodev1.SignedTrustBundle{Body: body, Signature: sig, JoinPublicKey: pub}, nil
 }
 
 func (s gatewayServices) Join(ctx context.Context, token string, csr []byte, name string) (string, [][]byte, error) {
 	return s.n.Join(ctx, token, csr, name)
 }
 
-func (s gatewayServices) Renew(ctx context.Context, id pki.NodeIdentity, csr []byte) ([][]byte, error) {
+func (s gatewayServices) Renew(ctx context.Context, id pki.NodeIdentity, _ [][]byte, csr []byte) ([][]byte, error) {
 	return s.n.Renew(ctx, id, csr)
 }
 
