@@ -2,7 +2,9 @@
 //
 // It authenticates each node by its client certificate (node CA chain,
 // trust domain, role, expiry, and revocation from the registry), relays
-// Join and Renew to the identity services, holds each node's session, sends
+// Bundle, Join, Renew and Secret to services it holds no key for (in a
+// gateway-only process, over the internal channel to the api), holds each
+// node's session (known to every gateway through the registry), sends
 // commands exactly as the database holds them (signed by a worker, which
 // the gateway cannot do: it imports no signing key and no SQL driver), and
 // stores the node's signed updates. A revoked certificate's session is

@@ -8,7 +8,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
+	"net"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,5 +192,45 @@ func TestInternalChannelIsMutualTLSUnderInternalCA(t *testing.T) {
 			t.Fatalf("the gateway's certificate: %v", err)
 		}
 
+		// A gateway told to relay to a server under the internal CA that is
+		// not the api (another gateway's certificate) relays nothing.
+		impostor := &countingServices{}
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{gwCert}})))
+		internalv1.RegisterGatewayServicesServer(gs, impostor)
+		go func() { _ = gs.Serve(lis) }()
+		defer gs.Stop()
+		rogue := e.StartGatewayWith(t, func(o *server.Options) { o.Control = lis.Addr().String() })
+		tok, err := e.CP.Nodes.CreateJoinToken(ctx, admin, pki.RoleNode, "nope", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := daemon.Join(ctx, daemon.JoinOptions{DataDir: filepath.Join(t.TempDir(), "n"), Gateway: rogue.GatewayAddr, Token: tok.Token, Name: "nope"}); err == nil {
+			t.Fatal("a join went through a gateway relaying to an impostor")
+		}
+		if n := impostor.calls.Load(); n != 0 {
+			t.Fatalf("the impostor received %d relayed calls", n)
+		}
+
 	})
+}
+
+// countingServices is an internal channel server that counts the calls it
+// receives and answers none.
+type countingServices struct {
+	internalv1.UnimplementedGatewayServicesServer
+	calls atomic.Int64
+}
+
+func (c *countingServices) Bundle(context.Context, *internalv1.BundleRequest) (*internalv1.BundleResponse, error) {
+	c.calls.Add(1)
+	return nil, status.Error(codes.Internal, "impostor")
+}
+
+func (c *countingServices) Join(context.Context, *internalv1.JoinRequest) (*internalv1.JoinResponse, error) {
+	c.calls.Add(1)
+	return nil, status.Error(codes.Internal, "impostor")
 }
