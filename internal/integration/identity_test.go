@@ -53,16 +53,36 @@ func copyNodeDir(t *testing.T, from string) string {
 	return to
 }
 
+// pollUntil checks cond on a 20 ms tick until it holds, failing the test
+// after testenv.WaitTimeout with what.
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(testenv.WaitTimeout)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-timeout:
+			t.Fatalf("%s: not within %v", what, testenv.WaitTimeout)
+		}
+	}
+}
+
 // waitEvent polls the event log until an event of typ exists.
 func waitEvent(t *testing.T, e *testenv.Env, typ string) {
 	t.Helper()
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for len(events(t, e, typ)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s event within %v", typ, testenv.WaitTimeout)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, not synchronising
+	pollUntil(t, "event "+typ, func() bool { return len(events(t, e, typ)) > 0 })
+}
+
+// sessionClosed reports whether the registry shows no open session of
+// nodeID.
+func sessionClosed(t *testing.T, db *store.DB, nodeID string) bool {
+	var open int
+	if err := db.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM node_sessions WHERE node_id = $1 AND closed_at IS NULL`, nodeID).Scan(&open); err != nil {
+		t.Fatal(err)
 	}
+	return open == 0
 }
 
 // stopNode stops n and waits until the registry shows its session closed,
@@ -70,20 +90,7 @@ func waitEvent(t *testing.T, e *testenv.Env, typ string) {
 func stopNode(t *testing.T, db *store.DB, n *testenv.Node) {
 	t.Helper()
 	n.Stop()
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for {
-		var open int
-		if err := db.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM node_sessions WHERE node_id = $1 AND closed_at IS NULL`, n.NodeID()).Scan(&open); err != nil {
-			t.Fatal(err)
-		}
-		if open == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %s: session still open in the registry after %v", n.NodeID(), testenv.WaitTimeout)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, not synchronising
-	}
+	pollUntil(t, "session of "+n.NodeID()+" closed in the registry", func() bool { return sessionClosed(t, db, n.NodeID()) })
 }
 
 // certsOf returns serial -> revoke reason ("" when valid) of every

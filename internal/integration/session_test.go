@@ -146,35 +146,16 @@ func sentToVanishingSession(t *testing.T, e *testenv.Env, db *store.DB, n *teste
 			break
 		}
 	}
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for {
+	pollUntil(t, "command "+c.ID+" recorded sent", func() bool {
 		got, err := e.CP.Commands.Get(context.Background(), "root", c.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.State == commands.StateSent {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("command %s is %s, not recorded sent within %v", c.ID, got.State, testenv.WaitTimeout)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, not synchronising
-	}
+		return got.State == commands.StateSent
+	})
 	cancel()
-	deadline = time.Now().Add(testenv.WaitTimeout)
-	for {
-		var open int
-		if err := db.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM node_sessions WHERE node_id = $1 AND closed_at IS NULL`, n.NodeID()).Scan(&open); err != nil {
-			t.Fatal(err)
-		}
-		if open == 0 {
-			return c.ID
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("raw session still open in the registry after %v", testenv.WaitTimeout)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, not synchronising
-	}
+	pollUntil(t, "raw session closed in the registry", func() bool { return sessionClosed(t, db, n.NodeID()) })
+	return c.ID
 }
 
 func TestWelcomeTimeRewoundRefusesCommands(t *testing.T) {
