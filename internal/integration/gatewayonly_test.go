@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/bettercompute/bettercompute/internal/cli"
+	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/config"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/errs"
@@ -190,6 +191,31 @@ func TestInternalChannelIsMutualTLSUnderInternalCA(t *testing.T) {
 		}
 		if err := call(&gwCert); err != nil {
 			t.Fatalf("the gateway's certificate: %v", err)
+		}
+
+		// The api verifies again the node chain a gateway forwards: one from
+		// another node CA is refused before any renewal.
+		kek, _ := pki.CreateKEK(filepath.Join(t.TempDir(), "kek"))
+		rogueCA, err := pki.Init(filepath.Join(t.TempDir(), "pki"), e.Bundle.TrustDomain, kek, clock.Real{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rogueKey, _ := rogueCA.NodeCAKey(kek)
+		nkey, _ := pki.NewNodeKey()
+		ncsr, _ := pki.CSR(nkey, "rogue")
+		leaf, err := pki.IssueNodeCert(rogueCA.NodeCA, rogueKey, ncsr, rogueCA.TrustDomain, e.Nodes[0].NodeID(), pki.RoleNode, time.Hour, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		gconn, err := grpc.NewClient(e.CP.InternalAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+			MinVersion: tls.VersionTLS13, InsecureSkipVerify: true, Certificates: []tls.Certificate{gwCert}})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer gconn.Close()
+		_, err = internalv1.NewGatewayServicesClient(gconn).Renew(ctx, &internalv1.RenewRequest{NodeChainDer: [][]byte{leaf}, CsrDer: ncsr})
+		if status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("renew with a forwarded chain from another CA: %v, want Unauthenticated", err)
 		}
 
 		// A gateway told to relay to a server under the internal CA that is
