@@ -246,7 +246,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		}
 		internalKey = k
 		if o.InternalListen != "" {
-			if err := cp.serveInternal(rctx, o, local, internalKey, now); err != nil {
+			if err := cp.serveInternal(o, local, internalKey, now); err != nil {
 				return fail(err)
 			}
 		}
@@ -350,7 +350,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 
 // serveInternal serves the internal channel gateways relay to, with a
 // control certificate issued now from the internal CA.
-func (cp *ControlPlane) serveInternal(ctx context.Context, o Options, local gatewayServices, internalKey crypto.Signer, now time.Time) error {
+func (cp *ControlPlane) serveInternal(o Options, local gatewayServices, internalKey crypto.Signer, now time.Time) error {
 	b := o.Bundle
 	host, _, err := net.SplitHostPort(o.InternalListen)
 	if err != nil {
@@ -383,7 +383,6 @@ func (cp *ControlPlane) serveInternal(ctx context.Context, o Options, local gate
 	cp.wg.Add(1)
 	go func() { defer cp.wg.Done(); _ = gs.Serve(lis) }()
 	cp.closers = append(cp.closers, gs.Stop)
-	_ = ctx
 	return nil
 }
 
