@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/server"
@@ -354,4 +355,52 @@ func TestQuietSessionSupersededWithoutFlip(t *testing.T) {
 			}
 		}
 	})
+}
+
+// sentToVanishingSession creates a command of kind for n, lets the gateway
+// send it on a raw session with n's certificate that reads it and never
+// answers, waits until the command is recorded sent, then drops the session
+// and waits until the registry shows it closed. It returns the command id.
+func sentToVanishingSession(t *testing.T, e *testenv.Env, db *store.DB, n *testenv.Node, kind string) string {
+	t.Helper()
+	conn, err := grpc.NewClient(e.CP.GatewayAddr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS(t, n))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+	defer cancel()
+	s, err := nodev1.NewGatewayClient(conn).Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{NodeId: n.NodeID(), BootId: n.BootID()}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := s.Recv(); err != nil || m.GetWelcome() == nil {
+		t.Fatalf("welcome: %v %v", m, err)
+	}
+	c, err := e.Client.CreateCommand(context.Background(), n.NodeID(), kind, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := s.Recv()
+		if err != nil {
+			t.Fatalf("waiting for command %s: %v", c.ID, err)
+		}
+		if m.GetCommand().GetId() == c.ID {
+			break
+		}
+	}
+	pollUntil(t, "command "+c.ID+" recorded sent", func() bool {
+		got, err := e.CP.Commands.Get(context.Background(), "root", c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.State == commands.StateSent
+	})
+	cancel()
+	pollUntil(t, "raw session closed in the registry", func() bool { return sessionClosed(t, db, n.NodeID()) })
+	return c.ID
 }
