@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -120,58 +122,22 @@ func serveCmd() *cobra.Command {
 					return &ExitError{Code: 2, Err: err}
 				}
 			}
-			kek, err := pki.LoadKEK(cfg.PKI.KEKFile)
-			if err != nil {
-				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: pki.kek_file: %w", err)}
-			}
-			b, err := pki.Load(cfg.PKI.Dir)
-			if err != nil {
-				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: pki.dir %s: %w", cfg.PKI.Dir, err)}
-			}
-			db, err := store.Open(ctx, cfg.Database.DSN)
-			if err != nil {
-				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: database.dsn: %w", err)}
-			}
-			defer db.Close()
-			if err := db.Migrate(ctx); err != nil {
-				return err
-			}
-			proxies, err := api.ParseProxies(cfg.API.TrustedProxies)
-			if err != nil {
-				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: api.trusted_proxies: %w", err)}
-			}
-			rl := cfg.API.RateLimits
-			so := server.Options{DB: db, Bundle: b, KEK: kek, Roles: cfg.Roles, Clock: clock.Real{}, Log: log, SandboxImages: cfg.Sandboxes.Images,
-				APIListen: cfg.API.Listen, GatewayListen: cfg.Gateway.Listen, GatewayNames: cfg.Gateway.Names, TrustedProxies: proxies,
-				SessionCookies: cfg.API.SessionCookies, BaseURL: cfg.API.BaseURL, AuditSealInterval: cfg.SealInterval(),
-				RateLimits: api.RateLimits{ReadPerSecond: rl.ReadPerSecond, ReadBurst: rl.ReadBurst, MutatePerSecond: rl.MutatePerSecond, MutateBurst: rl.MutateBurst}}
-			if cfg.Audit.Sink != "" {
-				sink, err := auditlog.OpenSink(ctx, cfg.Audit.Sink)
-				if err != nil {
-					return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: audit.sink: %w", err)}
-				}
-				defer sink.Close()
-				so.AuditSink, so.AuditSinkName = sink, cfg.Audit.Sink
-			}
-			cp, err := server.Start(ctx, so)
-			if err != nil {
-				return &ExitError{Code: 2, Err: err}
-			}
-			defer cp.Close()
-			log.Info("serving", "roles", strings.Join(cfg.Roles, ","), "api", cp.APIAddr, "gateway", cp.GatewayAddr)
-			<-ctx.Done()
-			return nil
+			return Serve(ctx, cfg, log, nil, nil)
 		},
 	}
 	f := c.Flags()
 	f.StringVar(&cfgFile, "config", "", "TOML configuration file (strict: unknown keys are refused); flags override it")
 	f.StringVar(&cfg.Database.DSN, "db", cfg.Database.DSN, "database: sqlite:PATH or postgres://…")
 	f.StringVar(&cfg.PKI.Dir, "pki", cfg.PKI.Dir, "PKI bundle directory (from pki init)")
-	f.StringVar(&cfg.PKI.KEKFile, "kek-file", cfg.PKI.KEKFile, "key-encryption key file (0600); BC_KEK overrides")
+	f.StringVar(&cfg.PKI.KEKFile, "kek-file", cfg.PKI.KEKFile, "key-encryption key file (0600); BC_KEK overrides; not read by a gateway-only process")
 	f.StringVar(&roles, "roles", roles, "roles to run, comma-separated")
 	f.StringVar(&cfg.API.Listen, "api", cfg.API.Listen, "API listen address")
 	f.StringVar(&cfg.Gateway.Listen, "gateway", cfg.Gateway.Listen, "gateway listen address")
 	f.StringVar(&names, "gateway-names", names, "comma-separated DNS names for the gateway certificate")
+	f.StringVar(&cfg.Gateway.CertFile, "gateway-cert", "", "the gateway's certificate (pki issue-gateway); a gateway without the api role needs it")
+	f.StringVar(&cfg.Gateway.KeyFile, "gateway-key", "", "the gateway's key (0600, pki issue-gateway)")
+	f.StringVar(&cfg.Gateway.Control, "control", "", "host:port of the api's internal channel (its --internal); a gateway without the api role relays to it")
+	f.StringVar(&cfg.API.InternalListen, "internal", "", "host:port where the api serves the internal channel gateway-only processes relay to")
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log level: debug, info, warn, error")
 	f.StringVar(&trusted, "trusted-proxies", "", "comma-separated addresses or CIDRs of proxies whose X-Forwarded-For is believed")
 	f.BoolVar(&cfg.API.SessionCookies, "session-cookies", false, "accept the bc_session cookie (needs --base-url; Origin must match it exactly)")
@@ -181,6 +147,75 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.Audit.SealInterval, "audit-seal-interval", cfg.Audit.SealInterval, "how often the workers role seals the audit log")
 	f.StringVar(&cfg.Sandboxes.Images, "sandbox-images", "", "gocloud.dev/blob URL of the sandbox image store (file:///dir, s3://…); empty: no image imports")
 	return c
+}
+
+// Serve runs cfg's roles until ctx ends: what `serve` does once its
+// configuration is read and valid. db, when set, is used instead of
+// opening cfg.Database.DSN (tests share theirs); started, when set, is
+// called once the roles run. The api and workers roles load the sealed PKI
+// bundle and the key-encryption key; a gateway-only process loads neither:
+// it reads the bundle's public half and its own certificate and key (pki
+// issue-gateway) and relays what needs a key to gateway.control.
+func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, db *store.DB, started func(*server.ControlPlane)) error {
+	var kek pki.KEK
+	var b *pki.Bundle
+	var err error
+	if cfg.Keyed() {
+		if kek, err = pki.LoadKEK(cfg.PKI.KEKFile); err != nil {
+			return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: pki.kek_file: %w", err)}
+		}
+		b, err = pki.Load(cfg.PKI.Dir)
+	} else {
+		b, err = pki.LoadPublic(cfg.PKI.Dir)
+	}
+	if err != nil {
+		return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: pki.dir %s: %w", cfg.PKI.Dir, err)}
+	}
+	if db == nil {
+		if db, err = store.Open(ctx, cfg.Database.DSN); err != nil {
+			return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: database.dsn: %w", err)}
+		}
+		defer db.Close()
+	}
+	if err := db.Migrate(ctx); err != nil {
+		return err
+	}
+	proxies, err := api.ParseProxies(cfg.API.TrustedProxies)
+	if err != nil {
+		return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: api.trusted_proxies: %w", err)}
+	}
+	rl := cfg.API.RateLimits
+	so := server.Options{DB: db, Bundle: b, KEK: kek, Roles: cfg.Roles, Clock: clock.Real{}, Log: log, SandboxImages: cfg.Sandboxes.Images,
+		APIListen: cfg.API.Listen, GatewayListen: cfg.Gateway.Listen, GatewayNames: cfg.Gateway.Names, TrustedProxies: proxies,
+		SessionCookies: cfg.API.SessionCookies, BaseURL: cfg.API.BaseURL, AuditSealInterval: cfg.SealInterval(),
+		InternalListen: cfg.API.InternalListen, Control: cfg.Gateway.Control,
+		RateLimits: api.RateLimits{ReadPerSecond: rl.ReadPerSecond, ReadBurst: rl.ReadBurst, MutatePerSecond: rl.MutatePerSecond, MutateBurst: rl.MutateBurst}}
+	if cfg.Gateway.CertFile != "" {
+		cert, err := pki.LoadGatewayCert(cfg.Gateway.CertFile, cfg.Gateway.KeyFile)
+		if err != nil {
+			return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: gateway.cert_file: %w", err)}
+		}
+		so.GatewayCert = &cert
+	}
+	if cfg.Audit.Sink != "" {
+		sink, err := auditlog.OpenSink(ctx, cfg.Audit.Sink)
+		if err != nil {
+			return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: audit.sink: %w", err)}
+		}
+		defer sink.Close()
+		so.AuditSink, so.AuditSinkName = sink, cfg.Audit.Sink
+	}
+	cp, err := server.Start(ctx, so)
+	if err != nil {
+		return &ExitError{Code: 2, Err: err}
+	}
+	defer cp.Close()
+	log.Info("serving", "roles", strings.Join(cfg.Roles, ","), "api", cp.APIAddr, "gateway", cp.GatewayAddr, "internal", cp.InternalAddr)
+	if started != nil {
+		started(cp)
+	}
+	<-ctx.Done()
+	return nil
 }
 
 func splitList(s string) []string {
@@ -242,7 +277,59 @@ func pkiCmd() *cobra.Command {
 	}
 	show.Flags().StringVar(&showDir, "dir", "pki", "bundle directory")
 	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.AddCommand(initC, show)
+	c.AddCommand(initC, show, issueGatewayCmd())
+	return c
+}
+
+func issueGatewayCmd() *cobra.Command {
+	var dir, kekFile, out, names, ips string
+	var lifetime time.Duration
+	c := &cobra.Command{
+		Use:   "issue-gateway",
+		Short: "Write what a gateway-only process needs: the bundle's public half and a gateway certificate and key",
+		Long: "Issue a gateway certificate from the internal CA (spiffe://<td>/gateway; server and client authentication) and write\n" +
+			"OUT/bundle.json (public half: no sealed key), OUT/gateway.crt and OUT/gateway.key (0600). Run it where the KEK is;\n" +
+			"copy OUT to the gateway host and run `serve --roles gateway --pki OUT --gateway-cert OUT/gateway.crt\n" +
+			"--gateway-key OUT/gateway.key --control API:PORT` there, without the KEK.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			kek, err := pki.LoadKEK(kekFile)
+			if err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
+			b, err := pki.Load(dir)
+			if err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
+			key, err := b.InternalCAKey(kek)
+			if err != nil {
+				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: the internal CA key does not unseal with this key-encryption key: %w", err)}
+			}
+			ipList := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+			for _, s := range splitList(ips) {
+				ip := net.ParseIP(s)
+				if ip == nil {
+					return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_INPUT: --ips: %q is not an IP address", s)}
+				}
+				ipList = append(ipList, ip)
+			}
+			cert, err := pki.IssueGatewayCert(b.InternalCA, key, b.TrustDomain, splitList(names), ipList, lifetime, time.Now())
+			if err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
+			if err := b.WriteGatewayFiles(out, cert); err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "gateway files for %s written to %s (certificate expires %s)\n", b.TrustDomain, out, cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
+			return nil
+		},
+	}
+	c.Flags().StringVar(&dir, "pki", "pki", "bundle directory")
+	c.Flags().StringVar(&kekFile, "kek-file", "kek", "key-encryption key file; BC_KEK overrides")
+	c.Flags().StringVar(&out, "out", "gateway", "directory to write bundle.json, gateway.crt and gateway.key into")
+	c.Flags().StringVar(&names, "names", "localhost", "comma-separated DNS names nodes reach the gateway by")
+	c.Flags().StringVar(&ips, "ips", "", "comma-separated IP addresses nodes reach the gateway by (loopback is always included)")
+	c.Flags().DurationVar(&lifetime, "lifetime", 90*24*time.Hour, "certificate lifetime (at most 398 days)")
 	return c
 }
 

@@ -39,6 +39,10 @@ type Config struct {
 		TrustedProxies []string `toml:"trusted_proxies"` // addresses or CIDRs
 		SessionCookies bool     `toml:"session_cookies"` // needs base_url
 		BaseURL        string   `toml:"base_url"`
+		// InternalListen is where the api serves the internal channel
+		// gateway-only processes relay Join, Renew and Secret to (mutual
+		// TLS under the internal CA); empty: none.
+		InternalListen string `toml:"internal_listen"`
 		RateLimits     struct {
 			ReadPerSecond   float64 `toml:"read_per_second"`   // default 50
 			ReadBurst       float64 `toml:"read_burst"`        // default 100
@@ -50,6 +54,13 @@ type Config struct {
 	Gateway struct {
 		Listen string   `toml:"listen"` // default 127.0.0.1:7781
 		Names  []string `toml:"names"`  // DNS names in the gateway's certificate; default ["localhost"]
+		// CertFile and KeyFile are the gateway's own certificate and key
+		// (from `pki issue-gateway`), and Control the api's internal_listen
+		// address: a gateway without the api role needs all three and no
+		// key-encryption key.
+		CertFile string `toml:"cert_file"`
+		KeyFile  string `toml:"key_file"`
+		Control  string `toml:"control"`
 	} `toml:"gateway"`
 
 	Audit struct {
@@ -131,6 +142,13 @@ func (c Config) SealInterval() time.Duration {
 	return d
 }
 
+// Keyed reports whether the roles hold keys (api or workers) and so need
+// the sealed PKI bundle and the key-encryption key; a gateway-only process
+// needs neither.
+func (c Config) Keyed() bool {
+	return slices.Contains(c.Roles, "api") || slices.Contains(c.Roles, "workers")
+}
+
 // Validate reports every problem at once, each with its field path.
 func (c Config) Validate() error {
 	var probs []string
@@ -152,7 +170,7 @@ func (c Config) Validate() error {
 	if c.PKI.Dir == "" {
 		add("pki.dir", "required")
 	}
-	if c.PKI.KEKFile == "" && os.Getenv("BC_KEK") == "" {
+	if c.Keyed() && c.PKI.KEKFile == "" && os.Getenv("BC_KEK") == "" {
 		add("pki.kek_file", "required (or set BC_KEK)")
 	}
 	checkAddr := func(path, a string) {
@@ -162,6 +180,15 @@ func (c Config) Validate() error {
 	}
 	if slices.Contains(c.Roles, "api") {
 		checkAddr("api.listen", c.API.Listen)
+	}
+	if slices.Contains(c.Roles, "gateway") && !slices.Contains(c.Roles, "api") {
+		if c.Gateway.CertFile == "" || c.Gateway.KeyFile == "" {
+			add("gateway.cert_file", "a gateway without the api role needs cert_file and key_file (pki issue-gateway)")
+		}
+		checkAddr("gateway.control", c.Gateway.Control)
+	}
+	if c.API.InternalListen != "" {
+		checkAddr("api.internal_listen", c.API.InternalListen)
 	}
 	if slices.Contains(c.Roles, "gateway") {
 		checkAddr("gateway.listen", c.Gateway.Listen)

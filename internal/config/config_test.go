@@ -55,3 +55,24 @@ func TestFileOverridesOnlyWhatItSets(t *testing.T) {
 		t.Fatalf("%+v", c)
 	}
 }
+
+// A gateway without the api role needs its certificate, key and the api's
+// internal address, and no key-encryption key.
+func TestGatewayOnlyNeedsCertAndControlNotKEK(t *testing.T) {
+	t.Setenv("BC_KEK", "")
+	c := Default()
+	c.Roles = []string{"gateway"}
+	c.PKI.KEKFile = ""
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "gateway.cert_file") || !strings.Contains(err.Error(), "gateway.control") || strings.Contains(err.Error(), "pki.kek_file") {
+		t.Fatalf("gateway-only without cert or control: %v", err)
+	}
+	c.Gateway.CertFile, c.Gateway.KeyFile, c.Gateway.Control = "gw/gateway.crt", "gw/gateway.key", "10.0.0.5:7782"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("complete gateway-only config: %v", err)
+	}
+	c.Roles = []string{"gateway", "workers"}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "pki.kek_file") {
+		t.Fatalf("workers without a KEK: %v", err)
+	}
+}

@@ -2,7 +2,9 @@
 //
 // It authenticates each node by its client certificate (node CA chain,
 // trust domain, role, expiry, and revocation from the registry), relays
-// Join and Renew to the identity services, holds each node's session, sends
+// Bundle, Join, Renew and Secret to services it holds no key for (in a
+// gateway-only process, over the internal channel to the api), holds each
+// node's session (known to every gateway through the registry), sends
 // commands exactly as the database holds them (signed by a worker, which
 // the gateway cannot do: it imports no signing key and no SQL driver), and
 // stores the node's signed updates. A revoked certificate's session is
@@ -40,6 +42,7 @@ type CertInfo struct {
 	NodeID       string
 	Role         string
 	Revoked      bool
+	RevokeReason string   // why, when revoked ("superseded" after a renewal)
 	AllowedKinds []string // nil: no narrowing
 }
 
@@ -62,6 +65,15 @@ type Registry interface {
 	CloseSession(ctx context.Context, nodeID, sessionID string) error
 	CloseGatewaySessions(ctx context.Context, gatewayID string) error
 	RevokedSince(ctx context.Context, since time.Time) ([]string, time.Time, error)
+	// SupersededCertificateUsed records a call made with a certificate a
+	// renewal superseded (a copy of the node's identity) as a flip of the
+	// node, and reports whether that quarantined it.
+	SupersededCertificateUsed(ctx context.Context, nodeID, serial string) (bool, error)
+	// Heartbeat refreshes the heartbeat of this gateway's open sessions.
+	Heartbeat(ctx context.Context, gatewayID string) error
+	// SessionsMovedSince returns node id -> current session id for the
+	// sessions opened at or after since on other gateways.
+	SessionsMovedSince(ctx context.Context, gatewayID string, since time.Time) (map[string]string, time.Time, error)
 }
 
 // Commands is the command queue as the gateway sees it.
@@ -76,13 +88,17 @@ type Commands interface {
 	PendingNodes(ctx context.Context) ([]string, error)
 }
 
-// Services are the identity services Join and Renew are relayed to.
+// Services are the services the gateway relays to: Bundle, Join, Renew
+// and Secret need keys the gateway does not hold, so a gateway-only
+// process reaches them over the internal channel (server.relayServices);
+// chain is the client certificate chain the node presented, leaf first, so
+// that the holder of the keys can verify it again.
 type Services interface {
-	Bundle() *nodev1.SignedTrustBundle
+	Bundle(ctx context.Context) (*nodev1.SignedTrustBundle, error)
 	Join(ctx context.Context, token string, csrDER []byte, name string) (nodeID string, chain [][]byte, err error)
-	Renew(ctx context.Context, id pki.NodeIdentity, csrDER []byte) ([][]byte, error)
+	Renew(ctx context.Context, id pki.NodeIdentity, chain [][]byte, csrDER []byte) ([][]byte, error)
 	// Secret relays a node's secret request to the broker.
-	Secret(ctx context.Context, id pki.NodeIdentity, req *nodev1.SecretRequest) (string, error)
+	Secret(ctx context.Context, id pki.NodeIdentity, chain [][]byte, req *nodev1.SecretRequest) (string, error)
 	// Refused records a refusal the gateway decided itself (a Renew or
 	// Session whose certificate failed), rate limited per reason.
 	Refused(ctx context.Context, typ, reason, nodeID string)
@@ -108,8 +124,12 @@ type Config struct {
 	GatewayID      string
 	Clock          clock.Clock
 	Log            *slog.Logger
-	RevocationPoll time.Duration // default 1s
-	CommandPoll    time.Duration // default 250ms: one dispatch round (nodes with work, then their commands) per interval for the whole gateway
+	RevocationPoll time.Duration // default 1s; also how often sessions moved to another gateway are looked for
+	// Heartbeat is how often the gateway refreshes its sessions' heartbeat
+	// in the registry (default 10s, nodes.SessionHeartbeat); a session not
+	// refreshed within the registry's window went quiet.
+	Heartbeat   time.Duration
+	CommandPoll time.Duration // default 250ms: one dispatch round (nodes with work, then their commands) per interval for the whole gateway
 }
 
 // Gateway serves the Gateway gRPC service.
@@ -219,6 +239,9 @@ func New(cfg Config, svc Services, reg Registry, cmds Commands, poke Poker) (*Ga
 	if cfg.CommandPoll == 0 {
 		cfg.CommandPoll = 250 * time.Millisecond
 	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 10 * time.Second
+	}
 	return &Gateway{cfg: cfg, reg: reg, cmds: cmds, svc: svc, poke: poke, sessions: map[string]*session{},
 		inflight: map[string]bool{}, want: map[string]bool{}, dpoke: make(chan struct{}, 1), updates: make(chan *pendingUpdate, maxUpdateBatch)}, nil
 }
@@ -246,48 +269,116 @@ func (g *Gateway) GRPCServer() *grpc.Server {
 	return s
 }
 
-// Run closes sessions of revoked or expired certificates until ctx ends.
-// It first marks this gateway's stale sessions closed.
+// Run closes sessions of revoked or expired certificates, and sessions
+// whose node opened a newer session on another gateway, until ctx ends; it
+// keeps this gateway's sessions' heartbeat fresh in the registry. It first
+// marks this gateway's stale sessions closed.
 func (g *Gateway) Run(ctx context.Context) {
 	if err := g.reg.CloseGatewaySessions(ctx, g.cfg.GatewayID); err != nil {
 		g.cfg.Log.Error("close stale sessions", "err", err)
 	}
 	go g.dispatch(ctx)
 	go g.batchUpdates(ctx)
+	go g.heartbeat(ctx)
 	poke, stop := g.poke.Subscribe(bus.TopicRevoked)
 	defer stop()
 	remote, stopRemote := g.poke.Subscribe(bus.RemoteTopic(bus.TopicRevoked))
 	defer stopRemote()
+	moved, stopMoved := g.poke.Subscribe(bus.TopicSessions)
+	defer stopMoved()
+	movedRemote, stopMovedRemote := g.poke.Subscribe(bus.RemoteTopic(bus.TopicSessions))
+	defer stopMovedRemote()
 	t := time.NewTicker(g.cfg.RevocationPoll)
 	defer t.Stop()
 	since := g.cfg.Clock.Now().Add(-time.Minute)
+	movedSince := since
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-poke:
 		case <-remote:
+		case <-moved:
+		case <-movedRemote:
 		case <-t.C:
 		}
-		serials, next, err := g.reg.RevokedSince(ctx, since)
-		if err != nil {
+		if next, err := g.closeRevoked(ctx, since); err != nil {
 			g.cfg.Log.Error("read revocations", "err", err)
-			continue
+		} else {
+			// Ask again from a little before the newest seen, so a
+			// revocation committed with an older timestamp is not missed.
+			since = next.Add(-5 * time.Second)
 		}
-		// Ask again from a little before the newest seen, so a revocation
-		// committed with an older timestamp is not missed.
-		since = next.Add(-5 * time.Second)
-		revoked := map[string]bool{}
-		for _, s := range serials {
-			revoked[s] = true
+		if next, err := g.closeMoved(ctx, movedSince); err != nil {
+			g.cfg.Log.Error("read moved sessions", "err", err)
+		} else {
+			movedSince = next.Add(-5 * time.Second)
 		}
-		g.mu.Lock()
-		for _, s := range g.sessions {
-			if revoked[s.serial] {
-				s.cancel(errRevoked)
-			}
+	}
+}
+
+// closeRevoked closes the sessions of certificates revoked since.
+func (g *Gateway) closeRevoked(ctx context.Context, since time.Time) (time.Time, error) {
+	serials, next, err := g.reg.RevokedSince(ctx, since)
+	if err != nil {
+		return since, err
+	}
+	revoked := map[string]bool{}
+	for _, s := range serials {
+		revoked[s] = true
+	}
+	g.mu.Lock()
+	for _, s := range g.sessions {
+		if revoked[s.serial] {
+			s.cancel(errRevoked)
 		}
-		g.mu.Unlock()
+	}
+	g.mu.Unlock()
+	return next, nil
+}
+
+// closeMoved closes the sessions of nodes whose current session, opened
+// since, is on another gateway. Only sessions that were in the map before
+// the read are judged: their registry rows were written before it, so a
+// different current session there is newer than ours.
+func (g *Gateway) closeMoved(ctx context.Context, since time.Time) (time.Time, error) {
+	g.mu.Lock()
+	before := make(map[string]*session, len(g.sessions))
+	for id, s := range g.sessions {
+		before[id] = s
+	}
+	g.mu.Unlock()
+	current, next, err := g.reg.SessionsMovedSince(ctx, g.cfg.GatewayID, since)
+	if err != nil {
+		return since, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for nodeID, sessionID := range current {
+		s := before[nodeID]
+		if s != nil && s.id != sessionID && g.sessions[nodeID] == s {
+			g.cfg.Log.Info("session moved to another gateway", "node_id", nodeID, "session_id", s.id)
+			s.cancel(errSuperseded)
+		}
+	}
+	return next, nil
+}
+
+// heartbeat refreshes this gateway's sessions in the registry every
+// Heartbeat, so that other gateways can tell a live session from one whose
+// gateway went away.
+func (g *Gateway) heartbeat(ctx context.Context) {
+	t := time.NewTicker(g.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := g.reg.Heartbeat(ctx, g.cfg.GatewayID); err != nil && ctx.Err() == nil {
+			g.cfg.Log.Error("session heartbeat", "err", err)
+		}
 	}
 }
 
@@ -327,6 +418,10 @@ func toStatus(err error) error {
 
 var errUnauthenticated = status.Error(codes.Unauthenticated, string(errs.Unauthenticated))
 
+// reasonSuperseded is the revocation reason of a certificate a renewal
+// replaced (nodes.ReasonSuperseded; the gateway does not import nodes).
+const reasonSuperseded = "superseded"
+
 // authenticate checks the caller's client certificate: chain to the node
 // CA, trust domain, role and expiry, then revocation and role in the
 // registry. Any failure is UNAUTHENTICATED with a reason for the log and
@@ -350,6 +445,15 @@ func (g *Gateway) authenticate(ctx context.Context) (pki.NodeIdentity, CertInfo,
 	case err != nil:
 		g.cfg.Log.Info("node certificate unknown", "node_id", id.NodeID, "err", err)
 		return id, ci, "certificate-unknown", errUnauthenticated
+	case ci.Revoked && ci.RevokeReason == reasonSuperseded && ci.NodeID == id.NodeID:
+		// The node renewed and uses its new certificate: whoever still
+		// holds the old one holds a copy of the identity.
+		if q, err := g.reg.SupersededCertificateUsed(ctx, id.NodeID, id.Serial); err != nil {
+			g.cfg.Log.Error("record superseded certificate", "node_id", id.NodeID, "err", err)
+		} else if q {
+			g.cfg.Log.Warn("node quarantined", "node_id", id.NodeID, "serial", id.Serial)
+		}
+		return id, ci, "certificate-superseded", errUnauthenticated
 	case ci.Revoked:
 		return id, ci, "certificate-revoked", errUnauthenticated
 	case ci.NodeID != id.NodeID || ci.Role != id.Role:
@@ -360,7 +464,29 @@ func (g *Gateway) authenticate(ctx context.Context) (pki.NodeIdentity, CertInfo,
 
 // Bundle returns the join-key-signed trust bundle (no client cert needed).
 func (g *Gateway) Bundle(ctx context.Context, _ *nodev1.BundleRequest) (*nodev1.SignedTrustBundle, error) {
-	return g.svc.Bundle(), nil
+	b, err := g.svc.Bundle(ctx)
+	if err != nil {
+		g.cfg.Log.Error("read trust bundle", "err", err)
+		return nil, status.Error(codes.Unavailable, string(errs.Internal))
+	}
+	return b, nil
+}
+
+// peerChain returns the DER of the client certificate chain on ctx.
+func peerChain(ctx context.Context) [][]byte {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return nil
+	}
+	var out [][]byte
+	for _, c := range ti.State.PeerCertificates {
+		out = append(out, c.Raw)
+	}
+	return out
 }
 
 // Join relays a join to the identity services; it is the only call that
@@ -373,7 +499,12 @@ func (g *Gateway) Join(ctx context.Context, req *nodev1.JoinRequest) (*nodev1.Jo
 		}
 		return nil, toStatus(err)
 	}
-	return &nodev1.JoinResponse{NodeId: nodeID, CertChainDer: chain, Bundle: g.svc.Bundle()}, nil
+	b, err := g.svc.Bundle(ctx)
+	if err != nil {
+		g.cfg.Log.Error("read trust bundle", "err", err)
+		return nil, status.Error(codes.Internal, string(errs.Internal))
+	}
+	return &nodev1.JoinResponse{NodeId: nodeID, CertChainDer: chain, Bundle: b}, nil
 }
 
 // Renew needs mutual TLS with the node's current, unrevoked certificate.
@@ -384,14 +515,19 @@ func (g *Gateway) Renew(ctx context.Context, req *nodev1.RenewRequest) (*nodev1.
 		g.svc.Refused(ctx, "security.renew.refused", reason, id.NodeID)
 		return nil, status.Error(codes.PermissionDenied, string(errs.AccessDenied))
 	}
-	chain, err := g.svc.Renew(ctx, id, req.GetCsrDer())
+	chain, err := g.svc.Renew(ctx, id, peerChain(ctx), req.GetCsrDer())
 	if err != nil {
 		if errs.CodeOf(err) == errs.Internal {
 			g.cfg.Log.Error("renew failed", "err", err)
 		}
 		return nil, toStatus(err)
 	}
-	return &nodev1.RenewResponse{CertChainDer: chain, Bundle: g.svc.Bundle()}, nil
+	b, err := g.svc.Bundle(ctx)
+	if err != nil {
+		g.cfg.Log.Error("read trust bundle", "err", err)
+		return nil, status.Error(codes.Internal, string(errs.Internal))
+	}
+	return &nodev1.RenewResponse{CertChainDer: chain, Bundle: b}, nil
 }
 
 // Secret relays a secret request from an authenticated node to the broker
@@ -402,7 +538,7 @@ func (g *Gateway) Secret(ctx context.Context, req *nodev1.SecretRequest) (*nodev
 		g.svc.Refused(ctx, "security.secret.refused", reason, id.NodeID)
 		return nil, status.Error(codes.PermissionDenied, string(errs.AccessDenied))
 	}
-	jwe, err := g.svc.Secret(ctx, id, req)
+	jwe, err := g.svc.Secret(ctx, id, peerChain(ctx), req)
 	if err != nil {
 		if errs.CodeOf(err) == errs.Internal {
 			g.cfg.Log.Error("secret request failed", "node_id", id.NodeID, "err", err)

@@ -72,7 +72,11 @@ func TestAllowedKindsNarrowedAtHello(t *testing.T) {
 		e := testenv.Start(t, db, testenv.Options{Nodes: 1})
 		n := e.Nodes[0]
 		ctx := context.Background()
-		n.Stop()
+		stopNode(t, db, n)
+		// In flight: the gateway sends a diag.run on a session that takes it
+		// and never answers (a node that went away with it), and records it
+		// sent.
+		inflight := sentToVanishingSession(t, e, db, n, "diag.run")
 		if err := e.CP.Nodes.SetAllowedKinds(ctx, admin, n.Serial(), []string{"node.ping"}); err != nil {
 			t.Fatal(err)
 		}
@@ -86,6 +90,12 @@ func TestAllowedKindsNarrowedAtHello(t *testing.T) {
 		n2.WaitConnected(t)
 		if c := e.WaitCommand(t, queued.ID); c.State != "cancelled" || c.Reason != "kind-not-allowed" {
 			t.Fatalf("queued diag.run: %s %q, want cancelled kind-not-allowed", c.State, c.Reason)
+		}
+		if c := e.WaitCommand(t, inflight); c.State != "cancelled" || c.Reason != "kind-not-allowed" {
+			t.Fatalf("in-flight diag.run: %s %q, want cancelled kind-not-allowed", c.State, c.Reason)
+		}
+		if runs := n2.Sim.Runs("diag.run"); runs != 0 {
+			t.Fatalf("diag.run ran %d times", runs)
 		}
 		// Sent after Hello: the node itself refuses it from the Welcome list.
 		id := e.InjectCommand(t, n2.NodeID(), e.Body(n2.NodeID(), "diag.run"), e.WorkerSigner(t))

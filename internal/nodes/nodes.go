@@ -51,12 +51,21 @@ const (
 	FlipWindow = 10 * time.Minute
 )
 
+// DefaultRenewInterval is the least time between two renewals of one node:
+// a node renews two thirds into its certificate's life (hours), so only a
+// copy of its identity renews faster.
+const DefaultRenewInterval = 5 * time.Minute
+
 // Config is what the service needs from the PKI.
 type Config struct {
 	TrustDomain  string
 	NodeCA       *x509.Certificate
 	NodeCAKey    crypto.Signer
 	CertLifetime time.Duration // default 24h
+	// RenewInterval is the least time between two renewals of one node
+	// (default DefaultRenewInterval); a faster one is refused
+	// renew-rate-limited.
+	RenewInterval time.Duration
 	// Bundle is the join-key-signed trust bundle handed to joining nodes.
 	BundleBody, BundleSig []byte
 	JoinPublicKey         []byte
@@ -77,6 +86,9 @@ type Service struct {
 func New(db *store.DB, clk clock.Clock, events *audit.Events, b *bus.Bus, log *slog.Logger, cfg Config) *Service {
 	if cfg.CertLifetime == 0 {
 		cfg.CertLifetime = 24 * time.Hour
+	}
+	if cfg.RenewInterval == 0 {
+		cfg.RenewInterval = DefaultRenewInterval
 	}
 	return &Service{db: db, clk: clk, events: events, bus: b, log: log, cfg: cfg}
 }
@@ -300,6 +312,9 @@ func (s *Service) Join(ctx context.Context, token string, csrDER []byte, name st
 		if name == "" {
 			name = nodeID
 		}
+		if s.cfg.NodeCAKey == nil {
+			return errs.New(errs.Internal, "this process holds no node CA key")
+		}
 		leaf, err := pki.IssueNodeCert(s.cfg.NodeCA, s.cfg.NodeCAKey, csrDER, s.cfg.TrustDomain, nodeID, role, s.cfg.CertLifetime, now)
 		if err != nil {
 			reason = "csr-invalid"
@@ -366,14 +381,36 @@ func (s *Service) Renew(ctx context.Context, id pki.NodeIdentity, csrDER []byte)
 	if st.NodeID != id.NodeID {
 		return nil, s.refuse(ctx, EventRenewRefused, "cert-node-mismatch", id.NodeID, map[string]any{"serial": id.Serial})
 	}
+	if s.cfg.NodeCAKey == nil {
+		return nil, errs.New(errs.Internal, "this process holds no node CA key")
+	}
 	now := s.clk.Now()
 	leaf, err := pki.IssueNodeCert(s.cfg.NodeCA, s.cfg.NodeCAKey, csrDER, s.cfg.TrustDomain, id.NodeID, st.Role, s.cfg.CertLifetime, now)
 	if err != nil {
 		return nil, s.refuse(ctx, EventRenewRefused, "csr-invalid", id.NodeID, nil)
 	}
+	limited := false
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		// One renewal per node per RenewInterval, decided under the node's
+		// lock so that concurrent renewals cannot all pass.
+		if err := s.lockNode(ctx, tx, id.NodeID); err != nil {
+			return err
+		}
+		var recent int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM node_certs WHERE node_id = $1 AND renewed_from IS NOT NULL AND created_at > $2`,
+			id.NodeID, now.Add(-s.cfg.RenewInterval).UnixMilli()).Scan(&recent); err != nil {
+			return fmt.Errorf("nodes: count renewals: %w", err)
+		}
+		if recent > 0 {
+			limited = true
+			return errRefused
+		}
 		if err := insertCert(ctx, tx, id.NodeID, st.Role, leaf, now); err != nil {
 			return err
+		}
+		cert, _ := x509.ParseCertificate(leaf)
+		if _, err := tx.ExecContext(ctx, `UPDATE node_certs SET renewed_from = $1 WHERE serial = $2`, id.Serial, pki.SerialHex(cert)); err != nil {
+			return fmt.Errorf("nodes: chain renewal: %w", err)
 		}
 		if st.AllowedKinds != nil {
 			b, _ := json.Marshal(st.AllowedKinds)
@@ -389,6 +426,9 @@ func (s *Service) Renew(ctx context.Context, id pki.NodeIdentity, csrDER []byte)
 		return audit.Record(ctx, tx, now, audit.Entry{TenantID: tenant, Actor: "node/" + id.NodeID, Action: "compute:nodes:renew",
 			Resource: "node/" + id.NodeID, Outcome: "allowed", Details: map[string]any{"previous_serial": id.Serial}})
 	})
+	if limited {
+		return nil, s.refuse(ctx, EventRenewRefused, "renew-rate-limited", id.NodeID, map[string]any{"serial": id.Serial})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -401,6 +441,7 @@ type CertState struct {
 	NodeID       string
 	Role         string
 	Revoked      bool
+	RevokeReason string // "" unless revoked
 	NotAfter     time.Time
 	Cert         *x509.Certificate
 	AllowedKinds []string // nil: the role's table alone
@@ -409,7 +450,7 @@ type CertState struct {
 // ErrCertUnknown is returned by CertState for a serial never issued.
 var ErrCertUnknown = errors.New("nodes: certificate unknown")
 
-const certStateColumns = `serial, node_id, role, cert_der, not_after, revoked_at, allowed_kinds`
+const certStateColumns = `serial, node_id, role, cert_der, not_after, revoked_at, allowed_kinds, revoke_reason`
 
 // CertState reads a certificate's record.
 func (s *Service) CertState(ctx context.Context, serial string) (CertState, error) {
@@ -455,14 +496,17 @@ func scanCertState(row interface{ Scan(...any) error }) (CertState, error) {
 	var der []byte
 	var notAfter int64
 	var revoked sql.NullInt64
-	var allowed sql.NullString
-	if err := row.Scan(&st.Serial, &st.NodeID, &st.Role, &der, &notAfter, &revoked, &allowed); err != nil {
+	var allowed, reason sql.NullString
+	if err := row.Scan(&st.Serial, &st.NodeID, &st.Role, &der, &notAfter, &revoked, &allowed, &reason); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return CertState{}, err
 		}
 		return CertState{}, fmt.Errorf("nodes: read cert: %w", err)
 	}
 	st.Revoked = revoked.Valid
+	if st.Revoked {
+		st.RevokeReason = reason.String
+	}
 	st.NotAfter = time.UnixMilli(notAfter)
 	if allowed.Valid {
 		if err := json.Unmarshal([]byte(allowed.String), &st.AllowedKinds); err != nil {

@@ -6,10 +6,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/store"
+)
+
+// Session liveness across gateway processes: every gateway refreshes the
+// heartbeat of the sessions it holds at least every SessionHeartbeat, and
+// a session whose heartbeat is older than SessionQuietAfter went quiet (its
+// gateway died or lost the database): a new Hello supersedes it without
+// counting a flip.
+const (
+	SessionHeartbeat  = 10 * time.Second
+	SessionQuietAfter = 3 * SessionHeartbeat
 )
 
 // Hello is what the gateway learned from a node's Hello and its certificate.
@@ -26,21 +38,41 @@ type Hello struct {
 
 // SessionOutcome tells the gateway what to do with a Hello.
 type SessionOutcome struct {
-	// Superseded is the session id this Hello replaced, when another boot
-	// held a live session for the node.
+	// Superseded is the session id this Hello replaced, when the node held
+	// a session that was not closed (live or quiet, on any gateway).
 	Superseded string
-	// Quarantined means the certificate was revoked as a cloned identity;
-	// the gateway must refuse the Hello (UNAUTHENTICATED).
+	// Quarantined means the node's certificates were revoked as a cloned
+	// identity; the gateway must refuse the Hello (UNAUTHENTICATED).
 	Quarantined bool
-	// FlipCount is the running count of alternations in the window.
+	// FlipCount is the node's running count of alternations in the window.
 	FlipCount int
 }
 
-// OpenSession records a session for h.NodeID. A live session from another
-// boot is superseded (security.node.duplicate-session, with both boot ids
-// and the running count); a certificate that alternated between boots more
-// than FlipLimit times within FlipWindow is revoked as duplicate-identity
-// and the Hello must be refused, which the revocation commit precedes.
+// lockNode serialises the session and renewal decisions of one node across
+// gateway processes: a row lock on PostgreSQL; SQLite's immediate
+// transactions on its single connection serialise them already.
+func (s *Service) lockNode(ctx context.Context, tx *sql.Tx, nodeID string) error {
+	if s.db.Dialect != store.Postgres {
+		return nil
+	}
+	var id string
+	if err := tx.QueryRowContext(ctx, `SELECT id FROM nodes WHERE id = $1 FOR UPDATE`, nodeID).Scan(&id); err != nil {
+		return fmt.Errorf("nodes: lock node: %w", err)
+	}
+	return nil
+}
+
+// OpenSession records a session for h.NodeID. The node's previous session,
+// wherever it is held, is superseded (its gateway closes it: the same
+// process at once, another within a revocation poll or at once on
+// PostgreSQL NOTIFY). When that session was live (heartbeat within
+// SessionQuietAfter) and from another boot, it is a flip of the node's
+// identity: security.node.duplicate-session with both boot ids and the
+// node's running count; more than FlipLimit flips within FlipWindow
+// quarantine the node (every certificate of it revoked as
+// duplicate-identity) and the Hello must be refused, which the revocation
+// commit precedes. A Hello with a renewed certificate supersedes the
+// node's older certificates (revoked as superseded).
 func (s *Service) OpenSession(ctx context.Context, h Hello) (SessionOutcome, error) {
 	now := s.clk.Now()
 	var out SessionOutcome
@@ -55,57 +87,63 @@ func (s *Service) OpenSession(ctx context.Context, h Hello) (SessionOutcome, err
 	if inv == "" {
 		inv = "{}"
 	}
-	var dupDetails map[string]any
+	var moved, revoked bool
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		var prevSession, prevBoot string
-		var closed sql.NullInt64
-		err := tx.QueryRowContext(ctx, `SELECT session_id, boot_id, closed_at FROM node_sessions WHERE node_id = $1`, h.NodeID).
-			Scan(&prevSession, &prevBoot, &closed)
+		if err := s.lockNode(ctx, tx, h.NodeID); err != nil {
+			return err
+		}
+		var prevSession, prevBoot, prevGateway string
+		var closed, heartbeat sql.NullInt64
+		var connected int64
+		err := tx.QueryRowContext(ctx, `SELECT session_id, boot_id, gateway_id, connected_at, closed_at, heartbeat_at FROM node_sessions WHERE node_id = $1`, h.NodeID).
+			Scan(&prevSession, &prevBoot, &prevGateway, &connected, &closed, &heartbeat)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("nodes: read session: %w", err)
 		}
-		live := err == nil && !closed.Valid
-		if live && prevBoot != h.BootID {
+		open := err == nil && !closed.Valid
+		beat := connected
+		if heartbeat.Valid {
+			beat = heartbeat.Int64
+		}
+		live := open && beat >= now.Add(-SessionQuietAfter).UnixMilli()
+		if open {
 			out.Superseded = prevSession
-			if _, err := tx.ExecContext(ctx, `INSERT INTO session_flips (id, cert_serial, node_id, from_boot, to_boot, at) VALUES ($1, $2, $3, $4, $5, $6)`,
-				ids.New("fl_"), h.Serial, h.NodeID, prevBoot, h.BootID, now.UnixMilli()); err != nil {
-				return fmt.Errorf("nodes: record flip: %w", err)
-			}
-			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM session_flips WHERE cert_serial = $1 AND at > $2`,
-				h.Serial, now.Add(-FlipWindow).UnixMilli()).Scan(&out.FlipCount); err != nil {
-				return fmt.Errorf("nodes: count flips: %w", err)
-			}
-			dupDetails = map[string]any{"previous_boot_id": prevBoot, "boot_id": h.BootID, "count": out.FlipCount, "serial": h.Serial}
-			if out.FlipCount > FlipLimit {
-				out.Quarantined = true
-				if _, err := tx.ExecContext(ctx, `UPDATE node_certs SET revoked_at = $1, revoke_reason = $2 WHERE serial = $3 AND revoked_at IS NULL`,
-					now.UnixMilli(), ReasonDuplicateIdentity, h.Serial); err != nil {
-					return fmt.Errorf("nodes: quarantine: %w", err)
-				}
-				if _, err := tx.ExecContext(ctx, `UPDATE node_sessions SET closed_at = $1 WHERE node_id = $2`, now.UnixMilli(), h.NodeID); err != nil {
-					return fmt.Errorf("nodes: close quarantined session: %w", err)
-				}
-				if err := s.events.PublishTx(ctx, tx, EventQuarantined, h.NodeID, dupDetails); err != nil {
-					return err
-				}
-				return audit.Record(ctx, tx, now, audit.Entry{TenantID: "root", Actor: "system", Action: "compute:nodes:quarantine",
-					Resource: "node/" + h.NodeID, Outcome: "allowed", Details: dupDetails})
-			}
-			if err := s.events.PublishTx(ctx, tx, EventDuplicateSession, h.NodeID, dupDetails); err != nil {
+			moved = prevGateway != h.GatewayID
+		}
+		if live && prevBoot != h.BootID {
+			var q bool
+			out.FlipCount, q, err = s.flip(ctx, tx, now, h.NodeID, h.Serial, prevBoot, h.BootID, nil)
+			if err != nil {
 				return err
 			}
+			if q {
+				out.Quarantined = true
+				return nil
+			}
 		}
-		if s.db.Dialect == "postgres" {
-			_, err = tx.ExecContext(ctx, `INSERT INTO node_sessions (node_id, session_id, gateway_id, boot_id, cert_serial, connected_at, closed_at)
-				VALUES ($1, $2, $3, $4, $5, $6, NULL)
+		// The certificate in use supersedes every older one of the node.
+		res, err := tx.ExecContext(ctx, `UPDATE node_certs SET revoked_at = $1, revoke_reason = $2
+			WHERE node_id = $3 AND revoked_at IS NULL AND serial <> $4
+			AND created_at <= (SELECT created_at FROM node_certs WHERE serial = $4)`, now.UnixMilli(), ReasonSuperseded, h.NodeID, h.Serial)
+		if err != nil {
+			return fmt.Errorf("nodes: supersede older certificates: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			revoked = true
+		}
+		if s.db.Dialect == store.Postgres {
+			_, err = tx.ExecContext(ctx, `INSERT INTO node_sessions (node_id, session_id, gateway_id, boot_id, cert_serial, connected_at, closed_at, heartbeat_at)
+				VALUES ($1, $2, $3, $4, $5, $6, NULL, $6)
 				ON CONFLICT (node_id) DO UPDATE SET session_id = EXCLUDED.session_id, gateway_id = EXCLUDED.gateway_id,
-				boot_id = EXCLUDED.boot_id, cert_serial = EXCLUDED.cert_serial, connected_at = EXCLUDED.connected_at, closed_at = NULL`,
+				boot_id = EXCLUDED.boot_id, cert_serial = EXCLUDED.cert_serial, connected_at = EXCLUDED.connected_at, closed_at = NULL,
+				heartbeat_at = EXCLUDED.heartbeat_at`,
 				h.NodeID, h.SessionID, h.GatewayID, h.BootID, h.Serial, now.UnixMilli())
 		} else {
-			_, err = tx.ExecContext(ctx, `INSERT INTO node_sessions (node_id, session_id, gateway_id, boot_id, cert_serial, connected_at, closed_at)
-				VALUES ($1, $2, $3, $4, $5, $6, NULL)
+			_, err = tx.ExecContext(ctx, `INSERT INTO node_sessions (node_id, session_id, gateway_id, boot_id, cert_serial, connected_at, closed_at, heartbeat_at)
+				VALUES ($1, $2, $3, $4, $5, $6, NULL, $6)
 				ON CONFLICT (node_id) DO UPDATE SET session_id = excluded.session_id, gateway_id = excluded.gateway_id,
-				boot_id = excluded.boot_id, cert_serial = excluded.cert_serial, connected_at = excluded.connected_at, closed_at = NULL`,
+				boot_id = excluded.boot_id, cert_serial = excluded.cert_serial, connected_at = excluded.connected_at, closed_at = NULL,
+				heartbeat_at = excluded.heartbeat_at`,
 				h.NodeID, h.SessionID, h.GatewayID, h.BootID, h.Serial, now.UnixMilli())
 		}
 		if err != nil {
@@ -121,10 +159,122 @@ func (s *Service) OpenSession(ctx context.Context, h Hello) (SessionOutcome, err
 	if err != nil {
 		return SessionOutcome{}, err
 	}
-	if out.Quarantined {
+	if out.Quarantined || revoked {
 		s.bus.Publish(bus.TopicRevoked)
 	}
+	if moved {
+		s.bus.Publish(bus.TopicSessions)
+	}
 	return out, nil
+}
+
+// flip records one alternation of nodeID's identity (the Hello's or the
+// refused call's certificate serial, the boot ids when known) and counts
+// the node's flips within FlipWindow, whatever certificate each used. Over
+// FlipLimit it quarantines the node and reports so; otherwise it publishes
+// security.node.duplicate-session.
+func (s *Service) flip(ctx context.Context, tx *sql.Tx, now time.Time, nodeID, serial, fromBoot, toBoot string, extra map[string]any) (int, bool, error) {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO session_flips (id, cert_serial, node_id, from_boot, to_boot, at) VALUES ($1, $2, $3, $4, $5, $6)`,
+		ids.New("fl_"), serial, nodeID, fromBoot, toBoot, now.UnixMilli()); err != nil {
+		return 0, false, fmt.Errorf("nodes: record flip: %w", err)
+	}
+	var count int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM session_flips WHERE node_id = $1 AND at > $2`,
+		nodeID, now.Add(-FlipWindow).UnixMilli()).Scan(&count); err != nil {
+		return 0, false, fmt.Errorf("nodes: count flips: %w", err)
+	}
+	details := map[string]any{"previous_boot_id": fromBoot, "boot_id": toBoot, "count": count, "serial": serial}
+	for k, v := range extra {
+		details[k] = v
+	}
+	if count <= FlipLimit {
+		return count, false, s.events.PublishTx(ctx, tx, EventDuplicateSession, nodeID, details)
+	}
+	if err := s.quarantine(ctx, tx, now, nodeID, details); err != nil {
+		return count, false, err
+	}
+	return count, true, nil
+}
+
+// quarantine revokes every certificate of nodeID as duplicate-identity
+// (each clone may hold a different one after renewals), closes its
+// session, and records the event and the audit row.
+func (s *Service) quarantine(ctx context.Context, tx *sql.Tx, now time.Time, nodeID string, details map[string]any) error {
+	rows, err := tx.QueryContext(ctx, `SELECT serial FROM node_certs WHERE node_id = $1 AND revoked_at IS NULL ORDER BY serial`, nodeID)
+	if err != nil {
+		return fmt.Errorf("nodes: read certificates to quarantine: %w", err)
+	}
+	var serials []string
+	for rows.Next() {
+		var serial string
+		if err := rows.Scan(&serial); err != nil {
+			rows.Close()
+			return fmt.Errorf("nodes: read certificates to quarantine: %w", err)
+		}
+		serials = append(serials, serial)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("nodes: read certificates to quarantine: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE node_certs SET revoked_at = $1, revoke_reason = $2 WHERE node_id = $3 AND revoked_at IS NULL`,
+		now.UnixMilli(), ReasonDuplicateIdentity, nodeID); err != nil {
+		return fmt.Errorf("nodes: quarantine: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE node_sessions SET closed_at = $1 WHERE node_id = $2 AND closed_at IS NULL`, now.UnixMilli(), nodeID); err != nil {
+		return fmt.Errorf("nodes: close quarantined session: %w", err)
+	}
+	details["revoked_serials"] = serials
+	if err := s.events.PublishTx(ctx, tx, EventQuarantined, nodeID, details); err != nil {
+		return err
+	}
+	return audit.Record(ctx, tx, now, audit.Entry{TenantID: "root", Actor: "system", Action: "compute:nodes:quarantine",
+		Resource: "node/" + nodeID, Outcome: "allowed", Details: details})
+}
+
+// SupersededCertificateUsed records that a certificate revoked as
+// superseded was presented again (to Renew or Session). The machine that
+// renewed never goes back to its old certificate, so this is another holder
+// of the node's identity: it counts as a flip of the node, toward
+// quarantine. Nothing is counted once the node has no certificate left to
+// protect. It reports whether the node is now quarantined.
+func (s *Service) SupersededCertificateUsed(ctx context.Context, nodeID, serial string) (bool, error) {
+	now := s.clk.Now()
+	var quarantined bool
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockNode(ctx, tx, nodeID); err != nil {
+			return err
+		}
+		var reason sql.NullString
+		var owner string
+		err := tx.QueryRowContext(ctx, `SELECT node_id, revoke_reason FROM node_certs WHERE serial = $1`, serial).Scan(&owner, &reason)
+		if err != nil || owner != nodeID || reason.String != ReasonSuperseded {
+			return err
+		}
+		var active int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM node_certs WHERE node_id = $1 AND revoked_at IS NULL`, nodeID).Scan(&active); err != nil {
+			return fmt.Errorf("nodes: count certificates: %w", err)
+		}
+		if active == 0 {
+			return nil
+		}
+		var boot string
+		if err := tx.QueryRowContext(ctx, `SELECT boot_id FROM node_sessions WHERE node_id = $1`, nodeID).Scan(&boot); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("nodes: read session: %w", err)
+		}
+		_, quarantined, err = s.flip(ctx, tx, now, nodeID, serial, boot, "", map[string]any{"reason": "superseded-certificate"})
+		return err
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if quarantined {
+		s.bus.Publish(bus.TopicRevoked)
+	}
+	return quarantined, nil
 }
 
 // CloseSession marks sessionID closed if it is still the node's session.
@@ -149,4 +299,41 @@ func (s *Service) CloseGatewaySessions(ctx context.Context, gatewayID string) er
 		return fmt.Errorf("nodes: close gateway sessions: %w", err)
 	}
 	return nil
+}
+
+// Heartbeat refreshes the heartbeat of every open session gatewayID holds
+// (one statement per gateway per SessionHeartbeat).
+func (s *Service) Heartbeat(ctx context.Context, gatewayID string) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE node_sessions SET heartbeat_at = $1 WHERE gateway_id = $2 AND closed_at IS NULL`, s.clk.Now().UnixMilli(), gatewayID)
+	if err != nil {
+		return fmt.Errorf("nodes: heartbeat: %w", err)
+	}
+	return nil
+}
+
+// SessionsMovedSince returns, for sessions opened at or after since on a
+// gateway other than gatewayID, the node and its current session id, and
+// the time to ask from next. A gateway holding another session of such a
+// node closes it: the node's session is now elsewhere.
+func (s *Service) SessionsMovedSince(ctx context.Context, gatewayID string, since time.Time) (map[string]string, time.Time, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT node_id, session_id, connected_at FROM node_sessions WHERE connected_at >= $1 AND gateway_id <> $2`,
+		since.UnixMilli(), gatewayID)
+	if err != nil {
+		return nil, since, fmt.Errorf("nodes: sessions moved: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	next := since
+	for rows.Next() {
+		var node, session string
+		var at int64
+		if err := rows.Scan(&node, &session, &at); err != nil {
+			return nil, since, fmt.Errorf("nodes: scan sessions moved: %w", err)
+		}
+		out[node] = session
+		if t := time.UnixMilli(at); t.After(next) {
+			next = t
+		}
+	}
+	return out, next, rows.Err()
 }

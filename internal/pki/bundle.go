@@ -229,7 +229,11 @@ func (b *Bundle) seal(kek KEK, name string, key crypto.Signer) error {
 
 // Load reads dir/bundle.json. Public parts are parsed and validated; sealed
 // keys stay sealed until one of the key methods is called with the KEK.
-func Load(dir string) (*Bundle, error) {
+func Load(dir string) (*Bundle, error) { return load(dir, false) }
+
+// load reads dir/bundle.json; public accepts a bundle without any sealed
+// key (the public half).
+func load(dir string, public bool) (*Bundle, error) {
 	path := filepath.Join(dir, BundleFile)
 	f, err := os.Open(path)
 	if err != nil {
@@ -280,6 +284,9 @@ func Load(dir string) (*Bundle, error) {
 		b.Approvers = append(b.Approvers, ed25519.PublicKey(k))
 	}
 	b.Threshold = bj.Threshold
+	if public && len(b.sealed) == 0 {
+		return b, nil
+	}
 	for _, name := range keyNames {
 		if len(b.sealed[name]) == 0 {
 			return nil, fmt.Errorf("pki: %s: sealed %s missing", path, name)

@@ -29,7 +29,7 @@ func (r registry) CertInfo(ctx context.Context, serial string) (gateway.CertInfo
 	if err != nil {
 		return gateway.CertInfo{}, err
 	}
-	return gateway.CertInfo{NodeID: st.NodeID, Role: st.Role, Revoked: st.Revoked, AllowedKinds: st.AllowedKinds}, nil
+	return gateway.CertInfo{NodeID: st.NodeID, Role: st.Role, Revoked: st.Revoked, RevokeReason: st.RevokeReason, AllowedKinds: st.AllowedKinds}, nil
 }
 
 func (r registry) OpenSession(ctx context.Context, h gateway.HelloInfo) (gateway.SessionResult, error) {
@@ -46,6 +46,18 @@ func (r registry) CloseGatewaySessions(ctx context.Context, gatewayID string) er
 	return r.n.CloseGatewaySessions(ctx, gatewayID)
 }
 
+func (r registry) SupersededCertificateUsed(ctx context.Context, nodeID, serial string) (bool, error) {
+	return r.n.SupersededCertificateUsed(ctx, nodeID, serial)
+}
+
+func (r registry) Heartbeat(ctx context.Context, gatewayID string) error {
+	return r.n.Heartbeat(ctx, gatewayID)
+}
+
+func (r registry) SessionsMovedSince(ctx context.Context, gatewayID string, since time.Time) (map[string]string, time.Time, error) {
+	return r.n.SessionsMovedSince(ctx, gatewayID, since)
+}
+
 func (r registry) RevokedSince(ctx context.Context, since time.Time) ([]string, time.Time, error) {
 	return r.n.RevokedSince(ctx, since)
 }
@@ -59,7 +71,7 @@ type gatewayServices struct {
 	db  *store.DB // the latest signed time statement is read from it
 }
 
-func (s gatewayServices) Secret(ctx context.Context, id pki.NodeIdentity, req *nodev1.SecretRequest) (string, error) {
+func (s gatewayServices) Secret(ctx context.Context, id pki.NodeIdentity, _ [][]byte, req *nodev1.SecretRequest) (string, error) {
 	return s.sec.Release(ctx, id, req)
 }
 
@@ -71,16 +83,19 @@ func (s gatewayServices) TimeStatement(ctx context.Context) (*nodev1.SignedTimeS
 	return signing.LatestTimeStatement(ctx, s.db)
 }
 
-func (s gatewayServices) Bundle() *nodev1.SignedTrustBundle {
+func (s gatewayServices) Bundle(context.Context) (*nodev1.SignedTrustBundle, error) {
 	body, sig, pub := s.n.TrustBundle()
-	return &nodev1.SignedTrustBundle{Body: body, Signature: sig, JoinPublicKey: pub}
+	if len(sig) == 0 {
+		return nil, errs.New(errs.Internal, "this process holds no signed trust bundle")
+	}
+	return &nodev1.SignedTrustBundle{Body: body, Signature: sig, JoinPublicKey: pub}, nil
 }
 
 func (s gatewayServices) Join(ctx context.Context, token string, csr []byte, name string) (string, [][]byte, error) {
 	return s.n.Join(ctx, token, csr, name)
 }
 
-func (s gatewayServices) Renew(ctx context.Context, id pki.NodeIdentity, csr []byte) ([][]byte, error) {
+func (s gatewayServices) Renew(ctx context.Context, id pki.NodeIdentity, _ [][]byte, csr []byte) ([][]byte, error) {
 	return s.n.Renew(ctx, id, csr)
 }
 

@@ -15,9 +15,10 @@ const pokeChannel = "bc_poke"
 
 // bridged are the topics one process's pokes are forwarded for: a signed
 // command (so a gateway in another process sends it at once instead of at
-// its next sweep) and a revocation (so it closes the session at once
-// instead of at its next poll).
-var bridged = []string{bus.TopicSigned, bus.TopicRevoked}
+// its next sweep), a revocation (so it closes the session at once instead
+// of at its next poll) and a session that moved to another gateway (so the
+// gateway that held it closes its copy at once).
+var bridged = []string{bus.TopicSigned, bus.TopicRevoked, bus.TopicSessions}
 
 // bridgePokes forwards the bridged topics to other processes through
 // PostgreSQL NOTIFY, and republishes what other processes send under

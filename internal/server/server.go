@@ -5,7 +5,9 @@ package server
 
 import (
 	"context"
+	"crypto"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +20,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/apikeys"
@@ -31,6 +35,8 @@ import (
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/proto/internalv1"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/quorum"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/secrets"
@@ -54,10 +60,24 @@ type Options struct {
 	// APIListen and GatewayListen are host:port; port 0 picks one.
 	APIListen, GatewayListen string
 	// GatewayNames are the DNS names in the gateway's TLS certificate
-	// (default localhost); loopback IPs are always included.
+	// (default localhost); loopback IPs are always included. They apply
+	// when the process issues that certificate itself (with the api role).
 	GatewayNames []string
-	Clock        clock.Clock
-	Log          *slog.Logger
+	// GatewayCert is the gateway's own certificate and key (from `pki
+	// issue-gateway`): its node-facing server certificate and its client
+	// certificate on the internal channel. A gateway without the api role
+	// needs it, and Control; it then holds no other key, and Bundle may be
+	// the bundle's public half (pki.LoadPublic) and KEK zero.
+	GatewayCert *tls.Certificate
+	// Control is the host:port of the api role's internal channel, which a
+	// gateway without the api role relays Join, Renew, Secret and the
+	// signed trust bundle to.
+	Control string
+	// InternalListen, with the api role, is the host:port of the internal
+	// channel gateway processes relay to ("" serves none).
+	InternalListen string
+	Clock          clock.Clock
+	Log            *slog.Logger
 	// RevocationPoll is how often a gateway reads revocations (default 1s).
 	RevocationPoll time.Duration
 	// CommandPoll is how often a gateway sweeps for commands signed in
@@ -65,6 +85,12 @@ type Options struct {
 	CommandPoll time.Duration
 	// NodeCertLifetime is the lifetime of node certificates (default 24h).
 	NodeCertLifetime time.Duration
+	// RenewInterval is the least time between two renewals of one node
+	// (default nodes.DefaultRenewInterval).
+	RenewInterval time.Duration
+	// SessionHeartbeat is how often a gateway refreshes its sessions'
+	// heartbeat in the registry (default nodes.SessionHeartbeat).
+	SessionHeartbeat time.Duration
 	// API envelope settings: trusted proxies, session cookies and their
 	// base URL, and rate limits (zero: api.DefaultRateLimits).
 	TrustedProxies api.Proxies
@@ -103,6 +129,9 @@ type ControlPlane struct {
 
 	APIAddr     string // host:port the API listens on ("" without the api role)
 	GatewayAddr string // host:port the gateway listens on
+	// InternalAddr is the host:port of the internal channel ("" unless the
+	// api role serves one).
+	InternalAddr string
 
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -131,34 +160,53 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	}
 	now := o.Clock.Now()
 	b := o.Bundle
+	hasAPI, hasWorkers, hasGateway := slices.Contains(o.Roles, RoleAPI), slices.Contains(o.Roles, RoleWorkers), slices.Contains(o.Roles, RoleGateway)
+	// Which process holds which key: the api role the node CA, join and
+	// internal CA keys and the KEK (secrets, idempotency); the workers role
+	// the command-signing root, the audit key and the KEK; a gateway
+	// without the api role none (its own TLS key only), relaying what
+	// needs one over the internal channel.
+	keyed := hasAPI || hasWorkers
+	switch {
+	case keyed && (b.Public() || o.KEK == (pki.KEK{})):
+		return nil, errs.New(errs.InvalidConfig, "the api and workers roles need the sealed PKI bundle and the key-encryption key")
+	case !keyed && o.KEK != (pki.KEK{}):
+		return nil, errs.New(errs.InvalidConfig, "a gateway-only process takes no key-encryption key")
+	case hasGateway && !hasAPI && (o.GatewayCert == nil || o.Control == ""):
+		return nil, errs.New(errs.InvalidConfig, "a gateway without the api role needs its certificate (pki issue-gateway) and the api's internal address")
+	}
 	cp := &ControlPlane{DB: o.DB, Bus: bus.New(), Metrics: prometheus.NewRegistry()}
 	cp.Events = audit.NewEvents(o.DB, o.Clock)
 
-	nodeCAKey, err := b.NodeCAKey(o.KEK)
-	if err != nil {
-		return nil, errs.Wrap(errs.InvalidConfig, "the node CA key does not unseal with this key-encryption key", err)
+	ncfg := nodes.Config{TrustDomain: b.TrustDomain, NodeCA: b.NodeCA, CertLifetime: o.NodeCertLifetime, RenewInterval: o.RenewInterval, JoinPublicKey: b.JoinKey}
+	if hasAPI {
+		nodeCAKey, err := b.NodeCAKey(o.KEK)
+		if err != nil {
+			return nil, errs.Wrap(errs.InvalidConfig, "the node CA key does not unseal with this key-encryption key", err)
+		}
+		joinKey, err := b.JoinSigningKey(o.KEK)
+		if err != nil {
+			return nil, errs.Wrap(errs.InvalidConfig, "the join key does not unseal with this key-encryption key", err)
+		}
+		tbBody, err := pki.EncodeTrustBundle(b.TrustBundle(now))
+		if err != nil {
+			return nil, fmt.Errorf("server: encode trust bundle: %w", err)
+		}
+		ncfg.NodeCAKey, ncfg.BundleBody, ncfg.BundleSig = nodeCAKey, tbBody, pki.SignTrustBundle(joinKey, tbBody)
 	}
-	joinKey, err := b.JoinSigningKey(o.KEK)
-	if err != nil {
-		return nil, errs.Wrap(errs.InvalidConfig, "the join key does not unseal with this key-encryption key", err)
-	}
-	tbBody, err := pki.EncodeTrustBundle(b.TrustBundle(now))
-	if err != nil {
-		return nil, fmt.Errorf("server: encode trust bundle: %w", err)
-	}
-	joinPub := b.JoinKey
-	cp.Nodes = nodes.New(o.DB, o.Clock, cp.Events, cp.Bus, o.Log, nodes.Config{
-		TrustDomain: b.TrustDomain, NodeCA: b.NodeCA, NodeCAKey: nodeCAKey, CertLifetime: o.NodeCertLifetime,
-		BundleBody: tbBody, BundleSig: pki.SignTrustBundle(joinKey, tbBody), JoinPublicKey: joinPub, JoinPin: pki.JoinKeyPin(joinPub),
-	})
+	ncfg.JoinPin = pki.JoinKeyPin(b.JoinKey)
+	cp.Nodes = nodes.New(o.DB, o.Clock, cp.Events, cp.Bus, o.Log, ncfg)
 	cp.Commands = commands.New(o.DB, o.Clock, cp.Bus, cp.Nodes, o.Log)
+	var err error
 	if cp.Quorum, err = quorum.New(o.DB, o.Clock, cp.Bus, cp.Nodes, b.Deployment, b.TrustBundle(now).Approvers, b.Threshold, o.Log); err != nil {
 		return nil, err
 	}
 	cp.Commands.UseBatches(cp.Quorum)
 	cp.APIKeys = apikeys.New(o.DB, o.Clock)
 	cp.IAM = iam.New(o.DB, o.Clock)
-	cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, cp.Events, o.Log)
+	if hasAPI {
+		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, cp.Events, o.Log)
+	}
 
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cp.cancel = cancel
@@ -172,7 +220,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 
 	bridgePokes(rctx, o.DB, cp.Bus, o.Log)
 
-	if slices.Contains(o.Roles, RoleWorkers) {
+	if hasWorkers {
 		rootKey, err := b.CommandRootKey(o.KEK)
 		if err != nil {
 			return fail(errs.Wrap(errs.InvalidConfig, "the command-signing root key does not unseal", err))
@@ -189,19 +237,45 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		go func() { defer cp.wg.Done(); cp.Sandboxes.Run(rctx, 2*time.Second) }()
 	}
 
-	if slices.Contains(o.Roles, RoleGateway) {
-		internalKey, err := b.InternalCAKey(o.KEK)
+	local := gatewayServices{n: cp.Nodes, sec: cp.Secrets, q: cp.Quorum, db: o.DB}
+	var internalKey crypto.Signer
+	if hasAPI && (hasGateway && o.GatewayCert == nil || o.InternalListen != "") {
+		k, err := b.InternalCAKey(o.KEK)
 		if err != nil {
 			return fail(errs.Wrap(errs.InvalidConfig, "the internal CA key does not unseal", err))
 		}
-		names := o.GatewayNames
-		if len(names) == 0 {
-			names = []string{"localhost"}
+		internalKey = k
+		if o.InternalListen != "" {
+			if err := cp.serveInternal(o, local, internalKey, now); err != nil {
+				return fail(err)
+			}
 		}
-		serverCert, err := pki.IssueServerCert(b.InternalCA, internalKey, b.TrustDomain, names,
-			[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, 7*24*time.Hour, now)
-		if err != nil {
-			return fail(fmt.Errorf("server: gateway certificate: %w", err))
+	}
+
+	if hasGateway {
+		var serverCert tls.Certificate
+		if o.GatewayCert != nil {
+			serverCert = *o.GatewayCert
+		} else {
+			names := o.GatewayNames
+			if len(names) == 0 {
+				names = []string{"localhost"}
+			}
+			c, err := pki.IssueServerCert(b.InternalCA, internalKey, b.TrustDomain, names,
+				[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, 7*24*time.Hour, now)
+			if err != nil {
+				return fail(fmt.Errorf("server: gateway certificate: %w", err))
+			}
+			serverCert = c
+		}
+		var svc gateway.Services = local
+		if !hasAPI {
+			conn, err := dialControl(o.Control, serverCert, b, o.Clock)
+			if err != nil {
+				return fail(errs.Wrap(errs.InvalidConfig, "the internal channel address is not usable", err))
+			}
+			cp.closers = append(cp.closers, func() { _ = conn.Close() })
+			svc = &relayServices{local: local, client: internalv1.NewGatewayServicesClient(conn), clk: o.Clock}
 		}
 		roots, err := b.TrustBundle(now).NodeRootPool()
 		if err != nil {
@@ -218,8 +292,8 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		host, _ := os.Hostname()
 		gwID := "gw-" + host + "-" + cp.GatewayAddr
 		gw, err := gateway.New(gateway.Config{TrustDomain: b.TrustDomain, NodeRoots: roots, ServerCert: serverCert,
-			GatewayID: gwID, Clock: o.Clock, Log: o.Log, RevocationPoll: o.RevocationPoll, CommandPoll: o.CommandPoll},
-			gatewayServices{n: cp.Nodes, sec: cp.Secrets, q: cp.Quorum, db: o.DB}, registry{cp.Nodes}, cp.Commands, cp.Bus)
+			GatewayID: gwID, Clock: o.Clock, Log: o.Log, RevocationPoll: o.RevocationPoll, CommandPoll: o.CommandPoll, Heartbeat: o.SessionHeartbeat},
+			svc, registry{cp.Nodes}, cp.Commands, cp.Bus)
 		if err != nil {
 			lis.Close()
 			return fail(err)
@@ -232,7 +306,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		cp.closers = append(cp.closers, gs.Stop)
 	}
 
-	if slices.Contains(o.Roles, RoleAPI) {
+	if hasAPI {
 		mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys, Secrets: cp.Secrets, Sandboxes: cp.Sandboxes}
 		// Idempotency digests are keyed, so a stored digest of a body that
 		// carried a secret is no guessing oracle.
@@ -272,6 +346,44 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		cp.closers = append(cp.closers, func() { _ = hs.Close() })
 	}
 	return cp, nil
+}
+
+// serveInternal serves the internal channel gateways relay to, with a
+// control certificate issued now from the internal CA.
+func (cp *ControlPlane) serveInternal(o Options, local gatewayServices, internalKey crypto.Signer, now time.Time) error {
+	b := o.Bundle
+	host, _, err := net.SplitHostPort(o.InternalListen)
+	if err != nil {
+		return errs.Wrap(errs.InvalidConfig, "the internal channel address is not host:port", err)
+	}
+	var dns []string
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	if ip := net.ParseIP(host); ip != nil {
+		ips = append(ips, ip)
+	} else if host != "" {
+		dns = append(dns, host)
+	}
+	cert, err := pki.IssueControlCert(b.InternalCA, internalKey, b.TrustDomain, dns, ips, 7*24*time.Hour, now)
+	if err != nil {
+		return fmt.Errorf("server: control certificate: %w", err)
+	}
+	roots, err := b.TrustBundle(now).NodeRootPool()
+	if err != nil {
+		return fmt.Errorf("server: node roots: %w", err)
+	}
+	lis, err := net.Listen("tcp", o.InternalListen)
+	if err != nil {
+		return errs.Wrap(errs.InvalidConfig, "the internal channel cannot listen on its address", err)
+	}
+	cp.InternalAddr = lis.Addr().String()
+	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(controlTLS(cert, b.InternalCA))),
+		grpc.MaxRecvMsgSize(nodev1.MaxMessageBytes), grpc.MaxSendMsgSize(nodev1.MaxMessageBytes),
+		grpc.UnaryInterceptor(requireGateway(b.TrustDomain, b.InternalCA, o.Clock)))
+	internalv1.RegisterGatewayServicesServer(gs, &controlServer{svc: local, roots: roots, td: b.TrustDomain, clk: o.Clock, log: o.Log})
+	cp.wg.Add(1)
+	go func() { defer cp.wg.Done(); _ = gs.Serve(lis) }()
+	cp.closers = append(cp.closers, gs.Stop)
+	return nil
 }
 
 // sweep cancels expired commands every few seconds.

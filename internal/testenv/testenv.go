@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -151,8 +152,10 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	if o.LogTo != nil {
 		log = slog.New(slog.NewTextHandler(o.LogTo, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	// The api serves the internal channel, so that gateway-only processes
+	// (StartGateway) can relay to it.
 	so := server.Options{DB: db, Bundle: b, KEK: kek, Clock: o.Clock, Log: log,
-		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime}
+		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime, InternalListen: "127.0.0.1:0"}
 	// Tests make many calls quickly; rate limits are tested on their own.
 	so.RateLimits = api.RateLimits{ReadPerSecond: 1e6, ReadBurst: 1e6, MutatePerSecond: 1e6, MutateBurst: 1e6}
 	imageStore := ""
@@ -186,18 +189,58 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 }
 
 // StartGateway starts a second control plane process with only the
-// gateway role on the same database. It shares nothing in memory with the
-// first (no bus), as another machine's gateway would not.
+// gateway role on the same database, as an operator runs one: from the
+// files `pki issue-gateway` writes (the bundle's public half, the
+// gateway's certificate and key), without the key-encryption key, relaying
+// Join, Renew and Secret to this environment's api over the internal
+// channel. It shares nothing in memory with the first (no bus), as another
+// machine's gateway would not.
 func (e *Env) StartGateway(t testing.TB) *server.ControlPlane {
 	t.Helper()
 	return e.StartGatewayWith(t, nil)
 }
 
+// GatewayFiles issues a gateway certificate as `pki issue-gateway` does and
+// writes the gateway's files into a fresh directory, which it returns.
+func (e *Env) GatewayFiles(t testing.TB) string {
+	t.Helper()
+	internalKey, err := e.Bundle.InternalCAKey(e.KEK)
+	if err != nil {
+		t.Fatalf("internal CA key: %v", err)
+	}
+	cert, err := pki.IssueGatewayCert(e.Bundle.InternalCA, internalKey, e.Bundle.TrustDomain, []string{"localhost"},
+		[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, 7*24*time.Hour, e.Clock.Now())
+	if err != nil {
+		t.Fatalf("gateway certificate: %v", err)
+	}
+	dir := filepath.Join(t.TempDir(), "gateway")
+	if err := e.Bundle.WriteGatewayFiles(dir, cert); err != nil {
+		t.Fatalf("gateway files: %v", err)
+	}
+	return dir
+}
+
+// GatewayOnlyOptions returns the options of a gateway-only process built
+// from dir (GatewayFiles): the public bundle, the gateway certificate, the
+// api's internal channel, and no key-encryption key.
+func (e *Env) GatewayOnlyOptions(t testing.TB, dir string) server.Options {
+	t.Helper()
+	pub, err := pki.LoadPublic(dir)
+	if err != nil {
+		t.Fatalf("load public bundle: %v", err)
+	}
+	cert, err := pki.LoadGatewayCert(filepath.Join(dir, pki.GatewayCertFile), filepath.Join(dir, pki.GatewayKeyFile))
+	if err != nil {
+		t.Fatalf("load gateway certificate: %v", err)
+	}
+	return server.Options{DB: e.CP.DB, Bundle: pub, GatewayCert: &cert, Control: e.CP.InternalAddr, Clock: e.Clock, Log: e.Log,
+		Roles: []string{server.RoleGateway}, RevocationPoll: time.Second}
+}
+
 // StartGatewayWith is StartGateway with tune applied to its options.
 func (e *Env) StartGatewayWith(t testing.TB, tune func(*server.Options)) *server.ControlPlane {
 	t.Helper()
-	o := server.Options{DB: e.CP.DB, Bundle: e.Bundle, KEK: e.KEK, Clock: e.Clock, Log: e.Log,
-		Roles: []string{server.RoleGateway}, RevocationPoll: time.Second}
+	o := e.GatewayOnlyOptions(t, e.GatewayFiles(t))
 	if tune != nil {
 		tune(&o)
 	}
