@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -161,9 +162,13 @@ func TestConfigControls(t *testing.T) {
 	if s == nil || s.DefaultAction != "SCMP_ACT_ERRNO" {
 		t.Fatalf("seccomp %+v", s)
 	}
+	// Only the native ABI: a 32-bit or x32 call kills the process.
+	if len(s.Architectures) != 1 || (runtime.GOARCH == "amd64" && s.Architectures[0] != "SCMP_ARCH_X86_64") {
+		t.Fatalf("seccomp architectures %v, want the native one alone", s.Architectures)
+	}
 	for _, sc := range s.Syscalls {
 		for _, n := range sc.Names {
-			if sc.Action == "SCMP_ACT_ALLOW" && slices.Contains([]string{"mount", "unshare", "setns", "bpf", "ptrace", "keyctl", "perf_event_open", "userfaultfd", "kexec_load", "init_module"}, n) {
+			if sc.Action == "SCMP_ACT_ALLOW" && slices.Contains([]string{"mount", "unshare", "setns", "bpf", "ptrace", "keyctl", "perf_event_open", "userfaultfd", "kexec_load", "init_module", "socketcall", "ipc"}, n) {
 				t.Fatalf("seccomp allows %s", n)
 			}
 		}
