@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
@@ -110,6 +112,61 @@ func TestSeccompRefusesVsockEveryABI(t *testing.T) {
 			if arch == "386" && c.Runtime == spec.RuntimeRunsc && !strings.Contains(out, "exec format error") {
 				t.Fatalf("32-bit probe ran under gVisor: %s", out)
 			}
+		}
+	})
+}
+
+// hostFileBytes sums the disk space allocated to the regular files on
+// the data directory's filesystem that the sandbox's host processes hold
+// open (its cgroup's processes: runc's PID 1, or gVisor's sandbox
+// process), deleted files included: what a write through a held
+// descriptor would take from the host's disk.
+func hostFileBytes(t *testing.T, h *Host, id string) int64 {
+	t.Helper()
+	var dataDev uint64
+	var st unix.Stat_t
+	if err := unix.Stat(h.cfg.Dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	dataDev = st.Dev
+	pids := cgroupProcs(id)
+	if len(pids) == 0 {
+		t.Fatal("the sandbox's cgroup lists no process")
+	}
+	var total int64
+	seen := map[uint64]bool{}
+	for _, pid := range pids {
+		fds, _ := os.ReadDir(filepath.Join("/proc", itoa(pid), "fd"))
+		for _, fd := range fds {
+			var fs unix.Stat_t
+			if unix.Stat(filepath.Join("/proc", itoa(pid), "fd", fd.Name()), &fs) != nil {
+				continue
+			}
+			if fs.Mode&unix.S_IFMT == unix.S_IFREG && fs.Dev == dataDev && !seen[fs.Ino] {
+				seen[fs.Ino] = true
+				total += fs.Blocks * 512
+			}
+		}
+	}
+	return total
+}
+
+// TestSandboxStdioNotOnHostDisk has the sandbox write to its PID 1's
+// standard streams through /proc/1/fd (fallocate of 1 GiB, and dd of
+// 32 MiB) on runc and runsc: the streams are /dev/null, so nothing the
+// sandbox's processes hold on the host's disk grows.
+func TestSandboxStdioNotOnHostDisk(t *testing.T) {
+	forEachRuntime(t, func(t *testing.T, h *Host, c spec.Create) {
+		mustCreate(t, h, c)
+		before := hostFileBytes(t, h, c.SandboxID)
+		for _, fd := range []string{"0", "1", "2"} {
+			r := execIn(t, h, c.SandboxID, 60*time.Second, "sh", "-c",
+				"fallocate -l 1G /proc/1/fd/"+fd+"; dd if=/dev/zero of=/proc/1/fd/"+fd+" bs=64k count=512 2>&1; ls -l /proc/1/fd/"+fd)
+			t.Logf("fd %s: exit %d: %s %s", fd, r.ExitCode, r.Stdout, r.Stderr)
+		}
+		after := hostFileBytes(t, h, c.SandboxID)
+		if after-before > 1<<20 {
+			t.Fatalf("the sandbox's writes to /proc/1/fd took %d bytes of the host's disk (before %d, after %d)", after-before, before, after)
 		}
 	})
 }

@@ -81,8 +81,9 @@ func (o *OCI) argv(globals []string, args ...string) []string {
 func (o *OCI) bundle(id string) string { return filepath.Join(o.dir, "bundles", id) }
 
 // run runs the runtime binary with fixed arguments and returns its
-// output on failure. The output goes to a file, not a pipe: a detached
-// sandbox inherits it, and a pipe would never reach end of file.
+// output on failure. It is for commands that end (state, kill, delete):
+// the output goes to a temporary file read back on failure. A command
+// that leaves the sandbox running uses runDetached instead.
 func (o *OCI) run(ctx context.Context, args ...string) error {
 	return o.runWith(ctx, nil, args...)
 }
@@ -167,10 +168,42 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, lower, netns string) err
 			globals = append(globals, "--network=none")
 		}
 	}
-	if err := o.runWith(ctx, globals, append(args, c.SandboxID)...); err != nil {
-		return err
+	return o.runDetached(ctx, b, globals, append(args, c.SandboxID)...)
+}
+
+// runDetached runs the runtime for a command that leaves the sandbox
+// running (run --detach). The sandbox's PID 1 inherits the runtime's
+// standard streams and keeps them for its whole life, and any process in
+// the sandbox can reopen them through /proc/1/fd: so they are /dev/null
+// (os/exec's default), never a file on the host's disk, which a sandbox
+// could fill (fallocate on /proc/1/fd/1) past its own disk limit. The
+// runtime's own errors go to its --log file in the bundle, which only the
+// runtime writes, and are read back on failure.
+func (o *OCI) runDetached(ctx context.Context, bundle string, globals []string, args ...string) error {
+	logPath := filepath.Join(bundle, "runtime.log")
+	cmd := exec.CommandContext(ctx, o.binary, o.argv(append([]string{"--log", logPath}, globals...), args...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, nil
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %w: %s", o.name, args[0], err, tail(logPath, 512))
 	}
 	return nil
+}
+
+// tail returns at most the last n bytes of the file at p, trimmed.
+func tail(p string, n int64) string {
+	f, err := os.Open(p)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(fi.Size()-n, 0)
+	b := make([]byte, fi.Size()-off)
+	_, _ = f.ReadAt(b, off)
+	return strings.TrimSpace(string(b))
 }
 
 // Exec runs argv inside the sandbox with `runc exec --process FILE`: the
