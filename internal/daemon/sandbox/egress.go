@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/bettercompute/bettercompute/internal/netguard"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
@@ -129,7 +131,12 @@ func NewEgress(ctx context.Context, cfg EgressConfig) (*Egress, error) {
 		}
 		cfg.Dialer = d
 	}
-	p, err := netguard.NewProxy(netguard.ProxyConfig{Dialer: cfg.Dialer, Logger: cfg.Log})
+	var nofile unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile); err != nil {
+		return nil, fmt.Errorf("sandbox: egress descriptor budget: %w", err)
+	}
+	p, err := netguard.NewProxy(netguard.ProxyConfig{Dialer: cfg.Dialer, Logger: cfg.Log,
+		MaxConns: ProxyConnBudget(nofile.Cur), MaxConnsPerListener: netguard.DefaultMaxConnsPerListener})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: egress proxy: %w", err)
 	}
@@ -138,6 +145,16 @@ func NewEgress(ctx context.Context, cfg EgressConfig) (*Egress, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// ProxyConnBudget is how many client connections the egress proxy may
+// hold at once in a process allowed nofile descriptors: each costs at
+// most two (client and upstream), and the proxy gets at most a quarter
+// of them in connections, half in descriptors. The other half is the
+// daemon's own (its API, journal, database, runtimes), never lent to
+// the proxy, so no number of sandboxes' connections starves it.
+func ProxyConnBudget(nofile uint64) int {
+	return int(min(uint64(netguard.DefaultMaxConns), nofile/4))
 }
 
 // firewallRules is the nftables table confining sandbox links: from a

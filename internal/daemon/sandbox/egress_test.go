@@ -17,6 +17,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/netguard"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
 
@@ -212,4 +213,16 @@ func mustPrefix(t *testing.T, s string) netip.Prefix {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestProxyConnBudgetLeavesDaemonHalf: the egress proxy's connection cap
+// (two descriptors each) is at most half of the process's descriptors,
+// and never more than netguard's overall default.
+func TestProxyConnBudgetLeavesDaemonHalf(t *testing.T) {
+	for _, nofile := range []uint64{256, 1024, 4096, 20000, 1 << 20} {
+		b := ProxyConnBudget(nofile)
+		if b < 1 || uint64(2*b) > nofile/2 || b > netguard.DefaultMaxConns {
+			t.Fatalf("nofile %d: budget %d", nofile, b)
+		}
+	}
 }
