@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -167,6 +168,44 @@ func TestSandboxStdioNotOnHostDisk(t *testing.T) {
 		after := hostFileBytes(t, h, c.SandboxID)
 		if after-before > 1<<20 {
 			t.Fatalf("the sandbox's writes to /proc/1/fd took %d bytes of the host's disk (before %d, after %d)", after-before, before, after)
+		}
+	})
+}
+
+// TestSandboxTCPMemoryCounted runs a probe in a 64 MiB sandbox that
+// queues data on loopback TCP connections nobody reads (up to 512 MiB):
+// the kernel's socket buffers are bounded, so the probe cannot queue more
+// than the memory limit: on runc by the memory cgroup's kernel TCP limit
+// (a quarter of the memory limit, cgroup v1), on runsc because gVisor's
+// netstack buffers are the Sentry's memory, in the sandbox's cgroup (the
+// Sentry is killed at the limit).
+func TestSandboxTCPMemoryCounted(t *testing.T) {
+	probe := buildProbe(t, "tcpfill", runtime.GOARCH)
+	forEachRuntime(t, func(t *testing.T, h *Host, c spec.Create) {
+		c.Limits.MemoryMB = 64
+		mustCreate(t, h, c)
+		p := putInSandbox(t, h, c.SandboxID, probe)
+		r := execIn(t, h, c.SandboxID, 120*time.Second, p)
+		out := strings.TrimSpace(string(r.Stdout) + string(r.Stderr))
+		t.Logf("tcpfill: exit %d: %s", r.ExitCode, out)
+		var queued int64 = -1
+		for _, l := range strings.Split(out, "\n") {
+			if n, ok := strings.CutPrefix(l, "queued "); ok {
+				queued, _ = strconv.ParseInt(n, 10, 64)
+			}
+		}
+		limit := int64(c.Limits.MemoryMB) << 20
+		if queued > limit {
+			t.Fatalf("the sandbox queued %d bytes on loopback sockets, over its %d-byte memory limit", queued, limit)
+		}
+		if c.Runtime == spec.RuntimeRunc {
+			if queued < 0 {
+				t.Fatalf("tcpfill reported nothing: %s", out)
+			}
+			cg := "/sys/fs/cgroup/memory" + CgroupParent + "/" + c.SandboxID + "/"
+			if max := readIntOr(cg+"memory.kmem.tcp.limit_in_bytes", -1); int64(max) != kernelTCPLimit(c.Limits.MemoryMB) {
+				t.Fatalf("memory.kmem.tcp.limit_in_bytes = %d, want %d", max, kernelTCPLimit(c.Limits.MemoryMB))
+			}
 		}
 	})
 }

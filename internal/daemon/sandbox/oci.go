@@ -75,7 +75,7 @@ func Config(c spec.Create, initHost string, initArgv []string, netns string) *sp
 		mounts = append(mounts, specs.Mount{Destination: InitPath, Type: "bind", Source: initHost, Options: []string{"bind", "ro", "nosuid", "nodev"}})
 	}
 	p := processFor(argv, []string{defaultPath}, c.Root)
-	memory := c.Limits.MemoryMB << 20
+	memory, tcp := c.Limits.MemoryMB<<20, kernelTCPLimit(c.Limits.MemoryMB)
 	quota, period := c.Limits.CPUMillis*100, uint64(100000)
 	pids := c.Limits.Pids
 	deny := false
@@ -91,9 +91,16 @@ func Config(c spec.Create, initHost string, initArgv []string, netns string) *sp
 			CgroupsPath: CgroupParent + "/" + c.SandboxID,
 			Resources: &specs.LinuxResources{
 				Devices: []specs.LinuxDeviceCgroup{{Allow: deny, Access: "rwm"}},
-				Memory:  &specs.LinuxMemory{Limit: &memory},
-				CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
-				Pids:    &specs.LinuxPids{Limit: &pids},
+				// KernelTCP: on cgroup v1 the kernel charges socket buffers
+				// to a memory cgroup only once its kernel TCP limit is set
+				// (memory.kmem.tcp.limit_in_bytes), or a sandbox queues
+				// gigabytes on loopback connections past its limit. Stated
+				// here for runtimes that honour it; bcd sets it itself
+				// (limitKernelTCP). On v2 socket memory counts under
+				// memory.max.
+				Memory: &specs.LinuxMemory{Limit: &memory, KernelTCP: &tcp},
+				CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
+				Pids:   &specs.LinuxPids{Limit: &pids},
 			},
 			Seccomp:       SeccompProfile(),
 			MaskedPaths:   maskedPaths,

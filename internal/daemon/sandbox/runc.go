@@ -156,6 +156,14 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, lower, netns string) err
 	if err := os.WriteFile(filepath.Join(b, "config.json"), raw, 0o600); err != nil {
 		return fmt.Errorf("sandbox: write config: %w", err)
 	}
+	if o.name == spec.RuntimeRunc {
+		// gVisor's sockets are the Sentry's own memory, under the memory
+		// limit already; and runsc leaves a cgroup it did not make
+		// unlimited, so it gets none made ahead.
+		if err := limitKernelTCP(c.SandboxID, kernelTCPLimit(c.Limits.MemoryMB)); err != nil {
+			return err
+		}
+	}
 	args := []string{"run", "--detach", "--bundle", b, "--pid-file", filepath.Join(b, "init.pid")}
 	var globals []string
 	switch o.name {
@@ -349,6 +357,50 @@ func (o *OCI) Remove(ctx context.Context, id string) error {
 	}
 	if err := os.RemoveAll(b); err != nil {
 		return fmt.Errorf("sandbox: remove bundle: %w", err)
+	}
+	return removeMemoryCgroup(id)
+}
+
+// memoryCgroupV1 is the sandboxes' memory cgroup directory on a cgroup v1
+// host.
+const memoryCgroupV1 = "/sys/fs/cgroup/memory" + CgroupParent
+
+// kernelTCPLimit is the kernel TCP buffer limit of a sandbox with
+// memoryMB of memory: a quarter of it. cgroup v1 counts socket buffers
+// apart from memory.limit_in_bytes, and the kernel lets each socket
+// queue a little past the limit, so a quarter keeps a sandbox's memory
+// and socket buffers together within its memory limit plus a quarter
+// plus those per-socket minimums.
+func kernelTCPLimit(memoryMB int64) int64 { return memoryMB << 20 / 4 }
+
+// limitKernelTCP makes the sandbox's memory cgroup ahead of runc on a
+// cgroup v1 host and sets its kernel TCP limit
+// (memory.kmem.tcp.limit_in_bytes): v1 charges socket
+// buffers to a cgroup only once that limit is set, before any socket,
+// and the runtimes here do not set it (runc 1.1 ignores the spec's
+// kernelTCP). The runtime then uses the cgroup as it finds it. On cgroup
+// v2 socket memory counts under memory.max with nothing to set, and this
+// does nothing.
+func limitKernelTCP(id string, limit int64) error {
+	var fs unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/cgroup/memory", &fs); err != nil || fs.Type != unix.CGROUP_SUPER_MAGIC {
+		return nil
+	}
+	dir := filepath.Join(memoryCgroupV1, id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("sandbox: memory cgroup: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "memory.kmem.tcp.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
+		return fmt.Errorf("sandbox: kernel TCP limit: %w", err)
+	}
+	return nil
+}
+
+// removeMemoryCgroup removes the v1 memory cgroup limitKernelTCP made, if
+// the runtime left it.
+func removeMemoryCgroup(id string) error {
+	if err := unix.Rmdir(filepath.Join(memoryCgroupV1, id)); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("sandbox: remove memory cgroup: %w", err)
 	}
 	return nil
 }
