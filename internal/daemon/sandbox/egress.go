@@ -243,13 +243,20 @@ func ip(ctx context.Context, args ...string) error {
 }
 
 // Setup makes l: the namespace, the veth pair with its addresses (no
-// default route inside), and the proxy's listener on the host end.
-func (e *Egress) Setup(ctx context.Context, id string, l Link) error {
+// default route inside), and the proxy's listener on the host end. With
+// nsPID > 0 the namespace is that process's network namespace (one the
+// sandbox's user namespace owns, see UserNS), named for l; else a new
+// one.
+func (e *Egress) Setup(ctx context.Context, id string, l Link, nsPID int) error {
 	if err := spec.ValidSandboxID(id); err != nil {
 		return err
 	}
+	first := []string{"netns", "add", l.NetNS}
+	if nsPID > 0 {
+		first = []string{"netns", "attach", l.NetNS, strconv.Itoa(nsPID)}
+	}
 	steps := [][]string{
-		{"netns", "add", l.NetNS},
+		first,
 		{"link", "add", l.HostIf, "type", "veth", "peer", "name", sandboxIf, "netns", l.NetNS},
 		{"addr", "add", l.HostAddr + "/30", "dev", l.HostIf},
 		{"link", "set", l.HostIf, "up"},

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -32,7 +33,13 @@ func forEachRuntime(t *testing.T, f func(t *testing.T, h *Host, c spec.Create)) 
 	for _, r := range runtimes {
 		t.Run(r.name, func(t *testing.T) {
 			h, digest := testHost(t, r.rt(t), clock.Real{})
-			c := createSpec(digest, time.Now().Add(10*time.Minute), 64)
+			// gVisor's Sentry and gofer threads count against the pids
+			// limit too: give runsc room for them.
+			pids := int64(64)
+			if r.name == spec.RuntimeRunsc {
+				pids = 512
+			}
+			c := createSpec(digest, time.Now().Add(10*time.Minute), pids)
 			c.Runtime = r.name
 			f(t, h, c)
 		})
@@ -208,4 +215,57 @@ func TestSandboxTCPMemoryCounted(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRuncSandboxesHaveOwnHostIDs has one runc sandbox take every inotify
+// instance its user may have (128, fs.inotify.max_user_instances) and
+// hold them; another sandbox, whose user is another host uid, still opens
+// one. Each sandbox's processes run as its own block of host ids.
+func TestRuncSandboxesHaveOwnHostIDs(t *testing.T) {
+	probe := buildProbe(t, "inotifyhog", runtime.GOARCH)
+	h, digest := testHost(t, runcRuntime(t), clock.Real{})
+	a, b := createSpec(digest, time.Now().Add(10*time.Minute), 64), createSpec(digest, time.Now().Add(10*time.Minute), 64)
+	mustCreate(t, h, a)
+	mustCreate(t, h, b)
+	sa, _ := h.Get(a.SandboxID)
+	sb, _ := h.Get(b.SandboxID)
+	if !sa.IDs.Valid() || !sb.IDs.Valid() || sa.IDs.Base == sb.IDs.Base {
+		t.Fatalf("id blocks %+v and %+v", sa.IDs, sb.IDs)
+	}
+	// The host sees each sandbox's nobody as its own host uid.
+	for _, s := range []State{sa, sb} {
+		initPID := readIntOr(filepath.Join(h.cfg.Runtime.(*OCI).bundle(s.ID), "init.pid"), -1)
+		st, err := os.ReadFile(filepath.Join("/proc", itoa(initPID), "status"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "Uid:\t" + itoa(s.IDs.Host(NobodyID))
+		if !strings.Contains(string(st), want) {
+			t.Fatalf("the init of %s is not host uid %d:\n%s", s.ID, s.IDs.Host(NobodyID), st)
+		}
+	}
+	// The limits runc no longer sets are inherited: 1024 files, no core.
+	limits := string(execIn(t, h, a.SandboxID, 30*time.Second, "cat", "/proc/self/limits").Stdout)
+	for _, want := range []string{`Max open files\s+1024\s+1024`, `Max core file size\s+0\s+0`} {
+		if !regexp.MustCompile(want).MatchString(limits) {
+			t.Fatalf("/proc/self/limits lacks %s:\n%s", want, limits)
+		}
+	}
+	pa, pb := putInSandbox(t, h, a.SandboxID, probe), putInSandbox(t, h, b.SandboxID, probe)
+	execIn(t, h, a.SandboxID, 30*time.Second, "sh", "-c", pa+" 4096 hold >/dev/null 2>&1 &")
+	// Wait until a's user has no instance left (a's own probe fails).
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r := execIn(t, h, a.SandboxID, 30*time.Second, pa, "1")
+		if strings.Contains(string(r.Stdout), "opened 0") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox a never used up its inotify instances: %s", r.Stdout)
+		}
+	}
+	r := execIn(t, h, b.SandboxID, 30*time.Second, pb, "1")
+	if !strings.Contains(string(r.Stdout), "opened 1") {
+		t.Fatalf("sandbox b could not open an inotify instance while a holds all of its own: %s", r.Stdout)
+	}
 }

@@ -45,6 +45,9 @@ type State struct {
 	CreatedMS   int64             `json:"created_ms"`
 	Network     string            `json:"network,omitempty"`
 	Link        *Link             `json:"link,omitempty"` // egress only
+	// IDs is the sandbox's block of host ids (runc only), held from
+	// create to remove and never handed to another sandbox meanwhile.
+	IDs IDRange `json:"ids,omitzero"`
 }
 
 // HostConfig configures a sandbox host.
@@ -60,6 +63,11 @@ type HostConfig struct {
 	MemoryMB int64
 	// Egress wires network egress; nil refuses it (network-unavailable).
 	Egress *Egress
+	// IDBase and IDSize place the host id range reserved for runc
+	// sandboxes' user namespaces: Slots blocks of IDSize ids from
+	// IDBase (defaults DefaultIDBase and DefaultIDSize). Nothing else on
+	// the machine may use these ids.
+	IDBase, IDSize uint32
 }
 
 // Host runs sandboxes on one machine.
@@ -86,6 +94,15 @@ func OpenHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 	}
 	if cfg.MemoryMB <= 0 {
 		cfg.MemoryMB = 8 << 10
+	}
+	if cfg.IDBase == 0 {
+		cfg.IDBase = DefaultIDBase
+	}
+	if cfg.IDSize == 0 {
+		cfg.IDSize = DefaultIDSize
+	}
+	if err := checkIDRange(cfg.IDBase, cfg.IDSize, cfg.Slots); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "state"), 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox: state dir: %w", err)
@@ -201,6 +218,21 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 		}
 		st.Link = &l
 	}
+	if c.Runtime == spec.RuntimeRunc {
+		used := map[uint32]bool{}
+		for _, s := range h.sbx {
+			if s.IDs.Valid() {
+				used[s.IDs.Base] = true
+			}
+		}
+		ids, err := allocIDRange(h.cfg.IDBase, h.cfg.IDSize, h.cfg.Slots, used)
+		if err != nil {
+			h.mu.Unlock()
+			h.cfg.Log.Warn("sandbox id range refused", "sandbox_id", c.SandboxID, "err", err)
+			return nil, errors.New("no-capacity")
+		}
+		st.IDs = ids
+	}
 	h.sbx[c.SandboxID] = st
 	h.mu.Unlock()
 	// The state is written before anything starts, so the sweep removes
@@ -215,16 +247,29 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 		_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
 		return nil, imageReason(err)
 	}
-	netns := ""
+	place := Placement{Lower: lower, IDs: st.IDs}
+	nsPID := 0
+	if un, ok := h.cfg.Runtime.(UserNamespaces); ok && st.IDs.Valid() {
+		ns, err := un.NewUserNS(c.SandboxID, st.IDs)
+		if err != nil {
+			h.cfg.Log.Error("sandbox user namespace failed", "sandbox_id", c.SandboxID, "err", err)
+			_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
+			return nil, errors.New("start-failed")
+		}
+		if ns != nil {
+			defer ns.Close() // the sandbox holds the namespaces once started
+			place.UserNS, nsPID = ns.Path, ns.PID
+		}
+	}
 	if st.Link != nil {
-		if err := h.cfg.Egress.Setup(ctx, c.SandboxID, *st.Link); err != nil {
+		if err := h.cfg.Egress.Setup(ctx, c.SandboxID, *st.Link, nsPID); err != nil {
 			h.cfg.Log.Error("sandbox egress link failed", "sandbox_id", c.SandboxID, "err", err)
 			_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
 			return nil, errors.New("start-failed")
 		}
-		netns = st.Link.NetNSPath()
+		place.NetNS = st.Link.NetNSPath()
 	}
-	if err := h.cfg.Runtime.Start(ctx, c, lower, netns); err != nil {
+	if err := h.cfg.Runtime.Start(ctx, c, place); err != nil {
 		h.cfg.Log.Error("sandbox start failed", "sandbox_id", c.SandboxID, "err", err)
 		_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
 		return nil, errors.New("start-failed")

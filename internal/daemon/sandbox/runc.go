@@ -14,8 +14,10 @@ import (
 	"syscall"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
 
@@ -23,11 +25,9 @@ import (
 type Runtime interface {
 	// Name is runc, runsc or sim.
 	Name() string
-	// Start makes and starts a sandbox from the signed spec on the image
-	// root filesystem lower (read-only), detached. netns is the network
-	// namespace to join (an egress link's), or "" for a fresh one with
-	// only loopback.
-	Start(ctx context.Context, c spec.Create, lower, netns string) error
+	// Start makes and starts a sandbox from the signed spec as p places
+	// it, detached.
+	Start(ctx context.Context, c spec.Create, p Placement) error
 	// Exec runs argv (no shell) with env in a running sandbox, capturing
 	// each stream up to spec.MaxOutput and killing what it started when
 	// ctx ends (TimedOut is then set).
@@ -37,6 +37,29 @@ type Runtime interface {
 	Remove(ctx context.Context, id string) error
 	// Running reports whether the sandbox exists in the runtime.
 	Running(ctx context.Context, id string) bool
+}
+
+// Placement is where a sandbox starts on the host.
+type Placement struct {
+	// Lower is the image's root filesystem (read-only).
+	Lower string
+	// NetNS is the network namespace to join (an egress link's), or ""
+	// for a fresh one with only loopback.
+	NetNS string
+	// IDs is the sandbox's block of host ids, or the zero value for no
+	// user namespace; UserNS the namespace made for it (NewUserNS), ""
+	// when none.
+	IDs    IDRange
+	UserNS string
+}
+
+// UserNamespaces is a Runtime that runs sandboxes in user namespaces
+// bcd makes (runc on amd64).
+type UserNamespaces interface {
+	// NewUserNS makes the user namespace (and a network namespace it
+	// owns) of a sandbox with ids, or returns nil when the runtime runs
+	// none; the caller closes it once the sandbox started.
+	NewUserNS(id string, ids IDRange) (*UserNS, error)
 }
 
 // OCI drives an OCI runtime binary (runc, or gVisor's runsc) through
@@ -50,6 +73,10 @@ type OCI struct {
 	binary string
 	dir    string
 	init   []byte // the reaping init (nil when none for this architecture)
+	userns []byte // the user namespace maker (nil when none)
+	// rlexec is the path of rlimitExecProgram under dir ("" when none):
+	// runc runs through it for sandboxes with a user namespace.
+	rlexec string
 }
 
 // NewOCI returns the runtime called name using binary, with its state
@@ -60,11 +87,49 @@ func NewOCI(name, binary, dir string) (*OCI, error) {
 			return nil, fmt.Errorf("sandbox: %s dir: %w", name, err)
 		}
 	}
-	return &OCI{name: name, binary: binary, dir: dir, init: initProgram()}, nil
+	if name == spec.RuntimeRunc {
+		if err := searchable(filepath.Join(dir, "bundles")); err != nil {
+			return nil, err
+		}
+	}
+	o := &OCI{name: name, binary: binary, dir: dir, init: initProgram()}
+	if name == spec.RuntimeRunc {
+		if rl := rlimitExecProgram(); rl != nil {
+			o.rlexec = filepath.Join(dir, "rlimit-exec")
+			if err := pki.WriteFileAtomic(o.rlexec, rl, 0o500); err != nil {
+				return nil, fmt.Errorf("sandbox: %s rlimit program: %w", name, err)
+			}
+			o.userns = usernsProgram()
+		}
+	}
+	return o, nil
 }
 
 // Name returns the runtime's name.
 func (o *OCI) Name() string { return o.name }
+
+// searchable gives others search permission (x, not read) on dir and
+// every directory above it that lacks it. runc's init enters the
+// sandbox's user namespace before it mounts the rootfs and the init from
+// the bundle, as the sandbox's root, a host id that owns none of the
+// path: it must be able to walk to them. Nothing gets listable; the
+// files below keep their own modes, and bundles are named by random ids.
+func searchable(dir string) error {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("sandbox: bundle path: %w", err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, fi.Mode().Perm()|0o001); err != nil {
+				return fmt.Errorf("sandbox: bundle path: %w", err)
+			}
+		}
+		if d == "/" || d == "." {
+			return nil
+		}
+	}
+}
 
 // argv is the runtime's argument vector: its state root, the runtime's
 // own global flags, globals, then args. runsc runs on the ptrace
@@ -110,14 +175,26 @@ func (o *OCI) runWith(ctx context.Context, globals []string, args ...string) err
 }
 
 // Start prepares the bundle and runs `runc run -d`.
-func (o *OCI) Start(ctx context.Context, c spec.Create, lower, netns string) error {
+func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 	if err := spec.ValidSandboxID(c.SandboxID); err != nil {
 		return err
+	}
+	lower, netns, ids, usernsPath := p.Lower, p.NetNS, p.IDs, p.UserNS
+	if o.userns == nil {
+		// gVisor's processes are not host processes; and without the
+		// namespace program (not amd64) no user namespace.
+		ids, usernsPath = IDRange{}, ""
 	}
 	b := o.bundle(c.SandboxID)
 	rw, rootfs := filepath.Join(b, "rw"), filepath.Join(b, "rootfs")
 	for _, d := range []string{rw, rootfs} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("sandbox: bundle: %w", err)
+		}
+	}
+	if ids.Valid() {
+		// Searchable by the sandbox's root (see searchable).
+		if err := os.Chmod(b, 0o701); err != nil {
 			return fmt.Errorf("sandbox: bundle: %w", err)
 		}
 	}
@@ -130,6 +207,36 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, lower, netns string) err
 		if err := os.Mkdir(filepath.Join(rw, d), 0o755); err != nil {
 			return fmt.Errorf("sandbox: writable layer: %w", err)
 		}
+	}
+	if ids.Valid() {
+		// The sandbox's root owns its writable layer, and sees the image
+		// through an idmapped mount as its own root's files.
+		for _, d := range []string{rw, filepath.Join(rw, "upper"), filepath.Join(rw, "work")} {
+			if err := os.Chown(d, ids.Host(0), ids.Host(0)); err != nil {
+				return fmt.Errorf("sandbox: writable layer: %w", err)
+			}
+		}
+		mapped := filepath.Join(b, "lower")
+		if err := os.Mkdir(mapped, 0o700); err != nil {
+			return fmt.Errorf("sandbox: id-mapped image: %w", err)
+		}
+		if usernsPath == "" {
+			ns, err := o.NewUserNS(c.SandboxID, ids)
+			if err != nil {
+				return err
+			}
+			if ns == nil {
+				return errors.New("sandbox: no user namespace")
+			}
+			// runc joins the namespace; once the sandbox's init is in
+			// it, the helper can go.
+			defer ns.Close()
+			usernsPath = ns.Path
+		}
+		if err := idmappedMount(lower, mapped, usernsPath); err != nil {
+			return err
+		}
+		lower = mapped
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, filepath.Join(rw, "upper"), filepath.Join(rw, "work"))
 	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
@@ -144,11 +251,22 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, lower, netns string) err
 			return fmt.Errorf("sandbox: write init: %w", err)
 		}
 		u := user(c.Root)
-		if err := os.Chown(initHost, int(u.UID), int(u.GID)); err != nil {
+		uid, gid := int(u.UID), int(u.GID)
+		if ids.Valid() {
+			uid, gid = ids.Host(u.UID), ids.Host(u.GID)
+		}
+		if err := os.Chown(initHost, uid, gid); err != nil {
 			return fmt.Errorf("sandbox: own init: %w", err)
 		}
 	}
-	cfg := Config(c, initHost, []string{"/bin/sleep", "2147483647"}, netns)
+	cfg := Config(c, initHost, []string{"/bin/sleep", "2147483647"}, netns, ids)
+	if usernsPath != "" {
+		for i, n := range cfg.Linux.Namespaces {
+			if n.Type == specs.UserNamespace {
+				cfg.Linux.Namespaces[i].Path = usernsPath
+			}
+		}
+	}
 	raw, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return fmt.Errorf("sandbox: encode config: %w", err)
@@ -179,6 +297,33 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, lower, netns string) err
 	return o.runDetached(ctx, b, globals, append(args, c.SandboxID)...)
 }
 
+// NewUserNS makes a sandbox's user namespace (see UserNamespaces), or
+// returns nil when this runtime runs none (runsc; not amd64). The
+// namespace program is left in the bundle, which marks the sandbox as
+// one with a user namespace.
+func (o *OCI) NewUserNS(id string, ids IDRange) (*UserNS, error) {
+	if err := spec.ValidSandboxID(id); err != nil {
+		return nil, err
+	}
+	if o.userns == nil || !ids.Valid() {
+		return nil, nil
+	}
+	b := o.bundle(id)
+	if err := os.MkdirAll(b, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox: bundle: %w", err)
+	}
+	// Searchable by the sandbox's root (see searchable), which runs the
+	// program from here.
+	if err := os.Chmod(b, 0o701); err != nil {
+		return nil, fmt.Errorf("sandbox: bundle: %w", err)
+	}
+	prog := filepath.Join(b, "userns")
+	if err := os.WriteFile(prog, o.userns, 0o555); err != nil {
+		return nil, fmt.Errorf("sandbox: user namespace program: %w", err)
+	}
+	return newUserNS(prog, ids)
+}
+
 // runDetached runs the runtime for a command that leaves the sandbox
 // running (run --detach). The sandbox's PID 1 inherits the runtime's
 // standard streams and keeps them for its whole life, and any process in
@@ -189,12 +334,28 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, lower, netns string) err
 // runtime writes, and are read back on failure.
 func (o *OCI) runDetached(ctx context.Context, bundle string, globals []string, args ...string) error {
 	logPath := filepath.Join(bundle, "runtime.log")
-	cmd := exec.CommandContext(ctx, o.binary, o.argv(append([]string{"--log", logPath}, globals...), args...)...)
+	cmd := o.command(ctx, o.hasUserNS(bundle), o.argv(append([]string{"--log", logPath}, globals...), args...))
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, nil
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s %s: %w: %s", o.name, args[0], err, tail(logPath, 512))
 	}
 	return nil
+}
+
+// command is the runtime binary with args, through rlimitExecProgram
+// when inherited (the sandbox's processes inherit their limits).
+func (o *OCI) command(ctx context.Context, inherited bool, args []string) *exec.Cmd {
+	if inherited {
+		return exec.CommandContext(ctx, o.rlexec, append([]string{o.binary}, args...)...)
+	}
+	return exec.CommandContext(ctx, o.binary, args...)
+}
+
+// hasUserNS reports whether the sandbox of bundle runs in its own user
+// namespace (Start left the namespace program in its bundle).
+func (o *OCI) hasUserNS(bundle string) bool {
+	_, err := os.Stat(filepath.Join(bundle, "userns"))
+	return err == nil
 }
 
 // tail returns at most the last n bytes of the file at p, trimmed.
@@ -228,12 +389,13 @@ func (o *OCI) Exec(ctx context.Context, id string, argv, env []string, root bool
 		return res, fmt.Errorf("sandbox: exec process file: %w", err)
 	}
 	defer os.Remove(pf.Name())
-	if err := json.NewEncoder(pf).Encode(processFor(argv, append([]string{defaultPath}, env...), root)); err != nil {
+	inherited := o.hasUserNS(b)
+	if err := json.NewEncoder(pf).Encode(processFor(argv, append([]string{defaultPath}, env...), root, inherited)); err != nil {
 		pf.Close()
 		return res, fmt.Errorf("sandbox: exec process file: %w", err)
 	}
 	pf.Close()
-	cmd := exec.Command(o.binary, o.argv(nil, "exec", "--process", pf.Name(), id)...)
+	cmd := o.command(context.Background(), inherited, o.argv(nil, "exec", "--process", pf.Name(), id))
 	stdout, stderr := &capped{max: spec.MaxOutput}, &capped{max: spec.MaxOutput}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
@@ -350,7 +512,7 @@ func (o *OCI) Remove(ctx context.Context, id string) error {
 		}
 	}
 	b := o.bundle(id)
-	for _, m := range []string{filepath.Join(b, "rootfs"), filepath.Join(b, "rw")} {
+	for _, m := range []string{filepath.Join(b, "rootfs"), filepath.Join(b, "lower"), filepath.Join(b, "rw")} {
 		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("sandbox: unmount %s: %w", filepath.Base(m), err)
 		}
