@@ -269,3 +269,32 @@ func TestRuncSandboxesHaveOwnHostIDs(t *testing.T) {
 		t.Fatalf("sandbox b could not open an inotify instance while a holds all of its own: %s", r.Stdout)
 	}
 }
+
+// TestSandboxHidesHostPaths reads, inside a runc and a runsc sandbox,
+// what the outside testers found host paths in: /proc/self/mountinfo,
+// /proc/self/mounts and the links of /proc/1/fd and /proc/self/fd show
+// neither the host's data folder, nor the bundle, nor the image digest;
+// and /proc/config.gz (the host kernel's configuration) reads empty or
+// not at all.
+func TestSandboxHidesHostPaths(t *testing.T) {
+	forEachRuntime(t, func(t *testing.T, h *Host, c spec.Create) {
+		mustCreate(t, h, c)
+		hex := strings.TrimPrefix(c.ImageDigest, "sha256:")
+		for _, cmd := range []string{"cat /proc/self/mountinfo", "cat /proc/self/mounts", "ls -l /proc/1/fd/ /proc/self/fd/", "cat /proc/1/mountinfo"} {
+			r := execIn(t, h, c.SandboxID, 30*time.Second, "sh", "-c", cmd)
+			out := string(r.Stdout) + string(r.Stderr)
+			if r.ExitCode != 0 && !strings.Contains(cmd, "fd/") {
+				t.Fatalf("%s: exit %d: %s", cmd, r.ExitCode, out)
+			}
+			for _, secret := range []string{h.cfg.Dir, "/bundles/", hex, hex[:12]} {
+				if strings.Contains(out, secret) {
+					t.Fatalf("%s shows the host's %q:\n%s", cmd, secret, out)
+				}
+			}
+		}
+		r := execIn(t, h, c.SandboxID, 30*time.Second, "sh", "-c", "cat /proc/config.gz | wc -c")
+		if n := strings.TrimSpace(string(r.Stdout)); n != "0" {
+			t.Fatalf("/proc/config.gz reads %s bytes", n)
+		}
+	})
+}

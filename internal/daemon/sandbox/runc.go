@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -236,17 +237,30 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 		if err := idmappedMount(lower, mapped, usernsPath); err != nil {
 			return err
 		}
-		lower = mapped
+	} else {
+		// The image is bound into the bundle too, so that the overlay
+		// names no path outside it.
+		if err := os.Mkdir(filepath.Join(b, "lower"), 0o700); err != nil {
+			return fmt.Errorf("sandbox: image bind: %w", err)
+		}
+		if err := unix.Mount(lower, filepath.Join(b, "lower"), "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("sandbox: image bind: %w", err)
+		}
+		if err := unix.Mount("", filepath.Join(b, "lower"), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return fmt.Errorf("sandbox: image bind: %w", err)
+		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, filepath.Join(rw, "upper"), filepath.Join(rw, "work"))
-	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("sandbox: overlay: %w", err)
+	if err := mountOverlayIn(b); err != nil {
+		return err
 	}
 	// Each bundle gets its own copy of the init, owned by the sandbox's
 	// user and executable by it alone.
 	initHost := ""
 	if o.init != nil {
-		initHost = filepath.Join(b, "bc-init")
+		// In the writable layer's tmpfs, beside (not in) the overlay's
+		// directories: the bind's root in the sandbox's mountinfo is then
+		// "/bc-init" on a tmpfs, no host path.
+		initHost = filepath.Join(rw, "bc-init")
 		if err := os.WriteFile(initHost, o.init, 0o500); err != nil {
 			return fmt.Errorf("sandbox: write init: %w", err)
 		}
@@ -295,6 +309,35 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 		}
 	}
 	return o.runDetached(ctx, b, globals, append(args, c.SandboxID)...)
+}
+
+// mountOverlayIn mounts the sandbox's root filesystem at bundle/rootfs:
+// the overlay of bundle/lower under bundle/rw/upper. The overlay's
+// options appear in the sandbox's /proc/self/mountinfo as given, so they
+// are given relative to the bundle: a thread of its own (its own working
+// directory, unshared from the rest of the process, and never reused)
+// changes into the bundle and mounts from there.
+func mountOverlayIn(bundle string) error {
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread ends with the goroutine, its working
+		// directory with it.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			errc <- fmt.Errorf("sandbox: overlay: %w", err)
+			return
+		}
+		if err := unix.Chdir(bundle); err != nil {
+			errc <- fmt.Errorf("sandbox: overlay: %w", err)
+			return
+		}
+		if err := unix.Mount("overlay", "rootfs", "overlay", unix.MS_NOSUID|unix.MS_NODEV, "lowerdir=lower,upperdir=rw/upper,workdir=rw/work"); err != nil {
+			errc <- fmt.Errorf("sandbox: overlay: %w", err)
+			return
+		}
+		errc <- nil
+	}()
+	return <-errc
 }
 
 // NewUserNS makes a sandbox's user namespace (see UserNamespaces), or
