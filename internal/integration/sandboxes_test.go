@@ -452,6 +452,11 @@ func TestSandboxPlacement(t *testing.T) {
 	if err := admin.Call(ctx, "templates.create", map[string]any{"name": "host-net", "image": "img", "runtime": spec.RuntimeSim, "network": "host"}, nil); !errors.Is(err, client.ErrInvalidInput) {
 		t.Fatalf("network host: %v, want INVALID_INPUT", err)
 	}
+	// gVisor cannot join the egress link's namespace: a runsc template
+	// with egress is refused at create, naming why.
+	if err := admin.Call(ctx, "templates.create", map[string]any{"name": "gvisor-egress", "image": "img", "runtime": spec.RuntimeRunsc, "network": "egress"}, nil); !errors.Is(err, client.ErrInvalidInput) || !strings.Contains(err.Error(), "egress is not available on runsc") {
+		t.Fatalf("runsc with egress: %v, want INVALID_INPUT naming runsc", err)
+	}
 	if _, err := admin.CreateSandbox(ctx, "", "sim"); err != nil {
 		t.Fatal(err)
 	}

@@ -54,6 +54,15 @@ type Placement struct {
 	UserNS string
 }
 
+// Liveness is a Runtime that can tell a sandbox whose runtime instance
+// died (gVisor's kernel killed at the memory or pids limit) from a live
+// one, cheaply enough to ask every second.
+type Liveness interface {
+	// Alive reports whether the sandbox's first process (runc's init, or
+	// gVisor's sandbox process) still runs in the sandbox's cgroup.
+	Alive(id string) bool
+}
+
 // UserNamespaces is a Runtime that runs sandboxes in user namespaces
 // bcd makes (runc on amd64).
 type UserNamespaces interface {
@@ -274,6 +283,20 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 		}
 	}
 	cfg := Config(c, initHost, []string{"/bin/sleep", "2147483647"}, netns, ids)
+	if o.name == spec.RuntimeRunsc {
+		// gVisor mounts a tmpfs of its own, in the Sentry's memory and
+		// bounded by nothing, over /tmp unless the spec mounts one: bind
+		// a directory of the writable layer, so /tmp counts against the
+		// disk limit like the rest of the root.
+		tmp := filepath.Join(rw, "tmp")
+		if err := os.Mkdir(tmp, 0o777); err != nil {
+			return fmt.Errorf("sandbox: /tmp: %w", err)
+		}
+		if err := os.Chmod(tmp, 0o1777); err != nil {
+			return fmt.Errorf("sandbox: /tmp: %w", err)
+		}
+		cfg.Mounts = append(cfg.Mounts, specs.Mount{Destination: "/tmp", Type: "bind", Source: tmp, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+	}
 	if usernsPath != "" {
 		for i, n := range cfg.Linux.Namespaces {
 			if n.Type == specs.UserNamespace {
@@ -608,6 +631,32 @@ func removeMemoryCgroup(id string) error {
 		return fmt.Errorf("sandbox: remove memory cgroup: %w", err)
 	}
 	return nil
+}
+
+// Alive reports whether the process in the sandbox's pid file still
+// runs, in the sandbox's own cgroup (so a reused pid does not count).
+func (o *OCI) Alive(id string) bool {
+	if spec.ValidSandboxID(id) != nil {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(o.bundle(id), "init.pid"))
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return false
+	}
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name: Z is a zombie.
+	if i := strings.LastIndexByte(string(stat), ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+		return false
+	}
+	cg, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+	return err == nil && strings.Contains(string(cg), CgroupParent+"/"+id)
 }
 
 // Running reports whether the runtime knows the sandbox.

@@ -142,8 +142,8 @@ func openEgress(ctx context.Context, o Options, runtime string) (*Egress, error)
 	default:
 		return nil, errors.New("sandbox: egress must be auto or off")
 	}
-	if runtime == spec.RuntimeSim {
-		return nil, nil
+	if runtime != spec.RuntimeRunc {
+		return nil, nil // egress runs on runc only (see Host.egress)
 	}
 	cfg := EgressConfig{Port: o.EgressPort, Log: o.Log}
 	if o.EgressRange != "" {
