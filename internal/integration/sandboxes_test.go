@@ -577,11 +577,10 @@ func TestSandboxExecOutputCap(t *testing.T) {
 	}
 }
 
-// TestSandboxRunsc runs a template on runsc (gVisor, ptrace platform)
-// through the API: echo answers, `ls /` shows the image and not the host,
-// the user is not root, and delete frees it. It needs runsc and root and
-// skips loudly without them (BC_REQUIRE_RUNSC=1 makes that a failure).
-func TestSandboxRunsc(t *testing.T) {
+// requireRunscOr skips the test, loudly, unless runsc, root and
+// busybox-static are there; with BC_REQUIRE_RUNSC=1 it fails instead.
+func requireRunscOr(t *testing.T) {
+	t.Helper()
 	_, err := exec.LookPath("runsc")
 	_, bbErr := imagetar.BusyboxPath()
 	if err != nil || os.Geteuid() != 0 || bbErr != nil {
@@ -591,6 +590,14 @@ func TestSandboxRunsc(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
+}
+
+// TestSandboxRunsc runs a template on runsc (gVisor, ptrace platform)
+// through the API: echo answers, `ls /` shows the image and not the host,
+// the user is not root, and delete frees it. It needs runsc and root and
+// skips loudly without them (BC_REQUIRE_RUNSC=1 makes that a failure).
+func TestSandboxRunsc(t *testing.T) {
+	requireRunscOr(t)
 	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1, SandboxRuntime: spec.RuntimeRunsc})
 	tenant, admin := e.TenantAdmin(t, "acme")
 	ctx := context.Background()
