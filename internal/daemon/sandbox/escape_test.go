@@ -298,3 +298,29 @@ func TestSandboxHidesHostPaths(t *testing.T) {
 		}
 	})
 }
+
+// TestRuncRootTemplateInUserNS runs a root template on runc: root inside
+// owns the image's files (the id-mapped image) and can write them, but
+// is the sandbox's own host id, not the host's root, and still has no
+// capabilities.
+func TestRuncRootTemplateInUserNS(t *testing.T) {
+	h, digest := testHost(t, runcRuntime(t), clock.Real{})
+	c := createSpec(digest, time.Now().Add(10*time.Minute), 64)
+	c.Root = true
+	mustCreate(t, h, c)
+	st, _ := h.Get(c.SandboxID)
+	if r := execIn(t, h, c.SandboxID, 30*time.Second, "sh", "-c", "id -u; stat -c %u /etc; echo x > /etc/bc-root-test && cat /etc/bc-root-test"); string(r.Stdout) != "0\n0\nx\n" {
+		t.Fatalf("root inside: %q %q", r.Stdout, r.Stderr)
+	}
+	initPID := readIntOr(filepath.Join(h.cfg.Runtime.(*OCI).bundle(c.SandboxID), "init.pid"), -1)
+	status, err := os.ReadFile(filepath.Join("/proc", itoa(initPID), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "Uid:\t" + itoa(st.IDs.Host(0)) + "\t"; !strings.Contains(string(status), want) {
+		t.Fatalf("the root sandbox's init is not host uid %d:\n%s", st.IDs.Host(0), status)
+	}
+	if !strings.Contains(string(execIn(t, h, c.SandboxID, 30*time.Second, "cat", "/proc/self/status").Stdout), "CapEff:\t0000000000000000") {
+		t.Fatal("root inside has capabilities")
+	}
+}
