@@ -325,8 +325,8 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 	case spec.RuntimeRunc:
 		args = append(args, "--no-new-keyring")
 	case spec.RuntimeRunsc:
-		// gVisor's netstack: with no link namespace, loopback only
-		// (--network=none); with an egress link, the link's namespace.
+		// gVisor's netstack with loopback only (--network=none); the
+		// host refuses egress on runsc before anything starts.
 		if netns == "" {
 			globals = append(globals, "--network=none")
 		}
