@@ -207,6 +207,8 @@ func nodeCmd() *cobra.Command {
 	c.Flags().StringVar(&sbx.Egress, "sandbox-egress", "auto", "network egress for sandboxes through the egress proxy: auto (when iproute2 and nftables work) or off")
 	c.Flags().StringVar(&sbx.EgressRange, "sandbox-egress-range", sandbox.DefaultEgressRange, "IPv4 range the sandboxes' links are cut from (a /30 each); must be unused on this machine's networks")
 	c.Flags().IntVar(&sbx.EgressPort, "sandbox-egress-port", sandbox.DefaultEgressPort, "the egress proxy's port on each sandbox link (the same for every bcd on a machine)")
+	c.Flags().Uint32Var(&sbx.IDBase, "sandbox-id-base", sandbox.DefaultIDBase, "first host uid/gid of the range reserved for runc sandboxes' user namespaces (sandbox-slots blocks of sandbox-id-size ids); nothing else on the machine may use it")
+	c.Flags().Uint32Var(&sbx.IDSize, "sandbox-id-size", sandbox.DefaultIDSize, "host uids/gids per runc sandbox (at least 65536)")
 	return c
 }
 

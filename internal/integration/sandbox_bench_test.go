@@ -92,7 +92,7 @@ func BenchmarkSandboxLatency(b *testing.B) {
 	for i := 0; i < n; i++ {
 		c := rawSpec()
 		t0 := time.Now()
-		if err := oci.Start(ctx, c, lower, ""); err != nil {
+		if err := oci.Start(ctx, c, sandbox.Placement{Lower: lower}); err != nil {
 			b.Fatal(err)
 		}
 		rawRun = append(rawRun, time.Since(t0))
@@ -101,7 +101,7 @@ func BenchmarkSandboxLatency(b *testing.B) {
 		}
 	}
 	c := rawSpec()
-	if err := oci.Start(ctx, c, lower, ""); err != nil {
+	if err := oci.Start(ctx, c, sandbox.Placement{Lower: lower}); err != nil {
 		b.Fatal(err)
 	}
 	for i := 0; i < n; i++ {

@@ -342,7 +342,7 @@ func TestSandboxRuncLimitsAndNetwork(t *testing.T) {
 	if accepted.Load() != 0 {
 		t.Fatalf("the host's listener accepted %d connections from the sandbox", accepted.Load())
 	}
-	r, err = s.admin.Exec(ctx, x.ID, []string{"sh", "-c", "b(){ b|b& }; b; sleep 60"}, 3)
+	r, err = s.admin.Exec(ctx, x.ID, []string{"sh", "-c", "b(){ b|b& }; b; until sleep 60; do :; done"}, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,6 +451,11 @@ func TestSandboxPlacement(t *testing.T) {
 	}
 	if err := admin.Call(ctx, "templates.create", map[string]any{"name": "host-net", "image": "img", "runtime": spec.RuntimeSim, "network": "host"}, nil); !errors.Is(err, client.ErrInvalidInput) {
 		t.Fatalf("network host: %v, want INVALID_INPUT", err)
+	}
+	// gVisor cannot join the egress link's namespace: a runsc template
+	// with egress is refused at create, naming why.
+	if err := admin.Call(ctx, "templates.create", map[string]any{"name": "gvisor-egress", "image": "img", "runtime": spec.RuntimeRunsc, "network": "egress"}, nil); !errors.Is(err, client.ErrInvalidInput) || !strings.Contains(err.Error(), "egress is not available on runsc") {
+		t.Fatalf("runsc with egress: %v, want INVALID_INPUT naming runsc", err)
 	}
 	if _, err := admin.CreateSandbox(ctx, "", "sim"); err != nil {
 		t.Fatal(err)
@@ -572,11 +577,10 @@ func TestSandboxExecOutputCap(t *testing.T) {
 	}
 }
 
-// TestSandboxRunsc runs a template on runsc (gVisor, ptrace platform)
-// through the API: echo answers, `ls /` shows the image and not the host,
-// the user is not root, and delete frees it. It needs runsc and root and
-// skips loudly without them (BC_REQUIRE_RUNSC=1 makes that a failure).
-func TestSandboxRunsc(t *testing.T) {
+// requireRunscOr skips the test, loudly, unless runsc, root and
+// busybox-static are there; with BC_REQUIRE_RUNSC=1 it fails instead.
+func requireRunscOr(t *testing.T) {
+	t.Helper()
 	_, err := exec.LookPath("runsc")
 	_, bbErr := imagetar.BusyboxPath()
 	if err != nil || os.Geteuid() != 0 || bbErr != nil {
@@ -586,6 +590,14 @@ func TestSandboxRunsc(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
+}
+
+// TestSandboxRunsc runs a template on runsc (gVisor, ptrace platform)
+// through the API: echo answers, `ls /` shows the image and not the host,
+// the user is not root, and delete frees it. It needs runsc and root and
+// skips loudly without them (BC_REQUIRE_RUNSC=1 makes that a failure).
+func TestSandboxRunsc(t *testing.T) {
+	requireRunscOr(t)
 	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1, SandboxRuntime: spec.RuntimeRunsc})
 	tenant, admin := e.TenantAdmin(t, "acme")
 	ctx := context.Background()

@@ -10,20 +10,35 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Proxy defaults. Header sizes and timeouts are bounded so a client cannot
-// hold the proxy's memory or goroutines for free.
+// Proxy defaults. Header sizes, timeouts and connection counts are
+// bounded so a client cannot hold the proxy's memory, goroutines or file
+// descriptors for free.
 const (
-	DefaultTunnelIdleTimeout = 10 * time.Minute
+	DefaultTunnelIdleTimeout = 2 * time.Minute
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultMaxHeaderBytes    = 16 << 10
 	DefaultProxyDialTimeout  = 15 * time.Second
+	// DefaultKeepAliveTimeout closes a client connection idle between
+	// requests.
+	DefaultKeepAliveTimeout = 10 * time.Second
+	// DefaultMaxConns bounds the client connections the proxy holds at
+	// once over all its listeners; each costs at most two descriptors
+	// (the client's and the upstream's).
+	DefaultMaxConns = 1024
+	// DefaultMaxConnsPerListener bounds the client connections one
+	// listener (one sandbox's link) holds at once.
+	DefaultMaxConnsPerListener = 64
 )
+
+// ReasonConnLimit is the reason a connection over a cap is refused with.
+const ReasonConnLimit = "connection-limit"
 
 // Verdicts as they appear in the proxy's log lines and metrics.
 const (
@@ -58,6 +73,12 @@ type ProxyConfig struct {
 	// DialTimeout bounds resolving, checking and dialing a target; 0 means
 	// DefaultProxyDialTimeout.
 	DialTimeout time.Duration
+	// MaxConns bounds the client connections held at once over every
+	// listener; 0 means DefaultMaxConns.
+	MaxConns int
+	// MaxConnsPerListener bounds the client connections one Serve (one
+	// listener) holds at once; 0 means DefaultMaxConnsPerListener.
+	MaxConnsPerListener int
 }
 
 // Proxy is an egress proxy: HTTP CONNECT tunnels and absolute-form plain
@@ -73,6 +94,8 @@ type Proxy struct {
 	transport *http.Transport
 	idle      time.Duration
 	dialTO    time.Duration
+	total     chan struct{} // one token per client connection held
+	perLn     int
 }
 
 // NewProxy builds a Proxy and registers its counters:
@@ -105,6 +128,14 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	if p.dialTO <= 0 {
 		p.dialTO = DefaultProxyDialTimeout
 	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	p.total = make(chan struct{}, cfg.MaxConns)
+	p.perLn = cfg.MaxConnsPerListener
+	if p.perLn <= 0 {
+		p.perLn = DefaultMaxConnsPerListener
+	}
 	reg := cfg.Registerer
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -126,18 +157,22 @@ func (p *Proxy) Server() *http.Server {
 		Handler:           p,
 		ReadHeaderTimeout: DefaultReadHeaderTimeout,
 		MaxHeaderBytes:    DefaultMaxHeaderBytes,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       DefaultKeepAliveTimeout,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
 }
 
 // Serve serves the proxy on ln until ctx is done, then shuts the server
-// down (tunnels already open run to their end or idle timeout).
+// down (tunnels already open run to their end or idle timeout). ln holds
+// at most MaxConnsPerListener client connections at once, and the proxy
+// MaxConns over all its listeners: a connection over either cap is
+// answered 503 and closed at once.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	srv := p.Server()
 	srv.BaseContext = func(net.Listener) context.Context { return ctx }
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	lim := &limitListener{Listener: ln, p: p, ctx: ctx, per: make(chan struct{}, p.perLn)}
+	go func() { errc <- srv.Serve(lim) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("netguard: proxy serve: %w", err)
@@ -150,6 +185,78 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		<-errc // http.ErrServerClosed
 		return nil
 	}
+}
+
+// limitListener hands out a connection only while its listener's and the
+// proxy's caps have room; it refuses the others itself.
+type limitListener struct {
+	net.Listener
+	p   *Proxy
+	ctx context.Context
+	per chan struct{}
+}
+
+// Accept returns the next connection within the caps, refusing (503 and
+// close) every one over them.
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.per <- struct{}{}:
+		default:
+			l.refuse(c, "listener")
+			continue
+		}
+		select {
+		case l.p.total <- struct{}{}:
+		default:
+			<-l.per
+			l.refuse(c, "proxy")
+			continue
+		}
+		return &limitedConn{Conn: c, release: func() { <-l.p.total; <-l.per }}, nil
+	}
+}
+
+// refuse answers a connection over a cap and closes it; the write has a
+// short deadline so a client that never reads cannot hold it.
+func (l *limitListener) refuse(c net.Conn, which string) {
+	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 29\r\n\r\nrefused: too many connections")
+	_ = c.Close()
+	l.p.conns.WithLabelValues(VerdictRefused, ReasonConnLimit).Inc()
+	l.p.log.LogAttrs(l.ctx, slog.LevelWarn, logMessage,
+		slog.String("client", c.RemoteAddr().String()),
+		slog.String("verdict", VerdictRefused),
+		slog.String("reason", ReasonConnLimit),
+		slog.String("cap", which),
+	)
+}
+
+// limitedConn gives its tokens back once, at its first Close.
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+// Close closes the connection and releases its place under the caps.
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// CloseWrite half-closes a TCP connection (tunnels relay a client's
+// EOF); a connection that cannot half-close is closed.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
 }
 
 // ListenAndServe listens on addr and serves p until ctx is done.
@@ -191,8 +298,10 @@ func (p *Proxy) finish(ctx context.Context, rec record) {
 }
 
 // deny answers the client and fills the record for a request that was not
-// relayed. The body names only the reason code.
+// relayed. The body names only the reason code, and the connection is
+// closed after the answer: a refused client does not keep a descriptor.
 func (p *Proxy) deny(w http.ResponseWriter, rec *record, err error) {
+	w.Header().Set("Connection", "close")
 	var re *RefusedError
 	switch {
 	case errors.As(err, &re):

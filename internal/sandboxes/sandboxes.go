@@ -176,6 +176,8 @@ func (s *Service) CreateTemplate(ctx context.Context, actor audit.Entry, tenant 
 		return bad("runtime: runc, runsc or sim")
 	case t.Network != spec.NetworkNone && t.Network != spec.NetworkEgress:
 		return bad("network: none or egress")
+	case t.Network == spec.NetworkEgress && t.Runtime == spec.RuntimeRunsc:
+		return bad("network: egress is not available on runsc (use runc, or network none)")
 	case t.Lifetime < 120 || t.MaxLifetime < t.Lifetime || t.MaxLifetime > 7*86400:
 		return bad("lifetime_seconds: at least 120, and at most max_lifetime_seconds (at most 7 days)")
 	case t.Warm < 0 || t.Warm > MaxWarm:
@@ -699,6 +701,10 @@ func (s *Service) Exec(ctx context.Context, actor audit.Entry, tenant, id string
 	}
 	res, err := s.wait(ctx, c.ID, timeout+30*time.Second)
 	if err != nil {
+		if reasonOf(err) == "sandbox-failed" {
+			// The host found the sandbox's runtime dead and removed it.
+			s.setState(context.WithoutCancel(ctx), id, StateRunning, StateFailed, "sandbox-failed")
+		}
 		return ExecResult{}, err
 	}
 	var out ExecResult

@@ -16,6 +16,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/bettercompute/bettercompute/internal/netguard"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
@@ -82,7 +85,13 @@ type EgressConfig struct {
 	Dialer *netguard.Dialer
 	// Log receives setup lines and the proxy's per-connection lines.
 	Log *slog.Logger
+	// GuardTicks, when set, drives the firewall guard instead of a
+	// ticker every FirewallCheckEvery (tests).
+	GuardTicks <-chan time.Time
 }
+
+// FirewallCheckEvery is how often the guard re-checks the firewall table.
+const FirewallCheckEvery = 5 * time.Second
 
 // Egress wires egress sandboxes: per sandbox a named network namespace
 // with one veth pair to the host, addresses from a /30 of the range, no
@@ -91,16 +100,27 @@ type EgressConfig struct {
 // the host end. An nftables table lets a sandbox link reach only that
 // port: every other packet from a link to the host is refused, and
 // nothing from or to a link is forwarded.
+//
+// A guard re-checks the table every FirewallCheckEvery: a table that was
+// flushed, deleted or changed is loaded again, and while it cannot be,
+// egress fails closed: every link's host end is set down (nothing from a
+// sandbox reaches the host or the proxy) until the table is back.
 type Egress struct {
 	cfg   EgressConfig
 	proxy *netguard.Proxy
 	mu    sync.Mutex
 	serve map[string]*listener // sandbox id → its proxy listener
+	nft   string               // the nft binary
+	want  [32]byte             // hash of the table as listed after loading it
+	down  bool                 // links set down: the table could not be restored
+	stop  context.CancelFunc
+	done  chan struct{}
 }
 
 type listener struct {
 	cancel context.CancelFunc
 	done   chan struct{}
+	link   Link
 }
 
 // NewEgress checks the configuration, builds the proxy and installs the
@@ -129,15 +149,115 @@ func NewEgress(ctx context.Context, cfg EgressConfig) (*Egress, error) {
 		}
 		cfg.Dialer = d
 	}
-	p, err := netguard.NewProxy(netguard.ProxyConfig{Dialer: cfg.Dialer, Logger: cfg.Log})
+	var nofile unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile); err != nil {
+		return nil, fmt.Errorf("sandbox: egress descriptor budget: %w", err)
+	}
+	p, err := netguard.NewProxy(netguard.ProxyConfig{Dialer: cfg.Dialer, Logger: cfg.Log,
+		MaxConns: ProxyConnBudget(nofile.Cur), MaxConnsPerListener: netguard.DefaultMaxConnsPerListener})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: egress proxy: %w", err)
 	}
-	e := &Egress{cfg: cfg, proxy: p, serve: map[string]*listener{}}
+	e := &Egress{cfg: cfg, proxy: p, serve: map[string]*listener{}, nft: "nft", done: make(chan struct{})}
 	if err := e.installFirewall(ctx); err != nil {
 		return nil, err
 	}
+	ticks := cfg.GuardTicks
+	var ticker *time.Ticker
+	if ticks == nil {
+		ticker = time.NewTicker(FirewallCheckEvery)
+		ticks = ticker.C
+	}
+	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.stop = cancel
+	go func() {
+		defer close(e.done)
+		if ticker != nil {
+			defer ticker.Stop()
+		}
+		for {
+			select {
+			case <-gctx.Done():
+				return
+			case <-ticks:
+				e.GuardFirewall(gctx)
+			}
+		}
+	}()
 	return e, nil
+}
+
+// listFirewall lists the table and hashes the listing.
+func (e *Egress) listFirewall(ctx context.Context, nft string) ([32]byte, error) {
+	out, err := exec.CommandContext(ctx, nft, "list", "table", "inet", egressTable).Output()
+	if err != nil {
+		return [32]byte{}, fmt.Errorf("sandbox: egress firewall list: %w", err)
+	}
+	return sha256.Sum256(out), nil
+}
+
+// GuardFirewall checks the firewall table once: as loaded, nothing to
+// do (links set down earlier come back up); flushed, deleted or changed,
+// it is loaded again; and when that fails, every link's host end is set
+// down, so egress stops rather than run without its firewall.
+func (e *Egress) GuardFirewall(ctx context.Context) {
+	e.mu.Lock()
+	nft, want, down := e.nft, e.want, e.down
+	e.mu.Unlock()
+	if got, err := e.listFirewall(ctx, nft); err == nil && got == want {
+		if down {
+			e.setLinks(ctx, true)
+		}
+		return
+	}
+	e.cfg.Log.Warn("sandbox egress firewall changed or gone, restoring")
+	if err := e.installFirewall(ctx); err != nil {
+		e.cfg.Log.Error("sandbox egress firewall not restored, egress stopped", "err", err)
+		e.setLinks(ctx, false)
+		return
+	}
+	e.cfg.Log.Info("sandbox egress firewall restored")
+	if down {
+		e.setLinks(ctx, true)
+	}
+}
+
+// setLinks sets every served link's host end up or down, and records it.
+func (e *Egress) setLinks(ctx context.Context, up bool) {
+	e.mu.Lock()
+	var links []Link
+	for _, l := range e.serve {
+		links = append(links, l.link)
+	}
+	e.down = !up
+	e.mu.Unlock()
+	state := "down"
+	if up {
+		state = "up"
+	}
+	for _, l := range links {
+		if err := ip(ctx, "link", "set", l.HostIf, state); err != nil {
+			e.cfg.Log.Error("sandbox egress link not set "+state, "host_if", l.HostIf, "err", err)
+		}
+	}
+}
+
+// Stopped reports whether egress is stopped because the firewall could
+// not be restored.
+func (e *Egress) Stopped() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.down
+}
+
+// ProxyConnBudget is how many client connections the egress proxy may
+// hold at once in a process allowed nofile descriptors: each costs at
+// most two (client and upstream), and the proxy gets at most a quarter
+// of them in connections, half in descriptors. The other half is the
+// daemon's own (its API, journal, database, runtimes), never lent to
+// the proxy, so no number of sandboxes' connections starves it.
+func ProxyConnBudget(nofile uint64) int {
+	return int(min(uint64(netguard.DefaultMaxConns), nofile/4))
 }
 
 // firewallRules is the nftables table confining sandbox links: from a
@@ -165,11 +285,21 @@ table inet %[1]s {
 }
 
 func (e *Egress) installFirewall(ctx context.Context) error {
-	cmd := exec.CommandContext(ctx, "nft", "-f", "-")
+	e.mu.Lock()
+	nft := e.nft
+	e.mu.Unlock()
+	cmd := exec.CommandContext(ctx, nft, "-f", "-")
 	cmd.Stdin = strings.NewReader(e.firewallRules())
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("sandbox: egress firewall: %w: %s", err, strings.TrimSpace(string(out)))
 	}
+	want, err := e.listFirewall(ctx, nft)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.want = want
+	e.mu.Unlock()
 	return nil
 }
 
@@ -226,13 +356,20 @@ func ip(ctx context.Context, args ...string) error {
 }
 
 // Setup makes l: the namespace, the veth pair with its addresses (no
-// default route inside), and the proxy's listener on the host end.
-func (e *Egress) Setup(ctx context.Context, id string, l Link) error {
+// default route inside), and the proxy's listener on the host end. With
+// nsPID > 0 the namespace is that process's network namespace (one the
+// sandbox's user namespace owns, see UserNS), named for l; else a new
+// one.
+func (e *Egress) Setup(ctx context.Context, id string, l Link, nsPID int) error {
 	if err := spec.ValidSandboxID(id); err != nil {
 		return err
 	}
+	first := []string{"netns", "add", l.NetNS}
+	if nsPID > 0 {
+		first = []string{"netns", "attach", l.NetNS, strconv.Itoa(nsPID)}
+	}
 	steps := [][]string{
-		{"netns", "add", l.NetNS},
+		first,
 		{"link", "add", l.HostIf, "type", "veth", "peer", "name", sandboxIf, "netns", l.NetNS},
 		{"addr", "add", l.HostAddr + "/30", "dev", l.HostIf},
 		{"link", "set", l.HostIf, "up"},
@@ -250,7 +387,14 @@ func (e *Egress) Setup(ctx context.Context, id string, l Link) error {
 	if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+l.HostIf+"/disable_ipv6", []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("sandbox: egress link ipv6: %w", err)
 	}
-	return e.Listen(ctx, id, l)
+	if err := e.Listen(ctx, id, l); err != nil {
+		return err
+	}
+	if e.Stopped() {
+		// Egress is stopped until the firewall is back: so is this link.
+		e.setLinks(ctx, false)
+	}
+	return nil
 }
 
 // Listen serves the proxy on l's host end (at Setup, and again for a
@@ -262,7 +406,7 @@ func (e *Egress) Listen(ctx context.Context, id string, l Link) error {
 		return fmt.Errorf("sandbox: egress proxy listen: %w", err)
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	ls := &listener{cancel: cancel, done: make(chan struct{})}
+	ls := &listener{cancel: cancel, done: make(chan struct{}), link: l}
 	e.mu.Lock()
 	old := e.serve[id]
 	e.serve[id] = ls
@@ -317,8 +461,11 @@ func RemoveLink(ctx context.Context, l Link) error {
 	return nil
 }
 
-// Close stops every listener (links stay: their sandboxes outlive bcd).
+// Close stops the guard and every listener (links stay: their sandboxes
+// outlive bcd).
 func (e *Egress) Close() {
+	e.stop()
+	<-e.done
 	e.mu.Lock()
 	ls := e.serve
 	e.serve = map[string]*listener{}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,13 +18,18 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/netguard"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
 
 // RequireEgress returns the host's egress wiring for a test: runc as
 // RequireRunc, plus iproute2 and nftables; with BC_REQUIRE_RUNC=1 a
 // missing tool fails the test instead of skipping it.
-func RequireEgress(t *testing.T) *Egress {
+func RequireEgress(t *testing.T) *Egress { return requireEgressTicks(t, nil) }
+
+// requireEgressTicks is RequireEgress with the firewall guard driven by
+// ticks (nil: its own ticker).
+func requireEgressTicks(t *testing.T, ticks <-chan time.Time) *Egress {
 	t.Helper()
 	RequireRunc(t)
 	for _, tool := range []string{"ip", "nft"} {
@@ -34,7 +40,7 @@ func RequireEgress(t *testing.T) *Egress {
 			t.Skip("EGRESS TEST NOT RUN: " + tool + " is not installed")
 		}
 	}
-	eg, err := NewEgress(context.Background(), EgressConfig{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	eg, err := NewEgress(context.Background(), EgressConfig{Log: slog.New(slog.NewTextHandler(testLogOut(io.Discard), nil)), GuardTicks: ticks})
 	if err != nil {
 		t.Fatalf("egress: %v", err)
 	}
@@ -212,4 +218,94 @@ func mustPrefix(t *testing.T, s string) netip.Prefix {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestProxyConnBudgetLeavesDaemonHalf: the egress proxy's connection cap
+// (two descriptors each) is at most half of the process's descriptors,
+// and never more than netguard's overall default.
+func TestProxyConnBudgetLeavesDaemonHalf(t *testing.T) {
+	for _, nofile := range []uint64{256, 1024, 4096, 20000, 1 << 20} {
+		b := ProxyConnBudget(nofile)
+		if b < 1 || uint64(2*b) > nofile/2 || b > netguard.DefaultMaxConns {
+			t.Fatalf("nofile %d: budget %d", nofile, b)
+		}
+	}
+}
+
+// TestRuncEgressFirewallGuard flushes the egress firewall table under a
+// running egress sandbox: at the guard's next check the table is loaded
+// again. Then, with nft failing (a stand-in binary that exits 1), a
+// flushed table cannot be restored: egress fails closed (the link's host
+// end is down and the sandbox cannot reach the proxy) until nft works
+// again and the next check restores the table and the link.
+func TestRuncEgressFirewallGuard(t *testing.T) {
+	ticks := make(chan time.Time)
+	eg := requireEgressTicks(t, ticks)
+	h, digest := testHostEgress(t, runcRuntime(t), clock.Real{}, eg)
+	c := createSpec(digest, time.Now().Add(10*time.Minute), 64)
+	c.Network = spec.NetworkEgress
+	mustCreate(t, h, c)
+	st, _ := h.Get(c.SandboxID)
+	l := *st.Link
+	reach := func() bool {
+		r := execIn(t, h, c.SandboxID, 15*time.Second, "sh", "-c", "nc -w 2 "+l.HostAddr+" "+strconv.Itoa(l.ProxyPort)+" </dev/null")
+		return r.ExitCode == 0
+	}
+	if !reach() {
+		t.Fatal("the sandbox cannot reach its proxy to begin with")
+	}
+	intact := func() bool {
+		e := eg
+		e.mu.Lock()
+		want := e.want
+		e.mu.Unlock()
+		got, err := e.listFirewall(context.Background(), "nft")
+		return err == nil && got == want
+	}
+	flush := func() {
+		if out, err := exec.Command("nft", "flush", "table", "inet", egressTable).CombinedOutput(); err != nil {
+			t.Fatalf("nft flush: %v %s", err, out)
+		}
+		if intact() {
+			t.Fatal("the flush changed nothing")
+		}
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("never: %s", what)
+			}
+			select {
+			case ticks <- time.Now():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	operstate := func() string {
+		b, _ := os.ReadFile("/sys/class/net/" + l.HostIf + "/operstate")
+		return strings.TrimSpace(string(b))
+	}
+
+	flush()
+	waitFor("the guard restores the flushed table", intact)
+
+	failing := filepath.Join(t.TempDir(), "nft")
+	if err := os.WriteFile(failing, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	eg.mu.Lock()
+	eg.nft = failing
+	eg.mu.Unlock()
+	flush()
+	waitFor("egress stops while the table cannot be restored", func() bool { return eg.Stopped() && operstate() == "down" })
+	if reach() {
+		t.Fatal("the sandbox reaches its proxy while the firewall is gone")
+	}
+	eg.mu.Lock()
+	eg.nft = "nft"
+	eg.mu.Unlock()
+	waitFor("egress resumes once the table is back", func() bool { return !eg.Stopped() && intact() && operstate() != "down" })
+	waitFor("the sandbox reaches its proxy again", reach)
 }

@@ -45,6 +45,12 @@ type State struct {
 	CreatedMS   int64             `json:"created_ms"`
 	Network     string            `json:"network,omitempty"`
 	Link        *Link             `json:"link,omitempty"` // egress only
+	// IDs is the sandbox's block of host ids (runc only), held from
+	// create to remove and never handed to another sandbox meanwhile.
+	IDs IDRange `json:"ids,omitzero"`
+	// started is set once the runtime started the sandbox (in memory: a
+	// sandbox loaded at open is running).
+	started bool
 }
 
 // HostConfig configures a sandbox host.
@@ -60,6 +66,11 @@ type HostConfig struct {
 	MemoryMB int64
 	// Egress wires network egress; nil refuses it (network-unavailable).
 	Egress *Egress
+	// IDBase and IDSize place the host id range reserved for runc
+	// sandboxes' user namespaces: Slots blocks of IDSize ids from
+	// IDBase (defaults DefaultIDBase and DefaultIDSize). Nothing else on
+	// the machine may use these ids.
+	IDBase, IDSize uint32
 }
 
 // Host runs sandboxes on one machine.
@@ -67,6 +78,10 @@ type Host struct {
 	cfg HostConfig
 	mu  sync.Mutex
 	sbx map[string]*State
+	// failed holds the sandboxes whose runtime instance died and that
+	// the host removed: an exec answers sandbox-failed until they are
+	// deleted.
+	failed map[string]bool
 }
 
 // OpenHost loads the host's sandboxes from cfg.Dir. A sandbox whose state
@@ -87,10 +102,19 @@ func OpenHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if cfg.MemoryMB <= 0 {
 		cfg.MemoryMB = 8 << 10
 	}
+	if cfg.IDBase == 0 {
+		cfg.IDBase = DefaultIDBase
+	}
+	if cfg.IDSize == 0 {
+		cfg.IDSize = DefaultIDSize
+	}
+	if err := checkIDRange(cfg.IDBase, cfg.IDSize, cfg.Slots); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "state"), 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox: state dir: %w", err)
 	}
-	h := &Host{cfg: cfg, sbx: map[string]*State{}}
+	h := &Host{cfg: cfg, sbx: map[string]*State{}, failed: map[string]bool{}}
 	ents, err := os.ReadDir(filepath.Join(cfg.Dir, "state"))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: read state: %w", err)
@@ -106,6 +130,7 @@ func OpenHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 			cfg.Log.Warn("sandbox state unreadable", "sandbox_id", id)
 			continue
 		}
+		st.started = true
 		h.sbx[id] = &st
 		if !cfg.Runtime.Running(ctx, id) {
 			cfg.Log.Warn("sandbox lost by its runtime", "sandbox_id", id)
@@ -136,10 +161,18 @@ func (h *Host) Labels() map[string]string {
 		spec.LabelPrefix + "sandbox.slots":      strconv.Itoa(h.cfg.Slots),
 		spec.LabelPrefix + "sandbox.memory_mb":  strconv.FormatInt(h.cfg.MemoryMB, 10),
 	}
-	if h.cfg.Egress != nil {
+	if h.egress() {
 		l[spec.EgressLabel] = "true"
 	}
 	return l
+}
+
+// egress reports whether this host runs egress sandboxes: it has the
+// egress wiring and runs runc. gVisor refuses to join a network
+// namespace it did not make ("cannot run with network enabled in root
+// network namespace"), so runsc hosts run network none only.
+func (h *Host) egress() bool {
+	return h.cfg.Egress != nil && h.cfg.Runtime.Name() == spec.RuntimeRunc
 }
 
 func (h *Host) statePath(id string) string { return filepath.Join(h.cfg.Dir, "state", id+".json") }
@@ -164,7 +197,7 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 	if c.Runtime != h.cfg.Runtime.Name() {
 		return nil, errors.New("runtime-unavailable")
 	}
-	if c.Network == spec.NetworkEgress && (h.cfg.Egress == nil || h.cfg.Runtime.Name() == spec.RuntimeSim) {
+	if c.Network == spec.NetworkEgress && !h.egress() {
 		return nil, errors.New("network-unavailable")
 	}
 	now := h.cfg.Clock.Now()
@@ -201,6 +234,21 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 		}
 		st.Link = &l
 	}
+	if c.Runtime == spec.RuntimeRunc {
+		used := map[uint32]bool{}
+		for _, s := range h.sbx {
+			if s.IDs.Valid() {
+				used[s.IDs.Base] = true
+			}
+		}
+		ids, err := allocIDRange(h.cfg.IDBase, h.cfg.IDSize, h.cfg.Slots, used)
+		if err != nil {
+			h.mu.Unlock()
+			h.cfg.Log.Warn("sandbox id range refused", "sandbox_id", c.SandboxID, "err", err)
+			return nil, errors.New("no-capacity")
+		}
+		st.IDs = ids
+	}
 	h.sbx[c.SandboxID] = st
 	h.mu.Unlock()
 	// The state is written before anything starts, so the sweep removes
@@ -215,20 +263,36 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 		_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
 		return nil, imageReason(err)
 	}
-	netns := ""
+	place := Placement{Lower: lower, IDs: st.IDs}
+	nsPID := 0
+	if un, ok := h.cfg.Runtime.(UserNamespaces); ok && st.IDs.Valid() {
+		ns, err := un.NewUserNS(c.SandboxID, st.IDs)
+		if err != nil {
+			h.cfg.Log.Error("sandbox user namespace failed", "sandbox_id", c.SandboxID, "err", err)
+			_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
+			return nil, errors.New("start-failed")
+		}
+		if ns != nil {
+			defer ns.Close() // the sandbox holds the namespaces once started
+			place.UserNS, nsPID = ns.Path, ns.PID
+		}
+	}
 	if st.Link != nil {
-		if err := h.cfg.Egress.Setup(ctx, c.SandboxID, *st.Link); err != nil {
+		if err := h.cfg.Egress.Setup(ctx, c.SandboxID, *st.Link, nsPID); err != nil {
 			h.cfg.Log.Error("sandbox egress link failed", "sandbox_id", c.SandboxID, "err", err)
 			_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
 			return nil, errors.New("start-failed")
 		}
-		netns = st.Link.NetNSPath()
+		place.NetNS = st.Link.NetNSPath()
 	}
-	if err := h.cfg.Runtime.Start(ctx, c, lower, netns); err != nil {
+	if err := h.cfg.Runtime.Start(ctx, c, place); err != nil {
 		h.cfg.Log.Error("sandbox start failed", "sandbox_id", c.SandboxID, "err", err)
 		_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
 		return nil, errors.New("start-failed")
 	}
+	h.mu.Lock()
+	st.started = true
+	h.mu.Unlock()
 	h.cfg.Log.Info("sandbox started", "sandbox_id", c.SandboxID, "runtime", c.Runtime, "deadline_ms", c.DeadlineMS, "warm", c.Warm)
 	return json.Marshal(map[string]any{"sandbox_id": c.SandboxID, "runtime": c.Runtime, "deadline_ms": c.DeadlineMS})
 }
@@ -273,7 +337,11 @@ func (h *Host) Exec(ctx context.Context, payload []byte) ([]byte, error) {
 		}
 		root, deadline = st.Root, st.DeadlineMS
 	}
+	dead := h.failed[e.SandboxID]
 	h.mu.Unlock()
+	if dead {
+		return nil, errors.New("sandbox-failed")
+	}
 	if !ok {
 		return nil, errors.New("sandbox-not-found")
 	}
@@ -332,6 +400,9 @@ func (h *Host) Delete(ctx context.Context, payload []byte) ([]byte, error) {
 		h.cfg.Log.Error("sandbox remove failed", "sandbox_id", d.SandboxID, "err", err)
 		return nil, errors.New("remove-failed")
 	}
+	h.mu.Lock()
+	delete(h.failed, d.SandboxID)
+	h.mu.Unlock()
 	return json.Marshal(map[string]any{"sandbox_id": d.SandboxID, "deleted": true})
 }
 
@@ -365,6 +436,15 @@ func (h *Host) remove(ctx context.Context, id string) error {
 	return nil
 }
 
+// starting reports whether sandbox id is being created (its runtime
+// instance may not exist yet).
+func (h *Host) starting(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st, ok := h.sbx[id]
+	return ok && !st.started
+}
+
 func (h *Host) forget(id string) {
 	h.mu.Lock()
 	delete(h.sbx, id)
@@ -373,16 +453,35 @@ func (h *Host) forget(id string) {
 
 // Sweep stops and removes every sandbox past its deadline and returns how
 // many it removed. It needs no session: the deadline is the one signed.
+// It also removes every sandbox whose runtime instance died (gVisor's
+// kernel killed at a limit), which then answers sandbox-failed.
 func (h *Host) Sweep(ctx context.Context) int {
 	now := h.cfg.Clock.Now().UnixMilli()
-	var expired []string
+	var expired, alive []string
 	h.mu.Lock()
 	for id, st := range h.sbx {
 		if st.DeadlineMS <= now {
 			expired = append(expired, id)
+		} else {
+			alive = append(alive, id)
 		}
 	}
 	h.mu.Unlock()
+	if lv, ok := h.cfg.Runtime.(Liveness); ok {
+		for _, id := range alive {
+			if h.starting(id) || lv.Alive(id) {
+				continue
+			}
+			h.cfg.Log.Error("sandbox runtime died, removing it", "sandbox_id", id)
+			if err := h.remove(ctx, id); err != nil {
+				h.cfg.Log.Error("dead sandbox not removed", "sandbox_id", id, "err", err)
+				continue
+			}
+			h.mu.Lock()
+			h.failed[id] = true
+			h.mu.Unlock()
+		}
+	}
 	n := 0
 	for _, id := range expired {
 		if err := h.remove(ctx, id); err != nil {

@@ -25,7 +25,7 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 var (
 	maskedPaths = []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
 		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
-		"/sys/devices/virtual/powercap"}
+		"/sys/devices/virtual/powercap", "/proc/config.gz", "/proc/kallsyms", "/proc/modules", "/proc/cmdline"}
 	readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 )
 
@@ -44,13 +44,20 @@ func noCaps() *specs.LinuxCapabilities {
 }
 
 // processFor returns the process of an exec: argv as given (no shell),
-// the sandbox's user, no capabilities, no new privileges.
-func processFor(argv, env []string, root bool) *specs.Process {
-	return &specs.Process{
+// the sandbox's user, no capabilities, no new privileges, and at most
+// 1024 open files and no core dumps. With inherited, the limits are not
+// in the process (runc would set them with prlimit, refused for a
+// process in a user namespace root does not own): the process inherits
+// them from runc, started through rlimitExecProgram.
+func processFor(argv, env []string, root, inherited bool) *specs.Process {
+	p := &specs.Process{
 		User: user(root), Args: argv, Env: env, Cwd: "/",
 		Capabilities: noCaps(), NoNewPrivileges: true,
-		Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1024, Soft: 1024}, {Type: "RLIMIT_CORE", Hard: 0, Soft: 0}},
 	}
+	if !inherited {
+		p.Rlimits = []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: sandboxNoFile, Soft: sandboxNoFile}, {Type: "RLIMIT_CORE", Hard: sandboxCore, Soft: sandboxCore}}
+	}
+	return p
 }
 
 // Config returns the OCI runtime configuration of a sandbox: rootfs (the
@@ -60,7 +67,11 @@ func processFor(argv, env []string, root bool) *specs.Process {
 // is fresh, loopback only, unless netns names an egress link's), hostname = the sandbox id, no capabilities,
 // no new privileges, the seccomp profile, masked and read-only kernel
 // paths, and cgroup limits from the signed spec.
-func Config(c spec.Create, initHost string, initArgv []string, netns string) *specs.Spec {
+//
+// With a valid ids, the sandbox gets its own user namespace mapping its
+// ids 0..ids.Size-1 to the host's ids.Base onwards: its root and its
+// nobody are host ids no one else has.
+func Config(c spec.Create, initHost string, initArgv []string, netns string, ids IDRange) *specs.Spec {
 	argv := initArgv
 	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
@@ -74,11 +85,19 @@ func Config(c spec.Create, initHost string, initArgv []string, netns string) *sp
 		argv = []string{InitPath}
 		mounts = append(mounts, specs.Mount{Destination: InitPath, Type: "bind", Source: initHost, Options: []string{"bind", "ro", "nosuid", "nodev"}})
 	}
-	p := processFor(argv, []string{defaultPath}, c.Root)
+	p := processFor(argv, []string{defaultPath}, c.Root, ids.Valid())
 	memory := c.Limits.MemoryMB << 20
 	quota, period := c.Limits.CPUMillis*100, uint64(100000)
 	pids := c.Limits.Pids
 	deny := false
+	namespaces := []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.MountNamespace}, {Type: specs.IPCNamespace},
+		{Type: specs.UTSNamespace}, {Type: specs.NetworkNamespace, Path: netns}, {Type: specs.CgroupNamespace}}
+	var uidMap, gidMap []specs.LinuxIDMapping
+	if ids.Valid() {
+		namespaces = append([]specs.LinuxNamespace{{Type: specs.UserNamespace}}, namespaces...)
+		uidMap = []specs.LinuxIDMapping{{ContainerID: 0, HostID: ids.Base, Size: ids.Size}}
+		gidMap = uidMap
+	}
 	return &specs.Spec{
 		Version:  specs.Version,
 		Root:     &specs.Root{Path: "rootfs", Readonly: false},
@@ -86,14 +105,17 @@ func Config(c spec.Create, initHost string, initArgv []string, netns string) *sp
 		Process:  p,
 		Mounts:   mounts,
 		Linux: &specs.Linux{
-			Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.MountNamespace}, {Type: specs.IPCNamespace},
-				{Type: specs.UTSNamespace}, {Type: specs.NetworkNamespace, Path: netns}, {Type: specs.CgroupNamespace}},
+			Namespaces:  namespaces,
+			UIDMappings: uidMap,
+			GIDMappings: gidMap,
 			CgroupsPath: CgroupParent + "/" + c.SandboxID,
 			Resources: &specs.LinuxResources{
 				Devices: []specs.LinuxDeviceCgroup{{Allow: deny, Access: "rwm"}},
-				Memory:  &specs.LinuxMemory{Limit: &memory},
-				CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
-				Pids:    &specs.LinuxPids{Limit: &pids},
+				// No KernelTCP: runc 1.1 ignores it (with a warning); bcd
+				// sets the cgroup v1 kernel TCP limit itself (limitKernelTCP).
+				Memory: &specs.LinuxMemory{Limit: &memory},
+				CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
+				Pids:   &specs.LinuxPids{Limit: &pids},
 			},
 			Seccomp:       SeccompProfile(),
 			MaskedPaths:   maskedPaths,

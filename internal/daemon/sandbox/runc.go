@@ -9,13 +9,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
 
@@ -23,11 +26,9 @@ import (
 type Runtime interface {
 	// Name is runc, runsc or sim.
 	Name() string
-	// Start makes and starts a sandbox from the signed spec on the image
-	// root filesystem lower (read-only), detached. netns is the network
-	// namespace to join (an egress link's), or "" for a fresh one with
-	// only loopback.
-	Start(ctx context.Context, c spec.Create, lower, netns string) error
+	// Start makes and starts a sandbox from the signed spec as p places
+	// it, detached.
+	Start(ctx context.Context, c spec.Create, p Placement) error
 	// Exec runs argv (no shell) with env in a running sandbox, capturing
 	// each stream up to spec.MaxOutput and killing what it started when
 	// ctx ends (TimedOut is then set).
@@ -37,6 +38,38 @@ type Runtime interface {
 	Remove(ctx context.Context, id string) error
 	// Running reports whether the sandbox exists in the runtime.
 	Running(ctx context.Context, id string) bool
+}
+
+// Placement is where a sandbox starts on the host.
+type Placement struct {
+	// Lower is the image's root filesystem (read-only).
+	Lower string
+	// NetNS is the network namespace to join (an egress link's), or ""
+	// for a fresh one with only loopback.
+	NetNS string
+	// IDs is the sandbox's block of host ids, or the zero value for no
+	// user namespace; UserNS the namespace made for it (NewUserNS), ""
+	// when none.
+	IDs    IDRange
+	UserNS string
+}
+
+// Liveness is a Runtime that can tell a sandbox whose runtime instance
+// died (gVisor's kernel killed at the memory or pids limit) from a live
+// one, cheaply enough to ask every second.
+type Liveness interface {
+	// Alive reports whether the sandbox's first process (runc's init, or
+	// gVisor's sandbox process) still runs in the sandbox's cgroup.
+	Alive(id string) bool
+}
+
+// UserNamespaces is a Runtime that runs sandboxes in user namespaces
+// bcd makes (runc on amd64).
+type UserNamespaces interface {
+	// NewUserNS makes the user namespace (and a network namespace it
+	// owns) of a sandbox with ids, or returns nil when the runtime runs
+	// none; the caller closes it once the sandbox started.
+	NewUserNS(id string, ids IDRange) (*UserNS, error)
 }
 
 // OCI drives an OCI runtime binary (runc, or gVisor's runsc) through
@@ -50,6 +83,10 @@ type OCI struct {
 	binary string
 	dir    string
 	init   []byte // the reaping init (nil when none for this architecture)
+	userns []byte // the user namespace maker (nil when none)
+	// rlexec is the path of rlimitExecProgram under dir ("" when none):
+	// runc runs through it for sandboxes with a user namespace.
+	rlexec string
 }
 
 // NewOCI returns the runtime called name using binary, with its state
@@ -60,11 +97,49 @@ func NewOCI(name, binary, dir string) (*OCI, error) {
 			return nil, fmt.Errorf("sandbox: %s dir: %w", name, err)
 		}
 	}
-	return &OCI{name: name, binary: binary, dir: dir, init: initProgram()}, nil
+	if name == spec.RuntimeRunc {
+		if err := searchable(filepath.Join(dir, "bundles")); err != nil {
+			return nil, err
+		}
+	}
+	o := &OCI{name: name, binary: binary, dir: dir, init: initProgram()}
+	if name == spec.RuntimeRunc {
+		if rl := rlimitExecProgram(); rl != nil {
+			o.rlexec = filepath.Join(dir, "rlimit-exec")
+			if err := pki.WriteFileAtomic(o.rlexec, rl, 0o500); err != nil {
+				return nil, fmt.Errorf("sandbox: %s rlimit program: %w", name, err)
+			}
+			o.userns = usernsProgram()
+		}
+	}
+	return o, nil
 }
 
 // Name returns the runtime's name.
 func (o *OCI) Name() string { return o.name }
+
+// searchable gives others search permission (x, not read) on dir and
+// every directory above it that lacks it. runc's init enters the
+// sandbox's user namespace before it mounts the rootfs and the init from
+// the bundle, as the sandbox's root, a host id that owns none of the
+// path: it must be able to walk to them. Nothing gets listable; the
+// files below keep their own modes, and bundles are named by random ids.
+func searchable(dir string) error {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("sandbox: bundle path: %w", err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, fi.Mode().Perm()|0o001); err != nil {
+				return fmt.Errorf("sandbox: bundle path: %w", err)
+			}
+		}
+		if d == "/" || d == "." {
+			return nil
+		}
+	}
+}
 
 // argv is the runtime's argument vector: its state root, the runtime's
 // own global flags, globals, then args. runsc runs on the ptrace
@@ -81,8 +156,9 @@ func (o *OCI) argv(globals []string, args ...string) []string {
 func (o *OCI) bundle(id string) string { return filepath.Join(o.dir, "bundles", id) }
 
 // run runs the runtime binary with fixed arguments and returns its
-// output on failure. The output goes to a file, not a pipe: a detached
-// sandbox inherits it, and a pipe would never reach end of file.
+// output on failure. It is for commands that end (state, kill, delete):
+// the output goes to a temporary file read back on failure. A command
+// that leaves the sandbox running uses runDetached instead.
 func (o *OCI) run(ctx context.Context, args ...string) error {
 	return o.runWith(ctx, nil, args...)
 }
@@ -109,14 +185,26 @@ func (o *OCI) runWith(ctx context.Context, globals []string, args ...string) err
 }
 
 // Start prepares the bundle and runs `runc run -d`.
-func (o *OCI) Start(ctx context.Context, c spec.Create, lower, netns string) error {
+func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 	if err := spec.ValidSandboxID(c.SandboxID); err != nil {
 		return err
+	}
+	lower, netns, ids, usernsPath := p.Lower, p.NetNS, p.IDs, p.UserNS
+	if o.userns == nil {
+		// gVisor's processes are not host processes; and without the
+		// namespace program (not amd64) no user namespace.
+		ids, usernsPath = IDRange{}, ""
 	}
 	b := o.bundle(c.SandboxID)
 	rw, rootfs := filepath.Join(b, "rw"), filepath.Join(b, "rootfs")
 	for _, d := range []string{rw, rootfs} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("sandbox: bundle: %w", err)
+		}
+	}
+	if ids.Valid() {
+		// Searchable by the sandbox's root (see searchable).
+		if err := os.Chmod(b, 0o701); err != nil {
 			return fmt.Errorf("sandbox: bundle: %w", err)
 		}
 	}
@@ -130,24 +218,92 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, lower, netns string) err
 			return fmt.Errorf("sandbox: writable layer: %w", err)
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, filepath.Join(rw, "upper"), filepath.Join(rw, "work"))
-	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("sandbox: overlay: %w", err)
+	if ids.Valid() {
+		// The sandbox's root owns its writable layer, and sees the image
+		// through an idmapped mount as its own root's files.
+		for _, d := range []string{rw, filepath.Join(rw, "upper"), filepath.Join(rw, "work")} {
+			if err := os.Chown(d, ids.Host(0), ids.Host(0)); err != nil {
+				return fmt.Errorf("sandbox: writable layer: %w", err)
+			}
+		}
+		mapped := filepath.Join(b, "lower")
+		if err := os.Mkdir(mapped, 0o700); err != nil {
+			return fmt.Errorf("sandbox: id-mapped image: %w", err)
+		}
+		if usernsPath == "" {
+			ns, err := o.NewUserNS(c.SandboxID, ids)
+			if err != nil {
+				return err
+			}
+			if ns == nil {
+				return errors.New("sandbox: no user namespace")
+			}
+			// runc joins the namespace; once the sandbox's init is in
+			// it, the helper can go.
+			defer ns.Close()
+			usernsPath = ns.Path
+		}
+		if err := idmappedMount(lower, mapped, usernsPath); err != nil {
+			return err
+		}
+	} else {
+		// The image is bound into the bundle too, so that the overlay
+		// names no path outside it.
+		if err := os.Mkdir(filepath.Join(b, "lower"), 0o700); err != nil {
+			return fmt.Errorf("sandbox: image bind: %w", err)
+		}
+		if err := unix.Mount(lower, filepath.Join(b, "lower"), "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("sandbox: image bind: %w", err)
+		}
+		if err := unix.Mount("", filepath.Join(b, "lower"), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return fmt.Errorf("sandbox: image bind: %w", err)
+		}
+	}
+	if err := mountOverlayIn(b); err != nil {
+		return err
 	}
 	// Each bundle gets its own copy of the init, owned by the sandbox's
 	// user and executable by it alone.
 	initHost := ""
 	if o.init != nil {
-		initHost = filepath.Join(b, "bc-init")
+		// In the writable layer's tmpfs, beside (not in) the overlay's
+		// directories: the bind's root in the sandbox's mountinfo is then
+		// "/bc-init" on a tmpfs, no host path.
+		initHost = filepath.Join(rw, "bc-init")
 		if err := os.WriteFile(initHost, o.init, 0o500); err != nil {
 			return fmt.Errorf("sandbox: write init: %w", err)
 		}
 		u := user(c.Root)
-		if err := os.Chown(initHost, int(u.UID), int(u.GID)); err != nil {
+		uid, gid := int(u.UID), int(u.GID)
+		if ids.Valid() {
+			uid, gid = ids.Host(u.UID), ids.Host(u.GID)
+		}
+		if err := os.Chown(initHost, uid, gid); err != nil {
 			return fmt.Errorf("sandbox: own init: %w", err)
 		}
 	}
-	cfg := Config(c, initHost, []string{"/bin/sleep", "2147483647"}, netns)
+	cfg := Config(c, initHost, []string{"/bin/sleep", "2147483647"}, netns, ids)
+	if o.name == spec.RuntimeRunsc {
+		// gVisor mounts a tmpfs of its own, in the Sentry's memory and
+		// bounded by nothing, over /tmp unless the spec mounts one: bind
+		// a directory of the writable layer, so /tmp counts against the
+		// disk limit like the rest of the root.
+		tmp := filepath.Join(rw, "tmp")
+		if err := os.Mkdir(tmp, 0o777); err != nil {
+			return fmt.Errorf("sandbox: /tmp: %w", err)
+		}
+		if err := os.Chmod(tmp, 0o1777); err != nil {
+			return fmt.Errorf("sandbox: /tmp: %w", err)
+		}
+		cfg.Mounts = append(cfg.Mounts, specs.Mount{Destination: "/tmp", Type: "bind", Source: tmp, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+	}
+	if usernsPath != "" {
+		for i, n := range cfg.Linux.Namespaces {
+			if n.Type == specs.UserNamespace {
+				cfg.Linux.Namespaces[i].Path = usernsPath
+			}
+		}
+	}
 	raw, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return fmt.Errorf("sandbox: encode config: %w", err)
@@ -155,22 +311,134 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, lower, netns string) err
 	if err := os.WriteFile(filepath.Join(b, "config.json"), raw, 0o600); err != nil {
 		return fmt.Errorf("sandbox: write config: %w", err)
 	}
+	if o.name == spec.RuntimeRunc {
+		// gVisor's sockets are the Sentry's own memory, under the memory
+		// limit already; and runsc leaves a cgroup it did not make
+		// unlimited, so it gets none made ahead.
+		if err := limitKernelTCP(c.SandboxID, kernelTCPLimit(c.Limits.MemoryMB)); err != nil {
+			return err
+		}
+	}
 	args := []string{"run", "--detach", "--bundle", b, "--pid-file", filepath.Join(b, "init.pid")}
 	var globals []string
 	switch o.name {
 	case spec.RuntimeRunc:
 		args = append(args, "--no-new-keyring")
 	case spec.RuntimeRunsc:
-		// gVisor's netstack: with no link namespace, loopback only
-		// (--network=none); with an egress link, the link's namespace.
+		// gVisor's netstack with loopback only (--network=none); the
+		// host refuses egress on runsc before anything starts.
 		if netns == "" {
 			globals = append(globals, "--network=none")
 		}
 	}
-	if err := o.runWith(ctx, globals, append(args, c.SandboxID)...); err != nil {
-		return err
+	return o.runDetached(ctx, b, globals, append(args, c.SandboxID)...)
+}
+
+// mountOverlayIn mounts the sandbox's root filesystem at bundle/rootfs:
+// the overlay of bundle/lower under bundle/rw/upper. The overlay's
+// options appear in the sandbox's /proc/self/mountinfo as given, so they
+// are given relative to the bundle: a thread of its own (its own working
+// directory, unshared from the rest of the process, and never reused)
+// changes into the bundle and mounts from there.
+func mountOverlayIn(bundle string) error {
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread ends with the goroutine, its working
+		// directory with it.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			errc <- fmt.Errorf("sandbox: overlay: %w", err)
+			return
+		}
+		if err := unix.Chdir(bundle); err != nil {
+			errc <- fmt.Errorf("sandbox: overlay: %w", err)
+			return
+		}
+		if err := unix.Mount("overlay", "rootfs", "overlay", unix.MS_NOSUID|unix.MS_NODEV, "lowerdir=lower,upperdir=rw/upper,workdir=rw/work"); err != nil {
+			errc <- fmt.Errorf("sandbox: overlay: %w", err)
+			return
+		}
+		errc <- nil
+	}()
+	return <-errc
+}
+
+// NewUserNS makes a sandbox's user namespace (see UserNamespaces), or
+// returns nil when this runtime runs none (runsc; not amd64). The
+// namespace program is left in the bundle, which marks the sandbox as
+// one with a user namespace.
+func (o *OCI) NewUserNS(id string, ids IDRange) (*UserNS, error) {
+	if err := spec.ValidSandboxID(id); err != nil {
+		return nil, err
+	}
+	if o.userns == nil || !ids.Valid() {
+		return nil, nil
+	}
+	b := o.bundle(id)
+	if err := os.MkdirAll(b, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox: bundle: %w", err)
+	}
+	// Searchable by the sandbox's root (see searchable), which runs the
+	// program from here.
+	if err := os.Chmod(b, 0o701); err != nil {
+		return nil, fmt.Errorf("sandbox: bundle: %w", err)
+	}
+	prog := filepath.Join(b, "userns")
+	if err := os.WriteFile(prog, o.userns, 0o555); err != nil {
+		return nil, fmt.Errorf("sandbox: user namespace program: %w", err)
+	}
+	return newUserNS(prog, ids)
+}
+
+// runDetached runs the runtime for a command that leaves the sandbox
+// running (run --detach). The sandbox's PID 1 inherits the runtime's
+// standard streams and keeps them for its whole life, and any process in
+// the sandbox can reopen them through /proc/1/fd: so they are /dev/null
+// (os/exec's default), never a file on the host's disk, which a sandbox
+// could fill (fallocate on /proc/1/fd/1) past its own disk limit. The
+// runtime's own errors go to its --log file in the bundle, which only the
+// runtime writes, and are read back on failure.
+func (o *OCI) runDetached(ctx context.Context, bundle string, globals []string, args ...string) error {
+	logPath := filepath.Join(bundle, "runtime.log")
+	cmd := o.command(ctx, o.hasUserNS(bundle), o.argv(append([]string{"--log", logPath}, globals...), args...))
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, nil
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %w: %s", o.name, args[0], err, tail(logPath, 512))
 	}
 	return nil
+}
+
+// command is the runtime binary with args, through rlimitExecProgram
+// when inherited (the sandbox's processes inherit their limits).
+func (o *OCI) command(ctx context.Context, inherited bool, args []string) *exec.Cmd {
+	if inherited {
+		return exec.CommandContext(ctx, o.rlexec, append([]string{o.binary}, args...)...)
+	}
+	return exec.CommandContext(ctx, o.binary, args...)
+}
+
+// hasUserNS reports whether the sandbox of bundle runs in its own user
+// namespace (Start left the namespace program in its bundle).
+func (o *OCI) hasUserNS(bundle string) bool {
+	_, err := os.Stat(filepath.Join(bundle, "userns"))
+	return err == nil
+}
+
+// tail returns at most the last n bytes of the file at p, trimmed.
+func tail(p string, n int64) string {
+	f, err := os.Open(p)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(fi.Size()-n, 0)
+	b := make([]byte, fi.Size()-off)
+	_, _ = f.ReadAt(b, off)
+	return strings.TrimSpace(string(b))
 }
 
 // Exec runs argv inside the sandbox with `runc exec --process FILE`: the
@@ -187,12 +455,13 @@ func (o *OCI) Exec(ctx context.Context, id string, argv, env []string, root bool
 		return res, fmt.Errorf("sandbox: exec process file: %w", err)
 	}
 	defer os.Remove(pf.Name())
-	if err := json.NewEncoder(pf).Encode(processFor(argv, append([]string{defaultPath}, env...), root)); err != nil {
+	inherited := o.hasUserNS(b)
+	if err := json.NewEncoder(pf).Encode(processFor(argv, append([]string{defaultPath}, env...), root, inherited)); err != nil {
 		pf.Close()
 		return res, fmt.Errorf("sandbox: exec process file: %w", err)
 	}
 	pf.Close()
-	cmd := exec.Command(o.binary, o.argv(nil, "exec", "--process", pf.Name(), id)...)
+	cmd := o.command(context.Background(), inherited, o.argv(nil, "exec", "--process", pf.Name(), id))
 	stdout, stderr := &capped{max: spec.MaxOutput}, &capped{max: spec.MaxOutput}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
@@ -309,7 +578,7 @@ func (o *OCI) Remove(ctx context.Context, id string) error {
 		}
 	}
 	b := o.bundle(id)
-	for _, m := range []string{filepath.Join(b, "rootfs"), filepath.Join(b, "rw")} {
+	for _, m := range []string{filepath.Join(b, "rootfs"), filepath.Join(b, "lower"), filepath.Join(b, "rw")} {
 		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("sandbox: unmount %s: %w", filepath.Base(m), err)
 		}
@@ -317,7 +586,77 @@ func (o *OCI) Remove(ctx context.Context, id string) error {
 	if err := os.RemoveAll(b); err != nil {
 		return fmt.Errorf("sandbox: remove bundle: %w", err)
 	}
+	return removeMemoryCgroup(id)
+}
+
+// memoryCgroupV1 is the sandboxes' memory cgroup directory on a cgroup v1
+// host.
+const memoryCgroupV1 = "/sys/fs/cgroup/memory" + CgroupParent
+
+// kernelTCPLimit is the kernel TCP buffer limit of a sandbox with
+// memoryMB of memory: a quarter of it. cgroup v1 counts socket buffers
+// apart from memory.limit_in_bytes, and the kernel lets each socket
+// queue a little past the limit, so a quarter keeps a sandbox's memory
+// and socket buffers together within its memory limit plus a quarter
+// plus those per-socket minimums.
+func kernelTCPLimit(memoryMB int64) int64 { return memoryMB << 20 / 4 }
+
+// limitKernelTCP makes the sandbox's memory cgroup ahead of runc on a
+// cgroup v1 host and sets its kernel TCP limit
+// (memory.kmem.tcp.limit_in_bytes): v1 charges socket
+// buffers to a cgroup only once that limit is set, before any socket,
+// and the runtimes here do not set it (runc 1.1 ignores the spec's
+// kernelTCP). The runtime then uses the cgroup as it finds it. On cgroup
+// v2 socket memory counts under memory.max with nothing to set, and this
+// does nothing.
+func limitKernelTCP(id string, limit int64) error {
+	var fs unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/cgroup/memory", &fs); err != nil || fs.Type != unix.CGROUP_SUPER_MAGIC {
+		return nil
+	}
+	dir := filepath.Join(memoryCgroupV1, id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("sandbox: memory cgroup: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "memory.kmem.tcp.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
+		return fmt.Errorf("sandbox: kernel TCP limit: %w", err)
+	}
 	return nil
+}
+
+// removeMemoryCgroup removes the v1 memory cgroup limitKernelTCP made, if
+// the runtime left it.
+func removeMemoryCgroup(id string) error {
+	if err := unix.Rmdir(filepath.Join(memoryCgroupV1, id)); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("sandbox: remove memory cgroup: %w", err)
+	}
+	return nil
+}
+
+// Alive reports whether the process in the sandbox's pid file still
+// runs, in the sandbox's own cgroup (so a reused pid does not count).
+func (o *OCI) Alive(id string) bool {
+	if spec.ValidSandboxID(id) != nil {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(o.bundle(id), "init.pid"))
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return false
+	}
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name: Z is a zombie.
+	if i := strings.LastIndexByte(string(stat), ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+		return false
+	}
+	cg, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+	return err == nil && strings.Contains(string(cg), CgroupParent+"/"+id)
 }
 
 // Running reports whether the runtime knows the sandbox.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -96,5 +98,64 @@ func TestOpenRunscAdvertisesOnlyWhenItWorks(t *testing.T) {
 	}
 	if err := ProbeRunsc(ctx, "/bin/false", dir); err == nil || !strings.Contains(err.Error(), "runsc does not work here") {
 		t.Fatalf("probe of a binary that runs nothing: %v", err)
+	}
+}
+
+// TestRunscTmpBoundedAndDeathReported: in a gVisor sandbox /tmp counts
+// against the disk limit (a 40 MiB write under a 16 MiB limit stops at
+// the limit); and when the gVisor kernel is killed (the sandbox's
+// memory limit, hit by socket buffers), the host's sweep finds the
+// runtime dead within seconds, removes the sandbox, and an exec answers
+// sandbox-failed.
+func TestRunscTmpBoundedAndDeathReported(t *testing.T) {
+	probe := buildProbe(t, "tcpfill", runtime.GOARCH)
+	h, digest := testHost(t, runscRuntime(t), clock.Real{})
+	c := createSpec(digest, time.Now().Add(10*time.Minute), 512)
+	c.Runtime = spec.RuntimeRunsc
+	c.Limits.DiskMB, c.Limits.MemoryMB = 16, 64
+	mustCreate(t, h, c)
+	r := execIn(t, h, c.SandboxID, 60*time.Second, "sh", "-c", "dd if=/dev/zero of=/tmp/big bs=64k count=640 2>/dev/null; wc -c < /tmp/big")
+	n, err := strconv.ParseInt(strings.TrimSpace(string(r.Stdout)), 10, 64)
+	if err != nil || n > 16<<20 {
+		t.Fatalf("/tmp took %q bytes under a 16 MiB disk limit (%v, stderr %q)", r.Stdout, err, r.Stderr)
+	}
+	if h.Sweep(context.Background()); len(h.Sandboxes()) != 1 {
+		t.Fatal("a live sandbox was swept")
+	}
+	execIn(t, h, c.SandboxID, 30*time.Second, "rm", "/tmp/big")
+	p := putInSandbox(t, h, c.SandboxID, probe)
+	r = execIn(t, h, c.SandboxID, 120*time.Second, p)
+	t.Logf("tcpfill: exit %d %s %s", r.ExitCode, r.Stdout, r.Stderr)
+	deadline := time.Now().Add(30 * time.Second)
+	for len(h.Sandboxes()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the dead gVisor sandbox is still held")
+		}
+		h.Sweep(context.Background())
+		<-time.After(50 * time.Millisecond) // poll interval
+
+	}
+	raw, _ := json.Marshal(spec.Exec{SandboxID: c.SandboxID, Argv: []string{"true"}, TimeoutMS: 5000})
+	if _, err := h.Exec(context.Background(), raw); err == nil || err.Error() != "sandbox-failed" {
+		t.Fatalf("exec in the dead sandbox: %v, want sandbox-failed", err)
+	}
+	assertGone(t, h, c.SandboxID)
+}
+
+// TestRunscHostRefusesEgress: a runsc host with egress wiring does not
+// advertise egress and refuses an egress sandbox as network-unavailable
+// (gVisor cannot join the link's namespace).
+func TestRunscHostRefusesEgress(t *testing.T) {
+	RequireRunsc(t)
+	eg := RequireEgress(t)
+	h, digest := testHostEgress(t, runscRuntime(t), clock.Real{}, eg)
+	if h.Labels()[spec.EgressLabel] != "" {
+		t.Fatalf("a runsc host advertises egress: %v", h.Labels())
+	}
+	c := createSpec(digest, time.Now().Add(10*time.Minute), 512)
+	c.Runtime, c.Network = spec.RuntimeRunsc, spec.NetworkEgress
+	raw, _ := json.Marshal(c)
+	if _, err := h.Create(context.Background(), raw); err == nil || err.Error() != "network-unavailable" {
+		t.Fatalf("egress on runsc: %v, want network-unavailable", err)
 	}
 }

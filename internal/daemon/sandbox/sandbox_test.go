@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -129,7 +130,7 @@ func TestImagesVerifyDigest(t *testing.T) {
 func TestConfigControls(t *testing.T) {
 	c := spec.Create{SandboxID: ids.New("sbx"), ImageDigest: "sha256:" + string(bytes.Repeat([]byte("a"), 64)), Runtime: spec.RuntimeRunc,
 		Limits: spec.Limits{CPUMillis: 250, MemoryMB: 64, Pids: 32, DiskMB: 8}, Network: spec.NetworkNone, DeadlineMS: 1}
-	cfg := Config(c, "/x/bc-init", nil, "")
+	cfg := Config(c, "/x/bc-init", nil, "", IDRange{})
 	p := cfg.Process
 	if p.User.UID != NobodyID || p.User.GID != NobodyID || !p.NoNewPrivileges {
 		t.Fatalf("process user %+v, no new privileges %v", p.User, p.NoNewPrivileges)
@@ -161,9 +162,13 @@ func TestConfigControls(t *testing.T) {
 	if s == nil || s.DefaultAction != "SCMP_ACT_ERRNO" {
 		t.Fatalf("seccomp %+v", s)
 	}
+	// Only the native ABI: a 32-bit or x32 call kills the process.
+	if len(s.Architectures) != 1 || (runtime.GOARCH == "amd64" && s.Architectures[0] != "SCMP_ARCH_X86_64") {
+		t.Fatalf("seccomp architectures %v, want the native one alone", s.Architectures)
+	}
 	for _, sc := range s.Syscalls {
 		for _, n := range sc.Names {
-			if sc.Action == "SCMP_ACT_ALLOW" && slices.Contains([]string{"mount", "unshare", "setns", "bpf", "ptrace", "keyctl", "perf_event_open", "userfaultfd", "kexec_load", "init_module"}, n) {
+			if sc.Action == "SCMP_ACT_ALLOW" && slices.Contains([]string{"mount", "unshare", "setns", "bpf", "ptrace", "keyctl", "perf_event_open", "userfaultfd", "kexec_load", "init_module", "socketcall", "ipc"}, n) {
 				t.Fatalf("seccomp allows %s", n)
 			}
 		}
@@ -180,7 +185,7 @@ func TestConfigControls(t *testing.T) {
 		t.Fatalf("PID 1 is %v", cfg.Process.Args)
 	}
 	c.Root = true
-	if u := Config(c, "", []string{"/bin/sleep"}, "").Process.User; u.UID != 0 {
+	if u := Config(c, "", []string{"/bin/sleep"}, "", IDRange{}).Process.User; u.UID != 0 {
 		t.Fatalf("root template runs as %+v", u)
 	}
 }
@@ -292,5 +297,43 @@ func TestCappedKeepsExactlyMaxOutput(t *testing.T) {
 	_, _ = exact.Write(make([]byte, spec.MaxOutput))
 	if exact.buf.Len() != spec.MaxOutput || exact.truncated {
 		t.Fatalf("exactly 8 MiB: kept %d truncated %v", exact.buf.Len(), exact.truncated)
+	}
+}
+
+// TestIDRangeAllocation: a sandbox gets the first block of the reserved
+// range no sandbox holds, so no two hold the same block; a range that
+// reaches below 131072 or past the largest id, or blocks under 65536, is
+// refused.
+func TestIDRangeAllocation(t *testing.T) {
+	used := map[uint32]bool{}
+	var got []uint32
+	for range 3 {
+		r, err := allocIDRange(DefaultIDBase, DefaultIDSize, 3, used)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if used[r.Base] || r.Size != DefaultIDSize {
+			t.Fatalf("block %+v handed out twice", r)
+		}
+		used[r.Base] = true
+		got = append(got, r.Base)
+	}
+	if _, err := allocIDRange(DefaultIDBase, DefaultIDSize, 3, used); err == nil {
+		t.Fatal("a fourth block out of three")
+	}
+	delete(used, got[1])
+	if r, _ := allocIDRange(DefaultIDBase, DefaultIDSize, 3, used); r.Base != got[1] {
+		t.Fatalf("freed block %d not reused: %+v", got[1], r)
+	}
+	for _, bad := range []struct {
+		base, size uint32
+		n          int
+	}{{65536, 65536, 1}, {DefaultIDBase, 4096, 1}, {1 << 31, 65536, 1 << 16}} {
+		if checkIDRange(bad.base, bad.size, bad.n) == nil {
+			t.Fatalf("range %+v accepted", bad)
+		}
+	}
+	if err := checkIDRange(DefaultIDBase, DefaultIDSize, 16); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -32,6 +32,9 @@ type Options struct {
 	// EgressConfig); zero values take the defaults.
 	EgressRange string
 	EgressPort  int
+	// IDBase and IDSize place the host id range of runc sandboxes' user
+	// namespaces (see HostConfig); zero values take the defaults.
+	IDBase, IDSize uint32
 }
 
 // ErrNoRuntime is returned by Open for auto when no runtime is usable or
@@ -111,7 +114,7 @@ func Open(ctx context.Context, o Options) (*Host, func(), error) {
 		}
 		return nil, nil, err
 	}
-	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: o.Clock, Log: o.Log, Slots: o.Slots, MemoryMB: o.MemoryMB, Egress: eg})
+	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: o.Clock, Log: o.Log, Slots: o.Slots, MemoryMB: o.MemoryMB, Egress: eg, IDBase: o.IDBase, IDSize: o.IDSize})
 	if err != nil {
 		im.Close()
 		if eg != nil {
@@ -139,8 +142,8 @@ func openEgress(ctx context.Context, o Options, runtime string) (*Egress, error)
 	default:
 		return nil, errors.New("sandbox: egress must be auto or off")
 	}
-	if runtime == spec.RuntimeSim {
-		return nil, nil
+	if runtime != spec.RuntimeRunc {
+		return nil, nil // egress runs on runc only (see Host.egress)
 	}
 	cfg := EgressConfig{Port: o.EgressPort, Log: o.Log}
 	if o.EgressRange != "" {

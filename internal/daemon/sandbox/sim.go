@@ -25,7 +25,7 @@ func NewSim() *Sim { return &Sim{sbx: map[string]spec.Create{}} }
 func (s *Sim) Name() string { return spec.RuntimeSim }
 
 // Start records the sandbox.
-func (s *Sim) Start(_ context.Context, c spec.Create, _, _ string) error {
+func (s *Sim) Start(_ context.Context, c spec.Create, _ Placement) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sbx[c.SandboxID] = c

@@ -1,0 +1,9 @@
+package main
+
+import "syscall"
+
+// The x86-64 system call numbers of socket and bind.
+const (
+	socketNr = syscall.SYS_SOCKET
+	bindNr   = syscall.SYS_BIND
+)
