@@ -3,9 +3,13 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"os"
 	"net/http"
 	"regexp"
 	"strings"
@@ -351,6 +355,20 @@ func TestIdempotency(t *testing.T) {
 		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM tenants WHERE name = 'once'`).Scan(&n); err != nil || n != 1 {
 			t.Fatalf("%d tenants made (%v), want 1", n, err)
 		}
+		// The stored digest is the HMAC of method and body under the key
+		// derived from the KEK, not an unkeyed hash of the body.
+		var digest []byte
+		if err := db.QueryRowContext(ctx, `SELECT body_sha256 FROM idempotency WHERE tenant_id = 'root' AND identity_id = 'admin' AND key = 'key-1'`).Scan(&digest); err != nil {
+			t.Fatal(err)
+		}
+		body := []byte(`{"name":"once"}`)
+		mac := hmac.New(sha256.New, server.IdempotencyKey(e.KEK))
+		mac.Write([]byte("tenants.create\x00"))
+		mac.Write(body)
+		plain, plainWithMethod := sha256.Sum256(body), sha256.Sum256(append([]byte("tenants.create\x00"), body...))
+		if !hmac.Equal(digest, mac.Sum(nil)) || bytes.Equal(digest, plain[:]) || bytes.Equal(digest, plainWithMethod[:]) {
+			t.Fatalf("stored digest %x is not the keyed HMAC of the request", digest)
+		}
 		err := e.Client.CallIdempotent(ctx, "tenants.create", "key-1", map[string]any{"name": "twice"}, &b)
 		if !errors.Is(err, client.ErrConflict) {
 			t.Fatalf("same key, other body: %v, want CONFLICT", err)
@@ -456,4 +474,198 @@ func TestTenantPrecheckReadsNothing(t *testing.T) {
 	}
 	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", clientKey(t, adminA), nil, `{"tenant_id":"`+tenantB+`"}`), 403, "ACCESS_DENIED")
 	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", clientKey(t, adminA), nil, `{}`), 500, "INTERNAL_ERROR")
+}
+
+// shownOnceMessage is the CONFLICT message of a replayed credential answer.
+const shownOnceMessage = "a request with this Idempotency-Key already ran; its answer carried a credential, which is shown once and not replayed"
+
+// No credential is stored in clear anywhere in the database: one of each
+// (API key, join token, join tokens from createMany, session) is minted
+// with an Idempotency-Key, its replay answers CONFLICT instead of showing
+// it again, and the secret part of none appears in the raw database file
+// (SQLite, with its WAL) or in any column of any table (PostgreSQL).
+func TestIdempotencyStoresNoCredential(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		var secrets []string
+		// The secret is what follows the prefix and id: bck_<id>_<secret>,
+		// bcs_<id>_<secret>, bcj1.<pin>.<id>.<secret>.
+		part := func(s, sep string, n int) string {
+			p := strings.SplitN(s, sep, n)
+			return p[len(p)-1]
+		}
+		calls := []struct{ method, body string }{
+			{"apiKeys.create", `{"tenant_id":"root","identity_id":"admin","name":"minted"}`},
+			{"joinTokens.create", `{"name":"one"}`},
+			{"joinTokens.createMany", `{"count":3}`},
+			{"sessions.create", `{}`},
+		}
+		for i, c := range calls {
+			hdr := map[string]string{"Idempotency-Key": fmt.Sprintf("cred-%d", i)}
+			r := do(t, e, "POST", "/api/v1/"+c.method, e.AdminKey, hdr, c.body)
+			expectCode(t, r, 200, "")
+			var out struct {
+				Key    string `json:"key"`
+				Token  string `json:"token"`
+				Value  string `json:"value"`
+				Tokens []struct {
+					Token string `json:"token"`
+				} `json:"tokens"`
+			}
+			if err := json.Unmarshal(r.body, &out); err != nil {
+				t.Fatal(err)
+			}
+			switch c.method {
+			case "apiKeys.create":
+				secrets = append(secrets, out.Key, part(out.Key, "_", 3))
+			case "joinTokens.create":
+				secrets = append(secrets, out.Token, part(out.Token, ".", 4))
+			case "joinTokens.createMany":
+				if len(out.Tokens) != 3 {
+					t.Fatalf("createMany: %s", r.body)
+				}
+				for _, tk := range out.Tokens {
+					secrets = append(secrets, tk.Token, part(tk.Token, ".", 4))
+				}
+			case "sessions.create":
+				secrets = append(secrets, out.Value, part(out.Value, "_", 3))
+			}
+			again := do(t, e, "POST", "/api/v1/"+c.method, e.AdminKey, hdr, c.body)
+			expectCode(t, again, 409, "CONFLICT")
+			if again.message() != shownOnceMessage {
+				t.Fatalf("%s replay: %q", c.method, again.message())
+			}
+		}
+		for _, s := range secrets {
+			if len(s) < 16 {
+				t.Fatalf("secret part %q too short to search for", s)
+			}
+		}
+		for _, where := range scanDatabase(t, db, secrets) {
+			t.Errorf("a credential is stored in clear: %s", where)
+		}
+	})
+}
+
+// scanDatabase returns where any of needles appears in db: in the SQLite
+// file and its WAL, or in any column of any table of the PostgreSQL schema.
+func scanDatabase(t *testing.T, db *store.DB, needles []string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var found []string
+	if db.Dialect == store.SQLite {
+		var seq int
+		var name, file string
+		if err := db.QueryRowContext(ctx, `PRAGMA database_list`).Scan(&seq, &name, &file); err != nil || file == "" {
+			t.Fatalf("sqlite file: %q %v", file, err)
+		}
+		read := 0
+		for _, f := range []string{file, file + "-wal", file + "-journal"} {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			read++
+			for _, n := range needles {
+				if bytes.Contains(b, []byte(n)) {
+					found = append(found, f+": "+n)
+				}
+			}
+		}
+		if read == 0 {
+			t.Fatal("no database file read")
+		}
+		return found
+	}
+	rows, err := db.QueryContext(ctx, `SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = current_schema()`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type col struct{ table, column, typ string }
+	var cols []col
+	for rows.Next() {
+		var c col
+		if err := rows.Scan(&c.table, &c.column, &c.typ); err != nil {
+			t.Fatal(err)
+		}
+		cols = append(cols, c)
+	}
+	rows.Close()
+	if len(cols) < 20 {
+		t.Fatalf("only %d columns found", len(cols))
+	}
+	for _, c := range cols {
+		expr := fmt.Sprintf(`CAST(%q AS TEXT)`, c.column)
+		if c.typ == "bytea" {
+			expr = fmt.Sprintf(`encode(%q, 'escape')`, c.column)
+		}
+		rs, err := db.QueryContext(ctx, fmt.Sprintf(`SELECT %s FROM %q WHERE %q IS NOT NULL`, expr, c.table, c.column))
+		if err != nil {
+			t.Fatalf("%s.%s: %v", c.table, c.column, err)
+		}
+		for rs.Next() {
+			var v string
+			if err := rs.Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range needles {
+				if strings.Contains(v, n) {
+					found = append(found, c.table+"."+c.column+": "+n)
+				}
+			}
+		}
+		rs.Close()
+	}
+	return found
+}
+
+// Idempotency keys expire after 24 hours (a key that old is new again, and
+// the sweep deletes it), and a key held by a request whose process died is
+// released when its lease runs out, then runs once.
+func TestIdempotencyExpiresAndReleases(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		clk := clock.NewFake(time.Now())
+		e := testenv.Start(t, db, testenv.Options{Clock: clk})
+		ctx := context.Background()
+		hdr := map[string]string{"Idempotency-Key": "k-exp"}
+		expectCode(t, do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, hdr, `{"name":"exp-1"}`), 200, "")
+		expectCode(t, do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, hdr, `{"name":"exp-2"}`), 409, "CONFLICT")
+		clk.Advance(api.IdempotencyTTL)
+		expectCode(t, do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, hdr, `{"name":"exp-2"}`), 200, "")
+
+		// A request that stored its key and died: its row is in progress.
+		body := `{"name":"stuck"}`
+		mac := hmac.New(sha256.New, server.IdempotencyKey(e.KEK))
+		mac.Write([]byte("tenants.create\x00" + body))
+		now := clk.Now()
+		if _, err := db.ExecContext(ctx, `INSERT INTO idempotency (tenant_id, identity_id, key, method, body_sha256, status, created_at, lease_expires_at) VALUES ('root', 'admin', 'k-stuck', 'tenants.create', $1, 0, $2, $3)`,
+			mac.Sum(nil), now.UnixMilli(), now.Add(2*time.Minute).UnixMilli()); err != nil {
+			t.Fatal(err)
+		}
+		stuck := map[string]string{"Idempotency-Key": "k-stuck"}
+		r := do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, stuck, body)
+		expectCode(t, r, 409, "CONFLICT")
+		if r.message() != "a request with this Idempotency-Key is still running" {
+			t.Fatalf("in progress: %q", r.message())
+		}
+		clk.Advance(2 * time.Minute)
+		first := do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, stuck, body)
+		expectCode(t, first, 200, "")
+		replay := do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, stuck, body)
+		if replay.status != 200 || string(replay.body) != string(first.body) {
+			t.Fatalf("replay after takeover: %d %s, first %s", replay.status, replay.body, first.body)
+		}
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM tenants WHERE name = 'stuck'`).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("%d tenants made (%v), want 1", n, err)
+		}
+
+		swept, err := api.SweepIdempotency(ctx, db, clk.Now().Add(api.IdempotencyTTL))
+		if err != nil || swept != 2 {
+			t.Fatalf("swept %d (%v), want 2", swept, err)
+		}
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM idempotency`).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("%d idempotency rows left (%v)", n, err)
+		}
+	})
 }

@@ -181,7 +181,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		cp.Signer.HoldBatchesUntilApproved(cp.Quorum)
 		cp.wg.Add(2)
 		go func() { defer cp.wg.Done(); cp.Signer.Run(rctx, time.Second) }()
-		go func() { defer cp.wg.Done(); cp.sweep(rctx, o.Log) }()
+		go func() { defer cp.wg.Done(); cp.sweep(rctx, o.Clock, o.Log) }()
 		if err := cp.startAudit(rctx, o); err != nil {
 			return fail(err)
 		}
@@ -236,9 +236,8 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys, Secrets: cp.Secrets, Sandboxes: cp.Sandboxes}
 		// Idempotency digests are keyed, so a stored digest of a body that
 		// carried a secret is no guessing oracle.
-		idemKey := sha256.Sum256(append([]byte("bc-idempotency-v1\x00"), o.KEK[:]...))
 		srv, err := api.NewServer(api.Config{TrustedProxies: o.TrustedProxies, SessionCookies: o.SessionCookies, BaseURL: o.BaseURL, RateLimits: o.RateLimits},
-			api.Deps{DB: o.DB, Keys: cp.APIKeys, IAM: cp.IAM, Resolvers: mods.Resolvers(), Clock: o.Clock, Log: o.Log, Metrics: cp.Metrics, IdempotencyKey: idemKey[:]})
+			api.Deps{DB: o.DB, Keys: cp.APIKeys, IAM: cp.IAM, Resolvers: mods.Resolvers(), Clock: o.Clock, Log: o.Log, Metrics: cp.Metrics, IdempotencyKey: IdempotencyKey(o.KEK)})
 		if err != nil {
 			return fail(err)
 		}
@@ -274,8 +273,16 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	return cp, nil
 }
 
-// sweep cancels expired commands every few seconds.
-func (cp *ControlPlane) sweep(ctx context.Context, log *slog.Logger) {
+// IdempotencyKey is the key of the stored idempotency digests, derived
+// from the key-encryption key.
+func IdempotencyKey(kek pki.KEK) []byte {
+	k := sha256.Sum256(append([]byte("bc-idempotency-v1\x00"), kek[:]...))
+	return k[:]
+}
+
+// sweep cancels expired commands every few seconds and forgets expired
+// idempotency keys.
+func (cp *ControlPlane) sweep(ctx context.Context, clk clock.Clock, log *slog.Logger) {
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
 	for {
@@ -285,6 +292,9 @@ func (cp *ControlPlane) sweep(ctx context.Context, log *slog.Logger) {
 		case <-t.C:
 			if _, err := cp.Commands.SweepExpired(ctx); err != nil && ctx.Err() == nil {
 				log.Error("sweep expired commands", "err", err)
+			}
+			if _, err := api.SweepIdempotency(ctx, cp.DB, clk.Now()); err != nil && ctx.Err() == nil {
+				log.Error("sweep idempotency keys", "err", err)
 			}
 		}
 	}
