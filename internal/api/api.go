@@ -7,18 +7,18 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,9 +83,13 @@ type Method struct {
 	// idempotent replay answers CONFLICT instead of showing it again.
 	shownOnce bool
 
+	input  reflect.Type
 	decode func(raw []byte) (any, Target, error)
 	run    func(ctx context.Context, c *Caller, in any) (any, error)
 }
+
+// Input is the Go type a call's body decodes into.
+func (m Method) Input() reflect.Type { return m.input }
 
 // ShownOnce returns m marked as answering with a credential: its answer
 // is never kept for idempotent replay (a replay answers CONFLICT).
@@ -98,7 +102,7 @@ func (m Method) ShownOnce() Method {
 // the envelope which tenant and resource the input names (nil: none).
 func Def[In any](name, action string, mutates bool, target func(In) Target, h func(ctx context.Context, c *Caller, in In) (any, error)) Method {
 	return Method{
-		Name: name, Action: action, Mutates: mutates,
+		Name: name, Action: action, Mutates: mutates, input: reflect.TypeFor[In](),
 		decode: func(raw []byte) (any, Target, error) {
 			var in In
 			if err := Decode(raw, &in); err != nil {
@@ -195,6 +199,16 @@ func answersCredential(name string) bool {
 		return true
 	}
 	return false
+}
+
+// Methods returns the registered methods, sorted by name.
+func (s *Server) Methods() []Method {
+	out := make([]Method, 0, len(s.methods))
+	for _, m := range s.methods {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Method) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // Register adds methods; a duplicate name panics at start-up.
@@ -577,85 +591,4 @@ func SweepIdempotency(ctx context.Context, db *store.DB, now time.Time) (int64, 
 		return 0, fmt.Errorf("api: sweep idempotency keys: %w", err)
 	}
 	return res.RowsAffected()
-}
-
-// Decode strictly decodes a JSON object into v: duplicate keys, unknown
-// fields and trailing data are INVALID_INPUT naming what is wrong.
-func Decode(raw []byte, v any) error {
-	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
-		return errs.New(errs.InvalidInput, "the body must be a JSON object")
-	}
-	if err := checkDuplicateKeys(raw); err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var ute *json.UnmarshalTypeError
-		if errors.As(err, &ute) {
-			return errs.New(errs.InvalidInput, fmt.Sprintf("field %q: wrong type", ute.Field))
-		}
-		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return errs.New(errs.InvalidInput, "unknown field "+f)
-		}
-		return errs.New(errs.InvalidInput, "the body is not valid JSON")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errs.New(errs.InvalidInput, "trailing data after the JSON object")
-	}
-	return nil
-}
-
-// checkDuplicateKeys walks raw and refuses an object with a key twice.
-func checkDuplicateKeys(raw []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	type frame struct {
-		obj    bool
-		keys   map[string]bool
-		expect bool // the next string token in an object is a key
-	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return errs.New(errs.InvalidInput, "the body is not valid JSON")
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if top != nil && top.obj && top.expect {
-			if k, ok := tok.(string); ok {
-				if top.keys[k] {
-					return errs.New(errs.InvalidInput, fmt.Sprintf("duplicate key %q", k))
-				}
-				top.keys[k] = true
-				top.expect = false
-				continue
-			}
-		}
-		switch d := tok.(type) {
-		case json.Delim:
-			switch d {
-			case '{', '[':
-				if len(stack) >= 64 {
-					return errs.New(errs.InvalidInput, "the body nests too deeply")
-				}
-				if top != nil && top.obj {
-					top.expect = true
-				}
-				stack = append(stack, &frame{obj: d == '{', keys: map[string]bool{}, expect: d == '{'})
-			case '}', ']':
-				stack = stack[:len(stack)-1]
-			}
-		default:
-			if top != nil && top.obj {
-				top.expect = true
-			}
-		}
-	}
 }

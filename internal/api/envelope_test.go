@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"math/big"
 	"net/http"
+	"os"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -113,7 +115,13 @@ func TestBodyRules(t *testing.T) {
 		"nested dup":    {`{"name":"a","parent_id":"root","x":{"y":1,"y":2}}`, `duplicate key "y"`},
 		"trailing":      {`{"name":"a"} {}`, "trailing data after the JSON object"},
 		"wrong type":    {`{"name":7}`, `field "name": wrong type`},
-		"not json":      {`{"name":`, "the body is not valid JSON"},
+		// Names match exactly: a key that differs from a field only in case
+		// is unknown, so it cannot slip past the duplicate-key rule.
+		"case variant":   {`{"NAME":"a"}`, `unknown field "NAME"`},
+		"case duplicate": {`{"name":"a","Name":"b"}`, `unknown field "Name"`},
+		"embedded case":  {`{"name":"a","Parent_ID":"root"}`, `unknown field "Parent_ID"`},
+		"too long":       {`{"name":"` + strings.Repeat("a", 64) + `"}`, `field "name": at most 63 bytes`},
+		"not json":       {`{"name":`, "the body is not valid JSON"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -668,4 +676,111 @@ func TestIdempotencyExpiresAndReleases(t *testing.T) {
 			t.Fatalf("%d idempotency rows left (%v)", n, err)
 		}
 	})
+}
+
+// Errors name fields by their JSON path, never by a Go type.
+func TestErrorsNameJSONPaths(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	cases := []struct{ method, body, msg string }{
+		{"templates.create", `{"warm":"x"}`, `field "warm": wrong type`},
+		{"templates.create", `{"limits":{"cpu_millis":"x"}}`, `field "limits.cpu_millis": wrong type`},
+		{"templates.create", `{"limits":{"CPU_millis":1}}`, `unknown field "limits.CPU_millis"`},
+		{"nodes.list", `{"tenant_id":1}`, `field "tenant_id": wrong type`},
+		{"roles.create", `{"name":"r","statements":[{"effect":1}]}`, `field "statements[0].effect": wrong type`},
+		{"roles.create", `{"name":"r","statements":[{"effect":"allow","Actions":[]}]}`, `unknown field "statements[0].Actions"`},
+		{"templates.create", `{"env":{"K":7}}`, `field "env.K": wrong type`},
+	}
+	for _, c := range cases {
+		r := do(t, e, "POST", "/api/v1/"+c.method, e.AdminKey, nil, c.body)
+		expectCode(t, r, 400, "INVALID_INPUT")
+		if r.message() != c.msg {
+			t.Errorf("%s %s: %q, want %q", c.method, c.body, r.message(), c.msg)
+		}
+		for _, goName := range []string{"TemplateIn", "tenantIn", "Statement", "Limits"} {
+			if strings.Contains(r.message(), goName) {
+				t.Errorf("%s: message names a Go type: %q", c.method, r.message())
+			}
+		}
+	}
+}
+
+// Every string, list and number of every method's input has a bound (the
+// walk finds none without), and a string past its cap is refused.
+func TestInputsAreBounded(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	ms := e.CP.API.Methods()
+	if len(ms) < 40 {
+		t.Fatalf("only %d methods registered", len(ms))
+	}
+	for _, m := range ms {
+		if m.Input() == nil {
+			t.Errorf("%s: no input type", m.Name)
+			continue
+		}
+		for _, p := range api.LimitProblems(m.Input()) {
+			t.Errorf("%s: %s", m.Name, p)
+		}
+	}
+	long := strings.Repeat("n", 60000)
+	r := do(t, e, "POST", "/api/v1/apiKeys.create", e.AdminKey, nil, `{"tenant_id":"root","identity_id":"admin","name":"`+long+`"}`)
+	expectCode(t, r, 400, "INVALID_INPUT")
+	if r.message() != `field "name": at most 128 bytes` {
+		t.Fatalf("long name: %q", r.message())
+	}
+	var n int
+	if err := e.CP.DB.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM api_keys WHERE LENGTH(name) > 128`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d long names stored (%v)", n, err)
+	}
+	r = do(t, e, "POST", "/api/v1/roles.create", e.AdminKey, nil, `{"name":"r","statements":[{"effect":"allow","actions":["`+strings.Repeat("a", 129)+`"]}]}`)
+	if r.message() != `field "statements[0].actions[0]": at most 128 bytes` {
+		t.Fatalf("long action: %q", r.message())
+	}
+}
+
+// Every integer input has a range, and a value outside it is refused the
+// same way on every method: INVALID_INPUT naming the field and the range.
+// The edges themselves decode; one past either edge, negatives where the
+// range starts at 0, and the values that once overflowed a duration
+// (18446744074, 2^63-1, 2^64) do not.
+func TestNumericRanges(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	checked := 0
+	for _, m := range e.CP.API.Methods() {
+		for _, nb := range api.NumberBounds(m.Input()) {
+			checked++
+			path := strings.Join(nb.Path, ".")
+			body := func(v string) string {
+				b := v
+				for i := len(nb.Path) - 1; i >= 0; i-- {
+					b = fmt.Sprintf(`{%q:%s}`, nb.Path[i], b)
+				}
+				return b
+			}
+			for _, v := range []int64{nb.Min, nb.Max} {
+				in := reflect.New(m.Input()).Interface()
+				if err := api.Decode([]byte(body(fmt.Sprint(v))), in); err != nil {
+					t.Errorf("%s %s=%d: %v", m.Name, path, v, err)
+				}
+			}
+			want := fmt.Sprintf("field %q: an integer from %d to %d", path, nb.Min, nb.Max)
+			outside := []string{"1.5", "1e3"}
+			lo, hi := big.NewInt(nb.Min), big.NewInt(nb.Max)
+			for _, v := range []string{"-1", "18446744074", "9223372036854775807", "18446744073709551616", "-9223372036854775809",
+				new(big.Int).Sub(lo, big.NewInt(1)).String(), new(big.Int).Add(hi, big.NewInt(1)).String()} {
+				n, _ := new(big.Int).SetString(v, 10)
+				if n.Cmp(lo) < 0 || n.Cmp(hi) > 0 {
+					outside = append(outside, v)
+				}
+			}
+			for _, v := range outside {
+				r := do(t, e, "POST", "/api/v1/"+m.Name, e.AdminKey, nil, body(v))
+				if r.status != 400 || r.code() != "INVALID_INPUT" || r.message() != want {
+					t.Errorf("%s %s=%s: %d %s %q, want INVALID_INPUT %q", m.Name, path, v, r.status, r.code(), r.message(), want)
+				}
+			}
+		}
+	}
+	if checked < 15 {
+		t.Fatalf("only %d numeric fields found", checked)
+	}
 }

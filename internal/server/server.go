@@ -98,6 +98,8 @@ type ControlPlane struct {
 	Metrics   *prometheus.Registry
 	Gateway   *gateway.Gateway
 	Quorum    *quorum.Service
+	// API is the public API's envelope and method table (api role only).
+	API *api.Server
 	// Audit is the audit log's sealing job (workers role only).
 	Audit *auditlog.Worker
 
@@ -243,6 +245,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		}
 		srv.Register(api.Methods(mods)...)
 		srv.Register(api.BatchMethods(api.BatchModules{Quorum: cp.Quorum, Commands: cp.Commands})...)
+		cp.API = srv
 		mux := http.NewServeMux()
 		mux.Handle("/api/v1/", srv)
 		mux.Handle("GET /.well-known/better-compute", api.NewWellKnown(b).Handler(o.Log))
