@@ -155,6 +155,8 @@ type Server struct {
 	origin  string
 	limiter *limiter
 	denials *denialLimiter
+	// authFailures limits failed authentications per caller address.
+	authFailures *failLimiter
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -169,7 +171,8 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 		deps.Log = slog.Default()
 	}
 	s := &Server{methods: map[string]Method{}, cfg: cfg, deps: deps,
-		limiter: newLimiter(cfg.RateLimits, deps.Clock), denials: newDenialLimiter(deps.Clock)}
+		limiter: newLimiter(cfg.RateLimits, deps.Clock), denials: newDenialLimiter(deps.Clock),
+		authFailures: newFailLimiter(cfg.RateLimits, deps.Clock)}
 	if cfg.SessionCookies {
 		o, err := originOf(cfg.BaseURL)
 		if err != nil {
@@ -261,12 +264,15 @@ type answer struct {
 	body   []byte
 }
 
-// ServeHTTP is the envelope.
+// ServeHTTP is the envelope. It answers every path it is given: a path
+// that is not exactly /api/v1/<method> of a registered method is an
+// unknown method (NOT_FOUND, after authentication).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rid := SecurityHeaders(w, r)
-	name := strings.TrimPrefix(r.URL.Path, "/api/v1/")
+	name, ok := strings.CutPrefix(r.URL.Path, "/api/v1/")
 	m, known := s.methods[name]
+	known = known && ok
 	label := "unknown"
 	if known {
 		label = name
@@ -291,8 +297,13 @@ func (s *Server) errorAnswer(rid string, err error) answer {
 	} else {
 		s.deps.Log.Info("request refused", "request_id", rid, "code", code, "err", err)
 	}
+	return errorBody(rid, code, errs.SafeMessage(err))
+}
+
+// errorBody is the JSON error answer with the status that fits code.
+func errorBody(rid string, code errs.Code, msg string) answer {
 	var body ErrorBody
-	body.Error.Code, body.Error.Message, body.Error.RequestID = code, errs.SafeMessage(err), rid
+	body.Error.Code, body.Error.Message, body.Error.RequestID = code, msg, rid
 	if code == errs.Internal {
 		body.Error.Message = "internal error"
 	}
@@ -306,8 +317,31 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 	if r.Method != http.MethodPost || !isJSON(r.Header.Get("Content-Type")) || r.Header.Get("X-Better-Compute") != "1" {
 		return fail(errs.New(errs.CSRFRejected, "POST with content-type application/json and X-Better-Compute: 1 is required"))
 	}
+	ctx := r.Context()
+	c := &Caller{RequestID: rid, Addr: s.cfg.TrustedProxies.ClientAddr(r)}
+	// Authentication comes before the method lookup and the body: an
+	// unauthenticated caller learns neither which methods exist nor what
+	// their inputs look like. Failed attempts are limited per address.
+	if wait := s.authFailures.blocked(c.Addr); wait > 0 {
+		out.retryAfter = wait
+		return fail(errs.New(errs.RateLimited, "too many failed authentications"))
+	}
+	p, err := s.authenticate(ctx, r)
+	if err != nil {
+		if errs.CodeOf(err) == errs.Unauthenticated {
+			s.authFailures.fail(c.Addr)
+		}
+		return fail(err)
+	}
+	c.Principal = p
 	if !known {
 		return fail(errs.New(errs.NotFound, "no such method"))
+	}
+	// Every authenticated call spends a token before its body is read, so
+	// malformed bodies and pre-check refusals are limited like the rest.
+	if wait := s.limiter.take(c.Identity, m.Mutates); wait > 0 {
+		out.retryAfter = wait
+		return fail(errs.New(errs.RateLimited, "too many requests"))
 	}
 	raw, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
 	if err != nil {
@@ -320,22 +354,13 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 	if err != nil {
 		return fail(err)
 	}
-	ctx := r.Context()
-	c := &Caller{RequestID: rid, Addr: s.cfg.TrustedProxies.ClientAddr(r)}
-	p, err := s.authenticate(ctx, r)
-	if err != nil {
-		return fail(err)
-	}
-	c.Principal = p
 	// The tenant pre-check reads nothing: a caller outside the input's
-	// tenant and outside root is denied before any database read.
+	// tenant and outside root is denied with no database read after
+	// authentication (no IAM, tenant or resource read); only the denial
+	// row, in the caller's own tenant, is written.
 	if target.Tenant != "" && !c.Root() && target.Tenant != c.TenantID {
 		s.recordDenial(ctx, c, m, target, "tenant-precheck")
 		return fail(errDenied)
-	}
-	if wait := s.limiter.take(c.Identity, m.Mutates); wait > 0 {
-		out.retryAfter = wait
-		return fail(errs.New(errs.RateLimited, "too many requests"))
 	}
 	var callerChain []iam.Tenant
 	if !c.Root() {

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/hmac"
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"reflect"
@@ -95,9 +97,30 @@ func TestCSRFAndMethods(t *testing.T) {
 	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", k, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, "{}"), 403, "CSRF_REJECTED")
 	for _, m := range []string{"TRACE", "TRACK"} {
 		for _, p := range []string{"/api/v1/nodes.list", "/healthz"} {
-			if r := do(t, e, m, p, k, nil, ""); r.status != http.StatusMethodNotAllowed {
-				t.Fatalf("%s %s: %d, want 405", m, p, r.status)
+			r := do(t, e, m, p, k, nil, "")
+			expectCode(t, r, http.StatusMethodNotAllowed, "INVALID_INPUT")
+			if r.header.Get("Cache-Control") != "no-store" {
+				t.Fatalf("%s %s: no security headers", m, p)
 			}
+		}
+	}
+	// CONNECT, sent raw (a client library turns it into a proxy tunnel):
+	// in path form to the API and to a page, and in authority form.
+	for _, target := range []string{"/api/v1/nodes.list", "/healthz", e.CP.APIAddr} {
+		conn, err := net.Dial("tcp", e.CP.APIAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Length: 0\r\n\r\n", target, e.CP.APIAddr, k)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("CONNECT %s: %v", target, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		expectCode(t, reply{status: resp.StatusCode, header: resp.Header, body: b}, http.StatusMethodNotAllowed, "INVALID_INPUT")
+		if resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Fatalf("CONNECT %s: no security headers", target)
 		}
 	}
 	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", k, map[string]string{"Content-Type": "application/json; charset=utf-8"}, "{}"), 200, "")
@@ -461,10 +484,166 @@ func TestWellKnownHealthMetrics(t *testing.T) {
 	if r := do(t, e, "GET", "/healthz", "", nil, ""); r.status != 200 || !bytes.Contains(r.body, []byte("ok")) {
 		t.Fatalf("healthz: %d %s", r.status, r.body)
 	}
-	do(t, e, "POST", "/api/v1/nodes.list", e.AdminKey, nil, "{}")
-	if r := do(t, e, "GET", "/metrics", "", nil, ""); r.status != 200 || !bytes.Contains(r.body, []byte(`bc_api_requests_total{code="200",method="nodes.list"}`)) {
-		t.Fatalf("metrics: %d %s", r.status, r.body)
+}
+
+// Metrics (per-method counts of every tenant) are served only on their
+// own listener, never on the API's: there /metrics is NOT_FOUND, with or
+// without credentials.
+func TestMetricsOnOwnListener(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Tune: func(o *server.Options) { o.MetricsListen = "127.0.0.1:0" }})
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", e.AdminKey, nil, "{}"), 200, "")
+	for _, key := range []string{"", e.AdminKey} {
+		r := do(t, e, "GET", "/metrics", key, nil, "")
+		expectCode(t, r, 404, "NOT_FOUND")
+		if bytes.Contains(r.body, []byte("bc_api_requests_total")) {
+			t.Fatalf("metrics on the API listener: %s", r.body)
+		}
 	}
+	if e.CP.MetricsAddr == "" || e.CP.MetricsAddr == e.CP.APIAddr {
+		t.Fatalf("metrics address %q (API %q)", e.CP.MetricsAddr, e.CP.APIAddr)
+	}
+	get := func(path string) (int, http.Header, []byte) {
+		resp, err := http.Get("http://" + e.CP.MetricsAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, b
+	}
+	status, hdr, body := get("/metrics")
+	if status != 200 || !bytes.Contains(body, []byte(`bc_api_requests_total{code="200",method="nodes.list"}`)) || hdr.Get("Cache-Control") != "no-store" {
+		t.Fatalf("metrics listener: %d %s", status, body)
+	}
+	if status, _, body := get("/api/v1/nodes.list"); status != 404 || !bytes.Contains(body, []byte(`"NOT_FOUND"`)) {
+		t.Fatalf("the metrics listener serves the API: %d %s", status, body)
+	}
+	// Without MetricsListen there is no metrics listener at all.
+	plain := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	if plain.CP.MetricsAddr != "" {
+		t.Fatalf("metrics listener without MetricsListen: %s", plain.CP.MetricsAddr)
+	}
+}
+
+// Every answer, on any path, comes through the envelope: the JSON error
+// shape, the security headers, no redirect, no plain text.
+func TestEveryPathAnswersThroughEnvelope(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	cases := []struct {
+		method, path, key string
+		status            int
+		code              string
+	}{
+		{"POST", "/api/v1/../v1/nodes.list", e.AdminKey, 404, "NOT_FOUND"},
+		{"POST", "/api/v1/./nodes.list", e.AdminKey, 404, "NOT_FOUND"},
+		{"POST", "/api/v1//nodes.list", e.AdminKey, 404, "NOT_FOUND"},
+		{"POST", "/api/v2/x", e.AdminKey, 404, "NOT_FOUND"},
+		{"POST", "/api/", e.AdminKey, 404, "NOT_FOUND"},
+		{"POST", "/api/v2/x", "", 401, "UNAUTHENTICATED"},
+		{"GET", "/api/v2/x", "", 403, "CSRF_REJECTED"},
+		{"POST", "/healthz", "", 405, "INVALID_INPUT"},
+		{"POST", "/.well-known/better-compute", "", 405, "INVALID_INPUT"},
+		{"GET", "/nope", "", 404, "NOT_FOUND"},
+		{"GET", "/", "", 404, "NOT_FOUND"},
+		{"GET", "/healthz/../metrics", "", 404, "NOT_FOUND"},
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, c := range cases {
+		req, err := http.NewRequest(c.method, "http://"+e.CP.APIAddr+c.path, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Better-Compute", "1")
+		if c.key != "" {
+			req.Header.Set("Authorization", "Bearer "+c.key)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		r := reply{status: resp.StatusCode, header: resp.Header, body: b}
+		if r.status != c.status || r.code() != c.code {
+			t.Errorf("%s %s: %d %s (%s), want %d %s", c.method, c.path, r.status, r.code(), b, c.status, c.code)
+			continue
+		}
+		var eb map[string]map[string]any
+		if err := json.Unmarshal(b, &eb); err != nil || len(eb["error"]) != 3 {
+			t.Errorf("%s %s: not the error shape: %s", c.method, c.path, b)
+		}
+		for h, want := range map[string]string{"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Content-Type": "application/json"} {
+			if got := r.header.Get(h); got != want {
+				t.Errorf("%s %s: %s = %q, want %q", c.method, c.path, h, got, want)
+			}
+		}
+	}
+}
+
+// An unauthenticated caller learns nothing about methods or their inputs:
+// an unknown method, a known one, and a known one with a malformed body
+// answer the same 401, byte for byte but the request id.
+func TestAuthenticateBeforeLookupAndDecode(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	var first string
+	for _, key := range []string{"", "bck_kaaaaaaaaaaaaaaaa_nope"} {
+		for _, c := range []struct{ path, body string }{
+			{"/api/v1/nodes.list", "{}"},
+			{"/api/v1/no.such", "{}"},
+			{"/api/v1/tenants.create", `{"name":7,"colour":1}`},
+			{"/api/v1/tenants.create", `not json`},
+		} {
+			r := do(t, e, "POST", c.path, key, nil, c.body)
+			expectCode(t, r, 401, "UNAUTHENTICATED")
+			if first == "" {
+				first = r.withoutRequestID()
+			} else if r.withoutRequestID() != first {
+				t.Fatalf("%s %s answers %s, others %s", c.path, c.body, r.withoutRequestID(), first)
+			}
+		}
+	}
+}
+
+// Failed authentications are limited per caller address (RATE_LIMITED
+// with Retry-After, whatever the key then presented); calls with
+// malformed bodies and calls the pre-check refuses spend the caller's
+// tokens like any other.
+func TestFailedAuthAndRefusalsAreRateLimited(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Clock: clk, Tune: func(o *server.Options) {
+		o.RateLimits = api.RateLimits{ReadPerSecond: 1, ReadBurst: 2, MutatePerSecond: 1, MutateBurst: 20, FailedAuthPerSecond: 1, FailedAuthBurst: 3}
+	}})
+	_, adminA := e.TenantAdmin(t, "rl-a")
+	tenantB, _ := e.TenantAdmin(t, "rl-b")
+	keyA := clientKey(t, adminA)
+	for i := 0; i < 3; i++ {
+		expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", "bck_kaaaaaaaaaaaaaaaa_nope", nil, "{}"), 401, "UNAUTHENTICATED")
+	}
+	for _, key := range []string{"bck_kaaaaaaaaaaaaaaaa_nope", "", e.AdminKey} {
+		r := do(t, e, "POST", "/api/v1/nodes.list", key, nil, "{}")
+		expectCode(t, r, 429, "RATE_LIMITED")
+		if r.header.Get("Retry-After") != "1" {
+			t.Fatalf("Retry-After %q, want 1", r.header.Get("Retry-After"))
+		}
+	}
+	clk.Advance(time.Second)
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", e.AdminKey, nil, "{}"), 200, "")
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", "bck_kaaaaaaaaaaaaaaaa_nope", nil, "{}"), 401, "UNAUTHENTICATED")
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", "bck_kaaaaaaaaaaaaaaaa_nope", nil, "{}"), 429, "RATE_LIMITED")
+
+	// Malformed bodies reach the identity's limiter.
+	clk.Advance(time.Minute)
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", e.AdminKey, nil, `{"colour":1}`), 400, "INVALID_INPUT")
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", e.AdminKey, nil, `[]`), 400, "INVALID_INPUT")
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", e.AdminKey, nil, `{"colour":1}`), 429, "RATE_LIMITED")
+
+	// So do calls the tenant pre-check refuses.
+	clk.Advance(time.Minute)
+	for i := 0; i < 2; i++ {
+		expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", keyA, nil, `{"tenant_id":"`+tenantB+`"}`), 403, "ACCESS_DENIED")
+	}
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", keyA, nil, `{"tenant_id":"`+tenantB+`"}`), 429, "RATE_LIMITED")
 }
 
 // The pre-check denies a call outside the caller's tenant before any

@@ -142,9 +142,10 @@ func serveCmd() *cobra.Command {
 			}
 			rl := cfg.API.RateLimits
 			so := server.Options{DB: db, Bundle: b, KEK: kek, Roles: cfg.Roles, Clock: clock.Real{}, Log: log, SandboxImages: cfg.Sandboxes.Images,
-				APIListen: cfg.API.Listen, GatewayListen: cfg.Gateway.Listen, GatewayNames: cfg.Gateway.Names, TrustedProxies: proxies,
+				APIListen: cfg.API.Listen, MetricsListen: cfg.Metrics.Listen, GatewayListen: cfg.Gateway.Listen, GatewayNames: cfg.Gateway.Names, TrustedProxies: proxies,
 				SessionCookies: cfg.API.SessionCookies, BaseURL: cfg.API.BaseURL, AuditSealInterval: cfg.SealInterval(),
-				RateLimits: api.RateLimits{ReadPerSecond: rl.ReadPerSecond, ReadBurst: rl.ReadBurst, MutatePerSecond: rl.MutatePerSecond, MutateBurst: rl.MutateBurst}}
+				RateLimits: api.RateLimits{ReadPerSecond: rl.ReadPerSecond, ReadBurst: rl.ReadBurst, MutatePerSecond: rl.MutatePerSecond, MutateBurst: rl.MutateBurst,
+					FailedAuthPerSecond: rl.FailedAuthPerSecond, FailedAuthBurst: rl.FailedAuthBurst}}
 			if cfg.Audit.Sink != "" {
 				sink, err := auditlog.OpenSink(ctx, cfg.Audit.Sink)
 				if err != nil {
@@ -158,7 +159,7 @@ func serveCmd() *cobra.Command {
 				return &ExitError{Code: 2, Err: err}
 			}
 			defer cp.Close()
-			log.Info("serving", "roles", strings.Join(cfg.Roles, ","), "api", cp.APIAddr, "gateway", cp.GatewayAddr)
+			log.Info("serving", "roles", strings.Join(cfg.Roles, ","), "api", cp.APIAddr, "gateway", cp.GatewayAddr, "metrics", cp.MetricsAddr)
 			<-ctx.Done()
 			return nil
 		},
@@ -170,6 +171,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.PKI.KEKFile, "kek-file", cfg.PKI.KEKFile, "key-encryption key file (0600); BC_KEK overrides")
 	f.StringVar(&roles, "roles", roles, "roles to run, comma-separated")
 	f.StringVar(&cfg.API.Listen, "api", cfg.API.Listen, "API listen address")
+	f.StringVar(&cfg.Metrics.Listen, "metrics", cfg.Metrics.Listen, "Prometheus /metrics listen address (loopback by default; never the API listener); empty: none")
 	f.StringVar(&cfg.Gateway.Listen, "gateway", cfg.Gateway.Listen, "gateway listen address")
 	f.StringVar(&names, "gateway-names", names, "comma-separated DNS names for the gateway certificate")
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log level: debug, info, warn, error")

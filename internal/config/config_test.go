@@ -55,3 +55,21 @@ func TestFileOverridesOnlyWhatItSets(t *testing.T) {
 		t.Fatalf("%+v", c)
 	}
 }
+
+func TestMetricsListenerIsLoopbackAndApart(t *testing.T) {
+	if got := Default().Metrics.Listen; got != "127.0.0.1:7782" {
+		t.Fatalf("default metrics.listen %q", got)
+	}
+	c, err := Parse([]byte("[metrics]\nlisten = \"\"\n"))
+	if err != nil || c.Metrics.Listen != "" {
+		t.Fatalf("metrics off: %q %v", c.Metrics.Listen, err)
+	}
+	_, err = Parse([]byte("[api]\nlisten = \"127.0.0.1:9000\"\n[metrics]\nlisten = \"127.0.0.1:9000\"\n"))
+	if err == nil || !strings.Contains(err.Error(), "metrics.listen: must differ from api.listen") {
+		t.Fatalf("metrics on the API listener: %v", err)
+	}
+	_, err = Parse([]byte("[metrics]\nlisten = \"nowhere\"\n[api.rate_limits]\nfailed_auth_burst = 0\n"))
+	if err == nil || !strings.Contains(err.Error(), "metrics.listen: host:port expected") || !strings.Contains(err.Error(), "api.rate_limits.failed_auth_burst: must be positive") {
+		t.Fatalf("bad metrics.listen: %v", err)
+	}
+}

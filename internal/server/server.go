@@ -53,6 +53,10 @@ type Options struct {
 	Roles  []string // default: all three
 	// APIListen and GatewayListen are host:port; port 0 picks one.
 	APIListen, GatewayListen string
+	// MetricsListen is host:port of the Prometheus /metrics listener, apart
+	// from the API (the metrics name methods and counts of every tenant,
+	// so they are never served on the API listener); "" serves none.
+	MetricsListen string
 	// GatewayNames are the DNS names in the gateway's TLS certificate
 	// (default localhost); loopback IPs are always included.
 	GatewayNames []string
@@ -104,6 +108,7 @@ type ControlPlane struct {
 	Audit *auditlog.Worker
 
 	APIAddr     string // host:port the API listens on ("" without the api role)
+	MetricsAddr string // host:port /metrics listens on ("" without MetricsListen)
 	GatewayAddr string // host:port the gateway listens on
 
 	cancel  context.CancelFunc
@@ -246,24 +251,19 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		srv.Register(api.Methods(mods)...)
 		srv.Register(api.BatchMethods(api.BatchModules{Quorum: cp.Quorum, Commands: cp.Commands})...)
 		cp.API = srv
-		mux := http.NewServeMux()
-		mux.Handle("/api/v1/", srv)
-		mux.Handle("GET /.well-known/better-compute", api.NewWellKnown(b).Handler(o.Log))
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-			api.SecurityHeaders(w, r)
-			_, _ = w.Write([]byte("ok\n"))
-		})
-		metrics := promhttp.HandlerFor(cp.Metrics, promhttp.HandlerOpts{})
-		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-			api.SecurityHeaders(w, r)
-			metrics.ServeHTTP(w, r)
-		})
+		pages := map[string]http.Handler{
+			"/.well-known/better-compute": api.NewWellKnown(b).Handler(o.Log),
+			"/healthz": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				api.SecurityHeaders(w, r)
+				_, _ = w.Write([]byte("ok\n"))
+			}),
+		}
 		lis, err := net.Listen("tcp", orDefault(o.APIListen, "127.0.0.1:0"))
 		if err != nil {
 			return fail(errs.Wrap(errs.InvalidConfig, "the API cannot listen on its address", err))
 		}
 		cp.APIAddr = lis.Addr().String()
-		hs := &http.Server{Handler: api.Guard(mux), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10}
+		hs := &http.Server{Handler: api.Guard(api.Site(srv, pages)), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10}
 		cp.wg.Add(1)
 		go func() {
 			defer cp.wg.Done()
@@ -273,7 +273,36 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		}()
 		cp.closers = append(cp.closers, func() { _ = hs.Close() })
 	}
+	if o.MetricsListen != "" {
+		if err := cp.serveMetrics(o); err != nil {
+			return fail(err)
+		}
+	}
 	return cp, nil
+}
+
+// serveMetrics serves GET /metrics of cp.Metrics on its own listener.
+func (cp *ControlPlane) serveMetrics(o Options) error {
+	lis, err := net.Listen("tcp", o.MetricsListen)
+	if err != nil {
+		return errs.Wrap(errs.InvalidConfig, "the metrics listener cannot listen on its address", err)
+	}
+	cp.MetricsAddr = lis.Addr().String()
+	metrics := promhttp.HandlerFor(cp.Metrics, promhttp.HandlerOpts{})
+	pages := map[string]http.Handler{"/metrics": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		api.SecurityHeaders(w, r)
+		metrics.ServeHTTP(w, r)
+	})}
+	hs := &http.Server{Handler: api.Guard(api.Site(api.NotFound(), pages)), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
+	cp.wg.Add(1)
+	go func() {
+		defer cp.wg.Done()
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			o.Log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	cp.closers = append(cp.closers, func() { _ = hs.Close() })
+	return nil
 }
 
 // IdempotencyKey is the key of the stored idempotency digests, derived
