@@ -1,11 +1,15 @@
 package api_test
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +27,7 @@ import (
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/quorum/quorumwire"
 	"github.com/bettercompute/bettercompute/internal/server"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
@@ -961,5 +966,135 @@ func TestNumericRanges(t *testing.T) {
 	}
 	if checked < 15 {
 		t.Fatalf("only %d numeric fields found", checked)
+	}
+}
+
+// Every allowed mutation writes an audit row: the test walks the method
+// table and calls every method marked Mutates, as root's admin with valid
+// input, and finds an allowed row carrying that call's request id. A
+// mutating method the walk has no call for fails the test.
+func TestEveryMutationIsAudited(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1, SandboxRuntime: "sim"})
+	ctx := context.Background()
+	node := e.Nodes[0].NodeID()
+	var serial string
+	if err := e.CP.DB.QueryRowContext(ctx, `SELECT serial FROM node_certs WHERE node_id = $1 ORDER BY not_after DESC LIMIT 1`, node).Scan(&serial); err != nil {
+		t.Fatal(err)
+	}
+	var tarball bytes.Buffer
+	tw := tar.NewWriter(&tarball)
+	_ = tw.WriteHeader(&tar.Header{Name: "hello", Mode: 0o644, Size: 2})
+	_, _ = tw.Write([]byte("hi"))
+	_ = tw.Close()
+	digest := sha256.Sum256(tarball.Bytes())
+	newKey := func() []byte {
+		pub, _, _ := ed25519.GenerateKey(nil)
+		return pub
+	}
+
+	var state = map[string]string{}
+	call := func(t *testing.T, method, body string) map[string]any {
+		t.Helper()
+		rid := "audit-walk-" + strings.ReplaceAll(method, ".", "-")
+		r := do(t, e, "POST", "/api/v1/"+method, e.AdminKey, map[string]string{"X-Request-Id": rid}, body)
+		expectCode(t, r, 200, "")
+		var n int
+		if err := e.CP.DB.QueryRowContext(ctx, `SELECT COUNT(*) FROM audit_events WHERE request_id = $1 AND outcome = 'allowed'`, rid).Scan(&n); err != nil || n < 1 {
+			t.Errorf("%s wrote no audit row (%d, %v)", method, n, err)
+		}
+		var out map[string]any
+		_ = json.Unmarshal(r.body, &out)
+		return out
+	}
+	str := func(v any) string { s, _ := v.(string); return s }
+	steps := []struct {
+		method string
+		body   func() string
+		keep   func(map[string]any)
+	}{
+		{"tenants.create", func() string { return `{"name":"audit-walk"}` }, func(o map[string]any) { state["tenant"] = str(o["id"]) }},
+		{"tenants.suspend", func() string { return `{"id":"` + state["tenant"] + `"}` }, nil},
+		{"tenants.resume", func() string { return `{"id":"` + state["tenant"] + `"}` }, nil},
+		{"identities.create", func() string { return `{"name":"walker","kind":"agent"}` }, func(o map[string]any) { state["identity"] = str(o["id"]) }},
+		{"roles.create", func() string {
+			return `{"name":"walker","statements":[{"effect":"allow","actions":["compute:nodes:list"],"resources":["*"]}]}`
+		}, func(o map[string]any) { state["role"] = str(o["id"]) }},
+		{"bindings.create", func() string { return `{"identity_id":"` + state["identity"] + `","role_id":"` + state["role"] + `"}` }, func(o map[string]any) { state["binding"] = str(o["id"]) }},
+		{"bindings.delete", func() string { return `{"id":"` + state["binding"] + `"}` }, nil},
+		{"apiKeys.create", func() string { return `{"identity_id":"admin","name":"walk"}` }, func(o map[string]any) { state["key"] = str(o["id"]) }},
+		{"apiKeys.revoke", func() string { return `{"id":"` + state["key"] + `"}` }, nil},
+		{"sessions.create", func() string { return `{}` }, nil},
+		{"joinTokens.create", func() string { return `{}` }, nil},
+		{"joinTokens.createMany", func() string { return `{"count":2}` }, nil},
+		{"secrets.put", func() string { return `{"name":"walk","value_base64":"aGk="}` }, func(o map[string]any) { state["secret"] = str(o["ref"]) }},
+		{"secrets.delete", func() string { return `{"ref":"` + state["secret"] + `"}` }, nil},
+		{"commands.create", func() string { return `{"node_id":"` + node + `","kind":"node.ping"}` }, nil},
+		{"commands.fanout", func() string { return `{"node_ids":["` + node + `"],"kind":"node.ping"}` }, nil},
+		{"batches.create", func() string { return `{"leaves":[{"node_id":"` + node + `","kind":"node.reboot"}]}` }, func(o map[string]any) {
+			state["batch"], state["root"], state["deployment"] = str(o["id"]), str(o["root"]), str(o["deployment"])
+			state["expires"] = fmt.Sprint(int64(o["expires_at_ms"].(float64)))
+		}},
+		{"batches.approve", func() string {
+			root, _ := hex.DecodeString(state["root"])
+			var exp int64
+			fmt.Sscan(state["expires"], &exp)
+			k := e.ApproverKeys[0]
+			sig := ed25519.Sign(k, quorumwire.ApprovalMessage(state["deployment"], state["batch"], root, exp))
+			b, _ := json.Marshal(map[string]any{"id": state["batch"], "approver_key": []byte(k.Public().(ed25519.PublicKey)), "signature": sig})
+			return string(b)
+		}, nil},
+		{"commands.createInBatch", func() string {
+			return `{"node_id":"` + node + `","kind":"node.reboot","batch_id":"` + state["batch"] + `"}`
+		}, nil},
+		{"approvers.sign", func() string {
+			set, err := quorumwire.NewApproverSet(1, 1, [][]byte{newKey()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := e.ApproverKeys[0]
+			sig := ed25519.Sign(k, quorumwire.ApproverSetMessage(e.Bundle.Deployment, set))
+			b, _ := json.Marshal(map[string]any{"generation": 1, "threshold": 1, "keys": set.RawKeys(), "approver_key": []byte(k.Public().(ed25519.PublicKey)), "signature": sig})
+			return string(b)
+		}, nil},
+		{"images.beginUpload", func() string { return `{}` }, func(o map[string]any) { state["upload"] = str(o["upload_id"]) }},
+		{"images.uploadChunk", func() string {
+			return `{"upload_id":"` + state["upload"] + `","offset":0,"data_base64":"` + base64.StdEncoding.EncodeToString(tarball.Bytes()) + `"}`
+		}, nil},
+		{"images.import", func() string {
+			return `{"upload_id":"` + state["upload"] + `","name":"walk","digest":"sha256:` + hex.EncodeToString(digest[:]) + `"}`
+		}, nil},
+		{"templates.create", func() string { return `{"name":"walk","image":"walk","runtime":"sim"}` }, nil},
+		{"sandboxes.create", func() string { return `{"template":"walk"}` }, func(o map[string]any) { state["sandbox"] = str(o["id"]) }},
+		{"sandboxes.exec", func() string { return `{"id":"` + state["sandbox"] + `","argv":["echo","hi"],"timeout_seconds":10}` }, nil},
+		{"sandboxes.extend", func() string { return `{"id":"` + state["sandbox"] + `","seconds":60}` }, nil},
+		{"sandboxes.delete", func() string { return `{"id":"` + state["sandbox"] + `"}` }, nil},
+		{"nodes.restrict", func() string {
+			return `{"node_id":"` + node + `","serial":"` + serial + `","allowed_kinds":["node.ping"]}`
+		}, nil},
+		{"tenants.delete", func() string { return `{"id":"` + state["tenant"] + `"}` }, nil},
+		{"nodes.revoke", func() string { return `{"node_id":"` + node + `","serial":"` + serial + `"}` }, nil},
+	}
+	walked := map[string]bool{}
+	for _, s := range steps {
+		out := call(t, s.method, s.body())
+		if t.Failed() {
+			t.FailNow()
+		}
+		if s.keep != nil {
+			s.keep(out)
+		}
+		walked[s.method] = true
+	}
+	mutating := 0
+	for _, m := range e.CP.API.Methods() {
+		if m.Mutates {
+			mutating++
+			if !walked[m.Name] {
+				t.Errorf("mutating method %s is not walked", m.Name)
+			}
+		}
+	}
+	if mutating != len(steps) {
+		t.Errorf("%d mutating methods, %d walked", mutating, len(steps))
 	}
 }

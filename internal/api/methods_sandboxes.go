@@ -66,7 +66,7 @@ func sandboxMethods(m Modules) []Method {
 			if err != nil {
 				return nil, errs.New(errs.InvalidInput, "data_base64: not base64")
 			}
-			next, err := s.PutChunk(ctx, in.UploadID, in.Offset, data)
+			next, err := s.PutChunk(ctx, c.Actor(), in.UploadID, in.Offset, data)
 			if err != nil {
 				return nil, err
 			}
