@@ -651,21 +651,64 @@ func TestFailedAuthAndRefusalsAreRateLimited(t *testing.T) {
 	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", keyA, nil, `{"tenant_id":"`+tenantB+`"}`), 429, "RATE_LIMITED")
 }
 
-// The pre-check denies a call outside the caller's tenant before any
-// database read: with the tenant tables gone, the denial still answers
-// ACCESS_DENIED, while a call that reaches the database fails.
+// The pre-check denies a call outside the caller's tenant after
+// authentication with no other database read: with every table gone but
+// the ones authentication reads (api_keys, sessions, identities) and the
+// audit table its denial row goes to, the call still answers
+// ACCESS_DENIED and leaves one denial row in the caller's own tenant,
+// while a call that passes the pre-check (and so reads the tenant tree and
+// policy) fails.
 func TestTenantPrecheckReadsNothing(t *testing.T) {
-	db := storetest.NewTestSQLite(t)
-	e := testenv.Start(t, db, testenv.Options{})
-	_, adminA := e.TenantAdmin(t, "pre-a")
-	tenantB, _ := e.TenantAdmin(t, "pre-b")
-	for _, q := range []string{`DROP TABLE bindings`, `DROP TABLE roles`, `DROP TABLE nodes`} {
-		if _, err := db.ExecContext(context.Background(), q); err != nil {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		ctx := context.Background()
+		tenantA, adminA := e.TenantAdmin(t, "pre-a")
+		tenantB, _ := e.TenantAdmin(t, "pre-b")
+		keep := map[string]bool{"api_keys": true, "sessions": true, "identities": true, "audit_events": true, "schema_migrations": true}
+		list := `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'`
+		drop := `DROP TABLE %q`
+		if db.Dialect == store.Postgres {
+			list, drop = `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()`, `DROP TABLE %q CASCADE`
+		}
+		rows, err := db.QueryContext(ctx, list)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", clientKey(t, adminA), nil, `{"tenant_id":"`+tenantB+`"}`), 403, "ACCESS_DENIED")
-	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", clientKey(t, adminA), nil, `{}`), 500, "INTERNAL_ERROR")
+		var tables []string
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if !keep[n] {
+				tables = append(tables, n)
+			}
+		}
+		rows.Close()
+		if len(tables) < 20 {
+			t.Fatalf("only %d tables to drop: %v", len(tables), tables)
+		}
+		if db.Dialect == store.SQLite {
+			if _, err := db.ExecContext(ctx, `PRAGMA foreign_keys = OFF`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, n := range tables {
+			if _, err := db.ExecContext(ctx, fmt.Sprintf(drop, n)); err != nil {
+				t.Fatalf("drop %s: %v", n, err)
+			}
+		}
+		r := do(t, e, "POST", "/api/v1/nodes.list", clientKey(t, adminA), map[string]string{"X-Request-Id": "pre-denied"}, `{"tenant_id":"`+tenantB+`"}`)
+		expectCode(t, r, 403, "ACCESS_DENIED")
+		var tenant, outcome, details string
+		if err := db.QueryRowContext(ctx, `SELECT tenant_id, outcome, details FROM audit_events WHERE request_id = 'pre-denied'`).Scan(&tenant, &outcome, &details); err != nil {
+			t.Fatal(err)
+		}
+		if tenant != tenantA || outcome != "denied" || !strings.Contains(details, "tenant-precheck") {
+			t.Fatalf("denial row: tenant %s (caller %s) %s %s", tenant, tenantA, outcome, details)
+		}
+		expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", clientKey(t, adminA), nil, `{}`), 500, "INTERNAL_ERROR")
+	})
 }
 
 // shownOnceMessage is the CONFLICT message of a replayed credential answer.
