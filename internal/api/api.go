@@ -1,9 +1,11 @@
 // Package api is the public HTTP API: POST /api/v1/<service>.<method> with a
 // JSON object body. Every method passes one envelope, in this order, before
-// its handler runs: method and CSRF checks, size limit, strict decoding,
-// caller address, authentication, tenant pre-check, rate limit, tenant
-// state, resource resolution, the access decision, idempotency. Handlers
-// are reachable only through the registry, so no method can skip it.
+// its handler runs: method and CSRF checks, caller address, authentication
+// (failed attempts limited per address), method lookup, rate limit, size
+// limit, strict decoding with input bounds (decode.go), tenant pre-check,
+// tenant state, resource resolution, the access decision, idempotency.
+// Handlers are reachable only through the registry, so no method can skip
+// it.
 package api
 
 import (
@@ -334,14 +336,15 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 		return fail(err)
 	}
 	c.Principal = p
-	if !known {
-		return fail(errs.New(errs.NotFound, "no such method"))
-	}
-	// Every authenticated call spends a token before its body is read, so
-	// malformed bodies and pre-check refusals are limited like the rest.
-	if wait := s.limiter.take(c.Identity, m.Mutates); wait > 0 {
+	// Every authenticated call spends a token before the method lookup and
+	// the body, so unknown methods, malformed bodies and pre-check
+	// refusals are limited like the rest.
+	if wait := s.limiter.take(c.Identity, known && m.Mutates); wait > 0 {
 		out.retryAfter = wait
 		return fail(errs.New(errs.RateLimited, "too many requests"))
+	}
+	if !known {
+		return fail(errs.New(errs.NotFound, "no such method"))
 	}
 	raw, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
 	if err != nil {
