@@ -467,7 +467,7 @@ func TestCallerAddressAndAudit(t *testing.T) {
 	})
 }
 
-func TestWellKnownHealthMetrics(t *testing.T) {
+func TestWellKnownAndHealth(t *testing.T) {
 	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
 	r := do(t, e, "GET", "/.well-known/better-compute", "", nil, "")
 	if r.status != 200 {
@@ -1021,7 +1021,11 @@ func TestNumericRanges(t *testing.T) {
 // input, and finds an allowed row carrying that call's request id. A
 // mutating method the walk has no call for fails the test.
 func TestEveryMutationIsAudited(t *testing.T) {
-	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1, SandboxRuntime: "sim"})
+	storetest.ForEachDialect(t, everyMutationIsAudited)
+}
+
+func everyMutationIsAudited(t *testing.T, db *store.DB) {
+	e := testenv.Start(t, db, testenv.Options{Nodes: 1, SandboxRuntime: "sim"})
 	ctx := context.Background()
 	node := e.Nodes[0].NodeID()
 	var serial string
