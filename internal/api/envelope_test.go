@@ -656,19 +656,20 @@ func TestFailedAuthAndRefusalsAreRateLimited(t *testing.T) {
 }
 
 // The pre-check denies a call outside the caller's tenant after
-// authentication with no other database read: with every table gone but
-// the ones authentication reads (api_keys, sessions, identities) and the
-// audit table its denial row goes to, the call still answers
-// ACCESS_DENIED and leaves one denial row in the caller's own tenant,
-// while a call that passes the pre-check (and so reads the tenant tree and
-// policy) fails.
+// authentication with no IAM, policy or resource read: with every table
+// gone but the ones authentication reads (api_keys, sessions,
+// identities), the tenant tree (tenants, which a pre-check that lets a
+// parent act in its subtree reads) and the audit table its denial row goes
+// to, the call still answers ACCESS_DENIED and leaves one denial row in
+// the caller's own tenant, while a call that passes the pre-check (and so
+// reads roles and bindings) fails.
 func TestTenantPrecheckReadsNothing(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		e := testenv.Start(t, db, testenv.Options{})
 		ctx := context.Background()
 		tenantA, adminA := e.TenantAdmin(t, "pre-a")
 		tenantB, _ := e.TenantAdmin(t, "pre-b")
-		keep := map[string]bool{"api_keys": true, "sessions": true, "identities": true, "audit_events": true, "schema_migrations": true}
+		keep := map[string]bool{"api_keys": true, "sessions": true, "identities": true, "tenants": true, "audit_events": true, "schema_migrations": true}
 		list := `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'`
 		drop := `DROP TABLE %q`
 		if db.Dialect == store.Postgres {
