@@ -211,7 +211,9 @@ func run(dbName string, n int, bin, self, pgDSN, simRoot string) (result, error)
 	// operator runs; there the "gateway" figures include api and workers.
 	r.OneProcess = dbName == "sqlite"
 	apiArgs := []string{bc, "serve", "--roles", "api,workers", "--api", apiAddr}
-	gwArgs := []string{bc, "serve", "--roles", "gateway", "--gateway", gwAddr}
+	// Two processes on one host: only the first serves metrics (on the
+	// default loopback address).
+	gwArgs := []string{bc, "serve", "--roles", "gateway", "--gateway", gwAddr, "--metrics", ""}
 	if r.OneProcess {
 		apiArgs = []string{bc, "serve", "--roles", "api,workers,gateway", "--api", apiAddr, "--gateway", gwAddr}
 		gwArgs = apiArgs

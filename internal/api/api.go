@@ -1,24 +1,26 @@
 // Package api is the public HTTP API: POST /api/v1/<service>.<method> with a
 // JSON object body. Every method passes one envelope, in this order, before
-// its handler runs: method and CSRF checks, size limit, strict decoding,
-// caller address, authentication, tenant pre-check, rate limit, tenant
-// state, resource resolution, the access decision, idempotency. Handlers
-// are reachable only through the registry, so no method can skip it.
+// its handler runs: method and CSRF checks, caller address, authentication
+// (failed attempts limited per address), method lookup, rate limit, size
+// limit, strict decoding with input bounds (decode.go), tenant pre-check,
+// tenant state, resource resolution, the access decision, idempotency.
+// Handlers are reachable only through the registry, so no method can skip
+// it.
 package api
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,15 +80,31 @@ type Method struct {
 	// refused for suspended tenants, rate limited as mutations).
 	Mutates bool
 
+	// shownOnce marks a method whose answer carries a credential (a key,
+	// a token, a session value): it is shown once, never stored, and an
+	// idempotent replay answers CONFLICT instead of showing it again.
+	shownOnce bool
+
+	input  reflect.Type
 	decode func(raw []byte) (any, Target, error)
 	run    func(ctx context.Context, c *Caller, in any) (any, error)
+}
+
+// Input is the Go type a call's body decodes into.
+func (m Method) Input() reflect.Type { return m.input }
+
+// ShownOnce returns m marked as answering with a credential: its answer
+// is never kept for idempotent replay (a replay answers CONFLICT).
+func (m Method) ShownOnce() Method {
+	m.shownOnce = true
+	return m
 }
 
 // Def defines a method whose input decodes strictly into In. target tells
 // the envelope which tenant and resource the input names (nil: none).
 func Def[In any](name, action string, mutates bool, target func(In) Target, h func(ctx context.Context, c *Caller, in In) (any, error)) Method {
 	return Method{
-		Name: name, Action: action, Mutates: mutates,
+		Name: name, Action: action, Mutates: mutates, input: reflect.TypeFor[In](),
 		decode: func(raw []byte) (any, Target, error) {
 			var in In
 			if err := Decode(raw, &in); err != nil {
@@ -139,6 +157,8 @@ type Server struct {
 	origin  string
 	limiter *limiter
 	denials *denialLimiter
+	// authFailures limits failed authentications per caller address.
+	authFailures *failLimiter
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -153,7 +173,8 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 		deps.Log = slog.Default()
 	}
 	s := &Server{methods: map[string]Method{}, cfg: cfg, deps: deps,
-		limiter: newLimiter(cfg.RateLimits, deps.Clock), denials: newDenialLimiter(deps.Clock)}
+		limiter: newLimiter(cfg.RateLimits, deps.Clock), denials: newDenialLimiter(deps.Clock),
+		authFailures: newFailLimiter(cfg.RateLimits, deps.Clock)}
 	if cfg.SessionCookies {
 		o, err := originOf(cfg.BaseURL)
 		if err != nil {
@@ -174,9 +195,33 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	return s, nil
 }
 
+// answersCredential reports the methods that answer with a credential (an
+// API key, join tokens, a session value): Register marks them ShownOnce,
+// wherever they are defined.
+func answersCredential(name string) bool {
+	switch name {
+	case "apiKeys.create", "joinTokens.create", "joinTokens.createMany", "sessions.create":
+		return true
+	}
+	return false
+}
+
+// Methods returns the registered methods, sorted by name.
+func (s *Server) Methods() []Method {
+	out := make([]Method, 0, len(s.methods))
+	for _, m := range s.methods {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Method) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
 // Register adds methods; a duplicate name panics at start-up.
 func (s *Server) Register(ms ...Method) {
 	for _, m := range ms {
+		if answersCredential(m.Name) {
+			m.shownOnce = true
+		}
 		if _, dup := s.methods[m.Name]; dup {
 			panic("api: method registered twice: " + m.Name)
 		}
@@ -221,12 +266,15 @@ type answer struct {
 	body   []byte
 }
 
-// ServeHTTP is the envelope.
+// ServeHTTP is the envelope. It answers every path it is given: a path
+// that is not exactly /api/v1/<method> of a registered method is an
+// unknown method (NOT_FOUND, after authentication).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rid := SecurityHeaders(w, r)
-	name := strings.TrimPrefix(r.URL.Path, "/api/v1/")
+	name, ok := strings.CutPrefix(r.URL.Path, "/api/v1/")
 	m, known := s.methods[name]
+	known = known && ok
 	label := "unknown"
 	if known {
 		label = name
@@ -251,8 +299,13 @@ func (s *Server) errorAnswer(rid string, err error) answer {
 	} else {
 		s.deps.Log.Info("request refused", "request_id", rid, "code", code, "err", err)
 	}
+	return errorBody(rid, code, errs.SafeMessage(err))
+}
+
+// errorBody is the JSON error answer with the status that fits code.
+func errorBody(rid string, code errs.Code, msg string) answer {
 	var body ErrorBody
-	body.Error.Code, body.Error.Message, body.Error.RequestID = code, errs.SafeMessage(err), rid
+	body.Error.Code, body.Error.Message, body.Error.RequestID = code, msg, rid
 	if code == errs.Internal {
 		body.Error.Message = "internal error"
 	}
@@ -265,6 +318,30 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 	fail := func(err error) (answer, outcome) { return s.errorAnswer(rid, err), out }
 	if r.Method != http.MethodPost || !isJSON(r.Header.Get("Content-Type")) || r.Header.Get("X-Better-Compute") != "1" {
 		return fail(errs.New(errs.CSRFRejected, "POST with content-type application/json and X-Better-Compute: 1 is required"))
+	}
+	ctx := r.Context()
+	c := &Caller{RequestID: rid, Addr: s.cfg.TrustedProxies.ClientAddr(r)}
+	// Authentication comes before the method lookup and the body: an
+	// unauthenticated caller learns neither which methods exist nor what
+	// their inputs look like. Failed attempts are limited per address.
+	if wait := s.authFailures.blocked(c.Addr); wait > 0 {
+		out.retryAfter = wait
+		return fail(errs.New(errs.RateLimited, "too many failed authentications"))
+	}
+	p, err := s.authenticate(ctx, r)
+	if err != nil {
+		if errs.CodeOf(err) == errs.Unauthenticated {
+			s.authFailures.fail(c.Addr)
+		}
+		return fail(err)
+	}
+	c.Principal = p
+	// Every authenticated call spends a token before the method lookup and
+	// the body, so unknown methods, malformed bodies and pre-check
+	// refusals are limited like the rest.
+	if wait := s.limiter.take(c.Identity, known && m.Mutates); wait > 0 {
+		out.retryAfter = wait
+		return fail(errs.New(errs.RateLimited, "too many requests"))
 	}
 	if !known {
 		return fail(errs.New(errs.NotFound, "no such method"))
@@ -280,23 +357,13 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 	if err != nil {
 		return fail(err)
 	}
-	ctx := r.Context()
-	c := &Caller{RequestID: rid, Addr: s.cfg.TrustedProxies.ClientAddr(r)}
-	p, err := s.authenticate(ctx, r)
-	if err != nil {
-		return fail(err)
-	}
-	c.Principal = p
 	// The tenant pre-check: a caller outside root naming a tenant outside
-	// its own subtree is denied reading only the tenant tree (nothing for
-	// its own tenant), before any IAM decision or resource read.
+	// its own subtree is denied after reading at most the tenant tree
+	// (nothing for its own tenant): no IAM decision, policy or resource
+	// read; only the denial row, in the caller's own tenant, is written.
 	if target.Tenant != "" && !c.Root() && target.Tenant != c.TenantID && !s.reaches(ctx, c, target.Tenant) {
 		s.recordDenial(ctx, c, m, target, "tenant-precheck")
 		return fail(errDenied)
-	}
-	if wait := s.limiter.take(c.Identity, m.Mutates); wait > 0 {
-		out.retryAfter = wait
-		return fail(errs.New(errs.RateLimited, "too many requests"))
 	}
 	var callerChain []iam.Tenant
 	if !c.Root() {
@@ -420,9 +487,27 @@ func (s *Server) recordDenial(ctx context.Context, c *Caller, m Method, t Target
 	}
 }
 
+// Idempotency bounds: a key is remembered for IdempotencyTTL (then swept,
+// and a key older than that is treated as new); a request in progress
+// holds its key under a lease of idempotencyLease, renewed every
+// idempotencyRenew while it runs, so a key whose process died is released
+// after the lease instead of answering "still running" forever.
+const (
+	IdempotencyTTL   = 24 * time.Hour
+	idempotencyLease = 2 * time.Minute
+	idempotencyRenew = 30 * time.Second
+)
+
+// errShownOnce answers a replay of a method whose first answer carried a
+// credential: the credential was shown once and is not kept, so it cannot
+// be shown again.
+var errShownOnce = errs.New(errs.Conflict, "a request with this Idempotency-Key already ran; its answer carried a credential, which is shown once and not replayed")
+
 // idempotent replays the first answer for the same (tenant, identity, key)
 // and body, refuses the same key with another body (CONFLICT), and records
 // the answer of a first call. A 5xx answer is not kept, so a retry runs.
+// The answer of a ShownOnce method is never stored: a replay of it answers
+// CONFLICT (errShownOnce) and does not run again.
 func (s *Server) idempotent(ctx context.Context, c *Caller, m Method, key string, raw []byte, run func() answer) answer {
 	if len(key) > 128 || !requestIDRE.MatchString(key) {
 		return s.errorAnswer(c.RequestID, errs.New(errs.InvalidInput, "Idempotency-Key: 1 to 128 of A-Z a-z 0-9 . _ : -"))
@@ -431,116 +516,110 @@ func (s *Server) idempotent(ctx context.Context, c *Caller, m Method, key string
 	mac.Write([]byte(m.Name + "\x00"))
 	mac.Write(raw)
 	sum := mac.Sum(nil)
-	_, err := s.deps.DB.ExecContext(ctx, `INSERT INTO idempotency (tenant_id, identity_id, key, method, body_sha256, status, created_at) VALUES ($1, $2, $3, $4, $5, 0, $6)`,
-		c.TenantID, c.Identity, key, m.Name, sum, s.deps.Clock.Now().UnixMilli())
-	if store.IsUniqueViolation(err) {
-		var prev []byte
+	db := s.deps.DB
+	where := ` WHERE tenant_id = $1 AND identity_id = $2 AND key = $3`
+	for attempt := 0; ; attempt++ {
+		now := s.deps.Clock.Now()
+		_, err := db.ExecContext(ctx, `INSERT INTO idempotency (tenant_id, identity_id, key, method, body_sha256, status, created_at, lease_expires_at) VALUES ($1, $2, $3, $4, $5, 0, $6, $7)`,
+			c.TenantID, c.Identity, key, m.Name, sum, now.UnixMilli(), now.Add(idempotencyLease).UnixMilli())
+		if err == nil {
+			break
+		}
+		if !store.IsUniqueViolation(err) {
+			return s.errorAnswer(c.RequestID, fmt.Errorf("api: store idempotency key: %w", err))
+		}
+		if attempt > 0 { // another request took the expired key first
+			return s.errorAnswer(c.RequestID, errs.New(errs.Conflict, "a request with this Idempotency-Key is still running"))
+		}
+		var prev, resp []byte
 		var status int
-		var resp []byte
-		if err := s.deps.DB.QueryRowContext(ctx, `SELECT body_sha256, status, response FROM idempotency WHERE tenant_id = $1 AND identity_id = $2 AND key = $3`,
-			c.TenantID, c.Identity, key).Scan(&prev, &status, &resp); err != nil {
+		var created, lease int64
+		if err := db.QueryRowContext(ctx, `SELECT body_sha256, status, response, created_at, lease_expires_at FROM idempotency`+where,
+			c.TenantID, c.Identity, key).Scan(&prev, &status, &resp, &created, &lease); err != nil {
 			return s.errorAnswer(c.RequestID, fmt.Errorf("api: read idempotency key: %w", err))
+		}
+		leaseOver := now.UnixMilli() >= lease
+		if created <= now.Add(-IdempotencyTTL).UnixMilli() && (status != 0 || leaseOver) {
+			// Expired: forget it and take the key as new.
+			if _, err := db.ExecContext(ctx, `DELETE FROM idempotency`+where+` AND created_at = $4`, c.TenantID, c.Identity, key, created); err != nil {
+				return s.errorAnswer(c.RequestID, fmt.Errorf("api: expire idempotency key: %w", err))
+			}
+			continue
 		}
 		switch {
 		case !hmac.Equal(prev, sum):
 			return s.errorAnswer(c.RequestID, errs.New(errs.Conflict, "Idempotency-Key was used with another request"))
-		case status == 0:
+		case status == 0 && !leaseOver:
 			return s.errorAnswer(c.RequestID, errs.New(errs.Conflict, "a request with this Idempotency-Key is still running"))
+		case status == 0:
+			// The request that held the key stopped renewing its lease (its
+			// process died): take the key over, once.
+			res, err := db.ExecContext(ctx, `UPDATE idempotency SET lease_expires_at = $4`+where+` AND status = 0 AND lease_expires_at = $5`,
+				c.TenantID, c.Identity, key, now.Add(idempotencyLease).UnixMilli(), lease)
+			if err != nil {
+				return s.errorAnswer(c.RequestID, fmt.Errorf("api: take over idempotency key: %w", err))
+			}
+			if n, _ := res.RowsAffected(); n != 1 {
+				return s.errorAnswer(c.RequestID, errs.New(errs.Conflict, "a request with this Idempotency-Key is still running"))
+			}
+		case m.shownOnce:
+			return s.errorAnswer(c.RequestID, errShownOnce)
+		default:
+			return answer{status: status, body: resp}
 		}
-		return answer{status: status, body: resp}
+		break
 	}
-	if err != nil {
-		return s.errorAnswer(c.RequestID, fmt.Errorf("api: store idempotency key: %w", err))
-	}
+	stop := s.renewLease(ctx, c, key)
 	a := run()
+	stop()
+	bg := context.WithoutCancel(ctx)
 	if a.status >= 500 {
-		_, _ = s.deps.DB.ExecContext(context.WithoutCancel(ctx), `DELETE FROM idempotency WHERE tenant_id = $1 AND identity_id = $2 AND key = $3`, c.TenantID, c.Identity, key)
+		_, _ = db.ExecContext(bg, `DELETE FROM idempotency`+where, c.TenantID, c.Identity, key)
 		return a
 	}
-	if _, err := s.deps.DB.ExecContext(context.WithoutCancel(ctx), `UPDATE idempotency SET status = $1, response = $2 WHERE tenant_id = $3 AND identity_id = $4 AND key = $5`,
-		a.status, a.body, c.TenantID, c.Identity, key); err != nil {
+	stored := a.body
+	if m.shownOnce {
+		stored = nil
+	}
+	if _, err := db.ExecContext(bg, `UPDATE idempotency SET status = $4, response = $5, lease_expires_at = 0`+where,
+		c.TenantID, c.Identity, key, a.status, stored); err != nil {
 		s.deps.Log.Error("store idempotent answer", "request_id", c.RequestID, "err", err)
 	}
 	return a
 }
 
-// Decode strictly decodes a JSON object into v: duplicate keys, unknown
-// fields and trailing data are INVALID_INPUT naming what is wrong.
-func Decode(raw []byte, v any) error {
-	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
-		return errs.New(errs.InvalidInput, "the body must be a JSON object")
-	}
-	if err := checkDuplicateKeys(raw); err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var ute *json.UnmarshalTypeError
-		if errors.As(err, &ute) {
-			return errs.New(errs.InvalidInput, fmt.Sprintf("field %q: wrong type", ute.Field))
+// renewLease extends the lease on key every idempotencyRenew until the
+// returned stop is called.
+func (s *Server) renewLease(ctx context.Context, c *Caller, key string) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(idempotencyRenew)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				lease := s.deps.Clock.Now().Add(idempotencyLease).UnixMilli()
+				if _, err := s.deps.DB.ExecContext(context.WithoutCancel(ctx), `UPDATE idempotency SET lease_expires_at = $1 WHERE tenant_id = $2 AND identity_id = $3 AND key = $4 AND status = 0`,
+					lease, c.TenantID, c.Identity, key); err != nil {
+					s.deps.Log.Warn("renew idempotency lease", "request_id", c.RequestID, "err", err)
+				}
+			}
 		}
-		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return errs.New(errs.InvalidInput, "unknown field "+f)
-		}
-		return errs.New(errs.InvalidInput, "the body is not valid JSON")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errs.New(errs.InvalidInput, "trailing data after the JSON object")
-	}
-	return nil
+	}()
+	return func() { close(done); <-finished }
 }
 
-// checkDuplicateKeys walks raw and refuses an object with a key twice.
-func checkDuplicateKeys(raw []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	type frame struct {
-		obj    bool
-		keys   map[string]bool
-		expect bool // the next string token in an object is a key
+// SweepIdempotency deletes idempotency rows older than IdempotencyTTL
+// whose request is no longer running (or whose lease is over).
+func SweepIdempotency(ctx context.Context, db *store.DB, now time.Time) (int64, error) {
+	res, err := db.ExecContext(ctx, `DELETE FROM idempotency WHERE created_at <= $1 AND (status <> 0 OR lease_expires_at <= $2)`,
+		now.Add(-IdempotencyTTL).UnixMilli(), now.UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("api: sweep idempotency keys: %w", err)
 	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return errs.New(errs.InvalidInput, "the body is not valid JSON")
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if top != nil && top.obj && top.expect {
-			if k, ok := tok.(string); ok {
-				if top.keys[k] {
-					return errs.New(errs.InvalidInput, fmt.Sprintf("duplicate key %q", k))
-				}
-				top.keys[k] = true
-				top.expect = false
-				continue
-			}
-		}
-		switch d := tok.(type) {
-		case json.Delim:
-			switch d {
-			case '{', '[':
-				if len(stack) >= 64 {
-					return errs.New(errs.InvalidInput, "the body nests too deeply")
-				}
-				if top != nil && top.obj {
-					top.expect = true
-				}
-				stack = append(stack, &frame{obj: d == '{', keys: map[string]bool{}, expect: d == '{'})
-			case '}', ']':
-				stack = stack[:len(stack)-1]
-			}
-		default:
-			if top != nil && top.obj {
-				top.expect = true
-			}
-		}
-	}
+	return res.RowsAffected()
 }

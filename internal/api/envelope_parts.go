@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/bettercompute/bettercompute/internal/clock"
 )
 
@@ -92,15 +94,75 @@ func originOf(base string) (string, error) {
 	return u.Scheme + "://" + u.Host, nil
 }
 
-// RateLimits are token buckets per identity and method class.
+// RateLimits are token buckets per identity and method class, and one per
+// caller address for failed authentications.
 type RateLimits struct {
 	ReadPerSecond, ReadBurst     float64
 	MutatePerSecond, MutateBurst float64
+	// FailedAuthPerSecond and FailedAuthBurst bound failed
+	// authentications per caller address (zero: 1/s, burst 10).
+	FailedAuthPerSecond, FailedAuthBurst float64
 }
 
 // DefaultRateLimits allow 50 reads/s (burst 100) and 10 mutations/s
-// (burst 20) per identity.
-var DefaultRateLimits = RateLimits{ReadPerSecond: 50, ReadBurst: 100, MutatePerSecond: 10, MutateBurst: 20}
+// (burst 20) per identity, and 1 failed authentication/s (burst 10) per
+// caller address.
+var DefaultRateLimits = RateLimits{ReadPerSecond: 50, ReadBurst: 100, MutatePerSecond: 10, MutateBurst: 20, FailedAuthPerSecond: 1, FailedAuthBurst: 10}
+
+// failLimiter is a token bucket per caller address that only failures
+// spend: an address with no token left is refused before it may try
+// again.
+type failLimiter struct {
+	every rate.Limit
+	burst int
+	clk   clock.Clock
+	mu    sync.Mutex
+	addrs map[string]*rate.Limiter
+}
+
+func newFailLimiter(cfg RateLimits, clk clock.Clock) *failLimiter {
+	perSecond, burst := cfg.FailedAuthPerSecond, cfg.FailedAuthBurst
+	if perSecond <= 0 || burst < 1 {
+		perSecond, burst = DefaultRateLimits.FailedAuthPerSecond, DefaultRateLimits.FailedAuthBurst
+	}
+	return &failLimiter{every: rate.Limit(perSecond), burst: int(burst), clk: clk, addrs: map[string]*rate.Limiter{}}
+}
+
+func (f *failLimiter) get(addr string) *rate.Limiter {
+	l := f.addrs[addr]
+	if l == nil {
+		if len(f.addrs) >= 10000 {
+			clear(f.addrs)
+		}
+		l = rate.NewLimiter(f.every, f.burst)
+		f.addrs[addr] = l
+	}
+	return l
+}
+
+// blocked returns how long addr must wait before it may try to
+// authenticate again (0: it may now).
+func (f *failLimiter) blocked(addr string) time.Duration {
+	now := f.clk.Now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.addrs[addr]
+	if !ok {
+		return 0
+	}
+	if tokens := l.TokensAt(now); tokens < 1 {
+		return time.Duration((1 - tokens) / float64(f.every) * float64(time.Second))
+	}
+	return 0
+}
+
+// fail spends one of addr's tokens.
+func (f *failLimiter) fail(addr string) {
+	now := f.clk.Now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.get(addr).AllowN(now, 1)
+}
 
 type bucket struct {
 	tokens float64

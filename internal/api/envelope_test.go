@@ -1,12 +1,24 @@
 package api_test
 
 import (
+	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
+	"os"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,6 +27,7 @@ import (
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/quorum/quorumwire"
 	"github.com/bettercompute/bettercompute/internal/server"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
@@ -89,9 +102,30 @@ func TestCSRFAndMethods(t *testing.T) {
 	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", k, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, "{}"), 403, "CSRF_REJECTED")
 	for _, m := range []string{"TRACE", "TRACK"} {
 		for _, p := range []string{"/api/v1/nodes.list", "/healthz"} {
-			if r := do(t, e, m, p, k, nil, ""); r.status != http.StatusMethodNotAllowed {
-				t.Fatalf("%s %s: %d, want 405", m, p, r.status)
+			r := do(t, e, m, p, k, nil, "")
+			expectCode(t, r, http.StatusMethodNotAllowed, "INVALID_INPUT")
+			if r.header.Get("Cache-Control") != "no-store" {
+				t.Fatalf("%s %s: no security headers", m, p)
 			}
+		}
+	}
+	// CONNECT, sent raw (a client library turns it into a proxy tunnel):
+	// in path form to the API and to a page, and in authority form.
+	for _, target := range []string{"/api/v1/nodes.list", "/healthz", e.CP.APIAddr} {
+		conn, err := net.Dial("tcp", e.CP.APIAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Length: 0\r\n\r\n", target, e.CP.APIAddr, k)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("CONNECT %s: %v", target, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		expectCode(t, reply{status: resp.StatusCode, header: resp.Header, body: b}, http.StatusMethodNotAllowed, "INVALID_INPUT")
+		if resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Fatalf("CONNECT %s: no security headers", target)
 		}
 	}
 	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", k, map[string]string{"Content-Type": "application/json; charset=utf-8"}, "{}"), 200, "")
@@ -109,7 +143,13 @@ func TestBodyRules(t *testing.T) {
 		"nested dup":    {`{"name":"a","parent_id":"root","x":{"y":1,"y":2}}`, `duplicate key "y"`},
 		"trailing":      {`{"name":"a"} {}`, "trailing data after the JSON object"},
 		"wrong type":    {`{"name":7}`, `field "name": wrong type`},
-		"not json":      {`{"name":`, "the body is not valid JSON"},
+		// Names match exactly: a key that differs from a field only in case
+		// is unknown, so it cannot slip past the duplicate-key rule.
+		"case variant":   {`{"NAME":"a"}`, `unknown field "NAME"`},
+		"case duplicate": {`{"name":"a","Name":"b"}`, `unknown field "Name"`},
+		"embedded case":  {`{"name":"a","Parent_ID":"root"}`, `unknown field "Parent_ID"`},
+		"too long":       {`{"name":"` + strings.Repeat("a", 64) + `"}`, `field "name": at most 63 bytes`},
+		"not json":       {`{"name":`, "the body is not valid JSON"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -191,10 +231,14 @@ func TestAuthentication(t *testing.T) {
 		}
 		expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", scoped.Key, nil, "{}"), 200, "")
 		expectCode(t, do(t, e, "POST", "/api/v1/tenants.create", scoped.Key, nil, `{"name":"x"}`), 403, "ACCESS_DENIED")
-		// Keys are stored only as hashes.
-		var n int
-		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys WHERE hash = $1`, []byte(short.Key)).Scan(&n); err != nil || n != 0 {
-			t.Fatalf("a key is stored as is (%d, %v)", n, err)
+		// Keys are stored only as their SHA-256 (the database is scanned for
+		// the clear key in TestIdempotencyStoresNoCredential).
+		var stored []byte
+		if err := db.QueryRowContext(ctx, `SELECT hash FROM api_keys WHERE id = $1`, short.ID).Scan(&stored); err != nil {
+			t.Fatal(err)
+		}
+		if sum := sha256.Sum256([]byte(short.Key)); !bytes.Equal(stored, sum[:]) {
+			t.Fatalf("stored %x, not the key's SHA-256", stored)
 		}
 	})
 }
@@ -351,6 +395,20 @@ func TestIdempotency(t *testing.T) {
 		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM tenants WHERE name = 'once'`).Scan(&n); err != nil || n != 1 {
 			t.Fatalf("%d tenants made (%v), want 1", n, err)
 		}
+		// The stored digest is the HMAC of method and body under the key
+		// derived from the KEK, not an unkeyed hash of the body.
+		var digest []byte
+		if err := db.QueryRowContext(ctx, `SELECT body_sha256 FROM idempotency WHERE tenant_id = 'root' AND identity_id = 'admin' AND key = 'key-1'`).Scan(&digest); err != nil {
+			t.Fatal(err)
+		}
+		body := []byte(`{"name":"once"}`)
+		mac := hmac.New(sha256.New, server.IdempotencyKey(e.KEK))
+		mac.Write([]byte("tenants.create\x00"))
+		mac.Write(body)
+		plain, plainWithMethod := sha256.Sum256(body), sha256.Sum256(append([]byte("tenants.create\x00"), body...))
+		if !hmac.Equal(digest, mac.Sum(nil)) || bytes.Equal(digest, plain[:]) || bytes.Equal(digest, plainWithMethod[:]) {
+			t.Fatalf("stored digest %x is not the keyed HMAC of the request", digest)
+		}
 		err := e.Client.CallIdempotent(ctx, "tenants.create", "key-1", map[string]any{"name": "twice"}, &b)
 		if !errors.Is(err, client.ErrConflict) {
 			t.Fatalf("same key, other body: %v, want CONFLICT", err)
@@ -409,7 +467,7 @@ func TestCallerAddressAndAudit(t *testing.T) {
 	})
 }
 
-func TestWellKnownHealthMetrics(t *testing.T) {
+func TestWellKnownAndHealth(t *testing.T) {
 	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
 	r := do(t, e, "GET", "/.well-known/better-compute", "", nil, "")
 	if r.status != 200 {
@@ -435,25 +493,660 @@ func TestWellKnownHealthMetrics(t *testing.T) {
 	if r := do(t, e, "GET", "/healthz", "", nil, ""); r.status != 200 || !bytes.Contains(r.body, []byte("ok")) {
 		t.Fatalf("healthz: %d %s", r.status, r.body)
 	}
-	do(t, e, "POST", "/api/v1/nodes.list", e.AdminKey, nil, "{}")
-	if r := do(t, e, "GET", "/metrics", "", nil, ""); r.status != 200 || !bytes.Contains(r.body, []byte(`bc_api_requests_total{code="200",method="nodes.list"}`)) {
-		t.Fatalf("metrics: %d %s", r.status, r.body)
+}
+
+// Metrics (per-method counts of every tenant) are served only on their
+// own listener, never on the API's: there /metrics is NOT_FOUND, with or
+// without credentials.
+func TestMetricsOnOwnListener(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Tune: func(o *server.Options) { o.MetricsListen = "127.0.0.1:0" }})
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", e.AdminKey, nil, "{}"), 200, "")
+	for _, key := range []string{"", e.AdminKey} {
+		r := do(t, e, "GET", "/metrics", key, nil, "")
+		expectCode(t, r, 404, "NOT_FOUND")
+		if bytes.Contains(r.body, []byte("bc_api_requests_total")) {
+			t.Fatalf("metrics on the API listener: %s", r.body)
+		}
+	}
+	if e.CP.MetricsAddr == "" || e.CP.MetricsAddr == e.CP.APIAddr {
+		t.Fatalf("metrics address %q (API %q)", e.CP.MetricsAddr, e.CP.APIAddr)
+	}
+	get := func(path string) (int, http.Header, []byte) {
+		resp, err := http.Get("http://" + e.CP.MetricsAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, b
+	}
+	status, hdr, body := get("/metrics")
+	if status != 200 || !bytes.Contains(body, []byte(`bc_api_requests_total{code="200",method="nodes.list"}`)) || hdr.Get("Cache-Control") != "no-store" {
+		t.Fatalf("metrics listener: %d %s", status, body)
+	}
+	if status, _, body := get("/api/v1/nodes.list"); status != 404 || !bytes.Contains(body, []byte(`"NOT_FOUND"`)) {
+		t.Fatalf("the metrics listener serves the API: %d %s", status, body)
+	}
+	// Without MetricsListen there is no metrics listener at all.
+	plain := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	if plain.CP.MetricsAddr != "" {
+		t.Fatalf("metrics listener without MetricsListen: %s", plain.CP.MetricsAddr)
 	}
 }
 
-// The pre-check denies a call outside the caller's tenant before any
-// database read: with the tenant tables gone, the denial still answers
-// ACCESS_DENIED, while a call that reaches the database fails.
-func TestTenantPrecheckReadsNothing(t *testing.T) {
-	db := storetest.NewTestSQLite(t)
-	e := testenv.Start(t, db, testenv.Options{})
-	_, adminA := e.TenantAdmin(t, "pre-a")
-	tenantB, _ := e.TenantAdmin(t, "pre-b")
-	for _, q := range []string{`DROP TABLE bindings`, `DROP TABLE roles`, `DROP TABLE nodes`} {
-		if _, err := db.ExecContext(context.Background(), q); err != nil {
+// Every answer, on any path, comes through the envelope: the JSON error
+// shape, the security headers, no redirect, no plain text.
+func TestEveryPathAnswersThroughEnvelope(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	cases := []struct {
+		method, path, key string
+		status            int
+		code              string
+	}{
+		{"POST", "/api/v1/../v1/nodes.list", e.AdminKey, 404, "NOT_FOUND"},
+		{"POST", "/api/v1/./nodes.list", e.AdminKey, 404, "NOT_FOUND"},
+		{"POST", "/api/v1//nodes.list", e.AdminKey, 404, "NOT_FOUND"},
+		{"POST", "/api/v2/x", e.AdminKey, 404, "NOT_FOUND"},
+		{"POST", "/api/", e.AdminKey, 404, "NOT_FOUND"},
+		{"POST", "/api/v2/x", "", 401, "UNAUTHENTICATED"},
+		{"GET", "/api/v2/x", "", 403, "CSRF_REJECTED"},
+		{"POST", "/healthz", "", 405, "INVALID_INPUT"},
+		{"POST", "/.well-known/better-compute", "", 405, "INVALID_INPUT"},
+		{"GET", "/nope", "", 404, "NOT_FOUND"},
+		{"GET", "/", "", 404, "NOT_FOUND"},
+		{"GET", "/healthz/../metrics", "", 404, "NOT_FOUND"},
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, c := range cases {
+		req, err := http.NewRequest(c.method, "http://"+e.CP.APIAddr+c.path, strings.NewReader("{}"))
+		if err != nil {
 			t.Fatal(err)
 		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Better-Compute", "1")
+		if c.key != "" {
+			req.Header.Set("Authorization", "Bearer "+c.key)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		r := reply{status: resp.StatusCode, header: resp.Header, body: b}
+		if r.status != c.status || r.code() != c.code {
+			t.Errorf("%s %s: %d %s (%s), want %d %s", c.method, c.path, r.status, r.code(), b, c.status, c.code)
+			continue
+		}
+		var eb map[string]map[string]any
+		if err := json.Unmarshal(b, &eb); err != nil || len(eb["error"]) != 3 {
+			t.Errorf("%s %s: not the error shape: %s", c.method, c.path, b)
+		}
+		for h, want := range map[string]string{"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Content-Type": "application/json"} {
+			if got := r.header.Get(h); got != want {
+				t.Errorf("%s %s: %s = %q, want %q", c.method, c.path, h, got, want)
+			}
+		}
 	}
-	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", clientKey(t, adminA), nil, `{"tenant_id":"`+tenantB+`"}`), 403, "ACCESS_DENIED")
-	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", clientKey(t, adminA), nil, `{}`), 500, "INTERNAL_ERROR")
+}
+
+// An unauthenticated caller learns nothing about methods or their inputs:
+// an unknown method, a known one, and a known one with a malformed body
+// answer the same 401, byte for byte but the request id.
+func TestAuthenticateBeforeLookupAndDecode(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	var first string
+	for _, key := range []string{"", "bck_kaaaaaaaaaaaaaaaa_nope"} {
+		for _, c := range []struct{ path, body string }{
+			{"/api/v1/nodes.list", "{}"},
+			{"/api/v1/no.such", "{}"},
+			{"/api/v1/tenants.create", `{"name":7,"colour":1}`},
+			{"/api/v1/tenants.create", `not json`},
+		} {
+			r := do(t, e, "POST", c.path, key, nil, c.body)
+			expectCode(t, r, 401, "UNAUTHENTICATED")
+			if first == "" {
+				first = r.withoutRequestID()
+			} else if r.withoutRequestID() != first {
+				t.Fatalf("%s %s answers %s, others %s", c.path, c.body, r.withoutRequestID(), first)
+			}
+		}
+	}
+}
+
+// Failed authentications are limited per caller address (RATE_LIMITED
+// with Retry-After, whatever the key then presented); calls with
+// malformed bodies and calls the pre-check refuses spend the caller's
+// tokens like any other.
+func TestFailedAuthAndRefusalsAreRateLimited(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Clock: clk, Tune: func(o *server.Options) {
+		o.RateLimits = api.RateLimits{ReadPerSecond: 1, ReadBurst: 2, MutatePerSecond: 1, MutateBurst: 20, FailedAuthPerSecond: 1, FailedAuthBurst: 3}
+	}})
+	_, adminA := e.TenantAdmin(t, "rl-a")
+	tenantB, _ := e.TenantAdmin(t, "rl-b")
+	keyA := clientKey(t, adminA)
+	for i := 0; i < 3; i++ {
+		expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", "bck_kaaaaaaaaaaaaaaaa_nope", nil, "{}"), 401, "UNAUTHENTICATED")
+	}
+	for _, key := range []string{"bck_kaaaaaaaaaaaaaaaa_nope", "", e.AdminKey} {
+		r := do(t, e, "POST", "/api/v1/nodes.list", key, nil, "{}")
+		expectCode(t, r, 429, "RATE_LIMITED")
+		if r.header.Get("Retry-After") != "1" {
+			t.Fatalf("Retry-After %q, want 1", r.header.Get("Retry-After"))
+		}
+	}
+	clk.Advance(time.Second)
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", e.AdminKey, nil, "{}"), 200, "")
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", "bck_kaaaaaaaaaaaaaaaa_nope", nil, "{}"), 401, "UNAUTHENTICATED")
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", "bck_kaaaaaaaaaaaaaaaa_nope", nil, "{}"), 429, "RATE_LIMITED")
+
+	// Malformed bodies reach the identity's limiter.
+	clk.Advance(time.Minute)
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", e.AdminKey, nil, `{"colour":1}`), 400, "INVALID_INPUT")
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", e.AdminKey, nil, `[]`), 400, "INVALID_INPUT")
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", e.AdminKey, nil, `{"colour":1}`), 429, "RATE_LIMITED")
+
+	// So do calls the tenant pre-check refuses.
+	clk.Advance(time.Minute)
+	for i := 0; i < 2; i++ {
+		expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", keyA, nil, `{"tenant_id":"`+tenantB+`"}`), 403, "ACCESS_DENIED")
+	}
+	expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", keyA, nil, `{"tenant_id":"`+tenantB+`"}`), 429, "RATE_LIMITED")
+}
+
+// The pre-check denies a call outside the caller's tenant after
+// authentication with no IAM, policy or resource read: with every table
+// gone but the ones authentication reads (api_keys, sessions,
+// identities), the tenant tree (tenants, which a pre-check that lets a
+// parent act in its subtree reads) and the audit table its denial row goes
+// to, the call still answers ACCESS_DENIED and leaves one denial row in
+// the caller's own tenant, while a call that passes the pre-check (and so
+// reads roles and bindings) fails.
+func TestTenantPrecheckReadsNothing(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		ctx := context.Background()
+		tenantA, adminA := e.TenantAdmin(t, "pre-a")
+		tenantB, _ := e.TenantAdmin(t, "pre-b")
+		keep := map[string]bool{"api_keys": true, "sessions": true, "identities": true, "tenants": true, "audit_events": true, "schema_migrations": true}
+		list := `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'`
+		drop := `DROP TABLE %q`
+		if db.Dialect == store.Postgres {
+			list, drop = `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()`, `DROP TABLE %q CASCADE`
+		}
+		rows, err := db.QueryContext(ctx, list)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tables []string
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if !keep[n] {
+				tables = append(tables, n)
+			}
+		}
+		rows.Close()
+		if len(tables) < 20 {
+			t.Fatalf("only %d tables to drop: %v", len(tables), tables)
+		}
+		if db.Dialect == store.SQLite {
+			if _, err := db.ExecContext(ctx, `PRAGMA foreign_keys = OFF`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, n := range tables {
+			if _, err := db.ExecContext(ctx, fmt.Sprintf(drop, n)); err != nil {
+				t.Fatalf("drop %s: %v", n, err)
+			}
+		}
+		r := do(t, e, "POST", "/api/v1/nodes.list", clientKey(t, adminA), map[string]string{"X-Request-Id": "pre-denied"}, `{"tenant_id":"`+tenantB+`"}`)
+		expectCode(t, r, 403, "ACCESS_DENIED")
+		var tenant, outcome, details string
+		if err := db.QueryRowContext(ctx, `SELECT tenant_id, outcome, details FROM audit_events WHERE request_id = 'pre-denied'`).Scan(&tenant, &outcome, &details); err != nil {
+			t.Fatal(err)
+		}
+		if tenant != tenantA || outcome != "denied" || !strings.Contains(details, "tenant-precheck") {
+			t.Fatalf("denial row: tenant %s (caller %s) %s %s", tenant, tenantA, outcome, details)
+		}
+		expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", clientKey(t, adminA), nil, `{}`), 500, "INTERNAL_ERROR")
+	})
+}
+
+// shownOnceMessage is the CONFLICT message of a replayed credential answer.
+const shownOnceMessage = "a request with this Idempotency-Key already ran; its answer carried a credential, which is shown once and not replayed"
+
+// No credential is stored in clear anywhere in the database: one of each
+// (API key, join token, join tokens from createMany, session) is minted
+// with an Idempotency-Key, its replay answers CONFLICT instead of showing
+// it again, and the secret part of none appears in the raw database file
+// (SQLite, with its WAL) or in any column of any table (PostgreSQL).
+func TestIdempotencyStoresNoCredential(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		var secrets []string
+		// The secret is what follows the prefix and id: bck_<id>_<secret>,
+		// bcs_<id>_<secret>, bcj1.<pin>.<id>.<secret>.
+		part := func(s, sep string, n int) string {
+			p := strings.SplitN(s, sep, n)
+			return p[len(p)-1]
+		}
+		calls := []struct{ method, body string }{
+			{"apiKeys.create", `{"tenant_id":"root","identity_id":"admin","name":"minted"}`},
+			{"joinTokens.create", `{"name":"one"}`},
+			{"joinTokens.createMany", `{"count":3}`},
+			{"sessions.create", `{}`},
+		}
+		for i, c := range calls {
+			hdr := map[string]string{"Idempotency-Key": fmt.Sprintf("cred-%d", i)}
+			r := do(t, e, "POST", "/api/v1/"+c.method, e.AdminKey, hdr, c.body)
+			expectCode(t, r, 200, "")
+			var out struct {
+				Key    string `json:"key"`
+				Token  string `json:"token"`
+				Value  string `json:"value"`
+				Tokens []struct {
+					Token string `json:"token"`
+				} `json:"tokens"`
+			}
+			if err := json.Unmarshal(r.body, &out); err != nil {
+				t.Fatal(err)
+			}
+			switch c.method {
+			case "apiKeys.create":
+				secrets = append(secrets, out.Key, part(out.Key, "_", 3))
+			case "joinTokens.create":
+				secrets = append(secrets, out.Token, part(out.Token, ".", 4))
+			case "joinTokens.createMany":
+				if len(out.Tokens) != 3 {
+					t.Fatalf("createMany: %s", r.body)
+				}
+				for _, tk := range out.Tokens {
+					secrets = append(secrets, tk.Token, part(tk.Token, ".", 4))
+				}
+			case "sessions.create":
+				secrets = append(secrets, out.Value, part(out.Value, "_", 3))
+			}
+			again := do(t, e, "POST", "/api/v1/"+c.method, e.AdminKey, hdr, c.body)
+			expectCode(t, again, 409, "CONFLICT")
+			if again.message() != shownOnceMessage {
+				t.Fatalf("%s replay: %q", c.method, again.message())
+			}
+		}
+		for _, s := range secrets {
+			if len(s) < 16 {
+				t.Fatalf("secret part %q too short to search for", s)
+			}
+		}
+		for _, where := range scanDatabase(t, db, secrets) {
+			t.Errorf("a credential is stored in clear: %s", where)
+		}
+	})
+}
+
+// scanDatabase returns where any of needles appears in db: in the SQLite
+// file and its WAL, or in any column of any table of the PostgreSQL schema.
+func scanDatabase(t *testing.T, db *store.DB, needles []string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var found []string
+	if db.Dialect == store.SQLite {
+		var seq int
+		var name, file string
+		if err := db.QueryRowContext(ctx, `PRAGMA database_list`).Scan(&seq, &name, &file); err != nil || file == "" {
+			t.Fatalf("sqlite file: %q %v", file, err)
+		}
+		read := 0
+		for _, f := range []string{file, file + "-wal", file + "-journal"} {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			read++
+			for _, n := range needles {
+				if bytes.Contains(b, []byte(n)) {
+					found = append(found, f+": "+n)
+				}
+			}
+		}
+		if read == 0 {
+			t.Fatal("no database file read")
+		}
+		return found
+	}
+	rows, err := db.QueryContext(ctx, `SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = current_schema()`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type col struct{ table, column, typ string }
+	var cols []col
+	for rows.Next() {
+		var c col
+		if err := rows.Scan(&c.table, &c.column, &c.typ); err != nil {
+			t.Fatal(err)
+		}
+		cols = append(cols, c)
+	}
+	rows.Close()
+	if len(cols) < 20 {
+		t.Fatalf("only %d columns found", len(cols))
+	}
+	for _, c := range cols {
+		expr := fmt.Sprintf(`CAST(%q AS TEXT)`, c.column)
+		if c.typ == "bytea" {
+			expr = fmt.Sprintf(`encode(%q, 'escape')`, c.column)
+		}
+		rs, err := db.QueryContext(ctx, fmt.Sprintf(`SELECT %s FROM %q WHERE %q IS NOT NULL`, expr, c.table, c.column))
+		if err != nil {
+			t.Fatalf("%s.%s: %v", c.table, c.column, err)
+		}
+		for rs.Next() {
+			var v string
+			if err := rs.Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range needles {
+				if strings.Contains(v, n) {
+					found = append(found, c.table+"."+c.column+": "+n)
+				}
+			}
+		}
+		rs.Close()
+	}
+	return found
+}
+
+// Idempotency keys expire after 24 hours (a key that old is new again, and
+// the sweep deletes it), and a key held by a request whose process died is
+// released when its lease runs out, then runs once.
+func TestIdempotencyExpiresAndReleases(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		clk := clock.NewFake(time.Now())
+		e := testenv.Start(t, db, testenv.Options{Clock: clk})
+		ctx := context.Background()
+		hdr := map[string]string{"Idempotency-Key": "k-exp"}
+		expectCode(t, do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, hdr, `{"name":"exp-1"}`), 200, "")
+		expectCode(t, do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, hdr, `{"name":"exp-2"}`), 409, "CONFLICT")
+		clk.Advance(api.IdempotencyTTL)
+		expectCode(t, do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, hdr, `{"name":"exp-2"}`), 200, "")
+
+		// A request that stored its key and died: its row is in progress.
+		body := `{"name":"stuck"}`
+		mac := hmac.New(sha256.New, server.IdempotencyKey(e.KEK))
+		mac.Write([]byte("tenants.create\x00" + body))
+		now := clk.Now()
+		if _, err := db.ExecContext(ctx, `INSERT INTO idempotency (tenant_id, identity_id, key, method, body_sha256, status, created_at, lease_expires_at) VALUES ('root', 'admin', 'k-stuck', 'tenants.create', $1, 0, $2, $3)`,
+			mac.Sum(nil), now.UnixMilli(), now.Add(2*time.Minute).UnixMilli()); err != nil {
+			t.Fatal(err)
+		}
+		stuck := map[string]string{"Idempotency-Key": "k-stuck"}
+		r := do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, stuck, body)
+		expectCode(t, r, 409, "CONFLICT")
+		if r.message() != "a request with this Idempotency-Key is still running" {
+			t.Fatalf("in progress: %q", r.message())
+		}
+		clk.Advance(2 * time.Minute)
+		first := do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, stuck, body)
+		expectCode(t, first, 200, "")
+		replay := do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, stuck, body)
+		if replay.status != 200 || string(replay.body) != string(first.body) {
+			t.Fatalf("replay after takeover: %d %s, first %s", replay.status, replay.body, first.body)
+		}
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM tenants WHERE name = 'stuck'`).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("%d tenants made (%v), want 1", n, err)
+		}
+
+		swept, err := api.SweepIdempotency(ctx, db, clk.Now().Add(api.IdempotencyTTL))
+		if err != nil || swept != 2 {
+			t.Fatalf("swept %d (%v), want 2", swept, err)
+		}
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM idempotency`).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("%d idempotency rows left (%v)", n, err)
+		}
+	})
+}
+
+// Errors name fields by their JSON path, never by a Go type.
+func TestErrorsNameJSONPaths(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	cases := []struct{ method, body, msg string }{
+		{"templates.create", `{"warm":"x"}`, `field "warm": wrong type`},
+		{"templates.create", `{"limits":{"cpu_millis":"x"}}`, `field "limits.cpu_millis": wrong type`},
+		{"templates.create", `{"limits":{"CPU_millis":1}}`, `unknown field "limits.CPU_millis"`},
+		{"nodes.list", `{"tenant_id":1}`, `field "tenant_id": wrong type`},
+		{"roles.create", `{"name":"r","statements":[{"effect":1}]}`, `field "statements[0].effect": wrong type`},
+		{"roles.create", `{"name":"r","statements":[{"effect":"allow","Actions":[]}]}`, `unknown field "statements[0].Actions"`},
+		{"templates.create", `{"env":{"K":7}}`, `field "env.K": wrong type`},
+	}
+	for _, c := range cases {
+		r := do(t, e, "POST", "/api/v1/"+c.method, e.AdminKey, nil, c.body)
+		expectCode(t, r, 400, "INVALID_INPUT")
+		if r.message() != c.msg {
+			t.Errorf("%s %s: %q, want %q", c.method, c.body, r.message(), c.msg)
+		}
+		for _, goName := range []string{"TemplateIn", "tenantIn", "Statement", "Limits"} {
+			if strings.Contains(r.message(), goName) {
+				t.Errorf("%s: message names a Go type: %q", c.method, r.message())
+			}
+		}
+	}
+}
+
+// Every string, list and number of every method's input has a bound (the
+// walk finds none without), and a string past its cap is refused.
+func TestInputsAreBounded(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	ms := e.CP.API.Methods()
+	if len(ms) < 40 {
+		t.Fatalf("only %d methods registered", len(ms))
+	}
+	for _, m := range ms {
+		if m.Input() == nil {
+			t.Errorf("%s: no input type", m.Name)
+			continue
+		}
+		for _, p := range api.LimitProblems(m.Input()) {
+			t.Errorf("%s: %s", m.Name, p)
+		}
+	}
+	long := strings.Repeat("n", 60000)
+	r := do(t, e, "POST", "/api/v1/apiKeys.create", e.AdminKey, nil, `{"tenant_id":"root","identity_id":"admin","name":"`+long+`"}`)
+	expectCode(t, r, 400, "INVALID_INPUT")
+	if r.message() != `field "name": at most 128 bytes` {
+		t.Fatalf("long name: %q", r.message())
+	}
+	var n int
+	if err := e.CP.DB.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM api_keys WHERE LENGTH(name) > 128`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d long names stored (%v)", n, err)
+	}
+	r = do(t, e, "POST", "/api/v1/roles.create", e.AdminKey, nil, `{"name":"r","statements":[{"effect":"allow","actions":["`+strings.Repeat("a", 129)+`"]}]}`)
+	if r.message() != `field "statements[0].actions[0]": at most 128 bytes` {
+		t.Fatalf("long action: %q", r.message())
+	}
+}
+
+// Every integer input has a range, and a value outside it is refused the
+// same way on every method: INVALID_INPUT naming the field and the range.
+// The edges themselves decode; one past either edge, negatives where the
+// range starts at 0, and the values that once overflowed a duration
+// (18446744074, 2^63-1, 2^64) do not.
+func TestNumericRanges(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	checked := 0
+	for _, m := range e.CP.API.Methods() {
+		for _, nb := range api.NumberBounds(m.Input()) {
+			checked++
+			path := strings.Join(nb.Path, ".")
+			body := func(v string) string {
+				b := v
+				for i := len(nb.Path) - 1; i >= 0; i-- {
+					b = fmt.Sprintf(`{%q:%s}`, nb.Path[i], b)
+				}
+				return b
+			}
+			for _, v := range []int64{nb.Min, nb.Max} {
+				in := reflect.New(m.Input()).Interface()
+				if err := api.Decode([]byte(body(fmt.Sprint(v))), in); err != nil {
+					t.Errorf("%s %s=%d: %v", m.Name, path, v, err)
+				}
+			}
+			want := fmt.Sprintf("field %q: an integer from %d to %d", path, nb.Min, nb.Max)
+			outside := []string{"1.5", "1e3"}
+			lo, hi := big.NewInt(nb.Min), big.NewInt(nb.Max)
+			for _, v := range []string{"-1", "18446744074", "9223372036854775807", "18446744073709551616", "-9223372036854775809",
+				new(big.Int).Sub(lo, big.NewInt(1)).String(), new(big.Int).Add(hi, big.NewInt(1)).String()} {
+				n, _ := new(big.Int).SetString(v, 10)
+				if n.Cmp(lo) < 0 || n.Cmp(hi) > 0 {
+					outside = append(outside, v)
+				}
+			}
+			for _, v := range outside {
+				r := do(t, e, "POST", "/api/v1/"+m.Name, e.AdminKey, nil, body(v))
+				if r.status != 400 || r.code() != "INVALID_INPUT" || r.message() != want {
+					t.Errorf("%s %s=%s: %d %s %q, want INVALID_INPUT %q", m.Name, path, v, r.status, r.code(), r.message(), want)
+				}
+			}
+		}
+	}
+	if checked < 15 {
+		t.Fatalf("only %d numeric fields found", checked)
+	}
+}
+
+// Every allowed mutation writes an audit row: the test walks the method
+// table and calls every method marked Mutates, as root's admin with valid
+// input, and finds an allowed row carrying that call's request id. A
+// mutating method the walk has no call for fails the test.
+func TestEveryMutationIsAudited(t *testing.T) {
+	storetest.ForEachDialect(t, everyMutationIsAudited)
+}
+
+func everyMutationIsAudited(t *testing.T, db *store.DB) {
+	e := testenv.Start(t, db, testenv.Options{Nodes: 1, SandboxRuntime: "sim"})
+	ctx := context.Background()
+	node := e.Nodes[0].NodeID()
+	var serial string
+	if err := e.CP.DB.QueryRowContext(ctx, `SELECT serial FROM node_certs WHERE node_id = $1 ORDER BY not_after DESC LIMIT 1`, node).Scan(&serial); err != nil {
+		t.Fatal(err)
+	}
+	var tarball bytes.Buffer
+	tw := tar.NewWriter(&tarball)
+	_ = tw.WriteHeader(&tar.Header{Name: "hello", Mode: 0o644, Size: 2})
+	_, _ = tw.Write([]byte("hi"))
+	_ = tw.Close()
+	digest := sha256.Sum256(tarball.Bytes())
+	newKey := func() []byte {
+		pub, _, _ := ed25519.GenerateKey(nil)
+		return pub
+	}
+
+	var state = map[string]string{}
+	call := func(t *testing.T, method, body string) map[string]any {
+		t.Helper()
+		rid := "audit-walk-" + strings.ReplaceAll(method, ".", "-")
+		r := do(t, e, "POST", "/api/v1/"+method, e.AdminKey, map[string]string{"X-Request-Id": rid}, body)
+		expectCode(t, r, 200, "")
+		var n int
+		if err := e.CP.DB.QueryRowContext(ctx, `SELECT COUNT(*) FROM audit_events WHERE request_id = $1 AND outcome = 'allowed'`, rid).Scan(&n); err != nil || n < 1 {
+			t.Errorf("%s wrote no audit row (%d, %v)", method, n, err)
+		}
+		var out map[string]any
+		_ = json.Unmarshal(r.body, &out)
+		return out
+	}
+	str := func(v any) string { s, _ := v.(string); return s }
+	steps := []struct {
+		method string
+		body   func() string
+		keep   func(map[string]any)
+	}{
+		{"tenants.create", func() string { return `{"name":"audit-walk"}` }, func(o map[string]any) { state["tenant"] = str(o["id"]) }},
+		{"tenants.suspend", func() string { return `{"id":"` + state["tenant"] + `"}` }, nil},
+		{"tenants.resume", func() string { return `{"id":"` + state["tenant"] + `"}` }, nil},
+		{"identities.create", func() string { return `{"name":"walker","kind":"agent"}` }, func(o map[string]any) { state["identity"] = str(o["id"]) }},
+		{"roles.create", func() string {
+			return `{"name":"walker","statements":[{"effect":"allow","actions":["compute:nodes:list"],"resources":["*"]}]}`
+		}, func(o map[string]any) { state["role"] = str(o["id"]) }},
+		{"bindings.create", func() string { return `{"identity_id":"` + state["identity"] + `","role_id":"` + state["role"] + `"}` }, func(o map[string]any) { state["binding"] = str(o["id"]) }},
+		{"bindings.delete", func() string { return `{"id":"` + state["binding"] + `"}` }, nil},
+		{"apiKeys.create", func() string { return `{"identity_id":"admin","name":"walk"}` }, func(o map[string]any) { state["key"] = str(o["id"]) }},
+		{"apiKeys.revoke", func() string { return `{"id":"` + state["key"] + `"}` }, nil},
+		{"sessions.create", func() string { return `{}` }, nil},
+		{"joinTokens.create", func() string { return `{}` }, nil},
+		{"joinTokens.createMany", func() string { return `{"count":2}` }, nil},
+		{"secrets.put", func() string { return `{"name":"walk","value_base64":"aGk="}` }, func(o map[string]any) { state["secret"] = str(o["ref"]) }},
+		{"secrets.delete", func() string { return `{"ref":"` + state["secret"] + `"}` }, nil},
+		{"commands.create", func() string { return `{"node_id":"` + node + `","kind":"node.ping"}` }, nil},
+		{"commands.fanout", func() string { return `{"node_ids":["` + node + `"],"kind":"node.ping"}` }, nil},
+		{"batches.create", func() string { return `{"leaves":[{"node_id":"` + node + `","kind":"node.reboot"}]}` }, func(o map[string]any) {
+			state["batch"], state["root"], state["deployment"] = str(o["id"]), str(o["root"]), str(o["deployment"])
+			state["expires"] = fmt.Sprint(int64(o["expires_at_ms"].(float64)))
+		}},
+		{"batches.approve", func() string {
+			root, _ := hex.DecodeString(state["root"])
+			var exp int64
+			fmt.Sscan(state["expires"], &exp)
+			k := e.ApproverKeys[0]
+			sig := ed25519.Sign(k, quorumwire.ApprovalMessage(state["deployment"], state["batch"], root, exp))
+			b, _ := json.Marshal(map[string]any{"id": state["batch"], "approver_key": []byte(k.Public().(ed25519.PublicKey)), "signature": sig})
+			return string(b)
+		}, nil},
+		{"commands.createInBatch", func() string {
+			return `{"node_id":"` + node + `","kind":"node.reboot","batch_id":"` + state["batch"] + `"}`
+		}, nil},
+		{"approvers.sign", func() string {
+			set, err := quorumwire.NewApproverSet(1, 1, [][]byte{newKey()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := e.ApproverKeys[0]
+			sig := ed25519.Sign(k, quorumwire.ApproverSetMessage(e.Bundle.Deployment, set))
+			b, _ := json.Marshal(map[string]any{"generation": 1, "threshold": 1, "keys": set.RawKeys(), "approver_key": []byte(k.Public().(ed25519.PublicKey)), "signature": sig})
+			return string(b)
+		}, nil},
+		{"images.beginUpload", func() string { return `{}` }, func(o map[string]any) { state["upload"] = str(o["upload_id"]) }},
+		{"images.uploadChunk", func() string {
+			return `{"upload_id":"` + state["upload"] + `","offset":0,"data_base64":"` + base64.StdEncoding.EncodeToString(tarball.Bytes()) + `"}`
+		}, nil},
+		{"images.import", func() string {
+			return `{"upload_id":"` + state["upload"] + `","name":"walk","digest":"sha256:` + hex.EncodeToString(digest[:]) + `"}`
+		}, nil},
+		{"templates.create", func() string { return `{"name":"walk","image":"walk","runtime":"sim"}` }, nil},
+		{"sandboxes.create", func() string { return `{"template":"walk"}` }, func(o map[string]any) { state["sandbox"] = str(o["id"]) }},
+		{"sandboxes.exec", func() string { return `{"id":"` + state["sandbox"] + `","argv":["echo","hi"],"timeout_seconds":10}` }, nil},
+		{"sandboxes.extend", func() string { return `{"id":"` + state["sandbox"] + `","seconds":60}` }, nil},
+		{"sandboxes.delete", func() string { return `{"id":"` + state["sandbox"] + `"}` }, nil},
+		{"nodes.restrict", func() string {
+			return `{"node_id":"` + node + `","serial":"` + serial + `","allowed_kinds":["node.ping"]}`
+		}, nil},
+		{"tenants.delete", func() string { return `{"id":"` + state["tenant"] + `"}` }, nil},
+		{"nodes.revoke", func() string { return `{"node_id":"` + node + `","serial":"` + serial + `"}` }, nil},
+	}
+	walked := map[string]bool{}
+	for _, s := range steps {
+		out := call(t, s.method, s.body())
+		if t.Failed() {
+			t.FailNow()
+		}
+		if s.keep != nil {
+			s.keep(out)
+		}
+		walked[s.method] = true
+	}
+	mutating := 0
+	for _, m := range e.CP.API.Methods() {
+		if m.Mutates {
+			mutating++
+			if !walked[m.Name] {
+				t.Errorf("mutating method %s is not walked", m.Name)
+			}
+		}
+	}
+	if mutating != len(steps) {
+		t.Errorf("%d mutating methods, %d walked", mutating, len(steps))
+	}
 }

@@ -55,7 +55,7 @@ func (m Modules) Resolvers() map[string]Resolver {
 }
 
 type tenantIn struct {
-	TenantID string `json:"tenant_id"`
+	TenantID string `json:"tenant_id" api:"max=64"`
 }
 
 func byTenant[In interface{ tenant() string }](in In) Target { return Target{Tenant: in.tenant()} }
@@ -65,51 +65,51 @@ func (t tenantIn) tenant() string { return t.TenantID }
 // Methods returns every method of the security chain and access control.
 func Methods(m Modules) []Method {
 	type idIn struct {
-		ID string `json:"id"`
+		ID string `json:"id" api:"max=64"`
 	}
 	type revokeIn struct {
-		NodeID string `json:"node_id"`
-		Serial string `json:"serial"`
+		NodeID string `json:"node_id" api:"max=64"`
+		Serial string `json:"serial" api:"max=128"`
 	}
 	type restrictIn struct {
-		NodeID       string   `json:"node_id"`
-		Serial       string   `json:"serial"`
-		AllowedKinds []string `json:"allowed_kinds"`
+		NodeID       string   `json:"node_id" api:"max=64"`
+		Serial       string   `json:"serial" api:"max=128"`
+		AllowedKinds []string `json:"allowed_kinds" api:"items=64,max=64"`
 	}
 	type tokenIn struct {
 		tenantIn
-		Role       string `json:"role"`
-		Name       string `json:"name"`
-		TTLSeconds int64  `json:"ttl_seconds"`
+		Role       string `json:"role" api:"max=32"`
+		Name       string `json:"name" api:"max=63"`
+		TTLSeconds int64  `json:"ttl_seconds" api:"min=0,max=604800"`
 	}
 	type createIn struct {
-		NodeID     string          `json:"node_id"`
-		Kind       string          `json:"kind"`
+		NodeID     string          `json:"node_id" api:"max=64"`
+		Kind       string          `json:"kind" api:"max=64"`
 		Payload    json.RawMessage `json:"payload"`
-		TTLSeconds int64           `json:"ttl_seconds"`
+		TTLSeconds int64           `json:"ttl_seconds" api:"min=0,max=86400"`
 	}
 	type tokensIn struct {
 		tenantIn
-		Role       string `json:"role"`
-		Count      int    `json:"count"`
-		TTLSeconds int64  `json:"ttl_seconds"`
+		Role       string `json:"role" api:"max=32"`
+		Count      int    `json:"count" api:"min=1,max=10000"`
+		TTLSeconds int64  `json:"ttl_seconds" api:"min=0,max=604800"`
 	}
 	type fanoutIn struct {
 		tenantIn
-		NodeIDs    []string          `json:"node_ids"`
-		Labels     map[string]string `json:"labels"`
-		Kind       string            `json:"kind"`
+		NodeIDs    []string          `json:"node_ids" api:"items=10000,max=64"`
+		Labels     map[string]string `json:"labels" api:"items=64,keymax=63,max=63"`
+		Kind       string            `json:"kind" api:"max=64"`
 		Payload    json.RawMessage   `json:"payload"`
-		TTLSeconds int64             `json:"ttl_seconds"`
+		TTLSeconds int64             `json:"ttl_seconds" api:"min=0,max=86400"`
 	}
 	type listIn struct {
 		tenantIn
-		NodeID string `json:"node_id"`
-		State  string `json:"state"`
-		Limit  int    `json:"limit"`
+		NodeID string `json:"node_id" api:"max=64"`
+		State  string `json:"state" api:"max=32"`
+		Limit  int    `json:"limit" api:"min=0,max=1000"`
 	}
 	type eventsIn struct {
-		Type string `json:"type"`
+		Type string `json:"type" api:"max=128"`
 	}
 	byID := func(kind string) func(idIn) Target {
 		return func(in idIn) Target { return Target{Kind: kind, ID: in.ID} }

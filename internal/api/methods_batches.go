@@ -24,30 +24,30 @@ type BatchModules struct {
 // the server only checks and stores them, and nodes check them again.
 func BatchMethods(m BatchModules) []Method {
 	type createIn struct {
-		Leaves         []quorum.LeafInput `json:"leaves"`
-		ExpiresSeconds int64              `json:"expires_seconds"`
+		Leaves         []quorum.LeafInput `json:"leaves" api:"items=4096"`
+		ExpiresSeconds int64              `json:"expires_seconds" api:"min=0,max=604800"`
 	}
 	type idIn struct {
-		ID string `json:"id"`
+		ID string `json:"id" api:"max=64"`
 	}
 	type approveIn struct {
-		ID          string `json:"id"`
-		ApproverKey []byte `json:"approver_key"` // base64 Ed25519 public key
-		Signature   []byte `json:"signature"`    // base64
+		ID          string `json:"id" api:"max=64"`
+		ApproverKey []byte `json:"approver_key" api:"max=64"` // base64 Ed25519 public key
+		Signature   []byte `json:"signature" api:"max=128"`   // base64
 	}
 	type signSetIn struct {
-		Generation  uint64   `json:"generation"`
-		Threshold   int      `json:"threshold"`
-		Keys        [][]byte `json:"keys"` // base64 Ed25519 public keys
-		ApproverKey []byte   `json:"approver_key"`
-		Signature   []byte   `json:"signature"`
+		Generation  uint64   `json:"generation" api:"min=1,max=9007199254740991"`
+		Threshold   int      `json:"threshold" api:"min=1,max=32"`
+		Keys        [][]byte `json:"keys" api:"items=32,max=64"` // base64 Ed25519 public keys
+		ApproverKey []byte   `json:"approver_key" api:"max=64"`
+		Signature   []byte   `json:"signature" api:"max=128"`
 	}
 	type runIn struct {
-		NodeID     string          `json:"node_id"`
-		Kind       string          `json:"kind"`
+		NodeID     string          `json:"node_id" api:"max=64"`
+		Kind       string          `json:"kind" api:"max=64"`
 		Payload    json.RawMessage `json:"payload"`
-		TTLSeconds int64           `json:"ttl_seconds"`
-		BatchID    string          `json:"batch_id"`
+		TTLSeconds int64           `json:"ttl_seconds" api:"min=0,max=86400"`
+		BatchID    string          `json:"batch_id" api:"max=64"`
 	}
 	return []Method{
 		Def("batches.create", "compute:batches:create", true, func(createIn) Target { return Target{Tenant: "root"} }, func(ctx context.Context, c *Caller, in createIn) (any, error) {

@@ -12,37 +12,37 @@ import (
 // iamMethods are tenants, identities, roles, bindings and API keys.
 func iamMethods(m Modules) []Method {
 	type tenantCreateIn struct {
-		ParentID string `json:"parent_id"`
-		Name     string `json:"name"`
+		ParentID string `json:"parent_id" api:"max=64"`
+		Name     string `json:"name" api:"max=63"`
 	}
 	type idIn struct {
-		ID string `json:"id"`
+		ID string `json:"id" api:"max=64"`
 	}
 	type identityIn struct {
 		tenantIn
-		Name string `json:"name"`
-		Kind string `json:"kind"`
+		Name string `json:"name" api:"max=63"`
+		Kind string `json:"kind" api:"max=32"`
 	}
 	type roleIn struct {
 		tenantIn
-		Name       string          `json:"name"`
-		Statements []iam.Statement `json:"statements"`
+		Name       string          `json:"name" api:"max=63"`
+		Statements []iam.Statement `json:"statements" api:"items=64"`
 	}
 	type bindIn struct {
 		tenantIn
-		IdentityID string `json:"identity_id"`
-		RoleID     string `json:"role_id"`
+		IdentityID string `json:"identity_id" api:"max=64"`
+		RoleID     string `json:"role_id" api:"max=64"`
 	}
 	type unbindIn struct {
 		tenantIn
-		ID string `json:"id"`
+		ID string `json:"id" api:"max=64"`
 	}
 	type keyIn struct {
 		tenantIn
-		IdentityID string   `json:"identity_id"`
-		Name       string   `json:"name"`
-		TTLSeconds int64    `json:"ttl_seconds"`
-		Scopes     []string `json:"scopes"`
+		IdentityID string   `json:"identity_id" api:"max=64"`
+		Name       string   `json:"name" api:"max=128"`
+		TTLSeconds int64    `json:"ttl_seconds" api:"min=0,max=31622400"`
+		Scopes     []string `json:"scopes" api:"items=64,max=128"`
 	}
 	// sessionIn names one session (or identity) of a tenant.
 	type sessionIn struct {

@@ -18,37 +18,37 @@ func sandboxMethods(m Modules) []Method {
 		return nil
 	}
 	type chunkIn struct {
-		UploadID   string `json:"upload_id"`
-		Offset     int64  `json:"offset"`
-		DataBase64 string `json:"data_base64"`
+		UploadID   string `json:"upload_id" api:"max=64"`
+		Offset     int64  `json:"offset" api:"min=0,max=2147483648"`
+		DataBase64 string `json:"data_base64" api:"max=54620"`
 	}
 	type importIn struct {
-		UploadID string `json:"upload_id"`
-		Name     string `json:"name"`
-		Digest   string `json:"digest"`
+		UploadID string `json:"upload_id" api:"max=64"`
+		Name     string `json:"name" api:"max=128"`
+		Digest   string `json:"digest" api:"max=71"`
 	}
 	type templateIn struct {
 		tenantIn
 		sandboxes.TemplateIn
 	}
 	type templateRef struct {
-		ID string `json:"id"`
+		ID string `json:"id" api:"max=64"`
 	}
 	type createIn struct {
 		tenantIn
-		Template string `json:"template"`
+		Template string `json:"template" api:"max=64"`
 	}
 	type sandboxRef struct {
-		ID string `json:"id"`
+		ID string `json:"id" api:"max=64"`
 	}
 	type extendIn struct {
-		ID      string `json:"id"`
-		Seconds int64  `json:"seconds"`
+		ID      string `json:"id" api:"max=64"`
+		Seconds int64  `json:"seconds" api:"min=60,max=604800"`
 	}
 	type execIn struct {
-		ID             string   `json:"id"`
-		Argv           []string `json:"argv"`
-		TimeoutSeconds int64    `json:"timeout_seconds"`
+		ID             string   `json:"id" api:"max=64"`
+		Argv           []string `json:"argv" api:"items=256,max=16384"`
+		TimeoutSeconds int64    `json:"timeout_seconds" api:"min=0,max=600"`
 	}
 	upload := func(in chunkIn) Target { return Target{Kind: "image-upload", ID: in.UploadID} }
 	sbx := func(in sandboxRef) Target { return Target{Kind: "sandbox", ID: in.ID} }
@@ -66,7 +66,7 @@ func sandboxMethods(m Modules) []Method {
 			if err != nil {
 				return nil, errs.New(errs.InvalidInput, "data_base64: not base64")
 			}
-			next, err := s.PutChunk(ctx, in.UploadID, in.Offset, data)
+			next, err := s.PutChunk(ctx, c.Actor(), in.UploadID, in.Offset, data)
 			if err != nil {
 				return nil, err
 			}

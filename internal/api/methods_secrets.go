@@ -12,16 +12,16 @@ import (
 func secretMethods(m Modules) []Method {
 	type putIn struct {
 		tenantIn
-		Name        string `json:"name"`
-		ValueBase64 string `json:"value_base64"`
-		Scope       string `json:"scope"`
+		Name        string `json:"name" api:"max=128"`
+		ValueBase64 string `json:"value_base64" api:"max=65536"`
+		Scope       string `json:"scope" api:"max=16"`
 	}
 	type refIn struct {
-		Ref string `json:"ref"`
+		Ref string `json:"ref" api:"max=256"`
 	}
 	type deleteIn struct {
-		Ref   string `json:"ref"`
-		Scope string `json:"scope"`
+		Ref   string `json:"ref" api:"max=256"`
+		Scope string `json:"scope" api:"max=16"`
 	}
 	return []Method{
 		Def("secrets.put", "compute:secrets:manage", true, byTenant[putIn], func(ctx context.Context, c *Caller, in putIn) (any, error) {

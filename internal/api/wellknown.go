@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	jose "github.com/go-jose/go-jose/v4"
 
@@ -105,14 +106,51 @@ func Guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodTrace, http.MethodConnect, "TRACK":
-			rid := SecurityHeaders(w, r)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusMethodNotAllowed)
-			var eb ErrorBody
-			eb.Error.Code, eb.Error.Message, eb.Error.RequestID = errs.InvalidInput, "method not allowed", rid
-			_ = json.NewEncoder(w).Encode(eb)
+			writeError(w, r, http.StatusMethodNotAllowed, errs.InvalidInput, "method not allowed")
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// Site routes one listener. Every path under /api/ goes to the envelope
+// (which answers an unknown one NOT_FOUND after authentication); a GET or
+// HEAD of a path in pages goes to its handler; any other request answers
+// in the envelope's JSON error shape with its headers: 405 (with Allow)
+// for another method on a page, 404 NOT_FOUND for any other path. Paths
+// are taken as sent: nothing is cleaned or redirected. Wrap it in Guard.
+func Site(envelope http.Handler, pages map[string]http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			envelope.ServeHTTP(w, r)
+			return
+		}
+		page, ok := pages[r.URL.Path]
+		switch {
+		case ok && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+			page.ServeHTTP(w, r)
+		case ok:
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, r, http.StatusMethodNotAllowed, errs.InvalidInput, "method not allowed")
+		default:
+			writeError(w, r, http.StatusNotFound, errs.NotFound, "not found")
+		}
+	})
+}
+
+// NotFound answers every request 404 NOT_FOUND in the envelope's shape.
+func NotFound() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, http.StatusNotFound, errs.NotFound, "not found")
+	})
+}
+
+// writeError answers with the security headers and the JSON error shape.
+func writeError(w http.ResponseWriter, r *http.Request, status int, code errs.Code, msg string) {
+	rid := SecurityHeaders(w, r)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	var eb ErrorBody
+	eb.Error.Code, eb.Error.Message, eb.Error.RequestID = code, msg, rid
+	_ = json.NewEncoder(w).Encode(eb)
 }

@@ -132,6 +132,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.PKI.KEKFile, "kek-file", cfg.PKI.KEKFile, "key-encryption key file (0600); BC_KEK overrides; not read by a gateway-only process")
 	f.StringVar(&roles, "roles", roles, "roles to run, comma-separated")
 	f.StringVar(&cfg.API.Listen, "api", cfg.API.Listen, "API listen address")
+	f.StringVar(&cfg.Metrics.Listen, "metrics", cfg.Metrics.Listen, "Prometheus /metrics listen address (loopback by default; never the API listener); empty: none")
 	f.StringVar(&cfg.Gateway.Listen, "gateway", cfg.Gateway.Listen, "gateway listen address")
 	f.StringVar(&names, "gateway-names", names, "comma-separated DNS names for the gateway certificate")
 	f.StringVar(&cfg.Gateway.CertFile, "gateway-cert", "", "the gateway's certificate (pki issue-gateway); a gateway without the api role needs it")
@@ -186,10 +187,11 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, db *store.D
 	}
 	rl := cfg.API.RateLimits
 	so := server.Options{DB: db, Bundle: b, KEK: kek, Roles: cfg.Roles, Clock: clock.Real{}, Log: log, SandboxImages: cfg.Sandboxes.Images,
-		APIListen: cfg.API.Listen, GatewayListen: cfg.Gateway.Listen, GatewayNames: cfg.Gateway.Names, TrustedProxies: proxies,
+		APIListen: cfg.API.Listen, MetricsListen: cfg.Metrics.Listen, GatewayListen: cfg.Gateway.Listen, GatewayNames: cfg.Gateway.Names, TrustedProxies: proxies,
 		SessionCookies: cfg.API.SessionCookies, BaseURL: cfg.API.BaseURL, AuditSealInterval: cfg.SealInterval(),
 		InternalListen: cfg.API.InternalListen, Control: cfg.Gateway.Control,
-		RateLimits: api.RateLimits{ReadPerSecond: rl.ReadPerSecond, ReadBurst: rl.ReadBurst, MutatePerSecond: rl.MutatePerSecond, MutateBurst: rl.MutateBurst}}
+		RateLimits: api.RateLimits{ReadPerSecond: rl.ReadPerSecond, ReadBurst: rl.ReadBurst, MutatePerSecond: rl.MutatePerSecond, MutateBurst: rl.MutateBurst,
+			FailedAuthPerSecond: rl.FailedAuthPerSecond, FailedAuthBurst: rl.FailedAuthBurst}}
 	if cfg.Gateway.CertFile != "" {
 		cert, err := pki.LoadGatewayCert(cfg.Gateway.CertFile, cfg.Gateway.KeyFile)
 		if err != nil {
@@ -210,7 +212,7 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, db *store.D
 		return &ExitError{Code: 2, Err: err}
 	}
 	defer cp.Close()
-	log.Info("serving", "roles", strings.Join(cfg.Roles, ","), "api", cp.APIAddr, "gateway", cp.GatewayAddr, "internal", cp.InternalAddr)
+	log.Info("serving", "roles", strings.Join(cfg.Roles, ","), "api", cp.APIAddr, "gateway", cp.GatewayAddr, "internal", cp.InternalAddr, "metrics", cp.MetricsAddr)
 	if started != nil {
 		started(cp)
 	}

@@ -48,8 +48,17 @@ type Config struct {
 			ReadBurst       float64 `toml:"read_burst"`        // default 100
 			MutatePerSecond float64 `toml:"mutate_per_second"` // default 10
 			MutateBurst     float64 `toml:"mutate_burst"`      // default 20
+			// Failed authentications per caller address.
+			FailedAuthPerSecond float64 `toml:"failed_auth_per_second"` // default 1
+			FailedAuthBurst     float64 `toml:"failed_auth_burst"`      // default 10
 		} `toml:"rate_limits"`
 	} `toml:"api"`
+
+	Metrics struct {
+		// Listen is where GET /metrics is served, never on the API
+		// listener; default 127.0.0.1:7782 (loopback); "" serves none.
+		Listen string `toml:"listen"`
+	} `toml:"metrics"`
 
 	Gateway struct {
 		Listen string   `toml:"listen"` // default 127.0.0.1:7781
@@ -83,6 +92,8 @@ func Default() Config {
 	c.API.Listen = "127.0.0.1:7780"
 	c.API.RateLimits.ReadPerSecond, c.API.RateLimits.ReadBurst = 50, 100
 	c.API.RateLimits.MutatePerSecond, c.API.RateLimits.MutateBurst = 10, 20
+	c.API.RateLimits.FailedAuthPerSecond, c.API.RateLimits.FailedAuthBurst = 1, 10
+	c.Metrics.Listen = "127.0.0.1:7782"
 	c.Gateway.Listen = "127.0.0.1:7781"
 	c.Gateway.Names = []string{"localhost"}
 	c.Audit.SealInterval = "1h"
@@ -190,6 +201,12 @@ func (c Config) Validate() error {
 	if c.API.InternalListen != "" {
 		checkAddr("api.internal_listen", c.API.InternalListen)
 	}
+	if c.Metrics.Listen != "" {
+		checkAddr("metrics.listen", c.Metrics.Listen)
+		if c.API.Listen == c.Metrics.Listen && slices.Contains(c.Roles, "api") {
+			add("metrics.listen", "must differ from api.listen: metrics are never served on the API listener")
+		}
+	}
 	if slices.Contains(c.Roles, "gateway") {
 		checkAddr("gateway.listen", c.Gateway.Listen)
 		if len(c.Gateway.Names) == 0 {
@@ -208,7 +225,8 @@ func (c Config) Validate() error {
 	}
 	rl := c.API.RateLimits
 	for path, v := range map[string]float64{"api.rate_limits.read_per_second": rl.ReadPerSecond, "api.rate_limits.read_burst": rl.ReadBurst,
-		"api.rate_limits.mutate_per_second": rl.MutatePerSecond, "api.rate_limits.mutate_burst": rl.MutateBurst} {
+		"api.rate_limits.mutate_per_second": rl.MutatePerSecond, "api.rate_limits.mutate_burst": rl.MutateBurst,
+		"api.rate_limits.failed_auth_per_second": rl.FailedAuthPerSecond, "api.rate_limits.failed_auth_burst": rl.FailedAuthBurst} {
 		if v <= 0 {
 			add(path, "must be positive")
 		}

@@ -67,12 +67,30 @@ func TestGatewayOnlyNeedsCertAndControlNotKEK(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "gateway.cert_file") || !strings.Contains(err.Error(), "gateway.control") || strings.Contains(err.Error(), "pki.kek_file") {
 		t.Fatalf("gateway-only without cert or control: %v", err)
 	}
-	c.Gateway.CertFile, c.Gateway.KeyFile, c.Gateway.Control = "gw/gateway.crt", "gw/gateway.key", "10.0.0.5:7782"
+	c.Gateway.CertFile, c.Gateway.KeyFile, c.Gateway.Control = "gw/gateway.crt", "gw/gateway.key", "10.0.0.5:7783"
 	if err := c.Validate(); err != nil {
 		t.Fatalf("complete gateway-only config: %v", err)
 	}
 	c.Roles = []string{"gateway", "workers"}
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "pki.kek_file") {
 		t.Fatalf("workers without a KEK: %v", err)
+	}
+}
+
+func TestMetricsListenerIsLoopbackAndApart(t *testing.T) {
+	if got := Default().Metrics.Listen; got != "127.0.0.1:7782" {
+		t.Fatalf("default metrics.listen %q", got)
+	}
+	c, err := Parse([]byte("[metrics]\nlisten = \"\"\n"))
+	if err != nil || c.Metrics.Listen != "" {
+		t.Fatalf("metrics off: %q %v", c.Metrics.Listen, err)
+	}
+	_, err = Parse([]byte("[api]\nlisten = \"127.0.0.1:9000\"\n[metrics]\nlisten = \"127.0.0.1:9000\"\n"))
+	if err == nil || !strings.Contains(err.Error(), "metrics.listen: must differ from api.listen") {
+		t.Fatalf("metrics on the API listener: %v", err)
+	}
+	_, err = Parse([]byte("[metrics]\nlisten = \"nowhere\"\n[api.rate_limits]\nfailed_auth_burst = 0\n"))
+	if err == nil || !strings.Contains(err.Error(), "metrics.listen: host:port expected") || !strings.Contains(err.Error(), "api.rate_limits.failed_auth_burst: must be positive") {
+		t.Fatalf("bad metrics.listen: %v", err)
 	}
 }

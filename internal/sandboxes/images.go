@@ -41,10 +41,17 @@ func (s *Service) BeginUpload(ctx context.Context, actor audit.Entry, tenant str
 		return "", errs.New(errs.InvalidConfig, "no image store is configured")
 	}
 	id := ids.New("upl")
-	_, err := s.db.ExecContext(ctx, `INSERT INTO sandbox_uploads (id, tenant_id, identity_id, next_offset, created_at) VALUES ($1, $2, $3, 0, $4)`,
-		id, tenant, actor.Actor, s.clk.Now().UnixMilli())
+	now := s.clk.Now()
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO sandbox_uploads (id, tenant_id, identity_id, next_offset, created_at) VALUES ($1, $2, $3, 0, $4)`,
+			id, tenant, actor.Actor, now.UnixMilli()); err != nil {
+			return fmt.Errorf("sandboxes: begin upload: %w", err)
+		}
+		actor.Action, actor.Resource, actor.Outcome = "compute:images:create", "image-upload/"+id, "allowed"
+		return audit.Record(ctx, tx, now, actor)
+	})
 	if err != nil {
-		return "", fmt.Errorf("sandboxes: begin upload: %w", err)
+		return "", err
 	}
 	return id, nil
 }
@@ -63,8 +70,9 @@ func (s *Service) UploadTenantOf(ctx context.Context, id string) (string, error)
 }
 
 // PutChunk stores the chunk at offset of an upload; offsets must follow
-// each other with no gap and no overlap.
-func (s *Service) PutChunk(ctx context.Context, upload string, offset int64, data []byte) (int64, error) {
+// each other with no gap and no overlap. The upload's advance and its
+// audit row are one transaction.
+func (s *Service) PutChunk(ctx context.Context, actor audit.Entry, upload string, offset int64, data []byte) (int64, error) {
 	if len(data) == 0 || len(data) > MaxChunk {
 		return 0, errs.New(errs.InvalidInput, fmt.Sprintf("data: 1 to %d bytes", MaxChunk))
 	}
@@ -82,13 +90,21 @@ func (s *Service) PutChunk(ctx context.Context, upload string, offset int64, dat
 	if err := s.images.WriteAll(ctx, stagingKey(upload, offset), data, nil); err != nil {
 		return 0, fmt.Errorf("sandboxes: stage chunk: %w", err)
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE sandbox_uploads SET next_offset = $1 WHERE id = $2 AND next_offset = $3 AND done_at IS NULL`,
-		offset+int64(len(data)), upload, offset)
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE sandbox_uploads SET next_offset = $1 WHERE id = $2 AND next_offset = $3 AND done_at IS NULL`,
+			offset+int64(len(data)), upload, offset)
+		if err != nil {
+			return fmt.Errorf("sandboxes: advance upload: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return errs.New(errs.Conflict, "offset: another chunk won")
+		}
+		actor.Action, actor.Resource, actor.Outcome = "compute:images:create", "image-upload/"+upload, "allowed"
+		actor.Details = map[string]any{"offset": offset, "bytes": len(data)}
+		return audit.Record(ctx, tx, s.clk.Now(), actor)
+	})
 	if err != nil {
-		return 0, fmt.Errorf("sandboxes: advance upload: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return 0, errs.New(errs.Conflict, "offset: another chunk won")
+		return 0, err
 	}
 	return offset + int64(len(data)), nil
 }
@@ -194,7 +210,7 @@ func (s *Service) ImportBytes(ctx context.Context, actor audit.Entry, tenant, na
 		return Image{}, err
 	}
 	for off := 0; off < len(tarball); off += MaxChunk {
-		if _, err := s.PutChunk(ctx, up, int64(off), tarball[off:min(off+MaxChunk, len(tarball))]); err != nil {
+		if _, err := s.PutChunk(ctx, actor, up, int64(off), tarball[off:min(off+MaxChunk, len(tarball))]); err != nil {
 			return Image{}, err
 		}
 	}

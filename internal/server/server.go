@@ -59,6 +59,10 @@ type Options struct {
 	Roles  []string // default: all three
 	// APIListen and GatewayListen are host:port; port 0 picks one.
 	APIListen, GatewayListen string
+	// MetricsListen is host:port of the Prometheus /metrics listener, apart
+	// from the API (the metrics name methods and counts of every tenant,
+	// so they are never served on the API listener); "" serves none.
+	MetricsListen string
 	// GatewayNames are the DNS names in the gateway's TLS certificate
 	// (default localhost); loopback IPs are always included. They apply
 	// when the process issues that certificate itself (with the api role).
@@ -124,10 +128,13 @@ type ControlPlane struct {
 	Metrics   *prometheus.Registry
 	Gateway   *gateway.Gateway
 	Quorum    *quorum.Service
+	// API is the public API's envelope and method table (api role only).
+	API *api.Server
 	// Audit is the audit log's sealing job (workers role only).
 	Audit *auditlog.Worker
 
 	APIAddr     string // host:port the API listens on ("" without the api role)
+	MetricsAddr string // host:port /metrics listens on ("" without MetricsListen)
 	GatewayAddr string // host:port the gateway listens on
 	// InternalAddr is the host:port of the internal channel ("" unless the
 	// api role serves one).
@@ -229,7 +236,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		cp.Signer.HoldBatchesUntilApproved(cp.Quorum)
 		cp.wg.Add(2)
 		go func() { defer cp.wg.Done(); cp.Signer.Run(rctx, time.Second) }()
-		go func() { defer cp.wg.Done(); cp.sweep(rctx, o.Log) }()
+		go func() { defer cp.wg.Done(); cp.sweep(rctx, o.Clock, o.Log) }()
 		if err := cp.startAudit(rctx, o); err != nil {
 			return fail(err)
 		}
@@ -310,32 +317,27 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys, Secrets: cp.Secrets, Sandboxes: cp.Sandboxes}
 		// Idempotency digests are keyed, so a stored digest of a body that
 		// carried a secret is no guessing oracle.
-		idemKey := sha256.Sum256(append([]byte("bc-idempotency-v1\x00"), o.KEK[:]...))
 		srv, err := api.NewServer(api.Config{TrustedProxies: o.TrustedProxies, SessionCookies: o.SessionCookies, BaseURL: o.BaseURL, RateLimits: o.RateLimits},
-			api.Deps{DB: o.DB, Keys: cp.APIKeys, IAM: cp.IAM, Resolvers: mods.Resolvers(), Clock: o.Clock, Log: o.Log, Metrics: cp.Metrics, IdempotencyKey: idemKey[:]})
+			api.Deps{DB: o.DB, Keys: cp.APIKeys, IAM: cp.IAM, Resolvers: mods.Resolvers(), Clock: o.Clock, Log: o.Log, Metrics: cp.Metrics, IdempotencyKey: IdempotencyKey(o.KEK)})
 		if err != nil {
 			return fail(err)
 		}
 		srv.Register(api.Methods(mods)...)
 		srv.Register(api.BatchMethods(api.BatchModules{Quorum: cp.Quorum, Commands: cp.Commands})...)
-		mux := http.NewServeMux()
-		mux.Handle("/api/v1/", srv)
-		mux.Handle("GET /.well-known/better-compute", api.NewWellKnown(b).Handler(o.Log))
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-			api.SecurityHeaders(w, r)
-			_, _ = w.Write([]byte("ok\n"))
-		})
-		metrics := promhttp.HandlerFor(cp.Metrics, promhttp.HandlerOpts{})
-		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-			api.SecurityHeaders(w, r)
-			metrics.ServeHTTP(w, r)
-		})
+		cp.API = srv
+		pages := map[string]http.Handler{
+			"/.well-known/better-compute": api.NewWellKnown(b).Handler(o.Log),
+			"/healthz": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				api.SecurityHeaders(w, r)
+				_, _ = w.Write([]byte("ok\n"))
+			}),
+		}
 		lis, err := net.Listen("tcp", orDefault(o.APIListen, "127.0.0.1:0"))
 		if err != nil {
 			return fail(errs.Wrap(errs.InvalidConfig, "the API cannot listen on its address", err))
 		}
 		cp.APIAddr = lis.Addr().String()
-		hs := &http.Server{Handler: api.Guard(mux), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10}
+		hs := &http.Server{Handler: api.Guard(api.Site(srv, pages)), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10}
 		cp.wg.Add(1)
 		go func() {
 			defer cp.wg.Done()
@@ -344,6 +346,11 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 			}
 		}()
 		cp.closers = append(cp.closers, func() { _ = hs.Close() })
+	}
+	if o.MetricsListen != "" {
+		if err := cp.serveMetrics(o); err != nil {
+			return fail(err)
+		}
 	}
 	return cp, nil
 }
@@ -386,8 +393,40 @@ func (cp *ControlPlane) serveInternal(o Options, local gatewayServices, internal
 	return nil
 }
 
-// sweep cancels expired commands every few seconds.
-func (cp *ControlPlane) sweep(ctx context.Context, log *slog.Logger) {
+// serveMetrics serves GET /metrics of cp.Metrics on its own listener.
+func (cp *ControlPlane) serveMetrics(o Options) error {
+	lis, err := net.Listen("tcp", o.MetricsListen)
+	if err != nil {
+		return errs.Wrap(errs.InvalidConfig, "the metrics listener cannot listen on its address", err)
+	}
+	cp.MetricsAddr = lis.Addr().String()
+	metrics := promhttp.HandlerFor(cp.Metrics, promhttp.HandlerOpts{})
+	pages := map[string]http.Handler{"/metrics": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		api.SecurityHeaders(w, r)
+		metrics.ServeHTTP(w, r)
+	})}
+	hs := &http.Server{Handler: api.Guard(api.Site(api.NotFound(), pages)), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
+	cp.wg.Add(1)
+	go func() {
+		defer cp.wg.Done()
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			o.Log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	cp.closers = append(cp.closers, func() { _ = hs.Close() })
+	return nil
+}
+
+// IdempotencyKey is the key of the stored idempotency digests, derived
+// from the key-encryption key.
+func IdempotencyKey(kek pki.KEK) []byte {
+	k := sha256.Sum256(append([]byte("bc-idempotency-v1\x00"), kek[:]...))
+	return k[:]
+}
+
+// sweep cancels expired commands every few seconds and forgets expired
+// idempotency keys.
+func (cp *ControlPlane) sweep(ctx context.Context, clk clock.Clock, log *slog.Logger) {
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
 	for {
@@ -397,6 +436,9 @@ func (cp *ControlPlane) sweep(ctx context.Context, log *slog.Logger) {
 		case <-t.C:
 			if _, err := cp.Commands.SweepExpired(ctx); err != nil && ctx.Err() == nil {
 				log.Error("sweep expired commands", "err", err)
+			}
+			if _, err := api.SweepIdempotency(ctx, cp.DB, clk.Now()); err != nil && ctx.Err() == nil {
+				log.Error("sweep idempotency keys", "err", err)
 			}
 		}
 	}
