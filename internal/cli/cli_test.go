@@ -21,8 +21,11 @@ func TestSecretsPutTakesNoValueArgument(t *testing.T) {
 		t.Fatal("--value accepted")
 	}
 	errb.Reset()
-	if code := Main([]string{"secrets", "put", "--name", "x", "hunter2"}, &out, &errb); code == 0 {
-		t.Fatal("a positional value accepted")
+	if code := Main([]string{"secrets", "put", "--name", "x", "hunter2"}, &out, &errb); code != 2 {
+		t.Fatalf("a positional value: exit %d, want 2", code)
+	}
+	if strings.Contains(out.String()+errb.String(), "hunter2") {
+		t.Fatalf("the refusal echoes the value: %s%s", out.String(), errb.String())
 	}
 }
 
