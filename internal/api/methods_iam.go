@@ -47,7 +47,7 @@ func iamMethods(m Modules) []Method {
 	// sessionIn names one session (or identity) of a tenant.
 	type sessionIn struct {
 		tenantIn
-		ID string `json:"id"`
+		ID string `json:"id" api:"max=64"`
 	}
 	tenantByID := func(in idIn) Target { return Target{Kind: "tenant", ID: in.ID} }
 	setState := func(state string) func(context.Context, *Caller, idIn) (any, error) {

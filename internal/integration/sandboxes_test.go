@@ -342,7 +342,7 @@ func TestSandboxRuncLimitsAndNetwork(t *testing.T) {
 	if accepted.Load() != 0 {
 		t.Fatalf("the host's listener accepted %d connections from the sandbox", accepted.Load())
 	}
-	r, err = s.admin.Exec(ctx, x.ID, []string{"sh", "-c", "b(){ b|b& }; b; until sleep 60; do :; done"}, 3)
+	r, err = s.admin.Exec(ctx, x.ID, []string{"sh", "-c", "(b(){ b|b& }; b) & exec sleep 60"}, 3)
 	if err != nil {
 		t.Fatal(err)
 	}

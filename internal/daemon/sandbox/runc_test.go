@@ -252,7 +252,7 @@ func TestRuncForkBombStopsAtPidsLimit(t *testing.T) {
 	mustCreate(t, h, c)
 	done := make(chan spec.ExecResult, 1)
 	go func() {
-		raw, _ := json.Marshal(spec.Exec{SandboxID: c.SandboxID, Argv: []string{"sh", "-c", "b(){ b|b& }; b; until sleep 60; do :; done"}, TimeoutMS: 3000})
+		raw, _ := json.Marshal(spec.Exec{SandboxID: c.SandboxID, Argv: []string{"sh", "-c", "(b(){ b|b& }; b) & exec sleep 60"}, TimeoutMS: 3000})
 		out, err := h.Exec(context.Background(), raw)
 		var r spec.ExecResult
 		if err == nil {
