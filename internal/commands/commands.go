@@ -8,6 +8,7 @@
 package commands
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -763,6 +764,14 @@ func (s *Service) attestAll(ctx context.Context, items []UpdateItem, todo []upda
 	if err != nil {
 		return fmt.Errorf("commands: read update certificates: %w", err)
 	}
+	cmdIDs := make([]string, 0, len(todo))
+	for _, t := range todo {
+		cmdIDs = append(cmdIDs, t.body.CommandId)
+	}
+	rows, err := s.bindings(ctx, cmdIDs)
+	if err != nil {
+		return err
+	}
 	now := s.clk.Now()
 	workers := min(runtime.GOMAXPROCS(0), len(todo))
 	var wg sync.WaitGroup
@@ -772,7 +781,7 @@ func (s *Service) attestAll(ctx context.Context, items []UpdateItem, todo []upda
 			defer wg.Done()
 			for k := w; k < len(todo); k += workers {
 				it := items[todo[k].i]
-				attested, why := attest(states, now, it.NodeID, it.Update)
+				attested, why := attest(states, rows, now, it.NodeID, it.Update, todo[k].body)
 				if !attested {
 					s.log.Warn("update not attested", "node_id", it.NodeID, "command_id", todo[k].body.CommandId, "why", why)
 					continue
@@ -785,12 +794,57 @@ func (s *Service) attestAll(ctx context.Context, items []UpdateItem, todo []upda
 	return nil
 }
 
+// binding is what a signed update must name of its command: the node it
+// is addressed to, its kind and the SHA-256 of its payload.
+type binding struct {
+	nodeID, kind string
+	payloadSHA   [32]byte
+}
+
+// bindings reads the binding of each command of ids that exists, one query
+// per store.InChunk ids.
+func (s *Service) bindings(ctx context.Context, ids []string) (map[string]binding, error) {
+	out := make(map[string]binding, len(ids))
+	for chunk := range slices.Chunk(ids, store.InChunk) {
+		a := s.db.NewArgs()
+		rows, err := s.db.QueryContext(ctx, `SELECT id, node_id, kind, payload FROM commands WHERE id IN (`+a.Strings(chunk)+`)`, a.Values()...)
+		if err != nil {
+			return nil, fmt.Errorf("commands: read update bindings: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			var b binding
+			var payload []byte
+			if err := rows.Scan(&id, &b.nodeID, &b.kind, &payload); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("commands: scan update binding: %w", err)
+			}
+			b.payloadSHA = sha256.Sum256(payload)
+			out[id] = b
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("commands: read update bindings: %w", err)
+		}
+	}
+	return out, nil
+}
+
 // attest checks the node's signature on an update against the stored
 // record of the certificate it names: of this node, not revoked, not of
-// role node-tenant, expired less than AttestGrace before now.
-func attest(states map[string]nodes.CertState, now time.Time, nodeID string, upd *nodev1.CommandUpdate) (bool, string) {
+// role node-tenant, expired less than AttestGrace before now; and that the
+// signed body names the kind and payload digest of the command row it
+// reports on, so a result signed for one command never attests another.
+func attest(states map[string]nodes.CertState, rows map[string]binding, now time.Time, nodeID string, upd *nodev1.CommandUpdate, body *nodev1.UpdateBody) (bool, string) {
 	st, known := states[upd.CertSerial]
+	row, haveRow := rows[body.CommandId]
 	switch {
+	case !haveRow || row.nodeID != nodeID:
+		return false, "command-unknown"
+	case body.Kind != row.kind:
+		return false, "kind-mismatch"
+	case !bytes.Equal(body.PayloadSha256, row.payloadSHA[:]):
+		return false, "payload-mismatch"
 	case !known:
 		return false, "cert-unknown"
 	case st.NodeID != nodeID:
@@ -869,4 +923,47 @@ func (s *Service) SweepExpired(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("commands: sweep: %w", err)
 	}
 	return res.RowsAffected()
+}
+
+// Attestation is an attested result as anyone can check it offline: the
+// exact bytes the node signed (an UpdateBody naming the command's id,
+// node, kind, payload digest and state), its signature over
+// SHA-256(Context || SignedBody), and the node certificate that signed,
+// PEM. The package attestation encodes it as a file and verifies it.
+type Attestation struct {
+	CommandID    string `json:"command_id"`
+	Context      string `json:"context"`
+	SignedBody   []byte `json:"signed_body"`
+	Signature    []byte `json:"signature"`
+	CertChainPEM string `json:"cert_chain_pem"`
+}
+
+// Attestation returns command id's attestation as tenant sees it:
+// NOT_FOUND when the command is not in tenant's view, INVALID_STATE when
+// its last update is not attested.
+func (s *Service) Attestation(ctx context.Context, tenant, id string) (Attestation, error) {
+	var owner string
+	var attested int
+	var body, sig []byte
+	var serial sql.NullString
+	err := s.db.QueryRowContext(ctx, `SELECT tenant_id, attested, update_body, node_sig, update_cert_serial FROM commands WHERE id = $1`, id).
+		Scan(&owner, &attested, &body, &sig, &serial)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && tenant != "root" && tenant != owner {
+		return Attestation{}, ErrNotFound
+	}
+	if err != nil {
+		return Attestation{}, fmt.Errorf("commands: read attestation: %w", err)
+	}
+	if attested != 1 || len(body) == 0 || len(sig) == 0 || !serial.Valid {
+		return Attestation{}, errs.New(errs.InvalidState, "the command has no attested result")
+	}
+	states, err := s.certs.CertStates(ctx, []string{serial.String})
+	if err != nil {
+		return Attestation{}, fmt.Errorf("commands: read attestation certificate: %w", err)
+	}
+	st, ok := states[serial.String]
+	if !ok || st.Cert == nil {
+		return Attestation{}, errs.New(errs.InvalidState, "the command has no attested result")
+	}
+	return Attestation{CommandID: id, Context: UpdateSigContext, SignedBody: body, Signature: sig, CertChainPEM: string(pki.CertPEM(st.Cert.Raw))}, nil
 }

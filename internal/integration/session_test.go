@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"crypto/sha256"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -389,7 +390,7 @@ func TestAttestation(t *testing.T) {
 			if _, err := db.ExecContext(ctx, `UPDATE commands SET state = 'sent' WHERE id = $1`, c.ID); err != nil {
 				t.Fatal(err)
 			}
-			raw, err := n.SignUpdate(&nodev1.UpdateBody{CommandId: c.ID, State: "succeeded", Result: []byte(`{"ok":true}`)})
+			raw, err := n.SignUpdate(diagRunUpdate(c.ID, "succeeded", `{"ok":true}`))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -451,7 +452,7 @@ func TestApplyUpdatesBatch(t *testing.T) {
 			return c.ID
 		}
 		upd := func(n *testenv.Node, id, state string) *nodev1.CommandUpdate {
-			raw, err := n.SignUpdate(&nodev1.UpdateBody{CommandId: id, State: state, Result: []byte(`{"ok":true}`)})
+			raw, err := n.SignUpdate(diagRunUpdate(id, state, `{"ok":true}`))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -523,13 +524,14 @@ func TestJournalAfterRestart(t *testing.T) {
 		}
 		// Crashed while running "interrupted"; finished "offline" while the
 		// gateway was unreachable.
-		if err := j.Start(interrupted.ID, time.Now().Add(time.Hour)); err != nil {
+		emptySum := sha256.Sum256([]byte("{}"))
+		if err := j.StartCommand(interrupted.ID, time.Now().Add(time.Hour), "diag.run", emptySum[:]); err != nil {
 			t.Fatal(err)
 		}
 		if err := j.Start(offline.ID, time.Now().Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
-		upd, err := n.SignUpdate(&nodev1.UpdateBody{CommandId: offline.ID, State: "succeeded", Result: []byte(`{"offline":true}`)})
+		upd, err := n.SignUpdate(diagRunUpdate(offline.ID, "succeeded", `{"offline":true}`))
 		if err != nil {
 			t.Fatal(err)
 		}
