@@ -1,8 +1,8 @@
 package integration
 
 import (
-	"crypto/sha256"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"path/filepath"
