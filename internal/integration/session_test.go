@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -561,17 +562,39 @@ func TestWorkerKeyRotates(t *testing.T) {
 		clk := clock.NewFake(time.Now())
 		e := testenv.Start(t, db, testenv.Options{Nodes: 1, Clock: clk})
 		ctx := context.Background()
+		start := clk.Now()
 		k1, err := e.CP.Signer.CurrentKey(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		clk.Advance(13 * time.Hour)
+		// The key is certified, and stored, for exactly 24 h from its
+		// making (the certificate's times have whole seconds).
+		var certDER []byte
+		var notAfterMS int64
+		if err := db.QueryRowContext(ctx, `SELECT cert_der, not_after FROM worker_keys WHERE id = $1`, k1).Scan(&certDER, &notAfterMS); err != nil {
+			t.Fatal(err)
+		}
+		cert, err := x509.ParseCertificate(certDER)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := start.Add(24 * time.Hour); !cert.NotAfter.Equal(want.Truncate(time.Second)) || notAfterMS != want.UnixMilli() {
+			t.Fatalf("worker key lifetime: certificate until %s, stored until %d, want %s", cert.NotAfter, notAfterMS, want)
+		}
+		// No rotation while more than 12 h remain: one second more than
+		// 12 h left keeps the key.
+		clk.Advance(12*time.Hour - time.Second)
+		if k, err := e.CP.Signer.CurrentKey(ctx); err != nil || k != k1 {
+			t.Fatalf("with 12h01s left: key %s (%v), want %s kept", k, err, k1)
+		}
+		// One second less than 12 h left rotates it.
+		clk.Advance(2 * time.Second)
 		k2, err := e.CP.Signer.CurrentKey(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if k1 == k2 {
-			t.Fatal("worker key did not rotate with 11h left")
+			t.Fatal("worker key did not rotate with 11h59m59s left")
 		}
 		c, err := e.Client.CreateCommand(ctx, e.Nodes[0].NodeID(), "node.ping", nil)
 		if err != nil {
