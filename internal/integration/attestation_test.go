@@ -29,9 +29,9 @@ import (
 	"github.com/bettercompute/bettercompute/internal/testenv"
 )
 
-// diagRunUpdate is an update body for a diag.run command created with no
+// boundDiagRunUpdate is an update body for a diag.run command created with no
 // payload ("{}"), bound to it as bcd binds its updates.
-func diagRunUpdate(id, state, result string) *nodev1.UpdateBody {
+func boundDiagRunUpdate(id, state, result string) *nodev1.UpdateBody {
 	sum := sha256.Sum256([]byte("{}"))
 	return &nodev1.UpdateBody{CommandId: id, State: state, Result: []byte(result), Kind: "diag.run", PayloadSha256: sum[:]}
 }
@@ -99,7 +99,7 @@ func TestAttestedResultBoundToCommand(t *testing.T) {
 				if got.State != "succeeded" || got.Attested {
 					t.Fatalf("%s: %s attested=%v, want succeeded, not attested", name, got.State, got.Attested)
 				}
-				if _, err := e.Client.CommandAttestation(ctx, moved.ID); err == nil || apiError(t, err).Code != "INVALID_STATE" {
+				if _, err := e.Client.CommandAttestation(ctx, moved.ID); err == nil || admitAPIError(t, err).Code != "INVALID_STATE" {
 					t.Fatalf("attestation of an unattested result: %v, want INVALID_STATE", err)
 				}
 			})
@@ -113,7 +113,7 @@ func TestAttestedResultBoundToCommand(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitSigned(t, e, c2.ID)
+		attestWaitSigned(t, e, c2.ID)
 		if _, err := db.ExecContext(ctx, `UPDATE commands SET payload = $1 WHERE id = $2`, []byte(`{"suite":"other"}`), c2.ID); err != nil {
 			t.Fatal(err)
 		}
@@ -124,8 +124,8 @@ func TestAttestedResultBoundToCommand(t *testing.T) {
 	})
 }
 
-// waitSigned polls until the signing worker has signed command id.
-func waitSigned(t *testing.T, e *testenv.Env, id string) {
+// attestWaitSigned polls until the signing worker has signed command id.
+func attestWaitSigned(t *testing.T, e *testenv.Env, id string) {
 	t.Helper()
 	deadline := time.Now().Add(testenv.WaitTimeout)
 	for {
@@ -143,8 +143,8 @@ func waitSigned(t *testing.T, e *testenv.Env, id string) {
 	}
 }
 
-// selfSignedCA returns the DER of a fresh CA certificate no node chains to.
-func selfSignedCA(t *testing.T) []byte {
+// attestOtherCA returns the DER of a fresh CA certificate no node chains to.
+func attestOtherCA(t *testing.T) []byte {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -160,9 +160,9 @@ func selfSignedCA(t *testing.T) []byte {
 	return der
 }
 
-// runCLI runs the better-compute CLI in process and returns its exit
+// attestRunCLI runs the better-compute CLI in process and returns its exit
 // status, stdout and stderr.
-func runCLI(args ...string) (int, string, string) {
+func attestRunCLI(args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
 	code := cli.Main(args, &out, &errb)
 	return code, out.String(), errb.String()
@@ -189,7 +189,7 @@ func TestVerifyAttestationOffline(t *testing.T) {
 		file := filepath.Join(dir, "att.pem")
 		t.Setenv("BC_ADDR", "http://"+e.CP.APIAddr)
 		t.Setenv("BC_API_KEY", e.Client.Key())
-		if code, out, errOut := runCLI("commands", "attestation", c.ID, "--out", file); code != 0 {
+		if code, out, errOut := attestRunCLI("commands", "attestation", c.ID, "--out", file); code != 0 {
 			t.Fatalf("commands attestation: exit %d: %s %s", code, out, errOut)
 		}
 		ca := filepath.Join(dir, "node-ca.pem")
@@ -199,7 +199,7 @@ func TestVerifyAttestationOffline(t *testing.T) {
 		e.Close() // no server from here on
 		t.Setenv("BC_ADDR", "http://127.0.0.1:1")
 
-		code, out, errOut := runCLI("commands", "verify-attestation", file, "--ca", ca, "--json")
+		code, out, errOut := attestRunCLI("commands", "verify-attestation", file, "--ca", ca, "--json")
 		if code != 0 {
 			t.Fatalf("verify-attestation: exit %d: %s", code, errOut)
 		}
@@ -212,7 +212,7 @@ func TestVerifyAttestationOffline(t *testing.T) {
 			r.PayloadSHA256 != hex.EncodeToString(sum[:]) || r.SPIFFEID != pki.NodeSPIFFEID(e.Bundle.TrustDomain, n.NodeID()).String() {
 			t.Fatalf("verified result: %+v", r)
 		}
-		if code, out, _ := runCLI("commands", "verify-attestation", file, "--ca", ca); code != 0 || !strings.Contains(out, "kind:           diag.run") {
+		if code, out, _ := attestRunCLI("commands", "verify-attestation", file, "--ca", ca); code != 0 || !strings.Contains(out, "kind:           diag.run") {
 			t.Fatalf("text output: exit %d: %s", code, out)
 		}
 
@@ -245,7 +245,7 @@ func TestVerifyAttestationOffline(t *testing.T) {
 				if err := os.WriteFile(bad, attestation.Encode(tc.body, tc.sig, chain), 0o644); err != nil {
 					t.Fatal(err)
 				}
-				code, _, errOut := runCLI("commands", "verify-attestation", bad, "--ca", ca)
+				code, _, errOut := attestRunCLI("commands", "verify-attestation", bad, "--ca", ca)
 				if code != 1 || !strings.Contains(errOut, "not verified: attestation: "+tc.want) {
 					t.Fatalf("exit %d %q, want 1 and %q", code, errOut, tc.want)
 				}
@@ -253,10 +253,10 @@ func TestVerifyAttestationOffline(t *testing.T) {
 		}
 		t.Run("another CA", func(t *testing.T) {
 			otherCA := filepath.Join(dir, "other-ca.pem")
-			if err := os.WriteFile(otherCA, pki.CertPEM(selfSignedCA(t)), 0o644); err != nil {
+			if err := os.WriteFile(otherCA, pki.CertPEM(attestOtherCA(t)), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			code, _, errOut := runCLI("commands", "verify-attestation", file, "--ca", otherCA)
+			code, _, errOut := attestRunCLI("commands", "verify-attestation", file, "--ca", otherCA)
 			if code != 1 || !strings.Contains(errOut, "not verified: attestation: node certificate") {
 				t.Fatalf("exit %d %q, want 1 and a chain failure", code, errOut)
 			}

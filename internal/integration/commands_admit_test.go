@@ -18,9 +18,9 @@ import (
 	"github.com/bettercompute/bettercompute/internal/testenv"
 )
 
-// apiError returns err as the API's error answer, failing the test when it
+// admitAPIError returns err as the API's error answer, failing the test when it
 // is something else.
-func apiError(t *testing.T, err error) *client.Error {
+func admitAPIError(t *testing.T, err error) *client.Error {
 	t.Helper()
 	var ae *client.Error
 	if !errors.As(err, &ae) {
@@ -29,21 +29,21 @@ func apiError(t *testing.T, err error) *client.Error {
 	return ae
 }
 
-// wantRefusal checks err is the API answer code with a message starting
+// admitWantRefusal checks err is the API answer code with a message starting
 // with reason.
-func wantRefusal(t *testing.T, what string, err error, code, reason string) {
+func admitWantRefusal(t *testing.T, what string, err error, code, reason string) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("%s: accepted, want %s %s", what, code, reason)
 	}
-	ae := apiError(t, err)
+	ae := admitAPIError(t, err)
 	if ae.Code != code || !strings.HasPrefix(ae.Message, reason) {
 		t.Fatalf("%s: %s %q, want %s %s", what, ae.Code, ae.Message, code, reason)
 	}
 }
 
-// commandRows counts the command rows of kind.
-func commandRows(t *testing.T, e *testenv.Env, kind string) int {
+// admitCommandRows counts the command rows of kind.
+func admitCommandRows(t *testing.T, e *testenv.Env, kind string) int {
 	t.Helper()
 	var n int
 	if err := e.CP.DB.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM commands WHERE kind = $1`, kind).Scan(&n); err != nil {
@@ -65,7 +65,7 @@ func TestOwnedKindsRefusedOnGenericPath(t *testing.T) {
 		op := e.IdentityClient(t, "root", "operator-1", "operator")
 		// The operator's policy does not allow the sandbox module's exec.
 		err := op.Call(ctx, "sandboxes.exec", map[string]any{"id": "sb_missing", "argv": []string{"id"}}, nil)
-		if err == nil || apiError(t, err).Code == "INVALID_INPUT" {
+		if err == nil || admitAPIError(t, err).Code == "INVALID_INPUT" {
 			t.Fatalf("operator sandboxes.exec: %v, want a refusal", err)
 		}
 		payload := json.RawMessage(`{"sandbox_id":"sb_x","argv":["/bin/sh","-c","id"]}`)
@@ -75,14 +75,14 @@ func TestOwnedKindsRefusedOnGenericPath(t *testing.T) {
 		}{{"operator", op}, {"root admin", e.Client}} {
 			for _, kind := range []string{"sandbox.exec", "sandbox.create", "sandbox.delete", "sandbox.update"} {
 				_, err := c.cl.CreateCommand(ctx, node, kind, payload)
-				wantRefusal(t, c.who+" commands.create "+kind, err, "INVALID_INPUT", "kind-owned-by-module")
+				admitWantRefusal(t, c.who+" commands.create "+kind, err, "INVALID_INPUT", "kind-owned-by-module")
 			}
 			err := c.cl.Call(ctx, "commands.fanout", map[string]any{"node_ids": []string{node}, "kind": "sandbox.exec", "payload": payload}, nil)
-			wantRefusal(t, c.who+" commands.fanout", err, "INVALID_INPUT", "kind-owned-by-module")
+			admitWantRefusal(t, c.who+" commands.fanout", err, "INVALID_INPUT", "kind-owned-by-module")
 			err = c.cl.Call(ctx, "commands.createInBatch", map[string]any{"node_id": node, "kind": "sandbox.exec", "payload": payload, "batch_id": "qb_x"}, nil)
-			wantRefusal(t, c.who+" commands.createInBatch", err, "INVALID_INPUT", "kind-owned-by-module")
+			admitWantRefusal(t, c.who+" commands.createInBatch", err, "INVALID_INPUT", "kind-owned-by-module")
 		}
-		if n := commandRows(t, e, "sandbox.exec"); n != 0 {
+		if n := admitCommandRows(t, e, "sandbox.exec"); n != 0 {
 			t.Fatalf("%d sandbox.exec rows written, want 0", n)
 		}
 	})
@@ -98,12 +98,12 @@ func TestKindNotAllowedForRoleAtCreate(t *testing.T) {
 		ctx := context.Background()
 		n := e.Join(t, pki.RoleNodeTenant, "tenant-box")
 		_, err := e.Client.CreateCommand(ctx, n.NodeID(), "disk.wipe", nil)
-		wantRefusal(t, "commands.create", err, "INVALID_INPUT", "kind-not-allowed-for-role")
+		admitWantRefusal(t, "commands.create", err, "INVALID_INPUT", "kind-not-allowed-for-role")
 		err = e.Client.Call(ctx, "commands.fanout", map[string]any{"node_ids": []string{n.NodeID()}, "kind": "disk.wipe"}, nil)
-		wantRefusal(t, "commands.fanout", err, "INVALID_INPUT", "kind-not-allowed-for-role")
+		admitWantRefusal(t, "commands.fanout", err, "INVALID_INPUT", "kind-not-allowed-for-role")
 		err = e.Client.Call(ctx, "commands.createInBatch", map[string]any{"node_id": n.NodeID(), "kind": "disk.wipe", "payload": json.RawMessage(`{}`), "batch_id": "qb_x"}, nil)
-		wantRefusal(t, "commands.createInBatch", err, "INVALID_INPUT", "kind-not-allowed-for-role")
-		if rows := commandRows(t, e, "disk.wipe"); rows != 0 {
+		admitWantRefusal(t, "commands.createInBatch", err, "INVALID_INPUT", "kind-not-allowed-for-role")
+		if rows := admitCommandRows(t, e, "disk.wipe"); rows != 0 {
 			t.Fatalf("%d disk.wipe rows written, want 0", rows)
 		}
 		// A kind the role runs is still accepted.
@@ -113,9 +113,9 @@ func TestKindNotAllowedForRoleAtCreate(t *testing.T) {
 	})
 }
 
-// joinIn joins a node into tenant with a token that tenant made, and
+// joinTenantNode joins a node into tenant with a token that tenant made, and
 // returns its id (the node is not started).
-func joinIn(t *testing.T, e *testenv.Env, tenant, role, name string) string {
+func joinTenantNode(t *testing.T, e *testenv.Env, tenant, role, name string) string {
 	t.Helper()
 	ctx := context.Background()
 	tok, err := e.CP.Nodes.CreateJoinToken(ctx, audit.Entry{TenantID: tenant, Actor: "test"}, role, name, time.Hour)
@@ -148,14 +148,14 @@ func TestCommandSecretRefsCheckedAtCreate(t *testing.T) {
 		put("root", "fleet", "fleet")
 		put(b, "db-password", "tenant")
 		put(a, "own", "tenant")
-		nodeA := joinIn(t, e, a, pki.RoleNodeTenant, "a-box")
+		nodeA := joinTenantNode(t, e, a, pki.RoleNodeTenant, "a-box")
 		rootNode := e.Nodes[0].NodeID()
 
 		create := func(cl *client.Client, node, payload string) error {
 			_, err := cl.CreateCommand(ctx, node, "diag.run", json.RawMessage(payload))
 			return err
 		}
-		missing := apiError(t, create(adminA, nodeA, `{"ref":"secret://`+a+`/missing"}`))
+		missing := admitAPIError(t, create(adminA, nodeA, `{"ref":"secret://`+a+`/missing"}`))
 		if missing.Code != "NOT_FOUND" {
 			t.Fatalf("missing secret: %s %q, want NOT_FOUND", missing.Code, missing.Message)
 		}
@@ -164,7 +164,7 @@ func TestCommandSecretRefsCheckedAtCreate(t *testing.T) {
 			if err == nil {
 				t.Fatalf("%s: accepted, want the missing-secret answer", what)
 			}
-			got := apiError(t, err)
+			got := admitAPIError(t, err)
 			if got.Status != missing.Status || got.Code != missing.Code || got.Message != missing.Message {
 				t.Fatalf("%s: %d %s %q, want exactly %d %s %q", what, got.Status, got.Code, got.Message, missing.Status, missing.Code, missing.Message)
 			}
@@ -179,7 +179,7 @@ func TestCommandSecretRefsCheckedAtCreate(t *testing.T) {
 		same("root naming a tenant secret on its own node", create(e.Client, rootNode, `{"ref":"`+foreign+`"}`))
 		err := adminA.Call(ctx, "commands.fanout", map[string]any{"node_ids": []string{nodeA}, "kind": "diag.run", "payload": json.RawMessage(`{"ref":"` + foreign + `"}`)}, nil)
 		same("fanout", err)
-		if rows := commandRows(t, e, "diag.run"); rows != 0 {
+		if rows := admitCommandRows(t, e, "diag.run"); rows != 0 {
 			t.Fatalf("%d diag.run rows written, want 0", rows)
 		}
 		// What the command may use is accepted.

@@ -391,7 +391,7 @@ func TestAttestation(t *testing.T) {
 			if _, err := db.ExecContext(ctx, `UPDATE commands SET state = 'sent' WHERE id = $1`, c.ID); err != nil {
 				t.Fatal(err)
 			}
-			raw, err := n.SignUpdate(diagRunUpdate(c.ID, "succeeded", `{"ok":true}`))
+			raw, err := n.SignUpdate(boundDiagRunUpdate(c.ID, "succeeded", `{"ok":true}`))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -453,7 +453,7 @@ func TestApplyUpdatesBatch(t *testing.T) {
 			return c.ID
 		}
 		upd := func(n *testenv.Node, id, state string) *nodev1.CommandUpdate {
-			raw, err := n.SignUpdate(diagRunUpdate(id, state, `{"ok":true}`))
+			raw, err := n.SignUpdate(boundDiagRunUpdate(id, state, `{"ok":true}`))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -532,7 +532,7 @@ func TestJournalAfterRestart(t *testing.T) {
 		if err := j.Start(offline.ID, time.Now().Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
-		upd, err := n.SignUpdate(diagRunUpdate(offline.ID, "succeeded", `{"offline":true}`))
+		upd, err := n.SignUpdate(boundDiagRunUpdate(offline.ID, "succeeded", `{"offline":true}`))
 		if err != nil {
 			t.Fatal(err)
 		}
