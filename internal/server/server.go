@@ -156,10 +156,10 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	cp.Commands.UseBatches(cp.Quorum)
+	cp.Commands.UseSecrets(secretRefs{cp})
 	cp.APIKeys = apikeys.New(o.DB, o.Clock)
 	cp.IAM = iam.New(o.DB, o.Clock)
 	cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, cp.Events, o.Log)
-	cp.Commands.UseSecrets(cp.Secrets)
 
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cp.cancel = cancel
