@@ -113,9 +113,9 @@ func TestKindNotAllowedForRoleAtCreate(t *testing.T) {
 	})
 }
 
-// joinTenantNode joins a node into tenant with a token that tenant made, and
+// admitJoinNode joins a node into tenant with a token that tenant made, and
 // returns its id (the node is not started).
-func joinTenantNode(t *testing.T, e *testenv.Env, tenant, role, name string) string {
+func admitJoinNode(t *testing.T, e *testenv.Env, tenant, role, name string) string {
 	t.Helper()
 	ctx := context.Background()
 	tok, err := e.CP.Nodes.CreateJoinToken(ctx, audit.Entry{TenantID: tenant, Actor: "test"}, role, name, time.Hour)
@@ -148,7 +148,7 @@ func TestCommandSecretRefsCheckedAtCreate(t *testing.T) {
 		put("root", "fleet", "fleet")
 		put(b, "db-password", "tenant")
 		put(a, "own", "tenant")
-		nodeA := joinTenantNode(t, e, a, pki.RoleNodeTenant, "a-box")
+		nodeA := admitJoinNode(t, e, a, pki.RoleNodeTenant, "a-box")
 		rootNode := e.Nodes[0].NodeID()
 
 		create := func(cl *client.Client, node, payload string) error {
