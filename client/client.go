@@ -378,3 +378,22 @@ func (c *Client) RevokeSession(ctx context.Context, tenant, id string) error {
 // Key returns the API key the client sends (for tests and tools that need
 // to make raw requests with it).
 func (c *Client) Key() string { return c.key }
+
+// Attestation is a command's attested result as the API returns it: the
+// exact bytes the node signed, the signature over SHA-256(Context ||
+// SignedBody), and the node's certificate chain (PEM).
+type Attestation struct {
+	CommandID    string `json:"command_id"`
+	Context      string `json:"context"`
+	SignedBody   []byte `json:"signed_body"`
+	Signature    []byte `json:"signature"`
+	CertChainPEM string `json:"cert_chain_pem"`
+}
+
+// CommandAttestation reads a command's attestation (INVALID_STATE when its
+// result is not attested).
+func (c *Client) CommandAttestation(ctx context.Context, id string) (Attestation, error) {
+	var out Attestation
+	err := c.Call(ctx, "commands.attestation", map[string]any{"id": id}, &out)
+	return out, err
+}

@@ -203,6 +203,11 @@ func Methods(m Modules) []Method {
 		Def("commands.get", "compute:commands:get", false, byID("command"), func(ctx context.Context, c *Caller, in idIn) (any, error) {
 			return m.Commands.Get(ctx, c.Tenant, in.ID)
 		}),
+		// The attestation is public evidence (signed bytes, signature and
+		// certificate), read with the same permission as the command.
+		Def("commands.attestation", "compute:commands:get", false, byID("command"), func(ctx context.Context, c *Caller, in idIn) (any, error) {
+			return m.Commands.Attestation(ctx, c.Tenant, in.ID)
+		}),
 		Def("commands.list", "compute:commands:list", false, byTenant[listIn], func(ctx context.Context, c *Caller, in listIn) (any, error) {
 			cs, err := m.Commands.List(ctx, c.Tenant, commands.Filter{NodeID: in.NodeID, State: in.State, Limit: in.Limit})
 			if err != nil {

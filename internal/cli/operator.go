@@ -220,7 +220,7 @@ func commandsCmd() *cobra.Command {
 	list.Flags().StringVar(&lstate, "state", "", "only in this state")
 	list.Flags().IntVar(&llimit, "limit", 100, "at most this many (up to 1000)")
 	list.Flags().BoolVar(&ljson, "json", false, "print JSON")
-	c.AddCommand(run, show, list, fanoutCmd())
+	c.AddCommand(run, show, list, fanoutCmd(), attestationCmd(), verifyAttestationCmd())
 	return c
 }
 

@@ -8,6 +8,7 @@
 package commands
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -114,6 +115,7 @@ type Service struct {
 	certs   CertLookup
 	nodes   *nodes.Service
 	batches Batches
+	secrets SecretChecker
 	log     *slog.Logger
 }
 
@@ -127,9 +129,23 @@ func New(db *store.DB, clk clock.Clock, b *bus.Bus, n *nodes.Service, log *slog.
 func (s *Service) UseBatches(b Batches) { s.batches = b }
 
 // Create queues a command for nodeID, with its audit row in the same
-// transaction, and wakes the signing worker.
+// transaction, and wakes the signing worker. It is the generic command
+// path: a kind a module owns (kinds.Owner) is refused
+// (kind-owned-by-module), as is a kind the node's role does not run
+// (kind-not-allowed-for-role) and a payload naming a secret the command may
+// not use (ErrSecretNotFound).
 func (s *Service) Create(ctx context.Context, actor audit.Entry, nodeID, kind string, payload json.RawMessage, ttl time.Duration) (Command, error) {
-	return s.create(ctx, actor, nodeID, kind, payload, ttl, "")
+	return s.create(ctx, actor, "", nodeID, kind, payload, ttl, "")
+}
+
+// CreateOwned queues a command of a kind that module owns (kinds.Owner);
+// only that module calls it, after its own authorization decision. The
+// other checks are those of Create.
+func (s *Service) CreateOwned(ctx context.Context, module string, actor audit.Entry, nodeID, kind string, payload json.RawMessage, ttl time.Duration) (Command, error) {
+	if module == "" {
+		return Command{}, errs.New(errs.InvalidInput, "module is required")
+	}
+	return s.create(ctx, actor, module, nodeID, kind, payload, ttl, "")
 }
 
 // CreateInBatch queues a command that belongs to batchID: the batch must
@@ -137,7 +153,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Entry, nodeID, kind st
 // checks again). The payload is stored in canonical form (compact JSON) so
 // that the signed bytes are the ones the leaf's digest names. The command
 // stays queued and unsigned until the batch has its quorum; the worker then
-// signs the batch id into its body.
+// signs the batch id into its body. It is on the generic path, like Create.
 func (s *Service) CreateInBatch(ctx context.Context, actor audit.Entry, nodeID, kind string, payload json.RawMessage, ttl time.Duration, batchID string) (Command, error) {
 	if batchID == "" {
 		return Command{}, errs.New(errs.InvalidInput, "batch_id is required")
@@ -145,8 +161,20 @@ func (s *Service) CreateInBatch(ctx context.Context, actor audit.Entry, nodeID, 
 	if s.batches == nil {
 		return Command{}, errs.New(errs.InvalidConfig, "the quorum module is not running")
 	}
-	if !kinds.Known(kind) {
-		return Command{}, errs.New(errs.InvalidInput, "kind: unknown command kind")
+	if err := checkKind(kind, ""); err != nil {
+		return Command{}, err
+	}
+	// The node's role is checked before the batch is consulted, so a kind
+	// the role does not run answers kind-not-allowed-for-role here too.
+	node, err := s.nodeOf(ctx, nodeID)
+	if err != nil {
+		return Command{}, err
+	}
+	if actor.TenantID != "root" && actor.TenantID != node.tenant {
+		return Command{}, errs.New(errs.NotFound, "node not found")
+	}
+	if err := checkRole(node.role, kind); err != nil {
+		return Command{}, err
 	}
 	canon, err := quorumwire.CanonicalPayload(payload)
 	if err != nil {
@@ -155,12 +183,12 @@ func (s *Service) CreateInBatch(ctx context.Context, actor audit.Entry, nodeID, 
 	if err := s.batches.Admits(ctx, actor.TenantID, batchID, nodeID, kind, canon); err != nil {
 		return Command{}, err
 	}
-	return s.create(ctx, actor, nodeID, kind, canon, ttl, batchID)
+	return s.create(ctx, actor, "", nodeID, kind, canon, ttl, batchID)
 }
 
-func (s *Service) create(ctx context.Context, actor audit.Entry, nodeID, kind string, payload json.RawMessage, ttl time.Duration, batchID string) (Command, error) {
-	if !kinds.Known(kind) {
-		return Command{}, errs.New(errs.InvalidInput, "kind: unknown command kind")
+func (s *Service) create(ctx context.Context, actor audit.Entry, module, nodeID, kind string, payload json.RawMessage, ttl time.Duration, batchID string) (Command, error) {
+	if err := checkKind(kind, module); err != nil {
+		return Command{}, err
 	}
 	if len(payload) == 0 {
 		payload = json.RawMessage("{}")
@@ -177,12 +205,23 @@ func (s *Service) create(ctx context.Context, actor audit.Entry, nodeID, kind st
 	if ttl > 24*time.Hour {
 		return Command{}, errs.New(errs.InvalidInput, "ttl: at most 24 hours")
 	}
-	tenant, err := s.nodes.TenantOf(ctx, nodeID)
+	node, err := s.nodeOf(ctx, nodeID)
 	if err != nil {
 		return Command{}, err
 	}
+	tenant := node.tenant
 	if actor.TenantID != "root" && actor.TenantID != tenant {
 		return Command{}, errs.New(errs.NotFound, "node not found")
+	}
+	if err := checkRole(node.role, kind); err != nil {
+		return Command{}, err
+	}
+	refs, err := SecretRefs(payload)
+	if err != nil {
+		return Command{}, errs.Wrap(errs.InvalidInput, "payload: not valid JSON", err)
+	}
+	if err := s.checkSecrets(ctx, tenant, refs); err != nil {
+		return Command{}, err
 	}
 	now := s.clk.Now()
 	c := Command{ID: ids.New("c"), NodeID: nodeID, TenantID: tenant, Kind: kind, Payload: payload, State: StateQueued,
@@ -220,8 +259,8 @@ const MaxFanout = 10000
 // transaction (each with its audit row), and wakes the signer once. Every
 // node must belong to actor's tenant, unless actor is in the root tenant.
 func (s *Service) CreateMany(ctx context.Context, actor audit.Entry, nodeIDs []string, kind string, payload json.RawMessage, ttl time.Duration) ([]Command, error) {
-	if !kinds.Known(kind) {
-		return nil, errs.New(errs.InvalidInput, "kind: unknown command kind")
+	if err := checkKind(kind, ""); err != nil {
+		return nil, err
 	}
 	if len(nodeIDs) == 0 || len(nodeIDs) > MaxFanout {
 		return nil, errs.New(errs.InvalidInput, "node_ids: between 1 and 10000 nodes")
@@ -238,24 +277,44 @@ func (s *Service) CreateMany(ctx context.Context, actor audit.Entry, nodeIDs []s
 	if ttl > 24*time.Hour {
 		return nil, errs.New(errs.InvalidInput, "ttl: at most 24 hours")
 	}
+	refs, err := SecretRefs(payload)
+	if err != nil {
+		return nil, errs.Wrap(errs.InvalidInput, "payload: not valid JSON", err)
+	}
+	// The nodes' tenants and roles are read, and every node checked, before
+	// the transaction: a node's tenant and role never change, and the
+	// secrets check runs on its own connection.
+	records, err := nodeRecords(ctx, s.db, s.db.Dialect, nodeIDs)
+	if err != nil {
+		return nil, err
+	}
+	checked := map[string]bool{}
+	for _, nodeID := range nodeIDs {
+		r, ok := records[nodeID]
+		if !ok || actor.TenantID != "root" && r.tenant != actor.TenantID {
+			return nil, errs.New(errs.AccessDenied, "access denied")
+		}
+		if err := checkRole(r.role, kind); err != nil {
+			return nil, err
+		}
+		if !checked[r.tenant] {
+			checked[r.tenant] = true
+			if err := s.checkSecrets(ctx, r.tenant, refs); err != nil {
+				return nil, err
+			}
+		}
+	}
 	now := s.clk.Now()
 	sum := sha256.Sum256(payload)
 	out := make([]Command, 0, len(nodeIDs))
 	seen := map[string]bool{}
-	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		tenants, err := nodeTenants(ctx, tx, s.db.Dialect, nodeIDs)
-		if err != nil {
-			return err
-		}
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		for _, nodeID := range nodeIDs {
 			if seen[nodeID] {
 				continue
 			}
 			seen[nodeID] = true
-			tenant, ok := tenants[nodeID]
-			if !ok || actor.TenantID != "root" && tenant != actor.TenantID {
-				return errs.New(errs.AccessDenied, "access denied")
-			}
+			tenant := records[nodeID].tenant
 			out = append(out, Command{ID: ids.New("c"), NodeID: nodeID, TenantID: tenant, Kind: kind, Payload: payload, State: StateQueued,
 				CreatedBy: actor.Actor, CreatedAt: now.UTC(), UpdatedAt: now.UTC(), ExpiresAt: now.Add(ttl).UTC()})
 		}
@@ -292,23 +351,29 @@ func (s *Service) CreateMany(ctx context.Context, actor audit.Entry, nodeIDs []s
 	return out, nil
 }
 
-// nodeTenants returns the tenant of each node of ids that exists, one
-// query per store.InChunk ids.
-func nodeTenants(ctx context.Context, tx *sql.Tx, d store.Dialect, ids []string) (map[string]string, error) {
-	out := make(map[string]string, len(ids))
+// querier runs a query: a *sql.DB or a *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// nodeRecords returns the tenant and role of each node of ids that exists,
+// one query per store.InChunk ids.
+func nodeRecords(ctx context.Context, q querier, d store.Dialect, ids []string) (map[string]nodeRecord, error) {
+	out := make(map[string]nodeRecord, len(ids))
 	for chunk := range slices.Chunk(ids, store.InChunk) {
 		a := store.NewArgsFor(d)
-		rows, err := tx.QueryContext(ctx, `SELECT id, tenant_id FROM nodes WHERE id IN (`+a.Strings(chunk)+`)`, a.Values()...)
+		rows, err := q.QueryContext(ctx, `SELECT id, tenant_id, role FROM nodes WHERE id IN (`+a.Strings(chunk)+`)`, a.Values()...)
 		if err != nil {
 			return nil, fmt.Errorf("commands: read node tenants: %w", err)
 		}
 		for rows.Next() {
-			var id, tenant string
-			if err := rows.Scan(&id, &tenant); err != nil {
+			var id string
+			var r nodeRecord
+			if err := rows.Scan(&id, &r.tenant, &r.role); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("commands: scan node tenant: %w", err)
 			}
-			out[id] = tenant
+			out[id] = r
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -699,6 +764,14 @@ func (s *Service) attestAll(ctx context.Context, items []UpdateItem, todo []upda
 	if err != nil {
 		return fmt.Errorf("commands: read update certificates: %w", err)
 	}
+	cmdIDs := make([]string, 0, len(todo))
+	for _, t := range todo {
+		cmdIDs = append(cmdIDs, t.body.CommandId)
+	}
+	rows, err := s.bindings(ctx, cmdIDs)
+	if err != nil {
+		return err
+	}
 	now := s.clk.Now()
 	workers := min(runtime.GOMAXPROCS(0), len(todo))
 	var wg sync.WaitGroup
@@ -708,7 +781,7 @@ func (s *Service) attestAll(ctx context.Context, items []UpdateItem, todo []upda
 			defer wg.Done()
 			for k := w; k < len(todo); k += workers {
 				it := items[todo[k].i]
-				attested, why := attest(states, now, it.NodeID, it.Update)
+				attested, why := attest(states, rows, now, it.NodeID, it.Update, todo[k].body)
 				if !attested {
 					s.log.Warn("update not attested", "node_id", it.NodeID, "command_id", todo[k].body.CommandId, "why", why)
 					continue
@@ -721,12 +794,57 @@ func (s *Service) attestAll(ctx context.Context, items []UpdateItem, todo []upda
 	return nil
 }
 
+// binding is what a signed update must name of its command: the node it
+// is addressed to, its kind and the SHA-256 of its payload.
+type binding struct {
+	nodeID, kind string
+	payloadSHA   [32]byte
+}
+
+// bindings reads the binding of each command of ids that exists, one query
+// per store.InChunk ids.
+func (s *Service) bindings(ctx context.Context, ids []string) (map[string]binding, error) {
+	out := make(map[string]binding, len(ids))
+	for chunk := range slices.Chunk(ids, store.InChunk) {
+		a := s.db.NewArgs()
+		rows, err := s.db.QueryContext(ctx, `SELECT id, node_id, kind, payload FROM commands WHERE id IN (`+a.Strings(chunk)+`)`, a.Values()...)
+		if err != nil {
+			return nil, fmt.Errorf("commands: read update bindings: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			var b binding
+			var payload []byte
+			if err := rows.Scan(&id, &b.nodeID, &b.kind, &payload); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("commands: scan update binding: %w", err)
+			}
+			b.payloadSHA = sha256.Sum256(payload)
+			out[id] = b
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("commands: read update bindings: %w", err)
+		}
+	}
+	return out, nil
+}
+
 // attest checks the node's signature on an update against the stored
 // record of the certificate it names: of this node, not revoked, not of
-// role node-tenant, expired less than AttestGrace before now.
-func attest(states map[string]nodes.CertState, now time.Time, nodeID string, upd *nodev1.CommandUpdate) (bool, string) {
+// role node-tenant, expired less than AttestGrace before now; and that the
+// signed body names the kind and payload digest of the command row it
+// reports on, so a result signed for one command never attests another.
+func attest(states map[string]nodes.CertState, rows map[string]binding, now time.Time, nodeID string, upd *nodev1.CommandUpdate, body *nodev1.UpdateBody) (bool, string) {
 	st, known := states[upd.CertSerial]
+	row, haveRow := rows[body.CommandId]
 	switch {
+	case !haveRow || row.nodeID != nodeID:
+		return false, "command-unknown"
+	case body.Kind != row.kind:
+		return false, "kind-mismatch"
+	case !bytes.Equal(body.PayloadSha256, row.payloadSHA[:]):
+		return false, "payload-mismatch"
 	case !known:
 		return false, "cert-unknown"
 	case st.NodeID != nodeID:
@@ -805,4 +923,47 @@ func (s *Service) SweepExpired(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("commands: sweep: %w", err)
 	}
 	return res.RowsAffected()
+}
+
+// Attestation is an attested result as anyone can check it offline: the
+// exact bytes the node signed (an UpdateBody naming the command's id,
+// node, kind, payload digest and state), its signature over
+// SHA-256(Context || SignedBody), and the node certificate that signed,
+// PEM. The package attestation encodes it as a file and verifies it.
+type Attestation struct {
+	CommandID    string `json:"command_id"`
+	Context      string `json:"context"`
+	SignedBody   []byte `json:"signed_body"`
+	Signature    []byte `json:"signature"`
+	CertChainPEM string `json:"cert_chain_pem"`
+}
+
+// Attestation returns command id's attestation as tenant sees it:
+// NOT_FOUND when the command is not in tenant's view, INVALID_STATE when
+// its last update is not attested.
+func (s *Service) Attestation(ctx context.Context, tenant, id string) (Attestation, error) {
+	var owner string
+	var attested int
+	var body, sig []byte
+	var serial sql.NullString
+	err := s.db.QueryRowContext(ctx, `SELECT tenant_id, attested, update_body, node_sig, update_cert_serial FROM commands WHERE id = $1`, id).
+		Scan(&owner, &attested, &body, &sig, &serial)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && tenant != "root" && tenant != owner {
+		return Attestation{}, ErrNotFound
+	}
+	if err != nil {
+		return Attestation{}, fmt.Errorf("commands: read attestation: %w", err)
+	}
+	if attested != 1 || len(body) == 0 || len(sig) == 0 || !serial.Valid {
+		return Attestation{}, errs.New(errs.InvalidState, "the command has no attested result")
+	}
+	states, err := s.certs.CertStates(ctx, []string{serial.String})
+	if err != nil {
+		return Attestation{}, fmt.Errorf("commands: read attestation certificate: %w", err)
+	}
+	st, ok := states[serial.String]
+	if !ok || st.Cert == nil {
+		return Attestation{}, errs.New(errs.InvalidState, "the command has no attested result")
+	}
+	return Attestation{CommandID: id, Context: UpdateSigContext, SignedBody: body, Signature: sig, CertChainPEM: string(pki.CertPEM(st.Cert.Raw))}, nil
 }

@@ -165,7 +165,7 @@ func Open(cfg Config) (*Node, error) {
 		verify: &Verifier{NodeID: rec.NodeID, Role: nid.Role, TrustDomain: tb.TrustDomain, CommandRoots: roots,
 			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains}}
 	for _, r := range j.Interrupted() {
-		upd, err := n.signUpdate(&nodev1.UpdateBody{CommandId: r.ID, State: "failed", Reason: "interrupted"})
+		upd, err := n.signUpdate(&nodev1.UpdateBody{CommandId: r.ID, State: "failed", Reason: "interrupted", Kind: r.Kind, PayloadSha256: r.PayloadSHA256})
 		if err != nil {
 			return nil, err
 		}
@@ -256,6 +256,19 @@ func (n *Node) Serial() string {
 // SignUpdate encodes and signs an update body with the current node key
 // and returns the marshalled CommandUpdate (what the journal keeps).
 func (n *Node) SignUpdate(b *nodev1.UpdateBody) ([]byte, error) { return n.signUpdate(b) }
+
+// boundTo names in u the command it reports on: the kind and the SHA-256
+// of the payload of body, when body is the verified body of u's command
+// (nothing otherwise). The control plane attests an update only when both
+// match the command it names, so a signed result cannot be moved to
+// another command.
+func boundTo(u *nodev1.UpdateBody, body *nodev1.CommandBody) *nodev1.UpdateBody {
+	if body != nil && body.CommandId == u.CommandId {
+		sum := sha256.Sum256(body.Payload)
+		u.Kind, u.PayloadSha256 = body.Kind, sum[:]
+	}
+	return u
+}
 
 // signUpdate encodes and signs an update body with the current node key.
 func (n *Node) signUpdate(b *nodev1.UpdateBody) ([]byte, error) {
@@ -651,7 +664,7 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 			}
 			return nil
 		}
-		upd, err := n.signUpdate(&nodev1.UpdateBody{CommandId: c.Id, State: "cancelled", Reason: reason})
+		upd, err := n.signUpdate(boundTo(&nodev1.UpdateBody{CommandId: c.Id, State: "cancelled", Reason: reason}, body))
 		if err != nil {
 			return err
 		}
@@ -662,11 +675,12 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 		}
 		return n.sendUpdate(send, upd)
 	}
-	if err := n.journal.Start(c.Id, expires); err != nil {
+	sum := sha256.Sum256(body.Payload)
+	if err := n.journal.StartCommand(c.Id, expires, body.Kind, sum[:]); err != nil {
 		return err
 	}
 	result, runErr := n.run(ctx, c.Id, body, send)
-	ub := &nodev1.UpdateBody{CommandId: c.Id, State: "succeeded", Result: result}
+	ub := boundTo(&nodev1.UpdateBody{CommandId: c.Id, State: "succeeded", Result: result}, body)
 	if runErr != nil {
 		ub.State, ub.Reason, ub.Result = "failed", runErr.Error(), nil
 	}
@@ -702,7 +716,7 @@ func (n *Node) countRefusal(reason string) {
 // after Config.RunningAfter (see handle). It always waits for the driver.
 func (n *Node) run(ctx context.Context, id string, body *nodev1.CommandBody, send func(*nodev1.NodeMessage) error) ([]byte, error) {
 	if n.cfg.RunningAfter < 0 {
-		n.reportRunning(id, send)
+		n.reportRunning(id, body, send)
 		return n.cfg.Driver.Run(ctx, body.Kind, body.Payload)
 	}
 	type outcome struct {
@@ -722,7 +736,7 @@ func (n *Node) run(ctx context.Context, id string, body *nodev1.CommandBody, sen
 	select {
 	case o = <-done:
 	case <-t.C:
-		n.reportRunning(id, send)
+		n.reportRunning(id, body, send)
 		o = <-done
 	case <-ctx.Done():
 		// The session is ending and the driver sees it through ctx: no
@@ -734,8 +748,8 @@ func (n *Node) run(ctx context.Context, id string, body *nodev1.CommandBody, sen
 
 // reportRunning signs and sends a "running" update for id. It is advisory
 // (the final update is what counts), so a failure is only logged.
-func (n *Node) reportRunning(id string, send func(*nodev1.NodeMessage) error) {
-	running, err := n.signUpdate(&nodev1.UpdateBody{CommandId: id, State: "running"})
+func (n *Node) reportRunning(id string, body *nodev1.CommandBody, send func(*nodev1.NodeMessage) error) {
+	running, err := n.signUpdate(boundTo(&nodev1.UpdateBody{CommandId: id, State: "running"}, body))
 	if err != nil {
 		n.cfg.Log.Warn("sign running update", "command_id", id, "err", err)
 		return

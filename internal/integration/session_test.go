@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -59,11 +61,14 @@ func TestKindNotAllowedForRole(t *testing.T) {
 		n := e.Join(t, pki.RoleNodeTenant, "tenant-box")
 		n.Start(t)
 		n.WaitConnected(t)
-		c, err := e.Client.CreateCommand(context.Background(), n.NodeID(), "disk.wipe", nil)
-		if err != nil {
-			t.Fatal(err)
+		// The control plane refuses to create it
+		// (TestKindNotAllowedForRoleAtCreate); a row forced into the queue,
+		// as a compromised database could, is refused by the node itself.
+		if _, err := e.Client.CreateCommand(context.Background(), n.NodeID(), "disk.wipe", nil); err == nil {
+			t.Fatal("disk.wipe for a node-tenant node was created")
 		}
-		expectCancelled(t, e, n, c.ID, "disk.wipe", daemon.ReasonKindNotAllowed)
+		id := e.InjectCommand(t, n.NodeID(), e.Body(n.NodeID(), "disk.wipe"), e.WorkerSigner(t))
+		expectCancelled(t, e, n, id, "disk.wipe", daemon.ReasonKindNotAllowed)
 	})
 }
 
@@ -411,7 +416,7 @@ func TestAttestation(t *testing.T) {
 			if _, err := db.ExecContext(ctx, `UPDATE commands SET state = 'sent' WHERE id = $1`, c.ID); err != nil {
 				t.Fatal(err)
 			}
-			raw, err := n.SignUpdate(&nodev1.UpdateBody{CommandId: c.ID, State: "succeeded", Result: []byte(`{"ok":true}`)})
+			raw, err := n.SignUpdate(boundDiagRunUpdate(c.ID, "succeeded", `{"ok":true}`))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -473,7 +478,7 @@ func TestApplyUpdatesBatch(t *testing.T) {
 			return c.ID
 		}
 		upd := func(n *testenv.Node, id, state string) *nodev1.CommandUpdate {
-			raw, err := n.SignUpdate(&nodev1.UpdateBody{CommandId: id, State: state, Result: []byte(`{"ok":true}`)})
+			raw, err := n.SignUpdate(boundDiagRunUpdate(id, state, `{"ok":true}`))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -545,13 +550,14 @@ func TestJournalAfterRestart(t *testing.T) {
 		}
 		// Crashed while running "interrupted"; finished "offline" while the
 		// gateway was unreachable.
-		if err := j.Start(interrupted.ID, time.Now().Add(time.Hour)); err != nil {
+		emptySum := sha256.Sum256([]byte("{}"))
+		if err := j.StartCommand(interrupted.ID, time.Now().Add(time.Hour), "diag.run", emptySum[:]); err != nil {
 			t.Fatal(err)
 		}
 		if err := j.Start(offline.ID, time.Now().Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
-		upd, err := n.SignUpdate(&nodev1.UpdateBody{CommandId: offline.ID, State: "succeeded", Result: []byte(`{"offline":true}`)})
+		upd, err := n.SignUpdate(boundDiagRunUpdate(offline.ID, "succeeded", `{"offline":true}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -581,17 +587,39 @@ func TestWorkerKeyRotates(t *testing.T) {
 		clk := clock.NewFake(time.Now())
 		e := testenv.Start(t, db, testenv.Options{Nodes: 1, Clock: clk})
 		ctx := context.Background()
+		start := clk.Now()
 		k1, err := e.CP.Signer.CurrentKey(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		clk.Advance(13 * time.Hour)
+		// The key is certified, and stored, for exactly 24 h from its
+		// making (the certificate's times have whole seconds).
+		var certDER []byte
+		var notAfterMS int64
+		if err := db.QueryRowContext(ctx, `SELECT cert_der, not_after FROM worker_keys WHERE id = $1`, k1).Scan(&certDER, &notAfterMS); err != nil {
+			t.Fatal(err)
+		}
+		cert, err := x509.ParseCertificate(certDER)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := start.Add(24 * time.Hour); !cert.NotAfter.Equal(want.Truncate(time.Second)) || notAfterMS != want.UnixMilli() {
+			t.Fatalf("worker key lifetime: certificate until %s, stored until %d, want %s", cert.NotAfter, notAfterMS, want)
+		}
+		// No rotation while more than 12 h remain: one second more than
+		// 12 h left keeps the key.
+		clk.Advance(12*time.Hour - time.Second)
+		if k, err := e.CP.Signer.CurrentKey(ctx); err != nil || k != k1 {
+			t.Fatalf("with 12h01s left: key %s (%v), want %s kept", k, err, k1)
+		}
+		// One second less than 12 h left rotates it.
+		clk.Advance(2 * time.Second)
 		k2, err := e.CP.Signer.CurrentKey(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if k1 == k2 {
-			t.Fatal("worker key did not rotate with 11h left")
+			t.Fatal("worker key did not rotate with 11h59m59s left")
 		}
 		c, err := e.Client.CreateCommand(ctx, e.Nodes[0].NodeID(), "node.ping", nil)
 		if err != nil {

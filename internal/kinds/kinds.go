@@ -5,7 +5,10 @@
 // machine (kind-not-allowed).
 package kinds
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // The command kinds this release defines.
 const (
@@ -30,6 +33,32 @@ var byRole = map[string][]string{
 	"ramdisk":     {NodePing, DiagRun, DiskWipe},
 	"site":        {NodePing},
 	"node-tenant": {NodePing, DiagRun},
+}
+
+// Modules that own command kinds. A kind a module owns is created only by
+// that module, after its own authorization decision; the generic command
+// path (commands.create, commands.fanout, commands.createInBatch) refuses
+// it, so a caller refused the module's method cannot reach the same effect
+// through a raw command.
+const (
+	ModuleSandboxes = "sandboxes"
+)
+
+// owners maps a kind prefix to the module that owns every kind under it.
+// A new module that brings kinds of its own adds a row here.
+var owners = []struct{ prefix, module string }{
+	{"sandbox.", ModuleSandboxes},
+}
+
+// Owner returns the module that owns kind, or "" when the kind belongs to
+// the generic command path.
+func Owner(kind string) string {
+	for _, o := range owners {
+		if strings.HasPrefix(kind, o.prefix) {
+			return o.module
+		}
+	}
+	return ""
 }
 
 // destructive kinds change or destroy a machine's state.

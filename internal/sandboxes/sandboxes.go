@@ -612,7 +612,7 @@ func (s *Service) run(ctx context.Context, actor audit.Entry, node, kind string,
 	if err != nil {
 		return nil, fmt.Errorf("sandboxes: encode payload: %w", err)
 	}
-	c, err := s.commands.Create(ctx, system(actor), node, kind, raw, wait+time.Minute)
+	c, err := s.commands.CreateOwned(ctx, kinds.ModuleSandboxes, system(actor), node, kind, raw, wait+time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -695,7 +695,7 @@ func (s *Service) Exec(ctx context.Context, actor audit.Entry, tenant, id string
 	if err != nil {
 		return ExecResult{}, fmt.Errorf("sandboxes: encode exec: %w", err)
 	}
-	c, err := s.commands.Create(ctx, system(actor), x.NodeID, kinds.SandboxExec, raw, timeout+time.Minute)
+	c, err := s.commands.CreateOwned(ctx, kinds.ModuleSandboxes, system(actor), x.NodeID, kinds.SandboxExec, raw, timeout+time.Minute)
 	if err != nil {
 		return ExecResult{}, err
 	}
@@ -787,7 +787,7 @@ func (s *Service) Delete(ctx context.Context, actor audit.Entry, tenant, id stri
 // possible deadline, so a host that comes back gets it) and waits briefly.
 func (s *Service) deleteOnHost(ctx context.Context, actor audit.Entry, node, id string) bool {
 	raw, _ := json.Marshal(spec.Delete{SandboxID: id})
-	c, err := s.commands.Create(ctx, system(actor), node, kinds.SandboxDelete, raw, 24*time.Hour)
+	c, err := s.commands.CreateOwned(ctx, kinds.ModuleSandboxes, system(actor), node, kinds.SandboxDelete, raw, 24*time.Hour)
 	if err != nil {
 		s.log.Error("sandbox delete command", "sandbox_id", id, "err", err)
 		return false
@@ -812,7 +812,7 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 		}
 		n++
 		raw, _ := json.Marshal(spec.Delete{SandboxID: x.ID})
-		if _, err := s.commands.Create(ctx, audit.Entry{TenantID: "root", Actor: "sandboxes:expiry"}, x.NodeID, kinds.SandboxDelete, raw, 24*time.Hour); err != nil {
+		if _, err := s.commands.CreateOwned(ctx, kinds.ModuleSandboxes, audit.Entry{TenantID: "root", Actor: "sandboxes:expiry"}, x.NodeID, kinds.SandboxDelete, raw, 24*time.Hour); err != nil {
 			s.log.Warn("expired sandbox delete command", "sandbox_id", x.ID, "err", err)
 		}
 	}

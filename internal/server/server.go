@@ -209,6 +209,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	cp.Commands.UseBatches(cp.Quorum)
+	cp.Commands.UseSecrets(secretRefs{cp})
 	cp.APIKeys = apikeys.New(o.DB, o.Clock)
 	cp.IAM = iam.New(o.DB, o.Clock)
 	if hasAPI {

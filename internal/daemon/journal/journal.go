@@ -42,6 +42,10 @@ type Entry struct {
 	ID        string `json:"id"`
 	ExpiresMS int64  `json:"exp,omitempty"`
 	Update    []byte `json:"update,omitempty"` // a marshalled CommandUpdate
+	// Kind and PayloadSHA256 name the started command (see StartCommand),
+	// so an update signed after a crash still names what ran.
+	Kind          string `json:"kind,omitempty"`
+	PayloadSHA256 []byte `json:"payload_sha256,omitempty"`
 }
 
 // Record is the journal's view of one command.
@@ -52,6 +56,9 @@ type Record struct {
 	Done      bool
 	Acked     bool
 	Update    []byte
+	// Kind and PayloadSHA256 are those StartCommand recorded.
+	Kind          string
+	PayloadSHA256 []byte
 }
 
 // Journal is an open journal; it is safe for concurrent use. It holds no
@@ -124,6 +131,9 @@ func (j *Journal) apply(e Entry) {
 	switch e.Op {
 	case "start":
 		r.Started = true
+		if e.Kind != "" {
+			r.Kind, r.PayloadSHA256 = e.Kind, e.PayloadSHA256
+		}
 		if e.ExpiresMS > r.ExpiresMS {
 			r.ExpiresMS = e.ExpiresMS
 		}
@@ -156,7 +166,7 @@ func (j *Journal) rewrite() error {
 	for _, id := range ids {
 		r := j.records[id]
 		if r.Started {
-			_ = enc.Encode(Entry{Op: "start", ID: id, ExpiresMS: r.ExpiresMS})
+			_ = enc.Encode(Entry{Op: "start", ID: id, ExpiresMS: r.ExpiresMS, Kind: r.Kind, PayloadSHA256: r.PayloadSHA256})
 		}
 		if r.Done {
 			_ = enc.Encode(Entry{Op: "done", ID: id, ExpiresMS: r.ExpiresMS, Update: r.Update})
@@ -242,6 +252,13 @@ func (j *Journal) Final(id string) ([]byte, bool) {
 // returns, so a command never runs unless its start survives a crash.
 func (j *Journal) Start(id string, expires time.Time) error {
 	return j.append(Entry{Op: "start", ID: id, ExpiresMS: expires.UnixMilli()}, true)
+}
+
+// StartCommand is Start that also records the command's kind and the
+// SHA-256 of its payload, which the update signed after a crash
+// ("interrupted") names.
+func (j *Journal) StartCommand(id string, expires time.Time, kind string, payloadSHA256 []byte) error {
+	return j.append(Entry{Op: "start", ID: id, ExpiresMS: expires.UnixMilli(), Kind: kind, PayloadSHA256: payloadSHA256}, true)
 }
 
 // Done records id's final signed update (also for a refusal, which makes

@@ -155,3 +155,25 @@ func openTemp(t *testing.T) (string, time.Time, *Journal) {
 	}
 	return path, now, j
 }
+
+// TestJournalKeepsStartedCommand: the kind and payload digest a start
+// entry records survive a reopen, and the compaction a reopen makes, so
+// the update signed for an interrupted command still names what ran.
+func TestJournalKeepsStartedCommand(t *testing.T) {
+	path, now, j := openTemp(t)
+	sum := []byte("0123456789abcdef0123456789abcdef")
+	must(t, j.StartCommand("c-running", now.Add(time.Hour), "diag.run", sum))
+	must(t, j.Close())
+	for range 2 { // the second Open reads the compacted file
+		var err error
+		j, err = Open(path, now, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := j.Interrupted()
+		if len(got) != 1 || got[0].Kind != "diag.run" || string(got[0].PayloadSHA256) != string(sum) {
+			t.Fatalf("interrupted = %+v", got)
+		}
+		must(t, j.Close())
+	}
+}

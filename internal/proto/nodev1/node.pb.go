@@ -1661,10 +1661,17 @@ type UpdateBody struct {
 	CommandId string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
 	NodeId    string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// state is running, succeeded, failed or cancelled.
-	State         string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	Result        []byte `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
-	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
-	TimeMs        int64  `protobuf:"varint,6,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	State  string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Result []byte `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	TimeMs int64  `protobuf:"varint,6,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	// kind is the kind of the signed command this update reports on, and
+	// payload_sha256 the SHA-256 of that command's payload bytes (both from
+	// the verified CommandBody), so a signed result names what ran and
+	// cannot be moved to another command. Both are empty in an update about
+	// a command whose body never verified.
+	Kind          string `protobuf:"bytes,7,opt,name=kind,proto3" json:"kind,omitempty"`
+	PayloadSha256 []byte `protobuf:"bytes,8,opt,name=payload_sha256,json=payloadSha256,proto3" json:"payload_sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1739,6 +1746,20 @@ func (x *UpdateBody) GetTimeMs() int64 {
 		return x.TimeMs
 	}
 	return 0
+}
+
+func (x *UpdateBody) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *UpdateBody) GetPayloadSha256() []byte {
+	if x != nil {
+		return x.PayloadSha256
+	}
+	return nil
 }
 
 type UpdateAck struct {
@@ -2164,7 +2185,7 @@ const file_node_proto_rawDesc = "" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x19\n" +
 	"\bnode_sig\x18\x02 \x01(\fR\anodeSig\x12\x1f\n" +
 	"\vcert_serial\x18\x03 \x01(\tR\n" +
-	"certSerial\"\xa3\x01\n" +
+	"certSerial\"\xde\x01\n" +
 	"\n" +
 	"UpdateBody\x12\x1d\n" +
 	"\n" +
@@ -2173,7 +2194,9 @@ const file_node_proto_rawDesc = "" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
 	"\x06result\x18\x04 \x01(\fR\x06result\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x17\n" +
-	"\atime_ms\x18\x06 \x01(\x03R\x06timeMs\"@\n" +
+	"\atime_ms\x18\x06 \x01(\x03R\x06timeMs\x12\x12\n" +
+	"\x04kind\x18\a \x01(\tR\x04kind\x12%\n" +
+	"\x0epayload_sha256\x18\b \x01(\fR\rpayloadSha256\"@\n" +
 	"\tUpdateAck\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x14\n" +
