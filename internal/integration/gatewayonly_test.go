@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/base64"
@@ -136,14 +137,18 @@ func TestGatewayOnlyProcessHoldsNoKeys(t *testing.T) {
 		if err := e.Client.Call(ctx, "secrets.put", map[string]any{"name": "gwdemo", "value_base64": base64.StdEncoding.EncodeToString(value)}, nil); err != nil {
 			t.Fatal(err)
 		}
-		c, err := e.Client.CreateCommand(ctx, n2.NodeID(), "secret.digest", json.RawMessage(`{"ref":"secret://root/gwdemo"}`))
+		c, err := e.Client.CreateCommand(ctx, n2.NodeID(), "secret.digest", json.RawMessage(`{"ref":"secret://root/gwdemo","nonce":"00112233445566778899aabbccddeeff"}`))
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := e.WaitCommand(t, c.ID)
-		want := sha256.Sum256(value)
-		var res struct{ SHA256 string }
-		if err := json.Unmarshal(got.Result, &res); err != nil || got.State != "succeeded" || res.SHA256 != hex.EncodeToString(want[:]) {
+		nonce, _ := hex.DecodeString("00112233445566778899aabbccddeeff")
+		mac := hmac.New(sha256.New, value)
+		mac.Write(nonce)
+		var res struct {
+			HMAC string `json:"hmac_sha256"`
+		}
+		if err := json.Unmarshal(got.Result, &res); err != nil || got.State != "succeeded" || res.HMAC != hex.EncodeToString(mac.Sum(nil)) {
 			t.Fatalf("secret.digest through the gateway-only process: %s result=%s reason=%q", got.State, got.Result, got.Reason)
 		}
 		var releases int

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,8 +84,11 @@ type OCI struct {
 	name   string
 	binary string
 	dir    string
-	init   []byte // the reaping init (nil when none for this architecture)
-	userns []byte // the user namespace maker (nil when none)
+	// bundles holds the bundles: dir/bundles, or for runc run as root a
+	// folder under RunBase (see runBundles).
+	bundles string
+	init    []byte // the reaping init (nil when none for this architecture)
+	userns  []byte // the user namespace maker (nil when none)
 	// rlexec is the path of rlimitExecProgram under dir ("" when none):
 	// runc runs through it for sandboxes with a user namespace.
 	rlexec string
@@ -92,17 +97,19 @@ type OCI struct {
 // NewOCI returns the runtime called name using binary, with its state
 // under dir.
 func NewOCI(name, binary, dir string) (*OCI, error) {
-	for _, d := range []string{filepath.Join(dir, "state"), filepath.Join(dir, "bundles")} {
+	bundles := filepath.Join(dir, "bundles")
+	if name == spec.RuntimeRunc && os.Geteuid() == 0 {
+		var err error
+		if bundles, err = runBundles(RunBase, dir); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range []string{filepath.Join(dir, "state"), bundles} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("sandbox: %s dir: %w", name, err)
 		}
 	}
-	if name == spec.RuntimeRunc {
-		if err := searchable(filepath.Join(dir, "bundles")); err != nil {
-			return nil, err
-		}
-	}
-	o := &OCI{name: name, binary: binary, dir: dir, init: initProgram()}
+	o := &OCI{name: name, binary: binary, dir: dir, bundles: bundles, init: initProgram()}
 	if name == spec.RuntimeRunc {
 		if rl := rlimitExecProgram(); rl != nil {
 			o.rlexec = filepath.Join(dir, "rlimit-exec")
@@ -118,27 +125,44 @@ func NewOCI(name, binary, dir string) (*OCI, error) {
 // Name returns the runtime's name.
 func (o *OCI) Name() string { return o.name }
 
-// searchable gives others search permission (x, not read) on dir and
-// every directory above it that lacks it. runc's init enters the
-// sandbox's user namespace before it mounts the rootfs and the init from
-// the bundle, as the sandbox's root, a host id that owns none of the
-// path: it must be able to walk to them. Nothing gets listable; the
-// files below keep their own modes, and bundles are named by random ids.
-func searchable(dir string) error {
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
+// RunBase is where runc hosts run as root keep their bundles: outside
+// bcd's data folder, so that the folder (and whatever holds it, such as a
+// home directory) stays closed to others.
+const RunBase = "/run/bcd-sandboxes"
+
+// runBundles returns, and makes, the bundles folder of the host whose
+// state is in dir: base/<digest of dir>/bundles, each level root's and
+// mode 0711. runc's init enters the sandbox's user namespace before it
+// mounts the rootfs and the init from the bundle, as the sandbox's root,
+// a host id that owns none of the path, so it must be able to walk there;
+// 0711 lets it search without listing, and /run above is root's 0755.
+// A level that exists but is not a directory of root's, or that others
+// can write, is refused.
+func runBundles(base, dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("sandbox: bundles: %w", err)
+	}
+	sum := sha256.Sum256([]byte(abs))
+	host := filepath.Join(base, hex.EncodeToString(sum[:8]))
+	bundles := filepath.Join(host, "bundles")
+	for _, d := range []string{base, host, bundles} {
+		if err := os.Mkdir(d, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
+			return "", fmt.Errorf("sandbox: bundles: %w", err)
+		}
+		fi, err := os.Lstat(d)
 		if err != nil {
-			return fmt.Errorf("sandbox: bundle path: %w", err)
+			return "", fmt.Errorf("sandbox: bundles: %w", err)
 		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			if err := os.Chmod(d, fi.Mode().Perm()|0o001); err != nil {
-				return fmt.Errorf("sandbox: bundle path: %w", err)
-			}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !fi.IsDir() || !ok || st.Uid != 0 || fi.Mode().Perm()&0o022 != 0 {
+			return "", fmt.Errorf("sandbox: bundles: %s must be a directory of root's that no one else can write", d)
 		}
-		if d == "/" || d == "." {
-			return nil
+		if err := os.Chmod(d, 0o711); err != nil {
+			return "", fmt.Errorf("sandbox: bundles: %w", err)
 		}
 	}
+	return bundles, nil
 }
 
 // argv is the runtime's argument vector: its state root, the runtime's
@@ -153,7 +177,7 @@ func (o *OCI) argv(globals []string, args ...string) []string {
 	return append(out, args...)
 }
 
-func (o *OCI) bundle(id string) string { return filepath.Join(o.dir, "bundles", id) }
+func (o *OCI) bundle(id string) string { return filepath.Join(o.bundles, id) }
 
 // run runs the runtime binary with fixed arguments and returns its
 // output on failure. It is for commands that end (state, kill, delete):
@@ -203,7 +227,7 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 		}
 	}
 	if ids.Valid() {
-		// Searchable by the sandbox's root (see searchable).
+		// Searchable by the sandbox's root (see runBundles).
 		if err := os.Chmod(b, 0o701); err != nil {
 			return fmt.Errorf("sandbox: bundle: %w", err)
 		}
@@ -378,7 +402,7 @@ func (o *OCI) NewUserNS(id string, ids IDRange) (*UserNS, error) {
 	if err := os.MkdirAll(b, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox: bundle: %w", err)
 	}
-	// Searchable by the sandbox's root (see searchable), which runs the
+	// Searchable by the sandbox's root (see runBundles), which runs the
 	// program from here.
 	if err := os.Chmod(b, 0o701); err != nil {
 		return nil, fmt.Errorf("sandbox: bundle: %w", err)
