@@ -86,6 +86,9 @@ func (s *Service) ApplyReport(ctx context.Context, nodeID, serial string, r *nod
 	if err != nil {
 		return "", errs.Wrap(errs.Internal, "sandbox report not recorded", err)
 	}
+	if changed && state == StateWarm {
+		s.bus.Publish(TopicWarm) // the pool lost one
+	}
 	if changed {
 		s.log.Info("sandbox failed on its host", "sandbox_id", b.SandboxId, "node_id", nodeID, "reason", b.Reason)
 	}
