@@ -153,3 +153,35 @@ func TestSandboxReportRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestSandboxReportSentAfterReconnect: a report the host makes while its
+// node has no session is kept and sent when the session comes up, and the
+// control plane's ack clears it.
+func TestSandboxReportSentAfterReconnect(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1, SandboxRuntime: spec.RuntimeSim})
+	tenant, admin := e.TenantAdmin(t, "acme")
+	ctx := context.Background()
+	if _, err := e.CP.Sandboxes.ImportBytes(ctx, audit.Entry{TenantID: tenant, Actor: "test"}, tenant, "busybox", busyboxTar(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Call(ctx, "templates.create", map[string]any{"name": "small", "image": "busybox", "runtime": spec.RuntimeSim}, nil); err != nil {
+		t.Fatal(err)
+	}
+	x, err := admin.CreateSandbox(ctx, "", "small")
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	n := e.Nodes[0]
+	n.Stop()
+	n2 := e.OpenNode(t, n.Dir, "")
+	n2.ReportSandboxFailed(x.ID, sandbox.ReasonRuntimeDied)
+	if got, err := admin.Sandbox(ctx, x.ID); err != nil || got.State != sandboxes.StateRunning {
+		t.Fatalf("before the session: %+v %v, want running", got, err)
+	}
+	n2.Start(t)
+	pollUntil(t, "the sandbox failed", func() bool {
+		got, err := admin.Sandbox(ctx, x.ID)
+		return err == nil && got.State == sandboxes.StateFailed && got.Reason == sandbox.ReasonRuntimeDied
+	})
+	pollUntil(t, "the report acknowledged", func() bool { return n2.PendingReports() == 0 })
+}
