@@ -92,6 +92,9 @@ type Node struct {
 	// onState, when set, is told of session changes (tests and dev wait on
 	// it instead of sleeping).
 	onState func(connected bool)
+
+	// reports are the sandbox reports awaiting their ack.
+	reports *reports
 }
 
 // Open loads a joined node from cfg.DataDir and its journal. It reports
@@ -163,7 +166,10 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, rec: &rec, bundle: tb, journal: j, key: key, chain: chain, highestMS: st.HighestServerTimeMS, approvers: ap,
 		verify: &Verifier{NodeID: rec.NodeID, Role: nid.Role, TrustDomain: tb.TrustDomain, CommandRoots: roots,
-			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains}}
+			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains}, reports: newReports()}
+	if sf, ok := cfg.Driver.(SandboxFailures); ok {
+		sf.OnSandboxFailed(n.ReportSandboxFailed)
+	}
 	for _, r := range j.Interrupted() {
 		upd, err := n.signUpdate(&nodev1.UpdateBody{CommandId: r.ID, State: "failed", Reason: "interrupted", Kind: r.Kind, PayloadSha256: r.PayloadSHA256})
 		if err != nil {
@@ -479,6 +485,9 @@ func (n *Node) session(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := n.sendReports(send, true); err != nil {
+		return err
+	}
 	work := make(chan *nodev1.SignedCommand, 64)
 	defer close(work)
 	fetch := func(ctx context.Context, commandID, ref string) ([]byte, error) {
@@ -509,6 +518,10 @@ func (n *Node) session(ctx context.Context) error {
 			return nil
 		case err := <-recvErr:
 			return err
+		case <-n.reports.wake:
+			if err := n.sendReports(send, false); err != nil {
+				return err
+			}
 		case <-renew.C:
 			if err := n.Renew(ctx, conn); err != nil {
 				n.cfg.Log.Warn("renew failed", "err", err)
@@ -528,6 +541,8 @@ func (n *Node) session(ctx context.Context) error {
 				if err := n.acknowledge(msg.Ack); err != nil {
 					return err
 				}
+			case *nodev1.ServerMessage_SandboxAck:
+				n.ackReport(msg.SandboxAck)
 			case *nodev1.ServerMessage_ApproverSets:
 				n.applyApproverSets(msg.ApproverSets.GetSets())
 			case *nodev1.ServerMessage_Ping, *nodev1.ServerMessage_Welcome:

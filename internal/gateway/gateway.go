@@ -108,6 +108,12 @@ type Services interface {
 	// TimeStatement returns the latest time statement a worker signed (nil
 	// when there is none yet); the gateway relays it verbatim in Welcome.
 	TimeStatement(ctx context.Context) (*nodev1.SignedTimeStatement, error)
+	// SandboxReport relays a node's signed sandbox report, received on the
+	// session nodeID opened with the certificate serial, to the sandboxes
+	// module, which alone decides what it changes. It returns the
+	// sandbox's id when the report was recorded (or the sandbox is already
+	// final), and the node gets an ack; an error leaves it unacknowledged.
+	SandboxReport(ctx context.Context, nodeID, serial string, r *nodev1.SandboxReport) (sandboxID string, err error)
 }
 
 // Poker delivers pokes (the in-process bus implements it).
@@ -646,7 +652,7 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	expiry := time.AfterFunc(id.NotAfter.Sub(g.cfg.Clock.Now()), func() { cancel(errExpired) })
 	defer expiry.Stop()
 	recvErr := make(chan error, 1)
-	go func() { recvErr <- g.receive(sctx, stream, id.NodeID, send) }()
+	go func() { recvErr <- g.receive(sctx, stream, id.NodeID, id.Serial, send) }()
 	go g.deliver(sctx, s, send)
 	go g.deliverApproverSets(sctx, id.NodeID, send)
 
@@ -673,7 +679,7 @@ func (g *Gateway) dropSessions(nodeID string, cause error) {
 	}
 }
 
-func (g *Gateway) receive(ctx context.Context, stream nodev1.Gateway_SessionServer, nodeID string, send func(*nodev1.ServerMessage) error) error {
+func (g *Gateway) receive(ctx context.Context, stream nodev1.Gateway_SessionServer, nodeID, serial string, send func(*nodev1.ServerMessage) error) error {
 	for {
 		m, err := stream.Recv()
 		if err != nil {
@@ -698,6 +704,17 @@ func (g *Gateway) receive(ctx context.Context, stream nodev1.Gateway_SessionServ
 				continue
 			}
 			if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Ack{Ack: &nodev1.UpdateAck{CommandId: r.CommandID, State: r.State}}}); err != nil {
+				return err
+			}
+		case *nodev1.NodeMessage_SandboxReport:
+			// Relayed as is: the sandboxes module checks the signature and
+			// that the sandbox is this node's.
+			id, err := g.svc.SandboxReport(ctx, nodeID, serial, msg.SandboxReport)
+			if err != nil {
+				g.cfg.Log.Warn("sandbox report refused", "node_id", nodeID, "err", err)
+				continue
+			}
+			if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_SandboxAck{SandboxAck: &nodev1.SandboxReportAck{SandboxId: id}}}); err != nil {
 				return err
 			}
 		case *nodev1.NodeMessage_Ping:

@@ -62,9 +62,15 @@ const StartTimeout = 90 * time.Second
 // TopicWarm wakes the warm pool reconciler.
 const TopicWarm = "sandboxes.warm"
 
-// NodeLister reads nodes (the nodes module implements it).
+// NodeLister reads nodes and their certificates, and records refusals
+// (the nodes module implements it).
 type NodeLister interface {
 	List(ctx context.Context, tenant string) ([]nodes.Node, error)
+	// CertState reads a certificate's record (nodes.ErrCertUnknown for
+	// one never issued): a sandbox report's signature is checked with it.
+	CertState(ctx context.Context, serial string) (nodes.CertState, error)
+	// RecordRefusal records a refusal as a security event.
+	RecordRefusal(ctx context.Context, typ, reason, nodeID string)
 }
 
 // Service is the sandboxes module.

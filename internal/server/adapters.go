@@ -12,6 +12,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/quorum"
+	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/signing"
 	"github.com/bettercompute/bettercompute/internal/store"
@@ -63,12 +64,14 @@ func (r registry) RevokedSince(ctx context.Context, since time.Time) ([]string, 
 }
 
 // gatewayServices adapts the nodes, secrets and quorum modules, and the
-// workers' signed time statements, to the gateway's Services.
+// workers' signed time statements and the sandboxes module, to the
+// gateway's Services.
 type gatewayServices struct {
 	n   *nodes.Service
 	sec *secrets.Service
 	q   *quorum.Service
 	db  *store.DB // the latest signed time statement is read from it
+	sbx *sandboxes.Service
 }
 
 func (s gatewayServices) Secret(ctx context.Context, id pki.NodeIdentity, _ [][]byte, req *nodev1.SecretRequest) (string, error) {
@@ -101,4 +104,13 @@ func (s gatewayServices) Renew(ctx context.Context, id pki.NodeIdentity, _ [][]b
 
 func (s gatewayServices) Refused(ctx context.Context, typ, reason, nodeID string) {
 	s.n.RecordRefusal(ctx, typ, reason, nodeID)
+}
+
+// SandboxReport hands a node's signed sandbox report to the sandboxes
+// module, which checks it and alone decides what it changes.
+func (s gatewayServices) SandboxReport(ctx context.Context, nodeID, serial string, r *nodev1.SandboxReport) (string, error) {
+	if s.sbx == nil {
+		return "", errs.New(errs.InvalidConfig, "this process has no sandboxes module")
+	}
+	return s.sbx.ApplyReport(ctx, nodeID, serial, r)
 }

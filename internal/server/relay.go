@@ -288,3 +288,10 @@ func (r *relayServices) ApproverSets(ctx context.Context) ([]*nodev1.SignedAppro
 func (r *relayServices) TimeStatement(ctx context.Context) (*nodev1.SignedTimeStatement, error) {
 	return r.local.TimeStatement(ctx)
 }
+
+// SandboxReport records a node's sandbox report: a database write that
+// needs no key (the node's certificate is in the database), so a
+// gateway-only process does it locally, as it records command updates.
+func (r *relayServices) SandboxReport(ctx context.Context, nodeID, serial string, rep *nodev1.SandboxReport) (string, error) {
+	return r.local.SandboxReport(ctx, nodeID, serial, rep)
+}

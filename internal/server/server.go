@@ -245,7 +245,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		go func() { defer cp.wg.Done(); cp.Sandboxes.Run(rctx, 2*time.Second) }()
 	}
 
-	local := gatewayServices{n: cp.Nodes, sec: cp.Secrets, q: cp.Quorum, db: o.DB}
+	local := gatewayServices{n: cp.Nodes, sec: cp.Secrets, q: cp.Quorum, db: o.DB, sbx: cp.Sandboxes}
 	var internalKey crypto.Signer
 	if hasAPI && (hasGateway && o.GatewayCert == nil || o.InternalListen != "") {
 		k, err := b.InternalCAKey(o.KEK)

@@ -21,6 +21,12 @@ const TimeSigContext = "bc-time-v1\x00"
 // request: ECDSA-P256(node key, SHA-256(context || body)).
 const SecretRequestSigContext = "bc-secret-request-v1\x00"
 
+// SandboxReportSigContext prefixes the bytes a node signs for a sandbox
+// report: ECDSA-P256(node key, SHA-256(context || body)). It differs from
+// UpdateSigContext, so a report's signature can never pass as an
+// update's, nor an update's as a report's.
+const SandboxReportSigContext = "bc-sandbox-report-v1\x00"
+
 // UpdateItem is one signed update received on NodeID's session; the
 // gateway hands batches of them to the command queue.
 type UpdateItem struct {

@@ -31,3 +31,7 @@ func (d *Driver) Run(ctx context.Context, kind string, payload []byte) ([]byte, 
 
 // Labels are the host's runtime capability labels (see Host.Labels).
 func (d *Driver) Labels() map[string]string { return d.Host.Labels() }
+
+// OnSandboxFailed sets f to be told of each sandbox the host found dead
+// and removed (see Host.OnFailed); the daemon reports them on its session.
+func (d *Driver) OnSandboxFailed(f func(sandboxID, reason string)) { d.Host.OnFailed(f) }

@@ -82,6 +82,21 @@ type Host struct {
 	// the host removed: an exec answers sandbox-failed until they are
 	// deleted.
 	failed map[string]bool
+	// onFailed, when set, is told of each sandbox the sweep found dead
+	// and removed (the daemon reports it to the control plane).
+	onFailed func(sandboxID, reason string)
+}
+
+// ReasonRuntimeDied is the reason a host gives for a sandbox whose
+// runtime instance died (gVisor's kernel killed at a limit).
+const ReasonRuntimeDied = "runtime-died"
+
+// OnFailed sets f to be called, outside the host's lock, with each
+// sandbox the sweep finds dead and removes. A later call replaces f.
+func (h *Host) OnFailed(f func(sandboxID, reason string)) {
+	h.mu.Lock()
+	h.onFailed = f
+	h.mu.Unlock()
 }
 
 // OpenHost loads the host's sandboxes from cfg.Dir. A sandbox whose state
@@ -479,7 +494,11 @@ func (h *Host) Sweep(ctx context.Context) int {
 			}
 			h.mu.Lock()
 			h.failed[id] = true
+			f := h.onFailed
 			h.mu.Unlock()
+			if f != nil {
+				f(id, ReasonRuntimeDied)
+			}
 		}
 	}
 	n := 0

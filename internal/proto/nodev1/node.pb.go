@@ -349,6 +349,7 @@ type NodeMessage struct {
 	//	*NodeMessage_Hello
 	//	*NodeMessage_Update
 	//	*NodeMessage_Ping
+	//	*NodeMessage_SandboxReport
 	Msg           isNodeMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -418,6 +419,15 @@ func (x *NodeMessage) GetPing() *Ping {
 	return nil
 }
 
+func (x *NodeMessage) GetSandboxReport() *SandboxReport {
+	if x != nil {
+		if x, ok := x.Msg.(*NodeMessage_SandboxReport); ok {
+			return x.SandboxReport
+		}
+	}
+	return nil
+}
+
 type isNodeMessage_Msg interface {
 	isNodeMessage_Msg()
 }
@@ -434,11 +444,19 @@ type NodeMessage_Ping struct {
 	Ping *Ping `protobuf:"bytes,3,opt,name=ping,proto3,oneof"`
 }
 
+type NodeMessage_SandboxReport struct {
+	// A sandbox the node's host found dead and removed (field 10 leaves
+	// room for other messages).
+	SandboxReport *SandboxReport `protobuf:"bytes,10,opt,name=sandbox_report,json=sandboxReport,proto3,oneof"`
+}
+
 func (*NodeMessage_Hello) isNodeMessage_Msg() {}
 
 func (*NodeMessage_Update) isNodeMessage_Msg() {}
 
 func (*NodeMessage_Ping) isNodeMessage_Msg() {}
+
+func (*NodeMessage_SandboxReport) isNodeMessage_Msg() {}
 
 type ServerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -449,6 +467,7 @@ type ServerMessage struct {
 	//	*ServerMessage_Ack
 	//	*ServerMessage_Ping
 	//	*ServerMessage_ApproverSets
+	//	*ServerMessage_SandboxAck
 	Msg           isServerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -536,6 +555,15 @@ func (x *ServerMessage) GetApproverSets() *ApproverSets {
 	return nil
 }
 
+func (x *ServerMessage) GetSandboxAck() *SandboxReportAck {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerMessage_SandboxAck); ok {
+			return x.SandboxAck
+		}
+	}
+	return nil
+}
+
 type isServerMessage_Msg interface {
 	isServerMessage_Msg()
 }
@@ -560,6 +588,10 @@ type ServerMessage_ApproverSets struct {
 	ApproverSets *ApproverSets `protobuf:"bytes,5,opt,name=approver_sets,json=approverSets,proto3,oneof"`
 }
 
+type ServerMessage_SandboxAck struct {
+	SandboxAck *SandboxReportAck `protobuf:"bytes,10,opt,name=sandbox_ack,json=sandboxAck,proto3,oneof"`
+}
+
 func (*ServerMessage_Welcome) isServerMessage_Msg() {}
 
 func (*ServerMessage_Command) isServerMessage_Msg() {}
@@ -569,6 +601,8 @@ func (*ServerMessage_Ack) isServerMessage_Msg() {}
 func (*ServerMessage_Ping) isServerMessage_Msg() {}
 
 func (*ServerMessage_ApproverSets) isServerMessage_Msg() {}
+
+func (*ServerMessage_SandboxAck) isServerMessage_Msg() {}
 
 type Hello struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2052,6 +2086,196 @@ func (x *SecretResponse) GetJwe() string {
 	return ""
 }
 
+// SandboxReport is a node's signed statement about one of its sandboxes
+// (today: its runtime died and the host removed it). The control plane
+// acts on it only for a sandbox the node hosts, and only when node_sig
+// verifies: ECDSA-P256(node key, SHA-256(SandboxReportSigContext || body)).
+type SandboxReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// body is a marshalled SandboxReportBody.
+	Body    []byte `protobuf:"bytes,1,opt,name=body,proto3" json:"body,omitempty"`
+	NodeSig []byte `protobuf:"bytes,2,opt,name=node_sig,json=nodeSig,proto3" json:"node_sig,omitempty"`
+	// cert_serial names the certificate whose key signed (hex).
+	CertSerial    string `protobuf:"bytes,3,opt,name=cert_serial,json=certSerial,proto3" json:"cert_serial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxReport) Reset() {
+	*x = SandboxReport{}
+	mi := &file_node_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxReport) ProtoMessage() {}
+
+func (x *SandboxReport) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxReport.ProtoReflect.Descriptor instead.
+func (*SandboxReport) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SandboxReport) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *SandboxReport) GetNodeSig() []byte {
+	if x != nil {
+		return x.NodeSig
+	}
+	return nil
+}
+
+func (x *SandboxReport) GetCertSerial() string {
+	if x != nil {
+		return x.CertSerial
+	}
+	return ""
+}
+
+type SandboxReportBody struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	NodeId    string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// state is "failed".
+	State  string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// at_ms is when the host removed the sandbox (node time).
+	AtMs          int64 `protobuf:"varint,5,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxReportBody) Reset() {
+	*x = SandboxReportBody{}
+	mi := &file_node_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxReportBody) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxReportBody) ProtoMessage() {}
+
+func (x *SandboxReportBody) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxReportBody.ProtoReflect.Descriptor instead.
+func (*SandboxReportBody) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SandboxReportBody) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *SandboxReportBody) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SandboxReportBody) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *SandboxReportBody) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SandboxReportBody) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+// SandboxReportAck tells the node the control plane recorded its report
+// (or that the sandbox is already final), so it stops resending it.
+type SandboxReportAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxReportAck) Reset() {
+	*x = SandboxReportAck{}
+	mi := &file_node_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxReportAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxReportAck) ProtoMessage() {}
+
+func (x *SandboxReportAck) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxReportAck.ProtoReflect.Descriptor instead.
+func (*SandboxReportAck) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SandboxReportAck) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -2076,18 +2300,23 @@ const file_node_proto_rawDesc = "" +
 	"\acsr_der\x18\x01 \x01(\fR\x06csrDer\"l\n" +
 	"\rRenewResponse\x12$\n" +
 	"\x0ecert_chain_der\x18\x01 \x03(\fR\fcertChainDer\x125\n" +
-	"\x06bundle\x18\x02 \x01(\v2\x1d.bc.node.v1.SignedTrustBundleR\x06bundle\"\x9c\x01\n" +
+	"\x06bundle\x18\x02 \x01(\v2\x1d.bc.node.v1.SignedTrustBundleR\x06bundle\"\xe0\x01\n" +
 	"\vNodeMessage\x12)\n" +
 	"\x05hello\x18\x01 \x01(\v2\x11.bc.node.v1.HelloH\x00R\x05hello\x123\n" +
 	"\x06update\x18\x02 \x01(\v2\x19.bc.node.v1.CommandUpdateH\x00R\x06update\x12&\n" +
-	"\x04ping\x18\x03 \x01(\v2\x10.bc.node.v1.PingH\x00R\x04pingB\x05\n" +
-	"\x03msg\"\x92\x02\n" +
+	"\x04ping\x18\x03 \x01(\v2\x10.bc.node.v1.PingH\x00R\x04ping\x12B\n" +
+	"\x0esandbox_report\x18\n" +
+	" \x01(\v2\x19.bc.node.v1.SandboxReportH\x00R\rsandboxReportB\x05\n" +
+	"\x03msg\"\xd3\x02\n" +
 	"\rServerMessage\x12/\n" +
 	"\awelcome\x18\x01 \x01(\v2\x13.bc.node.v1.WelcomeH\x00R\awelcome\x125\n" +
 	"\acommand\x18\x02 \x01(\v2\x19.bc.node.v1.SignedCommandH\x00R\acommand\x12)\n" +
 	"\x03ack\x18\x03 \x01(\v2\x15.bc.node.v1.UpdateAckH\x00R\x03ack\x12&\n" +
 	"\x04ping\x18\x04 \x01(\v2\x10.bc.node.v1.PingH\x00R\x04ping\x12?\n" +
-	"\rapprover_sets\x18\x05 \x01(\v2\x18.bc.node.v1.ApproverSetsH\x00R\fapproverSetsB\x05\n" +
+	"\rapprover_sets\x18\x05 \x01(\v2\x18.bc.node.v1.ApproverSetsH\x00R\fapproverSets\x12?\n" +
+	"\vsandbox_ack\x18\n" +
+	" \x01(\v2\x1c.bc.node.v1.SandboxReportAckH\x00R\n" +
+	"sandboxAckB\x05\n" +
 	"\x03msg\"\xfa\x01\n" +
 	"\x05Hello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
@@ -2219,7 +2448,22 @@ const file_node_proto_rawDesc = "" +
 	"command_id\x18\x05 \x01(\tR\tcommandId\x12\x17\n" +
 	"\atime_ms\x18\x06 \x01(\x03R\x06timeMs\"\"\n" +
 	"\x0eSecretResponse\x12\x10\n" +
-	"\x03jwe\x18\x01 \x01(\tR\x03jwe2\xca\x02\n" +
+	"\x03jwe\x18\x01 \x01(\tR\x03jwe\"_\n" +
+	"\rSandboxReport\x12\x12\n" +
+	"\x04body\x18\x01 \x01(\fR\x04body\x12\x19\n" +
+	"\bnode_sig\x18\x02 \x01(\fR\anodeSig\x12\x1f\n" +
+	"\vcert_serial\x18\x03 \x01(\tR\n" +
+	"certSerial\"\x8e\x01\n" +
+	"\x11SandboxReportBody\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x13\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"1\n" +
+	"\x10SandboxReportAck\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId2\xca\x02\n" +
 	"\aGateway\x12B\n" +
 	"\x06Bundle\x12\x19.bc.node.v1.BundleRequest\x1a\x1d.bc.node.v1.SignedTrustBundle\x129\n" +
 	"\x04Join\x12\x17.bc.node.v1.JoinRequest\x1a\x18.bc.node.v1.JoinResponse\x12<\n" +
@@ -2239,7 +2483,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_node_proto_goTypes = []any{
 	(*BundleRequest)(nil),       // 0: bc.node.v1.BundleRequest
 	(*SignedTrustBundle)(nil),   // 1: bc.node.v1.SignedTrustBundle
@@ -2270,7 +2514,10 @@ var file_node_proto_goTypes = []any{
 	(*SecretRequest)(nil),       // 26: bc.node.v1.SecretRequest
 	(*SecretRequestBody)(nil),   // 27: bc.node.v1.SecretRequestBody
 	(*SecretResponse)(nil),      // 28: bc.node.v1.SecretResponse
-	nil,                         // 29: bc.node.v1.Hello.LabelsEntry
+	(*SandboxReport)(nil),       // 29: bc.node.v1.SandboxReport
+	(*SandboxReportBody)(nil),   // 30: bc.node.v1.SandboxReportBody
+	(*SandboxReportAck)(nil),    // 31: bc.node.v1.SandboxReportAck
+	nil,                         // 32: bc.node.v1.Hello.LabelsEntry
 }
 var file_node_proto_depIdxs = []int32{
 	1,  // 0: bc.node.v1.JoinResponse.bundle:type_name -> bc.node.v1.SignedTrustBundle
@@ -2278,37 +2525,39 @@ var file_node_proto_depIdxs = []int32{
 	8,  // 2: bc.node.v1.NodeMessage.hello:type_name -> bc.node.v1.Hello
 	22, // 3: bc.node.v1.NodeMessage.update:type_name -> bc.node.v1.CommandUpdate
 	25, // 4: bc.node.v1.NodeMessage.ping:type_name -> bc.node.v1.Ping
-	12, // 5: bc.node.v1.ServerMessage.welcome:type_name -> bc.node.v1.Welcome
-	20, // 6: bc.node.v1.ServerMessage.command:type_name -> bc.node.v1.SignedCommand
-	24, // 7: bc.node.v1.ServerMessage.ack:type_name -> bc.node.v1.UpdateAck
-	25, // 8: bc.node.v1.ServerMessage.ping:type_name -> bc.node.v1.Ping
-	15, // 9: bc.node.v1.ServerMessage.approver_sets:type_name -> bc.node.v1.ApproverSets
-	29, // 10: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
-	9,  // 11: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
-	10, // 12: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
-	11, // 13: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
-	16, // 14: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
-	13, // 15: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
-	16, // 16: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
-	17, // 17: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
-	17, // 18: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
-	18, // 19: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
-	19, // 20: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
-	0,  // 21: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
-	2,  // 22: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
-	4,  // 23: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
-	6,  // 24: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
-	26, // 25: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
-	1,  // 26: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
-	3,  // 27: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
-	5,  // 28: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
-	7,  // 29: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
-	28, // 30: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
-	26, // [26:31] is the sub-list for method output_type
-	21, // [21:26] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	29, // 5: bc.node.v1.NodeMessage.sandbox_report:type_name -> bc.node.v1.SandboxReport
+	12, // 6: bc.node.v1.ServerMessage.welcome:type_name -> bc.node.v1.Welcome
+	20, // 7: bc.node.v1.ServerMessage.command:type_name -> bc.node.v1.SignedCommand
+	24, // 8: bc.node.v1.ServerMessage.ack:type_name -> bc.node.v1.UpdateAck
+	25, // 9: bc.node.v1.ServerMessage.ping:type_name -> bc.node.v1.Ping
+	15, // 10: bc.node.v1.ServerMessage.approver_sets:type_name -> bc.node.v1.ApproverSets
+	31, // 11: bc.node.v1.ServerMessage.sandbox_ack:type_name -> bc.node.v1.SandboxReportAck
+	32, // 12: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
+	9,  // 13: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
+	10, // 14: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
+	11, // 15: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
+	16, // 16: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
+	13, // 17: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
+	16, // 18: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
+	17, // 19: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
+	17, // 20: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
+	18, // 21: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
+	19, // 22: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
+	0,  // 23: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
+	2,  // 24: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
+	4,  // 25: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
+	6,  // 26: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
+	26, // 27: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
+	1,  // 28: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
+	3,  // 29: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
+	5,  // 30: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
+	7,  // 31: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
+	28, // 32: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
+	28, // [28:33] is the sub-list for method output_type
+	23, // [23:28] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -2320,6 +2569,7 @@ func file_node_proto_init() {
 		(*NodeMessage_Hello)(nil),
 		(*NodeMessage_Update)(nil),
 		(*NodeMessage_Ping)(nil),
+		(*NodeMessage_SandboxReport)(nil),
 	}
 	file_node_proto_msgTypes[7].OneofWrappers = []any{
 		(*ServerMessage_Welcome)(nil),
@@ -2327,6 +2577,7 @@ func file_node_proto_init() {
 		(*ServerMessage_Ack)(nil),
 		(*ServerMessage_Ping)(nil),
 		(*ServerMessage_ApproverSets)(nil),
+		(*ServerMessage_SandboxAck)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2334,7 +2585,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

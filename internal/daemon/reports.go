@@ -1,0 +1,130 @@
+package daemon
+
+import (
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+)
+
+// SandboxFailures is a driver that can tell the node of sandboxes it found
+// dead (sandbox.Driver): Open registers the node's report function with it.
+type SandboxFailures interface {
+	OnSandboxFailed(f func(sandboxID, reason string))
+}
+
+// reports holds the sandbox reports not yet acknowledged by the control
+// plane. Each is sent once per session (again after a reconnect) until
+// its ack arrives; it lives in memory only, as the host's record of the
+// dead sandbox does.
+type reports struct {
+	mu      sync.Mutex
+	pending map[string]*pendingReport
+	wake    chan struct{} // poked when a report is added
+}
+
+type pendingReport struct {
+	body *nodev1.SandboxReportBody
+	sent bool // sent on the current session
+}
+
+func newReports() *reports {
+	return &reports{pending: map[string]*pendingReport{}, wake: make(chan struct{}, 1)}
+}
+
+// ReportSandboxFailed queues a signed report that sandbox id failed with
+// reason and wakes the session to send it.
+func (n *Node) ReportSandboxFailed(id, reason string) {
+	n.reports.mu.Lock()
+	n.reports.pending[id] = &pendingReport{body: &nodev1.SandboxReportBody{SandboxId: id, State: "failed", Reason: reason, AtMs: n.now().UnixMilli()}}
+	n.reports.mu.Unlock()
+	n.cfg.Log.Info("sandbox failure to report", "sandbox_id", id, "reason", reason)
+	select {
+	case n.reports.wake <- struct{}{}:
+	default:
+	}
+}
+
+// PendingReports returns how many sandbox reports await their ack.
+func (n *Node) PendingReports() int {
+	n.reports.mu.Lock()
+	defer n.reports.mu.Unlock()
+	return len(n.reports.pending)
+}
+
+// sendReports sends the pending reports not yet sent on this session
+// (all of them when fresh, at the start of a session), each signed with
+// the current node key.
+func (n *Node) sendReports(send func(*nodev1.NodeMessage) error, fresh bool) error {
+	n.reports.mu.Lock()
+	var todo []*nodev1.SandboxReportBody
+	for _, p := range n.reports.pending {
+		if fresh || !p.sent {
+			p.sent = true
+			todo = append(todo, p.body)
+		}
+	}
+	n.reports.mu.Unlock()
+	for _, b := range todo {
+		r, err := n.signReport(b)
+		if err != nil {
+			return err
+		}
+		if err := send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_SandboxReport{SandboxReport: r}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ackReport forgets an acknowledged report.
+func (n *Node) ackReport(a *nodev1.SandboxReportAck) {
+	n.reports.mu.Lock()
+	delete(n.reports.pending, a.GetSandboxId())
+	n.reports.mu.Unlock()
+}
+
+// SignReport signs a sandbox report body as the node does before sending
+// it (tests forge reports with it).
+func (n *Node) SignReport(b *nodev1.SandboxReportBody) (*nodev1.SandboxReport, error) {
+	return n.signReport(b)
+}
+
+// signReport encodes a report body naming this node and signs it with the
+// current node key under wire.SandboxReportSigContext.
+func (n *Node) signReport(in *nodev1.SandboxReportBody) (*nodev1.SandboxReport, error) {
+	b := proto.Clone(in).(*nodev1.SandboxReportBody)
+	if b.NodeId == "" {
+		b.NodeId = n.rec.NodeID
+	}
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(b)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: encode report: %w", err)
+	}
+	n.mu.Lock()
+	key, serial := n.key, pki.SerialHex(n.chain[0])
+	n.mu.Unlock()
+	digest := sha256.Sum256(append([]byte(wire.SandboxReportSigContext), body...))
+	var sig []byte
+	switch k := key.(type) {
+	case *ecdsa.PrivateKey:
+		sig, err = ecdsa.SignASN1(rand.Reader, k, digest[:])
+	case ed25519.PrivateKey:
+		sig = ed25519.Sign(k, digest[:])
+	default:
+		err = errors.New("unsupported node key")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("daemon: sign report: %w", err)
+	}
+	return &nodev1.SandboxReport{Body: body, NodeSig: sig, CertSerial: serial}, nil
+}

@@ -1,0 +1,64 @@
+package daemon
+
+import (
+	"crypto/ecdsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"io"
+	"log/slog"
+	"math/big"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+)
+
+// TestReportsResentOnNewSession: a pending sandbox report is sent once per
+// session until acknowledged (again on a new session, not again on the
+// same one), and its signature is over the report context, not the
+// update context.
+func TestReportsResentOnNewSession(t *testing.T) {
+	key, err := pki.NewNodeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{cfg: Config{Clock: clock.Real{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, rec: &JoinRecord{NodeID: "n-1"}, key: key,
+		chain: []*x509.Certificate{{SerialNumber: big.NewInt(7)}}, reports: newReports()}
+	var sent []*nodev1.SandboxReport
+	send := func(m *nodev1.NodeMessage) error {
+		sent = append(sent, m.GetSandboxReport())
+		return nil
+	}
+	n.ReportSandboxFailed("sbx-1", "runtime-died")
+	if err := n.sendReports(send, false); err != nil || len(sent) != 1 {
+		t.Fatalf("first send: %d sent, %v", len(sent), err)
+	}
+	if err := n.sendReports(send, false); err != nil || len(sent) != 1 {
+		t.Fatalf("same session: %d sent, want still 1 (%v)", len(sent), err)
+	}
+	if err := n.sendReports(send, true); err != nil || len(sent) != 2 {
+		t.Fatalf("new session: %d sent, want 2 (%v)", len(sent), err)
+	}
+	n.ackReport(&nodev1.SandboxReportAck{SandboxId: "sbx-1"})
+	if err := n.sendReports(send, true); err != nil || len(sent) != 2 || n.PendingReports() != 0 {
+		t.Fatalf("after the ack: %d sent, %d pending (%v)", len(sent), n.PendingReports(), err)
+	}
+	r := sent[0]
+	var b nodev1.SandboxReportBody
+	if err := proto.Unmarshal(r.Body, &b); err != nil || b.NodeId != "n-1" || b.SandboxId != "sbx-1" || b.State != "failed" || b.Reason != "runtime-died" {
+		t.Fatalf("report body %+v %v", &b, err)
+	}
+	pub := &key.PublicKey
+	d := sha256.Sum256(append([]byte(wire.SandboxReportSigContext), r.Body...))
+	if !ecdsa.VerifyASN1(pub, d[:], r.NodeSig) {
+		t.Fatal("the report's signature does not verify under the report context")
+	}
+	d = sha256.Sum256(append([]byte(wire.UpdateSigContext), r.Body...))
+	if ecdsa.VerifyASN1(pub, d[:], r.NodeSig) {
+		t.Fatal("the report's signature verifies as an update's")
+	}
+}

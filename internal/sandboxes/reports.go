@@ -1,0 +1,127 @@
+package sandboxes
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"database/sql"
+	"errors"
+	"regexp"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/nodes"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+)
+
+// EventReportRefused is the security event of a sandbox report the module
+// refused; its reason says why (report-malformed, report-other-node,
+// cert-not-session, cert-unknown, cert-other-node, cert-revoked,
+// cert-expired, bad-signature, sandbox-unknown, sandbox-other-node).
+const EventReportRefused = "security.sandbox.report-refused"
+
+// reasonRE bounds the reason a node gives: it is shown to the tenant.
+var reasonRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
+
+// ApplyReport records a node's signed sandbox report received on nodeID's
+// session, opened with certificate serial. The report must be signed
+// (wire.SandboxReportSigContext) by the key of that certificate, which
+// must be nodeID's, not revoked and not expired; it must name nodeID and a
+// sandbox that nodeID hosts. Then a running or warm sandbox becomes failed
+// with the report's reason, audited in the sandbox's tenant. It returns
+// the sandbox's id when recorded or the sandbox was already final; every
+// refusal changes nothing and is recorded as an EventReportRefused.
+func (s *Service) ApplyReport(ctx context.Context, nodeID, serial string, r *nodev1.SandboxReport) (string, error) {
+	refuse := func(code errs.Code, reason string) (string, error) {
+		s.nodes.RecordRefusal(ctx, EventReportRefused, reason, nodeID)
+		s.log.Warn("sandbox report refused", "node_id", nodeID, "reason", reason)
+		return "", errs.New(code, "sandbox report refused: "+reason)
+	}
+	var b nodev1.SandboxReportBody
+	if err := proto.Unmarshal(r.GetBody(), &b); err != nil || b.State != StateFailed || !reasonRE.MatchString(b.Reason) || b.SandboxId == "" {
+		return refuse(errs.InvalidInput, "report-malformed")
+	}
+	if b.NodeId != nodeID {
+		return refuse(errs.AccessDenied, "report-other-node")
+	}
+	if r.GetCertSerial() != serial {
+		return refuse(errs.AccessDenied, "cert-not-session")
+	}
+	if why, err := s.checkReportSig(ctx, nodeID, r); err != nil {
+		return "", errs.Wrap(errs.Internal, "sandbox report not checked", err)
+	} else if why != "" {
+		return refuse(errs.AccessDenied, why)
+	}
+	var tenant, host, state string
+	err := s.db.QueryRowContext(ctx, `SELECT tenant_id, node_id, state FROM sandboxes WHERE id = $1`, b.SandboxId).Scan(&tenant, &host, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return refuse(errs.NotFound, "sandbox-unknown")
+	}
+	if err != nil {
+		return "", errs.Wrap(errs.Internal, "sandbox report not recorded", err)
+	}
+	if host != nodeID {
+		return refuse(errs.AccessDenied, "sandbox-other-node")
+	}
+	now := s.clk.Now()
+	changed := false
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND node_id = $5 AND state IN ($6, $7)`,
+			StateFailed, b.Reason, now.UnixMilli(), b.SandboxId, nodeID, StateRunning, StateWarm)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil || n != 1 {
+			return err // already final (or still starting): nothing to record
+		}
+		changed = true
+		return audit.Record(ctx, tx, now, audit.Entry{TenantID: tenant, Actor: "node:" + nodeID, Action: "compute:sandboxes:failed",
+			Resource: "sandbox/" + b.SandboxId, Outcome: "allowed", Details: map[string]any{"reason": b.Reason, "node_id": nodeID, "at_ms": b.AtMs}})
+	})
+	if err != nil {
+		return "", errs.Wrap(errs.Internal, "sandbox report not recorded", err)
+	}
+	if changed && state == StateWarm {
+		s.bus.Publish(TopicWarm) // the pool lost one
+	}
+	if changed {
+		s.log.Info("sandbox failed on its host", "sandbox_id", b.SandboxId, "node_id", nodeID, "reason", b.Reason)
+	}
+	return b.SandboxId, nil
+}
+
+// checkReportSig checks a report's signature against the certificate it
+// names: nodeID's, not revoked, not expired. It returns why it fails, or
+// "", and an error only when the certificate cannot be read.
+func (s *Service) checkReportSig(ctx context.Context, nodeID string, r *nodev1.SandboxReport) (string, error) {
+	st, err := s.nodes.CertState(ctx, r.GetCertSerial())
+	switch {
+	case errors.Is(err, nodes.ErrCertUnknown):
+		return "cert-unknown", nil
+	case err != nil:
+		return "", err
+	case st.NodeID != nodeID:
+		return "cert-other-node", nil
+	case st.Revoked:
+		return "cert-revoked", nil
+	case s.clk.Now().After(st.NotAfter):
+		return "cert-expired", nil
+	}
+	digest := sha256.Sum256(append([]byte(wire.SandboxReportSigContext), r.GetBody()...))
+	switch pub := st.Cert.PublicKey.(type) {
+	case *ecdsa.PublicKey:
+		if ecdsa.VerifyASN1(pub, digest[:], r.GetNodeSig()) {
+			return "", nil
+		}
+	case ed25519.PublicKey:
+		if ed25519.Verify(pub, digest[:], r.GetNodeSig()) {
+			return "", nil
+		}
+	}
+	return "bad-signature", nil
+}
