@@ -317,21 +317,110 @@ func TestVerifyUnderAnotherKeyRefusesEveryCheckpoint(t *testing.T) {
 	})
 }
 
+// TestSealRefusesToExtendATamperedLog: whatever part of the stored state
+// no longer hashes to the last signed checkpoint (the checkpoint deleted,
+// re-signed with another key, the stored compact range edited, or the
+// stored tree the consistency proof is read from edited), the sealer
+// refuses with ErrTampered, and the refused seal changes nothing: no row
+// numbered, no checkpoint, no tree node, the log state as it was.
 func TestSealRefusesToExtendATamperedLog(t *testing.T) {
-	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
-		f := newFixture(t, db, 100)
-		f.record(t, "root", 5)
-		f.seal(t, "root")
-		f.exec(t, `DELETE FROM audit_checkpoints WHERE tenant_id = 'root'`)
-		f.record(t, "root", 2)
-		if _, err := f.log.Seal(context.Background(), "root", f.key); !errors.Is(err, auditlog.ErrTampered) {
-			t.Fatalf("seal over a deleted checkpoint: %v, want ErrTampered", err)
-		}
-		var unsealed int
-		if err := db.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM audit_events WHERE seq IS NULL`).Scan(&unsealed); err != nil || unsealed != 2 {
-			t.Fatalf("unsealed rows = %d (%v), want 2: a refused seal changes nothing", unsealed, err)
-		}
-	})
+	cases := []struct {
+		name   string
+		tamper func(t *testing.T, f *fixture)
+	}{
+		{"checkpoint-deleted", func(t *testing.T, f *fixture) {
+			f.exec(t, `DELETE FROM audit_checkpoints WHERE tenant_id = 'root'`)
+		}},
+		{"checkpoint-resigned", func(t *testing.T, f *fixture) {
+			var msg []byte
+			if err := f.db.QueryRowContext(context.Background(), `SELECT note FROM audit_checkpoints WHERE tenant_id = 'root' AND size = 5`).Scan(&msg); err != nil {
+				t.Fatal(err)
+			}
+			other, err := auditlog.NewSigner(deployment, seedKey(9))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resigned, err := note.Sign(&note.Note{Text: string(msg[:strings.LastIndex(string(msg), "\n\n")+1])}, other)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.exec(t, `UPDATE audit_checkpoints SET note = $1 WHERE tenant_id = 'root' AND size = 5`, resigned)
+		}},
+		{"compact-state-edited", func(t *testing.T, f *fixture) {
+			var blob []byte
+			if err := f.db.QueryRowContext(context.Background(), `SELECT compact FROM audit_log_state WHERE tenant_id = 'root'`).Scan(&blob); err != nil {
+				t.Fatal(err)
+			}
+			blob[0] ^= 1
+			f.exec(t, `UPDATE audit_log_state SET compact = $1 WHERE tenant_id = 'root'`, blob)
+		}},
+		{"tree-edited", func(t *testing.T, f *fixture) {
+			f.exec(t, `UPDATE audit_log_nodes SET hash = $1 WHERE tenant_id = 'root'`, make([]byte, 32))
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+				ctx := context.Background()
+				f := newFixture(t, db, 100)
+				f.record(t, "root", 5)
+				f.seal(t, "root")
+				c.tamper(t, f)
+				f.record(t, "root", 2)
+				snapshot := func() string {
+					var unsealed, checkpoints, nodes, size int64
+					var blob []byte
+					for _, q := range []struct {
+						sql  string
+						dest []any
+					}{
+						{`SELECT COUNT(*) FROM audit_events WHERE seq IS NULL`, []any{&unsealed}},
+						{`SELECT COUNT(*) FROM audit_checkpoints`, []any{&checkpoints}},
+						{`SELECT COUNT(*) FROM audit_log_nodes`, []any{&nodes}},
+						{`SELECT size, compact FROM audit_log_state WHERE tenant_id = 'root'`, []any{&size, &blob}},
+					} {
+						if err := db.QueryRowContext(ctx, q.sql).Scan(q.dest...); err != nil {
+							t.Fatalf("%s: %v", q.sql, err)
+						}
+					}
+					return fmt.Sprintf("unsealed=%d checkpoints=%d nodes=%d size=%d compact=%x", unsealed, checkpoints, nodes, size, blob)
+				}
+				before := snapshot()
+				if !strings.HasPrefix(before, "unsealed=2 ") {
+					t.Fatalf("before the seal: %s, want 2 unsealed rows", before)
+				}
+				if _, err := f.log.Seal(ctx, "root", f.key); !errors.Is(err, auditlog.ErrTampered) {
+					t.Fatalf("seal over a tampered log: %v, want ErrTampered", err)
+				}
+				if after := snapshot(); after != before {
+					t.Fatalf("a refused seal changed the log:\n before %s\n after  %s", before, after)
+				}
+			})
+		})
+	}
+}
+
+// TestVerifyNamesAnEditOfEveryColumn edits each column of one sealed row
+// in the database, one at a time: verify names each edit row-edited, so
+// the sealer and the verifier both read every field into the leaf hash.
+func TestVerifyNamesAnEditOfEveryColumn(t *testing.T) {
+	for col, set := range map[string]string{
+		"at": `at = at + 1`, "actor": `actor = 'user:mallory'`, "action": `action = 'nodes.restrict'`,
+		"resource": `resource = 'node/other'`, "outcome": `outcome = 'denied'`, "request_id": `request_id = 'req-forged'`,
+		"caller": `caller = '10.9.9.9'`, "details": `details = '{"i": 99}'`,
+	} {
+		t.Run(col, func(t *testing.T) {
+			storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+				f := newFixture(t, db, 4)
+				ids := f.record(t, "root", 6)
+				f.seal(t, "root")
+				f.exec(t, `UPDATE audit_events SET `+set+` WHERE id = $1`, ids[2])
+				if got, want := f.verify(t, "root"), []string{"row-edited seq=2 event=" + ids[2]}; !slices.Equal(got, want) {
+					t.Fatalf("findings after editing %s:\n got  %q\n want %q", col, got, want)
+				}
+			})
+		})
+	}
 }
 
 // TestConcurrentWritersAndSealers runs writers and sealers at once and
