@@ -1,9 +1,11 @@
 package auditlog_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"database/sql"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/transparency-dev/merkle/proof"
+	"github.com/transparency-dev/merkle/rfc6962"
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
@@ -573,6 +577,88 @@ func TestSelfCheckWarnsOnStaleRows(t *testing.T) {
 		}
 		if u, err = w.SelfCheck(ctx); err != nil || u.Stale != 0 || testutil.ToFloat64(m.StaleRows) != 0 {
 			t.Fatalf("after seal: %+v %v", u, err)
+		}
+	})
+}
+
+// TestCheckpointsCarryConsistencyProofs reads what the sealer stored: each
+// checkpoint is a signed note under the audit key (the verifier opens it,
+// another key does not), its text is the exact C2SP checkpoint for the
+// tenant's origin, it names its predecessor, and the stored consistency
+// proof proves the predecessor's signed root is a prefix of its own; a
+// stored proof edited afterwards is named checkpoint-inconsistent.
+func TestCheckpointsCarryConsistencyProofs(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		f := newFixture(t, db, 4)
+		f.record(t, "root", 11)
+		f.seal(t, "root") // checkpoints at 4, 8, 11
+		other, err := auditlog.NewSigningKey(deployment, seedKey(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := db.QueryContext(ctx, `SELECT size, prev_size, note, consistency FROM audit_checkpoints WHERE tenant_id = 'root' ORDER BY size`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type stored struct {
+			size, prev int64
+			note, cons []byte
+		}
+		var cps []stored
+		for rows.Next() {
+			var s stored
+			if err := rows.Scan(&s.size, &s.prev, &s.note, &s.cons); err != nil {
+				t.Fatal(err)
+			}
+			cps = append(cps, s)
+		}
+		rows.Close()
+		if len(cps) != 3 {
+			t.Fatalf("%d checkpoints, want 3", len(cps))
+		}
+		var prevSize uint64
+		var prevRoot []byte
+		for i, s := range cps {
+			n, err := note.Open(s.note, note.VerifierList(f.v))
+			if err != nil {
+				t.Fatalf("checkpoint %d does not open under the audit key: %v", s.size, err)
+			}
+			if _, err := note.Open(s.note, note.VerifierList(other.Verifier)); err == nil {
+				t.Fatalf("checkpoint %d opens under another key", s.size)
+			}
+			cp, err := auditlog.ParseCheckpoint([]byte(n.Text))
+			if err != nil || cp.Origin != auditlog.Origin(deployment, "root") || cp.Origin != "test.bc.local/audit/root" || cp.Size != uint64(s.size) {
+				t.Fatalf("checkpoint %d: %+v %v", s.size, cp, err)
+			}
+			if want := fmt.Sprintf("%s\n%d\n%s\n", cp.Origin, cp.Size, base64.StdEncoding.EncodeToString(cp.Root)); n.Text != want {
+				t.Fatalf("checkpoint text %q, want the C2SP form %q", n.Text, want)
+			}
+			if uint64(s.prev) != prevSize {
+				t.Fatalf("checkpoint %d names predecessor %d, want %d", s.size, s.prev, prevSize)
+			}
+			var hashes [][]byte
+			for b := s.cons; len(b) > 0; b = b[32:] {
+				if len(b) < 32 {
+					t.Fatalf("checkpoint %d: consistency proof of %d bytes", s.size, len(s.cons))
+				}
+				hashes = append(hashes, b[:32])
+			}
+			if i == 0 {
+				if len(hashes) != 0 {
+					t.Fatalf("the first checkpoint stores a consistency proof of %d hashes", len(hashes))
+				}
+			} else if err := proof.VerifyConsistency(rfc6962.DefaultHasher, prevSize, cp.Size, hashes, prevRoot, cp.Root); err != nil || len(hashes) == 0 {
+				t.Fatalf("checkpoint %d: stored consistency proof from %d does not verify (%d hashes): %v", s.size, prevSize, len(hashes), err)
+			}
+			prevSize, prevRoot = cp.Size, cp.Root
+		}
+		bad := bytes.Clone(cps[1].cons)
+		bad[0] ^= 1
+		f.exec(t, `UPDATE audit_checkpoints SET consistency = $1 WHERE tenant_id = 'root' AND size = 8`, bad)
+		got := f.verify(t, "root")
+		if len(got) != 1 || !strings.HasPrefix(got[0], "checkpoint-inconsistent size=8 ") {
+			t.Fatalf("findings after editing the stored consistency proof: %q", got)
 		}
 	})
 }
