@@ -569,6 +569,10 @@ func TestSelfCheckWarnsOnStaleRows(t *testing.T) {
 		if err != nil || u.Stale != 3 || testutil.ToFloat64(m.StaleRows) != 3 || !strings.Contains(logBuf.String(), "audit rows unsealed for over 3 hours") {
 			t.Fatalf("after 3h: %+v %v stale=%v log=%q", u, err, testutil.ToFloat64(m.StaleRows), logBuf.String())
 		}
+		// The warning is the documented metric, on the registry given.
+		if n, err := testutil.GatherAndCount(reg, "bc_audit_unsealed_stale_rows"); err != nil || n != 1 {
+			t.Fatalf("bc_audit_unsealed_stale_rows on the registry: %d series (%v), want 1", n, err)
+		}
 		if age := testutil.ToFloat64(m.OldestUnsealed); age < (3 * time.Hour).Seconds() {
 			t.Fatalf("oldest unsealed age %v", age)
 		}
