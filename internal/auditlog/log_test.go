@@ -1,9 +1,11 @@
 package auditlog_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"database/sql"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/transparency-dev/merkle/proof"
+	"github.com/transparency-dev/merkle/rfc6962"
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
@@ -317,21 +321,110 @@ func TestVerifyUnderAnotherKeyRefusesEveryCheckpoint(t *testing.T) {
 	})
 }
 
+// TestSealRefusesToExtendATamperedLog: whatever part of the stored state
+// no longer hashes to the last signed checkpoint (the checkpoint deleted,
+// re-signed with another key, the stored compact range edited, or the
+// stored tree the consistency proof is read from edited), the sealer
+// refuses with ErrTampered, and the refused seal changes nothing: no row
+// numbered, no checkpoint, no tree node, the log state as it was.
 func TestSealRefusesToExtendATamperedLog(t *testing.T) {
-	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
-		f := newFixture(t, db, 100)
-		f.record(t, "root", 5)
-		f.seal(t, "root")
-		f.exec(t, `DELETE FROM audit_checkpoints WHERE tenant_id = 'root'`)
-		f.record(t, "root", 2)
-		if _, err := f.log.Seal(context.Background(), "root", f.key); !errors.Is(err, auditlog.ErrTampered) {
-			t.Fatalf("seal over a deleted checkpoint: %v, want ErrTampered", err)
-		}
-		var unsealed int
-		if err := db.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM audit_events WHERE seq IS NULL`).Scan(&unsealed); err != nil || unsealed != 2 {
-			t.Fatalf("unsealed rows = %d (%v), want 2: a refused seal changes nothing", unsealed, err)
-		}
-	})
+	cases := []struct {
+		name   string
+		tamper func(t *testing.T, f *fixture)
+	}{
+		{"checkpoint-deleted", func(t *testing.T, f *fixture) {
+			f.exec(t, `DELETE FROM audit_checkpoints WHERE tenant_id = 'root'`)
+		}},
+		{"checkpoint-resigned", func(t *testing.T, f *fixture) {
+			var msg []byte
+			if err := f.db.QueryRowContext(context.Background(), `SELECT note FROM audit_checkpoints WHERE tenant_id = 'root' AND size = 5`).Scan(&msg); err != nil {
+				t.Fatal(err)
+			}
+			other, err := auditlog.NewSigner(deployment, seedKey(9))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resigned, err := note.Sign(&note.Note{Text: string(msg[:strings.LastIndex(string(msg), "\n\n")+1])}, other)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.exec(t, `UPDATE audit_checkpoints SET note = $1 WHERE tenant_id = 'root' AND size = 5`, resigned)
+		}},
+		{"compact-state-edited", func(t *testing.T, f *fixture) {
+			var blob []byte
+			if err := f.db.QueryRowContext(context.Background(), `SELECT compact FROM audit_log_state WHERE tenant_id = 'root'`).Scan(&blob); err != nil {
+				t.Fatal(err)
+			}
+			blob[0] ^= 1
+			f.exec(t, `UPDATE audit_log_state SET compact = $1 WHERE tenant_id = 'root'`, blob)
+		}},
+		{"tree-edited", func(t *testing.T, f *fixture) {
+			f.exec(t, `UPDATE audit_log_nodes SET hash = $1 WHERE tenant_id = 'root'`, make([]byte, 32))
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+				ctx := context.Background()
+				f := newFixture(t, db, 100)
+				f.record(t, "root", 5)
+				f.seal(t, "root")
+				c.tamper(t, f)
+				f.record(t, "root", 2)
+				snapshot := func() string {
+					var unsealed, checkpoints, nodes, size int64
+					var blob []byte
+					for _, q := range []struct {
+						sql  string
+						dest []any
+					}{
+						{`SELECT COUNT(*) FROM audit_events WHERE seq IS NULL`, []any{&unsealed}},
+						{`SELECT COUNT(*) FROM audit_checkpoints`, []any{&checkpoints}},
+						{`SELECT COUNT(*) FROM audit_log_nodes`, []any{&nodes}},
+						{`SELECT size, compact FROM audit_log_state WHERE tenant_id = 'root'`, []any{&size, &blob}},
+					} {
+						if err := db.QueryRowContext(ctx, q.sql).Scan(q.dest...); err != nil {
+							t.Fatalf("%s: %v", q.sql, err)
+						}
+					}
+					return fmt.Sprintf("unsealed=%d checkpoints=%d nodes=%d size=%d compact=%x", unsealed, checkpoints, nodes, size, blob)
+				}
+				before := snapshot()
+				if !strings.HasPrefix(before, "unsealed=2 ") {
+					t.Fatalf("before the seal: %s, want 2 unsealed rows", before)
+				}
+				if _, err := f.log.Seal(ctx, "root", f.key); !errors.Is(err, auditlog.ErrTampered) {
+					t.Fatalf("seal over a tampered log: %v, want ErrTampered", err)
+				}
+				if after := snapshot(); after != before {
+					t.Fatalf("a refused seal changed the log:\n before %s\n after  %s", before, after)
+				}
+			})
+		})
+	}
+}
+
+// TestVerifyNamesAnEditOfEveryColumn edits each column of one sealed row
+// in the database, one at a time: verify names each edit row-edited, so
+// the sealer and the verifier both read every field into the leaf hash.
+func TestVerifyNamesAnEditOfEveryColumn(t *testing.T) {
+	for col, set := range map[string]string{
+		"at": `at = at + 1`, "actor": `actor = 'user:mallory'`, "action": `action = 'nodes.restrict'`,
+		"resource": `resource = 'node/other'`, "outcome": `outcome = 'denied'`, "request_id": `request_id = 'req-forged'`,
+		"caller": `caller = '10.9.9.9'`, "details": `details = '{"i": 99}'`,
+	} {
+		t.Run(col, func(t *testing.T) {
+			storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+				f := newFixture(t, db, 4)
+				ids := f.record(t, "root", 6)
+				f.seal(t, "root")
+				f.exec(t, `UPDATE audit_events SET `+set+` WHERE id = $1`, ids[2])
+				if got, want := f.verify(t, "root"), []string{"row-edited seq=2 event=" + ids[2]}; !slices.Equal(got, want) {
+					t.Fatalf("findings after editing %s:\n got  %q\n want %q", col, got, want)
+				}
+			})
+		})
+	}
 }
 
 // TestConcurrentWritersAndSealers runs writers and sealers at once and
@@ -476,6 +569,10 @@ func TestSelfCheckWarnsOnStaleRows(t *testing.T) {
 		if err != nil || u.Stale != 3 || testutil.ToFloat64(m.StaleRows) != 3 || !strings.Contains(logBuf.String(), "audit rows unsealed for over 3 hours") {
 			t.Fatalf("after 3h: %+v %v stale=%v log=%q", u, err, testutil.ToFloat64(m.StaleRows), logBuf.String())
 		}
+		// The warning is the documented metric, on the registry given.
+		if n, err := testutil.GatherAndCount(reg, "bc_audit_unsealed_stale_rows"); err != nil || n != 1 {
+			t.Fatalf("bc_audit_unsealed_stale_rows on the registry: %d series (%v), want 1", n, err)
+		}
 		if age := testutil.ToFloat64(m.OldestUnsealed); age < (3 * time.Hour).Seconds() {
 			t.Fatalf("oldest unsealed age %v", age)
 		}
@@ -484,6 +581,88 @@ func TestSelfCheckWarnsOnStaleRows(t *testing.T) {
 		}
 		if u, err = w.SelfCheck(ctx); err != nil || u.Stale != 0 || testutil.ToFloat64(m.StaleRows) != 0 {
 			t.Fatalf("after seal: %+v %v", u, err)
+		}
+	})
+}
+
+// TestCheckpointsCarryConsistencyProofs reads what the sealer stored: each
+// checkpoint is a signed note under the audit key (the verifier opens it,
+// another key does not), its text is the exact C2SP checkpoint for the
+// tenant's origin, it names its predecessor, and the stored consistency
+// proof proves the predecessor's signed root is a prefix of its own; a
+// stored proof edited afterwards is named checkpoint-inconsistent.
+func TestCheckpointsCarryConsistencyProofs(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		f := newFixture(t, db, 4)
+		f.record(t, "root", 11)
+		f.seal(t, "root") // checkpoints at 4, 8, 11
+		other, err := auditlog.NewSigningKey(deployment, seedKey(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := db.QueryContext(ctx, `SELECT size, prev_size, note, consistency FROM audit_checkpoints WHERE tenant_id = 'root' ORDER BY size`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type stored struct {
+			size, prev int64
+			note, cons []byte
+		}
+		var cps []stored
+		for rows.Next() {
+			var s stored
+			if err := rows.Scan(&s.size, &s.prev, &s.note, &s.cons); err != nil {
+				t.Fatal(err)
+			}
+			cps = append(cps, s)
+		}
+		rows.Close()
+		if len(cps) != 3 {
+			t.Fatalf("%d checkpoints, want 3", len(cps))
+		}
+		var prevSize uint64
+		var prevRoot []byte
+		for i, s := range cps {
+			n, err := note.Open(s.note, note.VerifierList(f.v))
+			if err != nil {
+				t.Fatalf("checkpoint %d does not open under the audit key: %v", s.size, err)
+			}
+			if _, err := note.Open(s.note, note.VerifierList(other.Verifier)); err == nil {
+				t.Fatalf("checkpoint %d opens under another key", s.size)
+			}
+			cp, err := auditlog.ParseCheckpoint([]byte(n.Text))
+			if err != nil || cp.Origin != auditlog.Origin(deployment, "root") || cp.Origin != "test.bc.local/audit/root" || cp.Size != uint64(s.size) {
+				t.Fatalf("checkpoint %d: %+v %v", s.size, cp, err)
+			}
+			if want := fmt.Sprintf("%s\n%d\n%s\n", cp.Origin, cp.Size, base64.StdEncoding.EncodeToString(cp.Root)); n.Text != want {
+				t.Fatalf("checkpoint text %q, want the C2SP form %q", n.Text, want)
+			}
+			if uint64(s.prev) != prevSize {
+				t.Fatalf("checkpoint %d names predecessor %d, want %d", s.size, s.prev, prevSize)
+			}
+			var hashes [][]byte
+			for b := s.cons; len(b) > 0; b = b[32:] {
+				if len(b) < 32 {
+					t.Fatalf("checkpoint %d: consistency proof of %d bytes", s.size, len(s.cons))
+				}
+				hashes = append(hashes, b[:32])
+			}
+			if i == 0 {
+				if len(hashes) != 0 {
+					t.Fatalf("the first checkpoint stores a consistency proof of %d hashes", len(hashes))
+				}
+			} else if err := proof.VerifyConsistency(rfc6962.DefaultHasher, prevSize, cp.Size, hashes, prevRoot, cp.Root); err != nil || len(hashes) == 0 {
+				t.Fatalf("checkpoint %d: stored consistency proof from %d does not verify (%d hashes): %v", s.size, prevSize, len(hashes), err)
+			}
+			prevSize, prevRoot = cp.Size, cp.Root
+		}
+		bad := bytes.Clone(cps[1].cons)
+		bad[0] ^= 1
+		f.exec(t, `UPDATE audit_checkpoints SET consistency = $1 WHERE tenant_id = 'root' AND size = 8`, bad)
+		got := f.verify(t, "root")
+		if len(got) != 1 || !strings.HasPrefix(got[0], "checkpoint-inconsistent size=8 ") {
+			t.Fatalf("findings after editing the stored consistency proof: %q", got)
 		}
 	})
 }

@@ -90,6 +90,12 @@ func TestGoldenCoversEveryRange(t *testing.T) {
 		if !have[last] {
 			t.Errorf("golden table lacks the last address %s of %s", last, p)
 		}
+		if before := first.Prev(); before.IsValid() && !have[before] {
+			t.Errorf("golden table lacks %s, just before %s", before, p)
+		}
+		if after := last.Next(); after.IsValid() && !have[after] {
+			t.Errorf("golden table lacks %s, just after %s", after, p)
+		}
 	}
 }
 

@@ -175,6 +175,7 @@ func TestCheckThisMachineEmbedded(t *testing.T) {
 	own := netip.MustParseAddr("8.8.8.8")
 	d := newTestDialer(t, Config{Local: fakeLocal{own: true}})
 	for _, s := range []string{
+		"::ffff:8.8.8.8",            // IPv4-mapped
 		"64:ff9b::808:808",          // NAT64
 		"2002:808:808::1",           // 6to4
 		"2001:0:808:808::f6f6:f6f6", // Teredo server (client 9.9.9.9)
@@ -184,9 +185,19 @@ func TestCheckThisMachineEmbedded(t *testing.T) {
 			t.Errorf("%s: reason = %q, want %q", s, v.Reason, ReasonThisMachine)
 		}
 	}
-	for _, s := range []string{"64:ff9b::909:909", "2002:909:909::1"} {
+	for _, s := range []string{"64:ff9b::909:909", "2002:909:909::1", "::ffff:9.9.9.9", "2001:0:909:909::f6f6:f6f6"} {
 		if v := d.CheckAddr(context.Background(), netip.MustParseAddr(s)); v.Reason.Refused() {
 			t.Errorf("%s: refused %q, want allowed", s, v.Reason)
+		}
+	}
+	// The deprecated IPv4-compatible and -translated forms are refused
+	// whatever IPv4 address they carry, before the this-machine check.
+	for s, want := range map[string]Reason{
+		"::808:808": ReasonIPv4Compatible, "::909:909": ReasonIPv4Compatible,
+		"::ffff:0:808:808": ReasonIPv4Translated, "::ffff:0:909:909": ReasonIPv4Translated,
+	} {
+		if v := d.CheckAddr(context.Background(), netip.MustParseAddr(s)); v.Reason != want {
+			t.Errorf("%s: reason = %q, want %q", s, v.Reason, want)
 		}
 	}
 }
@@ -387,6 +398,10 @@ func TestDialStaggersToNextAddressWhileFirstPending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Without a Stagger the dialer waits the documented 300 ms.
+	if dflt := newTestDialer(t, Config{}); dflt.stagger != 300*time.Millisecond {
+		t.Fatalf("default stagger %v, want 300ms", dflt.stagger)
+	}
 	if c != winner {
 		t.Fatalf("got a connection other than the second address's")
 	}
@@ -520,7 +535,9 @@ func TestHTTPClientCapsRedirects(t *testing.T) {
 	if !errors.Is(err, ErrTooManyRedirects) {
 		t.Fatalf("Get = %v; want ErrTooManyRedirects", err)
 	}
-	if n := hits.Load(); n != MaxRedirects+1 {
-		t.Fatalf("server saw %d requests, want %d", n, MaxRedirects+1)
+	// The first request and 5 redirects followed: the sixth redirect is
+	// refused (the number is the documented one, not MaxRedirects).
+	if n := hits.Load(); n != 6 {
+		t.Fatalf("server saw %d requests, want 6 (5 redirects followed)", n)
 	}
 }

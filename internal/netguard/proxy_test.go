@@ -133,8 +133,18 @@ func TestProxyConnectRefused403(t *testing.T) {
 			t.Fatalf("CONNECT %s: log %v", tc.target, l)
 		}
 	}
-	if got := testutil.ToFloat64(f.p.conns.WithLabelValues("refused", "private")); got != 1 {
-		t.Fatalf("bc_egress_connections_total{refused,private} = %v, want 1", got)
+	// Each refused connection is counted once, under its own reason.
+	for _, tc := range cases {
+		if got := testutil.ToFloat64(f.p.conns.WithLabelValues("refused", tc.reason)); got != 1 {
+			t.Fatalf("bc_egress_connections_total{refused,%s} = %v, want 1", tc.reason, got)
+		}
+	}
+	if n, err := testutil.GatherAndCount(f.reg, "bc_egress_connections_total"); err != nil || n != len(cases) {
+		t.Fatalf("bc_egress_connections_total has %d series (%v), want %d", n, err, len(cases))
+	}
+	// One line per connection: none is left over after the four read above.
+	if n := len(f.logs); n != 0 {
+		t.Fatalf("%d more log lines than connections", n)
 	}
 }
 

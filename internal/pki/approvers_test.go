@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -44,6 +45,20 @@ func TestPinApprovers(t *testing.T) {
 	if _, err := PinApprovers(dir, []ed25519.PublicKey{keys[0][:31]}, 1); err == nil || err.Error() != "pki: approver key is not a 32-byte Ed25519 key" {
 		t.Fatalf("short key: %v", err)
 	}
+	if _, err := PinApprovers(dir, approverKeys(t, MaxApprovers+1), 1); err == nil || err.Error() != "pki: at most 32 approvers" {
+		t.Fatalf("33 keys: %v", err)
+	}
+	if _, err := PinApprovers(dir, nil, 0); err == nil || err.Error() != "pki: no approver keys to pin" {
+		t.Fatalf("no keys: %v", err)
+	}
+	if fresh, err := Load(dir); err != nil || len(fresh.Approvers) != 0 || fresh.Threshold != 0 {
+		t.Fatalf("a refused pin changed the bundle: %v", err)
+	}
+	// 32 keys is the most a bundle pins (checked on a copy of the bundle).
+	_, _, maxDir := newBundle(t)
+	if b32, err := PinApprovers(maxDir, approverKeys(t, MaxApprovers), MaxApprovers); err != nil || len(b32.Approvers) != 32 {
+		t.Fatalf("32 keys: %v", err)
+	}
 	if _, err := PinApprovers(dir, keys, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -59,6 +74,9 @@ func TestPinApprovers(t *testing.T) {
 	}
 	if _, err := PinApprovers(dir, approverKeys(t, 3), 1); !errors.Is(err, ErrApproversPinned) {
 		t.Fatalf("second pin: %v", err)
+	}
+	if again, err := Load(dir); err != nil || !reflect.DeepEqual(again.Approvers, keys) || again.Threshold != 2 {
+		t.Fatalf("a refused second pin replaced the approvers: %v", err)
 	}
 	body, err := EncodeTrustBundle(loaded.TrustBundle(t0))
 	if err != nil {
@@ -108,6 +126,14 @@ func TestDecodeTrustBundleApproversStrict(t *testing.T) {
 		{"null approvers", strings.Replace(s, `"approvers":["`+k0+`","`+k1+`"],"threshold":2`, `"approvers":null`, 1), "pki: trust bundle is not canonically encoded"},
 		{"explicit zero threshold", strings.Replace(s, `"approvers":["`+k0+`","`+k1+`"],"threshold":2`, `"threshold":0`, 1), "pki: trust bundle is not canonically encoded"},
 	}
+	// More than 32 approvers: a bundle the encoder would never make.
+	many := b.TrustBundle(t0)
+	many.Approvers, many.Threshold = approverBytes(approverKeys(t, MaxApprovers+1)), 1
+	manyJSON, err := json.Marshal(many)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests = append(tests, struct{ name, data, want string }{"33 approvers", string(manyJSON), "pki: trust bundle: pki: at most 32 approvers"})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := DecodeTrustBundle([]byte(tt.data))

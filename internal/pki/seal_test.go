@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -165,6 +166,23 @@ func TestLoadKEK(t *testing.T) {
 				if err != nil || got != tt.want {
 					t.Fatalf("LoadKEK = %x, %v; want %x", got, err, tt.want)
 				}
+			}
+		})
+	}
+}
+
+// TestLoadKEKRefusesEveryGroupOrOtherBit: each single permission bit of
+// group or other (read, write or execute) on top of 0600 is refused, so a
+// file writable but not readable by others is refused too.
+func TestLoadKEKRefusesEveryGroupOrOtherBit(t *testing.T) {
+	t.Setenv(KEKEnv, "")
+	for bit := os.FileMode(1); bit <= 0o040; bit <<= 1 {
+		mode := 0o600 | bit
+		t.Run(fmt.Sprintf("%04o", mode), func(t *testing.T) {
+			path := writeKEKFile(t, t.TempDir(), testKEK(10), mode)
+			want := fmt.Sprintf("pki: KEK file %s has mode %04o; it must not be accessible by group or other (chmod 600)", path, mode)
+			if _, err := LoadKEK(path); err == nil || err.Error() != want {
+				t.Fatalf("err = %v, want %q", err, want)
 			}
 		})
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-func signedBundle(t *testing.T) (*Bundle, []byte, []byte, ed25519.PrivateKey) {
+func signedBundle(t testing.TB) (*Bundle, []byte, []byte, ed25519.PrivateKey) {
 	t.Helper()
 	b, kek, _ := newBundle(t)
 	key, err := b.JoinSigningKey(kek)
@@ -167,8 +167,17 @@ func mustKey(t *testing.T, b *Bundle) *ecdsa.PrivateKey {
 }
 
 // FuzzDecodeTrustBundle checks that DecodeTrustBundle never panics and that
-// anything it accepts re-encodes to bytes that decode to an equal value.
+// anything it accepts is exactly the canonical encoding of what it decoded
+// (so one signed body has one meaning), which decodes to an equal value.
 func FuzzDecodeTrustBundle(f *testing.F) {
+	_, body, _, _ := signedBundle(f)
+	f.Add(body)
+	f.Add([]byte(strings.Replace(string(body), `"version":1`, `"version": 1`, 1)))
+	f.Add([]byte(strings.Replace(string(body), `"version":1`, `"version":1.0`, 1)))
+	f.Add([]byte(strings.Replace(string(body), `"trust_domain"`, `"trust_Domain"`, 1)))
+	f.Add([]byte(strings.Replace(string(body), `{"version":1,`, `{"version":1,"version":1,`, 1)))
+	f.Add([]byte(strings.Replace(string(body), `"deployment":"dev.bc.local"`, `"deployment":"dev.bc\u002elocal"`, 1)))
+	f.Add(append(bytes.Clone(body), '\n'))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tb, err := DecodeTrustBundle(data)
 		if err != nil {
@@ -177,6 +186,9 @@ func FuzzDecodeTrustBundle(f *testing.F) {
 		enc, err := EncodeTrustBundle(tb)
 		if err != nil {
 			t.Fatalf("accepted bundle does not re-encode: %v", err)
+		}
+		if !bytes.Equal(enc, data) {
+			t.Fatalf("accepted non-canonical bytes %q (canonical %q)", data, enc)
 		}
 		tb2, err := DecodeTrustBundle(enc)
 		if err != nil {

@@ -4,18 +4,47 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
+// TestLinuxDiagUsesFixedArgv runs diag.run with PATH holding only
+// recording stand-ins for the diagnostics and for sh, bash and touch: the
+// processes started must be exactly the fixed argument vectors, in order,
+// each run directly (no shell started, nothing from the payload), and each
+// check reports what its own process printed.
 func TestLinuxDiagUsesFixedArgv(t *testing.T) {
+	bin := t.TempDir()
+	record := filepath.Join(t.TempDir(), "started")
+	for _, name := range []string{"uname", "nproc", "uptime", "sh", "bash", "dash", "touch"} {
+		script := "#!/bin/sh\n{ printf '%s' " + name + "; for a in \"$@\"; do printf ' %s' \"$a\"; done; echo; } >>" + record + "\necho out-" + name + "\n"
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin)
 	out, err := NewLinux().Run(context.Background(), "diag.run", []byte(`{"argv":["sh","-c","touch /tmp/pwned"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
+	started, err := os.ReadFile(record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, argv := range diagArgv {
+		want = append(want, strings.Join(argv, " "))
+	}
+	if got := strings.Split(strings.TrimSuffix(string(started), "\n"), "\n"); !slices.Equal(got, want) {
+		t.Fatalf("diag.run started %q, want exactly the fixed %q", got, want)
+	}
 	var res struct {
 		Checks []struct {
-			Argv []string `json:"argv"`
+			Argv   []string `json:"argv"`
+			Stdout string   `json:"stdout"`
 		} `json:"checks"`
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
@@ -30,6 +59,9 @@ func TestLinuxDiagUsesFixedArgv(t *testing.T) {
 		}
 		if c.Argv[0] == "sh" || c.Argv[0] == "bash" {
 			t.Fatalf("diag ran a shell: %v", c.Argv)
+		}
+		if c.Stdout != "out-"+c.Argv[0]+"\n" {
+			t.Fatalf("check %d reports stdout %q, want its own process's %q", i, c.Stdout, "out-"+c.Argv[0]+"\n")
 		}
 	}
 }

@@ -94,6 +94,21 @@ func TestJournalTornTail(t *testing.T) {
 	if got := j.Interrupted(); len(got) != 1 || got[0].ID != "c1" {
 		t.Fatalf("interrupted = %+v, want c1 (its done line was torn)", got)
 	}
+	// The torn bytes do not spoil what is written after them: an entry
+	// appended now is read back after the next restart.
+	must(t, j.Start("c2", now.Add(time.Hour)))
+	must(t, j.Done("c2", now.Add(time.Hour), []byte("u2")))
+	j2, err := Open(path, now, time.Hour)
+	if err != nil {
+		t.Fatalf("journal unreadable after appending past a torn tail: %v", err)
+	}
+	defer j2.Close()
+	if got := j2.Unacked(); len(got) != 1 || got[0].ID != "c2" || string(got[0].Update) != "u2" {
+		t.Fatalf("unacked after appending past a torn tail = %+v, want c2", got)
+	}
+	if got := j2.Interrupted(); len(got) != 1 || got[0].ID != "c1" {
+		t.Fatalf("interrupted after appending past a torn tail = %+v, want c1", got)
+	}
 }
 
 // TestJournalAckWrittenWithoutSync checks that the ack, though not

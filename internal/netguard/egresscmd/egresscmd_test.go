@@ -81,8 +81,8 @@ func TestCheckCommandExitCodes(t *testing.T) {
 		}
 	}
 	for _, args := range [][]string{{}, {"a", "b"}, {"exa mple.com"}, {"[fe80::1%eth0]"}, {"--bogus", "x"}, {"--allow-lan", "10.0.0.0/33", "x"}} {
-		if _, errOut, code := runCheck(t, args...); code != ExitBadInput || !strings.Contains(errOut, "error:") {
-			t.Errorf("check %v: exit %d stderr %q, want %d with a message", args, code, errOut, ExitBadInput)
+		if _, errOut, code := runCheck(t, args...); code != 2 || !strings.Contains(errOut, "error:") {
+			t.Errorf("check %v: exit %d stderr %q, want 2 with a message", args, code, errOut)
 		}
 	}
 	if _, _, code := runCheck(t, "nxdomain.example"); code != ExitFailure {

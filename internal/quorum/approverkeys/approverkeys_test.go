@@ -2,6 +2,7 @@ package approverkeys
 
 import (
 	"crypto/ed25519"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,10 +18,13 @@ func TestKeyFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"approver-1.key", "approver-3.pub"} {
-		st, err := os.Stat(filepath.Join(dir, name))
-		if err != nil || st.Mode().Perm() != 0o600 {
-			t.Fatalf("%s: %v %v", name, st.Mode(), err)
+	for i := 1; i <= 3; i++ {
+		for _, ext := range []string{".key", ".pub"} {
+			name := fmt.Sprintf("approver-%d%s", i, ext)
+			st, err := os.Stat(filepath.Join(dir, name))
+			if err != nil || st.Mode().Perm() != 0o600 {
+				t.Fatalf("%s: mode %v (%v), want 0600", name, st.Mode(), err)
+			}
 		}
 	}
 	k, err := LoadPrivate(filepath.Join(dir, "approver-2.key"))
@@ -38,11 +42,24 @@ func TestKeyFiles(t *testing.T) {
 	if _, err := Generate(dir, 1); err == nil || !strings.Contains(err.Error(), "already holds approver-1.key") {
 		t.Fatalf("overwrite: %v", err)
 	}
-	if err := os.Chmod(filepath.Join(dir, "approver-1.key"), 0o640); err != nil {
+	// Every single group or other bit (read, write or execute) on top of
+	// 0600 is refused, with the exact message.
+	keyPath := filepath.Join(dir, "approver-1.key")
+	for bit := os.FileMode(1); bit <= 0o040; bit <<= 1 {
+		mode := 0o600 | bit
+		if err := os.Chmod(keyPath, mode); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("approverkeys: %s is accessible to group or other (mode %v); chmod 600 it", keyPath, mode)
+		if _, err := LoadPrivate(keyPath); err == nil || err.Error() != want {
+			t.Fatalf("mode %04o: err = %v, want %q", mode, err, want)
+		}
+	}
+	if err := os.Chmod(keyPath, 0o400); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadPrivate(filepath.Join(dir, "approver-1.key")); err == nil || !strings.Contains(err.Error(), "accessible to group or other") {
-		t.Fatalf("0640 key: %v", err)
+	if _, err := LoadPrivate(keyPath); err != nil {
+		t.Fatalf("0400 key refused: %v", err)
 	}
 	if _, err := ParsePublic("AAAA"); err == nil {
 		t.Fatal("short public key accepted")

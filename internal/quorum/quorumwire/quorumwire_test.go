@@ -117,6 +117,19 @@ func TestRootAndProofs(t *testing.T) {
 			if got, _ := RootFromProof(other, uint64(i), uint64(n), p); bytes.Equal(got, root) {
 				t.Fatalf("n=%d i=%d: another leaf proves into the root", n, i)
 			}
+			// The proof holds only at its own index, for its own leaf:
+			// not at another index, nor for another leaf of the batch.
+			for j := range leaves {
+				if j == i {
+					continue
+				}
+				if got, _ := RootFromProof(leaves[i], uint64(j), uint64(n), p); bytes.Equal(got, root) {
+					t.Fatalf("n=%d: the proof of index %d verifies at index %d", n, i, j)
+				}
+				if got, _ := RootFromProof(leaves[j], uint64(i), uint64(n), p); bytes.Equal(got, root) {
+					t.Fatalf("n=%d: the proof of leaf %d verifies leaf %d", n, i, j)
+				}
+			}
 			if len(p) > 0 {
 				p[0] = bytes.Clone(p[0])
 				p[0][0] ^= 1
@@ -242,6 +255,8 @@ func TestNextApproverSet(t *testing.T) {
 	}{
 		{"join key only", "dep", 1, 2, next.RawKeys(), sign(msg, join), ErrUnpinned},
 		{"k-1 approvers", "dep", 1, 2, next.RawKeys(), sign(msg, a[0]), ErrUnderQuorum},
+		{"new keys vote themselves in", "dep", 1, 2, next.RawKeys(), sign(msg, a[3], a[4]), ErrUnpinned},
+		{"one kept and one new key", "dep", 1, 2, next.RawKeys(), sign(msg, a[2], a[3]), ErrUnpinned},
 		{"replayed generation", "dep", 0, 2, next.RawKeys(), sign(ApproverSetMessage("dep", ApproverSet{Generation: 0, Threshold: 2, Keys: next.Keys}), a[0], a[1]), ErrReplayed},
 		{"signed for another generation", "dep", 2, 2, next.RawKeys(), sign(msg, a[0], a[1]), ErrUnderQuorum},
 		{"signed for another threshold", "dep", 1, 1, next.RawKeys(), sign(msg, a[0], a[1]), ErrUnderQuorum},
