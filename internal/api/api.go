@@ -115,6 +115,9 @@ type Config struct {
 	SessionCookies bool
 	BaseURL        string
 	RateLimits     RateLimits
+	// TenantMutates bounds each tenant's mutating calls running at once
+	// (0: DefaultTenantMutates); see tenantlimit.go.
+	TenantMutates int
 }
 
 // Deps are the modules the envelope reads.
@@ -139,6 +142,7 @@ type Server struct {
 	origin  string
 	limiter *limiter
 	denials *denialLimiter
+	tenants *tenantLimiter
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -153,7 +157,8 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 		deps.Log = slog.Default()
 	}
 	s := &Server{methods: map[string]Method{}, cfg: cfg, deps: deps,
-		limiter: newLimiter(cfg.RateLimits, deps.Clock), denials: newDenialLimiter(deps.Clock)}
+		limiter: newLimiter(cfg.RateLimits, deps.Clock), denials: newDenialLimiter(deps.Clock),
+		tenants: newTenantLimiter(cfg.TenantMutates, TenantQueueWait)}
 	if cfg.SessionCookies {
 		o, err := originOf(cfg.BaseURL)
 		if err != nil {
@@ -297,6 +302,12 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 		out.retryAfter = wait
 		return fail(errs.New(errs.RateLimited, "too many requests"))
 	}
+	release, err := s.tenants.admit(ctx, c.TenantID, m.Mutates)
+	if err != nil {
+		out.retryAfter = time.Second
+		return fail(err)
+	}
+	defer release()
 	var callerChain []iam.Tenant
 	if !c.Root() {
 		if callerChain, err = s.deps.IAM.Chain(ctx, c.TenantID); err != nil {

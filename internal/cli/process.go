@@ -144,7 +144,8 @@ func serveCmd() *cobra.Command {
 			so := server.Options{DB: db, Bundle: b, KEK: kek, Roles: cfg.Roles, Clock: clock.Real{}, Log: log, SandboxImages: cfg.Sandboxes.Images,
 				APIListen: cfg.API.Listen, GatewayListen: cfg.Gateway.Listen, GatewayNames: cfg.Gateway.Names, TrustedProxies: proxies,
 				SessionCookies: cfg.API.SessionCookies, BaseURL: cfg.API.BaseURL, AuditSealInterval: cfg.SealInterval(),
-				RateLimits: api.RateLimits{ReadPerSecond: rl.ReadPerSecond, ReadBurst: rl.ReadBurst, MutatePerSecond: rl.MutatePerSecond, MutateBurst: rl.MutateBurst}}
+				RateLimits: api.RateLimits{ReadPerSecond: rl.ReadPerSecond, ReadBurst: rl.ReadBurst, MutatePerSecond: rl.MutatePerSecond, MutateBurst: rl.MutateBurst},
+				Quotas:     cfg.QuotaLimits(), TenantMutates: cfg.Quotas.ConcurrentMutates}
 			if cfg.Audit.Sink != "" {
 				sink, err := auditlog.OpenSink(ctx, cfg.Audit.Sink)
 				if err != nil {
