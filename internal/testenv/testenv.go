@@ -155,6 +155,7 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime}
 	// Tests make many calls quickly; rate limits are tested on their own.
 	so.RateLimits = api.RateLimits{ReadPerSecond: 1e6, ReadBurst: 1e6, MutatePerSecond: 1e6, MutateBurst: 1e6}
+	so.TenantMutates = 1 << 16
 	imageStore := ""
 	if o.SandboxRuntime != "" {
 		imageStore = sandboxImageStore(t, dir)
