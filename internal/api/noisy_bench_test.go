@@ -13,7 +13,6 @@ import (
 
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/api"
-	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/server"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
@@ -28,6 +27,12 @@ const (
 	noisyFanouts    = 1    // parallel commands.fanout loops
 	noisyFanoutSize = 1000 // nodes per fan-out
 	quietSamples    = 100  // nodes.list calls per phase
+	// noisyTokenQuota lets the noisy tenant hold twenty createMany calls'
+	// worth of tokens (the load outside testers reported); past it its
+	// calls are refused RESOURCE_EXHAUSTED, as in production.
+	noisyTokenQuota = 20 * 10000
+	// phaseLimit bounds the sampling under load, so a run stops by itself.
+	phaseLimit = 90 * time.Second
 )
 
 // BenchmarkNoisyNeighbour measures a quiet tenant's nodes.list latency
@@ -35,7 +40,8 @@ const (
 // noisy tenant keeps noisyCreateMany joinTokens.createMany calls of 10,000
 // (the cap) and noisyFanouts commands.fanout calls running, with the
 // shipped per-tenant bounds (4 mutating calls at once; quotas raised for
-// the noisy tenant so its calls really write) and the rate limits lifted.
+// the noisy tenant's join tokens to noisyTokenQuota so its calls really
+// write) and the rate limits lifted.
 // Run it once (-benchtime 1x); bench/api/run noisy prints the ratios.
 func BenchmarkNoisyNeighbour(b *testing.B) {
 	for _, dialect := range []string{"sqlite", "postgres"} {
@@ -53,7 +59,7 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 			ctx := context.Background()
 			quietT, quiet := e.TenantAdmin(b, "quiet")
 			noisyT, noisy := e.TenantAdmin(b, "noisy")
-			if _, err := e.Client.SetQuotas(ctx, noisyT, client.QuotaOverrides{JoinTokens: client.Limit(quota.MaxLimit), CommandsInFlight: client.Limit(quota.MaxLimit)}, false); err != nil {
+			if _, err := e.Client.SetQuotas(ctx, noisyT, client.QuotaOverrides{JoinTokens: client.Limit(noisyTokenQuota)}, false); err != nil {
 				b.Fatal(err)
 			}
 			insertNodes(b, db, quietT, "q", 10)
@@ -122,6 +128,7 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 			b.ReportMetric(float64(done.Load()), "noisy-calls")
 			b.ReportMetric(float64(limited.Load()), "noisy-rate-limited")
 			b.ReportMetric(float64(exhausted.Load()), "noisy-exhausted")
+			b.ReportMetric(float64(len(under)), "noisy-samples")
 		})
 	}
 }
@@ -129,7 +136,12 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 // sampleLatencies times quietSamples serial nodes.list calls, sorted.
 func sampleLatencies(b *testing.B, c *client.Client) []time.Duration {
 	out := make([]time.Duration, 0, quietSamples)
+	end := time.Now().Add(phaseLimit)
 	for range quietSamples {
+		if time.Now().After(end) {
+			b.Logf("stopped after %d samples (%s)", len(out), phaseLimit)
+			break
+		}
 		t0 := time.Now()
 		if _, err := c.Nodes(context.Background()); err != nil {
 			b.Fatal(err)
