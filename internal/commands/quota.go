@@ -29,7 +29,7 @@ func (s *Service) admitInFlight(ctx context.Context, tx *sql.Tx, want map[string
 	}
 	slices.Sort(tenants)
 	for _, tenant := range tenants {
-		err := q.Admit(ctx, tx, tenant, quota.CommandsInFlight, want[tenant], func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		err := q.AdmitTracked(ctx, tx, tenant, quota.CommandsInFlight, want[tenant], want[tenant], func(ctx context.Context, tx *sql.Tx) (int64, error) {
 			var n int64
 			err := tx.QueryRowContext(ctx, countInFlight, tenant, StateQueued, StateSent, StateRunning).Scan(&n)
 			return n, err

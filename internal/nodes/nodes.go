@@ -130,7 +130,7 @@ func (s *Service) CreateJoinToken(ctx context.Context, actor audit.Entry, role, 
 	t := jointoken.Token{Pin: s.cfg.JoinPin, ID: ids.New("jt_"), Secret: ids.Secret(32)}
 	exp := now.Add(ttl)
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if err := s.admitTokens(ctx, tx, actor.TenantID, 1, now); err != nil {
+		if err := s.admitTokens(ctx, tx, actor.TenantID, 1, 1, now); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO join_tokens (id, tenant_id, hash, role, name, created_by, created_at, expires_at)

@@ -37,10 +37,10 @@ func (s *Service) quotaService() *quota.Service {
 // countOutstanding counts a tenant's unused, unexpired join tokens.
 const countOutstanding = `SELECT COUNT(*) FROM join_tokens WHERE tenant_id = $1 AND used_at IS NULL AND expires_at > $2`
 
-// admitTokens admits want more outstanding join tokens to tenant inside tx
-// (the join_tokens quota).
-func (s *Service) admitTokens(ctx context.Context, tx *sql.Tx, tenant string, want int64, now time.Time) error {
-	return s.quotaService().Admit(ctx, tx, tenant, quota.JoinTokens, want, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+// admitTokens admits want more outstanding join tokens to tenant inside tx,
+// of which tx inserts take (the join_tokens quota).
+func (s *Service) admitTokens(ctx context.Context, tx *sql.Tx, tenant string, want, take int64, now time.Time) error {
+	return s.quotaService().AdmitTracked(ctx, tx, tenant, quota.JoinTokens, want, take, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		var n int64
 		err := tx.QueryRowContext(ctx, countOutstanding, tenant, now.UnixMilli()).Scan(&n)
 		return n, err
@@ -65,7 +65,7 @@ func (s *Service) insertTokens(ctx context.Context, actor audit.Entry, role stri
 	for done < count {
 		end := min(done+TokenChunk, count)
 		err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-			if err := s.admitTokens(ctx, tx, actor.TenantID, int64(count-done), now); err != nil {
+			if err := s.admitTokens(ctx, tx, actor.TenantID, int64(count-done), int64(end-done), now); err != nil {
 				return err
 			}
 			var q strings.Builder

@@ -20,6 +20,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"sync"
+	"time"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
@@ -124,6 +126,9 @@ type Service struct {
 	db       *store.DB
 	clk      clock.Clock
 	defaults Limits
+
+	mu      sync.Mutex
+	refused map[usageKey]recount // exact recounts behind recent refusals
 }
 
 // New returns the quota service with the configured defaults.
@@ -131,7 +136,7 @@ func New(db *store.DB, clk clock.Clock, defaults Limits) *Service {
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	return &Service{db: db, clk: clk, defaults: defaults}
+	return &Service{db: db, clk: clk, defaults: defaults, refused: map[usageKey]recount{}}
 }
 
 // Exempt reports whether tenant is outside quotas (the root tenant).
@@ -140,7 +145,8 @@ func Exempt(tenant string) bool { return tenant == "root" }
 // Admit decides, inside tx, whether tenant may take want more of quota k:
 // it takes the tenant's lock for k for the rest of tx, reads the tenant's
 // limit, counts with count and decides. Call it in the transaction that
-// inserts the rows, before the insert.
+// inserts the rows, before the insert. Use it for quotas over few rows
+// (sandboxes, templates); AdmitTracked for large ones.
 func (s *Service) Admit(ctx context.Context, tx *sql.Tx, tenant string, k Kind, want int64, count Counter) error {
 	if Exempt(tenant) || want <= 0 {
 		return nil
@@ -157,6 +163,107 @@ func (s *Service) Admit(ctx context.Context, tx *sql.Tx, tenant string, k Kind, 
 		return fmt.Errorf("quota: count %s: %w", k, err)
 	}
 	return Decide(k, lim.Of(k), used, want)
+}
+
+// Recount bounds for AdmitTracked: a usage older than RecountEvery is
+// recounted before it is used; a refusal recounts at most once per
+// RecountRefusedEvery per tenant and quota in this process.
+const (
+	RecountEvery        = time.Minute
+	RecountRefusedEvery = time.Second
+)
+
+// AdmitTracked is Admit for quotas over many rows (join tokens, commands
+// in flight): it decides whether want more fit on the tenant's tracked
+// usage (quota_usage) and raises it in tx by take (the rows tx inserts; a
+// bulk call's chunk asks for all it still needs and takes its chunk),
+// instead of counting the rows each time.
+// Freed rows leave the usage high, never low, so it refuses only after an
+// exact recount (count), which a refusal does at most once per
+// RecountRefusedEvery; a usage older than RecountEvery is recounted first.
+// Every insert of rows the quota bounds must go through it.
+func (s *Service) AdmitTracked(ctx context.Context, tx *sql.Tx, tenant string, k Kind, want, take int64, count Counter) error {
+	if Exempt(tenant) || want <= 0 {
+		return nil
+	}
+	if err := lock(ctx, tx, s.db.Dialect, tenant, k); err != nil {
+		return err
+	}
+	lim, err := s.limits(ctx, tx, tenant)
+	if err != nil {
+		return err
+	}
+	now := s.clk.Now()
+	var used, counted int64
+	err = tx.QueryRowContext(ctx, `SELECT used, counted_at FROM quota_usage WHERE tenant_id = $1 AND kind = $2`, tenant, string(k)).Scan(&used, &counted)
+	fresh := err == nil && now.Sub(time.UnixMilli(counted)) < RecountEvery
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("quota: read usage: %w", err)
+	}
+	recount := func() error {
+		n, err := count(ctx, tx)
+		if err != nil {
+			return fmt.Errorf("quota: count %s: %w", k, err)
+		}
+		used, counted = n, now.UnixMilli()
+		return nil
+	}
+	if !fresh {
+		if err := recount(); err != nil {
+			return err
+		}
+	}
+	if Decide(k, lim.Of(k), used, want) != nil && fresh {
+		if n, ok := s.recentRefusal(tenant, k, now); ok {
+			used = max(used, n)
+		} else if err := recount(); err != nil {
+			return err
+		}
+	}
+	if err := Decide(k, lim.Of(k), used, want); err != nil {
+		s.noteRefusal(tenant, k, now, used)
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO quota_usage (tenant_id, kind, used, counted_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (tenant_id, kind) DO UPDATE SET used = $3, counted_at = $4`, tenant, string(k), used+take, counted); err != nil {
+		return fmt.Errorf("quota: record usage: %w", err)
+	}
+	return nil
+}
+
+type usageKey struct {
+	tenant string
+	kind   Kind
+}
+
+type recount struct {
+	used int64
+	at   time.Time
+}
+
+// recentRefusal returns the usage an exact recount found for a refusal
+// less than RecountRefusedEvery ago in this process.
+func (s *Service) recentRefusal(tenant string, k Kind, now time.Time) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.refused[usageKey{tenant, k}]
+	if !ok || now.Sub(r.at) >= RecountRefusedEvery || now.Before(r.at) {
+		return 0, false
+	}
+	return r.used, true
+}
+
+func (s *Service) noteRefusal(tenant string, k Kind, now time.Time, used int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.refused) > 10000 {
+		clear(s.refused)
+	}
+	key := usageKey{tenant, k}
+	if r, ok := s.refused[key]; ok && now.Sub(r.at) < RecountRefusedEvery {
+		return // keep the time of the last exact recount
+	}
+	s.refused[key] = recount{used: used, at: now}
 }
 
 // lock serialises tenant's admissions of quota k until tx ends. SQLite
