@@ -44,18 +44,19 @@ func (e *Error) Is(target error) bool {
 
 // The API's error codes as errors for errors.Is.
 var (
-	ErrAccessDenied    = &Error{Code: "ACCESS_DENIED"}
-	ErrUnauthenticated = &Error{Code: "UNAUTHENTICATED"}
-	ErrInvalidInput    = &Error{Code: "INVALID_INPUT"}
-	ErrInvalidState    = &Error{Code: "INVALID_STATE"}
-	ErrNotFound        = &Error{Code: "NOT_FOUND"}
-	ErrConflict        = &Error{Code: "CONFLICT"}
-	ErrRateLimited     = &Error{Code: "RATE_LIMITED"}
-	ErrPayloadTooLarge = &Error{Code: "PAYLOAD_TOO_LARGE"}
-	ErrCSRFRejected    = &Error{Code: "CSRF_REJECTED"}
-	ErrUntrustedOrigin = &Error{Code: "UNTRUSTED_ORIGIN"}
-	ErrTenantSuspended = &Error{Code: "TENANT_SUSPENDED"}
-	ErrInternal        = &Error{Code: "INTERNAL_ERROR"}
+	ErrAccessDenied      = &Error{Code: "ACCESS_DENIED"}
+	ErrUnauthenticated   = &Error{Code: "UNAUTHENTICATED"}
+	ErrInvalidInput      = &Error{Code: "INVALID_INPUT"}
+	ErrInvalidState      = &Error{Code: "INVALID_STATE"}
+	ErrNotFound          = &Error{Code: "NOT_FOUND"}
+	ErrConflict          = &Error{Code: "CONFLICT"}
+	ErrRateLimited       = &Error{Code: "RATE_LIMITED"}
+	ErrResourceExhausted = &Error{Code: "RESOURCE_EXHAUSTED"}
+	ErrPayloadTooLarge   = &Error{Code: "PAYLOAD_TOO_LARGE"}
+	ErrCSRFRejected      = &Error{Code: "CSRF_REJECTED"}
+	ErrUntrustedOrigin   = &Error{Code: "UNTRUSTED_ORIGIN"}
+	ErrTenantSuspended   = &Error{Code: "TENANT_SUSPENDED"}
+	ErrInternal          = &Error{Code: "INTERNAL_ERROR"}
 )
 
 // CodeOf returns the API error code in err, or "" when err is not one.

@@ -121,3 +121,15 @@ func (c *Client) DeleteSandbox(ctx context.Context, id string) (bool, error) {
 	err := c.Call(ctx, "sandboxes.delete", map[string]any{"id": id}, &out)
 	return out.Freed, err
 }
+
+// DeleteTemplate deletes a template by id and drains its warm pool; it
+// returns how many warm sandboxes it drained and whether every host
+// confirmed their removal in time.
+func (c *Client) DeleteTemplate(ctx context.Context, id string) (drained int, freed bool, err error) {
+	var out struct {
+		Drained int  `json:"drained"`
+		Freed   bool `json:"freed"`
+	}
+	err = c.Call(ctx, "templates.delete", map[string]any{"id": id}, &out)
+	return out.Drained, out.Freed, err
+}

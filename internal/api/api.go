@@ -133,6 +133,9 @@ type Config struct {
 	SessionCookies bool
 	BaseURL        string
 	RateLimits     RateLimits
+	// TenantMutates bounds each tenant's mutating calls running at once
+	// (0: DefaultTenantMutates); see tenantlimit.go.
+	TenantMutates int
 }
 
 // Deps are the modules the envelope reads.
@@ -159,6 +162,7 @@ type Server struct {
 	denials *denialLimiter
 	// authFailures limits failed authentications per caller address.
 	authFailures *failLimiter
+	tenants      *tenantLimiter
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -174,7 +178,8 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	}
 	s := &Server{methods: map[string]Method{}, cfg: cfg, deps: deps,
 		limiter: newLimiter(cfg.RateLimits, deps.Clock), denials: newDenialLimiter(deps.Clock),
-		authFailures: newFailLimiter(cfg.RateLimits, deps.Clock)}
+		authFailures: newFailLimiter(cfg.RateLimits, deps.Clock),
+		tenants:      newTenantLimiter(cfg.TenantMutates, TenantQueueWait)}
 	if cfg.SessionCookies {
 		o, err := originOf(cfg.BaseURL)
 		if err != nil {
@@ -365,6 +370,14 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 		s.recordDenial(ctx, c, m, target, "tenant-precheck")
 		return fail(errDenied)
 	}
+	// One tenant's mutations hold at most a few of the process's slots at
+	// once, so work it starts cannot hold the database from the others.
+	release, err := s.tenants.admit(ctx, c.TenantID, m.Mutates)
+	if err != nil {
+		out.retryAfter = time.Second
+		return fail(err)
+	}
+	defer release()
 	var callerChain []iam.Tenant
 	if !c.Root() {
 		if callerChain, err = s.deps.IAM.Chain(ctx, c.TenantID); err != nil {

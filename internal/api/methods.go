@@ -11,6 +11,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/nodes"
+	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 )
@@ -25,6 +26,8 @@ type Modules struct {
 	Secrets  *secrets.Service
 	// Sandboxes is optional (nil: no sandbox methods).
 	Sandboxes *sandboxes.Service
+	// Quotas is optional (nil: no quota methods).
+	Quotas *quota.Service
 }
 
 // Resolvers returns how each resource kind's tenant is found.
@@ -226,7 +229,7 @@ func Methods(m Modules) []Method {
 				}
 				return map[string]any{"events": evs}, nil
 			}),
-	}, append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...)...)
+	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), quotaMethods(m)...)...)
 }
 
 // sandboxResolver returns f of the sandbox module, or a resolver that

@@ -98,6 +98,10 @@ func sandboxMethods(m Modules) []Method {
 			func(ctx context.Context, c *Caller, in templateRef) (any, error) {
 				return s.Template(ctx, c.Tenant, in.ID)
 			}),
+		Def("templates.delete", "compute:templates:delete", true, func(in templateRef) Target { return Target{Kind: "template", ID: in.ID} },
+			func(ctx context.Context, c *Caller, in templateRef) (any, error) {
+				return s.DeleteTemplate(ctx, c.Actor(), c.Tenant, in.ID)
+			}),
 		Def("sandboxes.create", "compute:sandboxes:create", true, byTenant[createIn], func(ctx context.Context, c *Caller, in createIn) (any, error) {
 			return s.Create(ctx, c.Actor(), c.Tenant, in.Template)
 		}),

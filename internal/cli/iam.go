@@ -86,6 +86,7 @@ func tenantsCmd() *cobra.Command {
 	list.Flags().StringVar(&under, "tenant", "", "list below this tenant")
 	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
 	c.AddCommand(create, list)
+	c.AddCommand(quotaCommands()...)
 	for _, verb := range []string{"suspend", "resume", "delete"} {
 		var j bool
 		sc := &cobra.Command{Use: verb + " ID", Short: verb + " a tenant", Args: cobra.ExactArgs(1),

@@ -191,7 +191,8 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, db *store.D
 		SessionCookies: cfg.API.SessionCookies, BaseURL: cfg.API.BaseURL, AuditSealInterval: cfg.SealInterval(),
 		InternalListen: cfg.API.InternalListen, Control: cfg.Gateway.Control,
 		RateLimits: api.RateLimits{ReadPerSecond: rl.ReadPerSecond, ReadBurst: rl.ReadBurst, MutatePerSecond: rl.MutatePerSecond, MutateBurst: rl.MutateBurst,
-			FailedAuthPerSecond: rl.FailedAuthPerSecond, FailedAuthBurst: rl.FailedAuthBurst}}
+			FailedAuthPerSecond: rl.FailedAuthPerSecond, FailedAuthBurst: rl.FailedAuthBurst},
+		Quotas: cfg.QuotaLimits(), TenantMutates: cfg.Quotas.ConcurrentMutates}
 	if cfg.Gateway.CertFile != "" {
 		cert, err := pki.LoadGatewayCert(cfg.Gateway.CertFile, cfg.Gateway.KeyFile)
 		if err != nil {

@@ -151,7 +151,16 @@ func templatesCmd() *cobra.Command {
 		}}
 	list.Flags().StringVar(&lt, "tenant", "", "tenant (default: your own)")
 	list.Flags().BoolVar(&lj, "json", false, "print JSON")
-	c.AddCommand(create, list)
+	var dj bool
+	del := &cobra.Command{Use: "delete ID", Short: "Delete a template and drain its warm pool (sandboxes made from it keep running)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd, "templates.delete", map[string]any{"id": args[0]}, dj,
+				func(o map[string]any) string {
+					return fmt.Sprintf("deleted; %v warm sandboxes drained\n", o["drained"])
+				})
+		}}
+	del.Flags().BoolVar(&dj, "json", false, "print JSON")
+	c.AddCommand(create, list, del)
 	return c
 }
 

@@ -37,6 +37,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/quorum/quorumwire"
+	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
 
@@ -117,6 +118,7 @@ type Service struct {
 	batches Batches
 	secrets SecretChecker
 	log     *slog.Logger
+	quotas  *quota.Service // nil: the default limits
 }
 
 // New returns the commands module.
@@ -231,6 +233,9 @@ func (s *Service) create(ctx context.Context, actor audit.Entry, module, nodeID,
 		batch = batchID
 	}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if err := s.admitInFlight(ctx, tx, map[string]int64{tenant: 1}); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at, batch_id)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
 			c.ID, tenant, nodeID, kind, []byte(payload), StateQueued, actor.Actor, now.UnixMilli(), now.UnixMilli(), c.ExpiresAt.UnixMilli(), batch); err != nil {
@@ -317,6 +322,9 @@ func (s *Service) CreateMany(ctx context.Context, actor audit.Entry, nodeIDs []s
 			tenant := records[nodeID].tenant
 			out = append(out, Command{ID: ids.New("c"), NodeID: nodeID, TenantID: tenant, Kind: kind, Payload: payload, State: StateQueued,
 				CreatedBy: actor.Actor, CreatedAt: now.UTC(), UpdatedAt: now.UTC(), ExpiresAt: now.Add(ttl).UTC()})
+		}
+		if err := s.admitInFlight(ctx, tx, perTenant(out)); err != nil {
+			return err
 		}
 		const perStmt = 500 // rows per INSERT: 5,000 bound values
 		for chunk := range slices.Chunk(out, perStmt) {

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	toml "github.com/pelletier/go-toml/v2"
+
+	"github.com/bettercompute/bettercompute/internal/quota"
 )
 
 // Config is `better-compute serve`'s configuration. Every field has a
@@ -80,6 +82,17 @@ type Config struct {
 	Sandboxes struct {
 		Images string `toml:"images"` // gocloud.dev/blob URL of the image store; empty: no imports
 	} `toml:"sandboxes"`
+
+	// Quotas are every tenant's default limits (a root operator sets one
+	// tenant's with tenants.setQuotas); the root tenant is not limited.
+	// See docs/operations.md.
+	Quotas struct {
+		JoinTokens        int64 `toml:"join_tokens"`        // outstanding (unused, unexpired) join tokens; default 10000
+		Sandboxes         int64 `toml:"sandboxes"`          // live sandboxes; default 100
+		WarmMemoryMB      int64 `toml:"warm_memory_mb"`     // warm-pool memory, sum of warm × memory_mb; default 8192
+		CommandsInFlight  int64 `toml:"commands_in_flight"` // queued, sent or running commands; default 20000
+		ConcurrentMutates int   `toml:"concurrent_mutates"` // mutating API calls running at once per tenant; default 4
+	} `toml:"quotas"`
 }
 
 // Default returns the documented defaults.
@@ -97,7 +110,18 @@ func Default() Config {
 	c.Gateway.Listen = "127.0.0.1:7781"
 	c.Gateway.Names = []string{"localhost"}
 	c.Audit.SealInterval = "1h"
+	q := quota.Defaults()
+	c.Quotas.JoinTokens, c.Quotas.Sandboxes, c.Quotas.WarmMemoryMB, c.Quotas.CommandsInFlight = q.JoinTokens, q.Sandboxes, q.WarmMemoryMB, q.CommandsInFlight
+	c.Quotas.ConcurrentMutates = DefaultConcurrentMutates
 	return c
+}
+
+// DefaultConcurrentMutates is quotas.concurrent_mutates's default.
+const DefaultConcurrentMutates = 4
+
+// QuotaLimits returns the [quotas] limits.
+func (c Config) QuotaLimits() quota.Limits {
+	return quota.Limits{JoinTokens: c.Quotas.JoinTokens, Sandboxes: c.Quotas.Sandboxes, WarmMemoryMB: c.Quotas.WarmMemoryMB, CommandsInFlight: c.Quotas.CommandsInFlight}
 }
 
 // Load reads path over the defaults, strictly, and validates the result.
@@ -230,6 +254,12 @@ func (c Config) Validate() error {
 		if v <= 0 {
 			add(path, "must be positive")
 		}
+	}
+	for _, p := range c.QuotaLimits().Validate() {
+		probs = append(probs, "quotas."+p)
+	}
+	if c.Quotas.ConcurrentMutates < 1 || c.Quotas.ConcurrentMutates > 1024 {
+		add("quotas.concurrent_mutates", "1 to 1024")
 	}
 	if d, err := time.ParseDuration(c.Audit.SealInterval); err != nil || d < time.Second {
 		add("audit.seal_interval", "a duration of at least 1s, such as 1h")

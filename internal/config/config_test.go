@@ -94,3 +94,21 @@ func TestMetricsListenerIsLoopbackAndApart(t *testing.T) {
 		t.Fatalf("bad metrics.listen: %v", err)
 	}
 }
+
+// [quotas] starts from quota.Defaults, a file overrides what it sets, and
+// a limit out of range is reported with its path.
+func TestQuotasSection(t *testing.T) {
+	c, err := Parse([]byte("[quotas]\njoin_tokens = 50\nconcurrent_mutates = 8\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := c.QuotaLimits(); l.JoinTokens != 50 || l.Sandboxes != 100 || l.WarmMemoryMB != 8192 || l.CommandsInFlight != 20000 || c.Quotas.ConcurrentMutates != 8 {
+		t.Fatalf("%+v %d", l, c.Quotas.ConcurrentMutates)
+	}
+	_, err = Parse([]byte("[quotas]\nsandboxes = -1\nconcurrent_mutates = 0\n"))
+	for _, want := range []string{"quotas.sandboxes: 0 to 1099511627776", "quotas.concurrent_mutates: 1 to 1024"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q not reported in %v", want, err)
+		}
+	}
+}

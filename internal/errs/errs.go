@@ -23,11 +23,15 @@ const (
 	NotFound        Code = "NOT_FOUND"
 	Conflict        Code = "CONFLICT"
 	RateLimited     Code = "RATE_LIMITED"
-	PayloadTooLarge Code = "PAYLOAD_TOO_LARGE"
-	CSRFRejected    Code = "CSRF_REJECTED"
-	UntrustedOrigin Code = "UNTRUSTED_ORIGIN"
-	TenantSuspended Code = "TENANT_SUSPENDED"
-	Internal        Code = "INTERNAL_ERROR"
+	// ResourceExhausted: a tenant's quota would be exceeded (HTTP 429, as
+	// gRPC maps it, but without Retry-After: waiting alone does not help;
+	// the tenant must free something or a root operator raise the quota).
+	ResourceExhausted Code = "RESOURCE_EXHAUSTED"
+	PayloadTooLarge   Code = "PAYLOAD_TOO_LARGE"
+	CSRFRejected      Code = "CSRF_REJECTED"
+	UntrustedOrigin   Code = "UNTRUSTED_ORIGIN"
+	TenantSuspended   Code = "TENANT_SUSPENDED"
+	Internal          Code = "INTERNAL_ERROR"
 )
 
 // Error is a coded error: Message is safe to show a caller, Cause is not.
@@ -91,7 +95,7 @@ func HTTPStatus(c Code) int {
 		return http.StatusConflict
 	case NotFound:
 		return http.StatusNotFound
-	case RateLimited:
+	case RateLimited, ResourceExhausted:
 		return http.StatusTooManyRequests
 	case PayloadTooLarge:
 		return http.StatusRequestEntityTooLarge

@@ -25,6 +25,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/jointoken"
 	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
 
@@ -80,6 +81,7 @@ type Service struct {
 	bus    *bus.Bus
 	log    *slog.Logger
 	cfg    Config
+	quotas *quota.Service // nil: the default limits (see quotaService)
 }
 
 // New returns the nodes module.
@@ -190,6 +192,9 @@ func (s *Service) CreateJoinToken(ctx context.Context, actor audit.Entry, role, 
 	t := jointoken.Token{Pin: s.cfg.JoinPin, ID: ids.New("jt_"), Secret: ids.Secret(32)}
 	exp := now.Add(ttl)
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if err := s.admitTokens(ctx, tx, actor.TenantID, 1, 1, now); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO join_tokens (id, tenant_id, hash, role, name, created_by, created_at, expires_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, t.ID, actor.TenantID, jointoken.HashSecret(t.Secret), role, name, actor.Actor, now.UnixMilli(), exp.UnixMilli()); err != nil {
 			return fmt.Errorf("nodes: insert token: %w", err)
@@ -204,10 +209,11 @@ func (s *Service) CreateJoinToken(ctx context.Context, actor audit.Entry, role, 
 	return CreatedToken{ID: t.ID, Token: t.String(), Role: role, ExpiresAt: exp.UTC()}, nil
 }
 
-// CreateJoinTokens makes count single-use tokens for role in one
-// transaction (for fleets and the fleet simulator), with one audit row.
+// CreateJoinTokens makes count single-use tokens for role (for fleets and
+// the fleet simulator), at most MaxBulkTokens, in short transactions of
+// TokenChunk tokens (see insertTokens), with one audit row.
 func (s *Service) CreateJoinTokens(ctx context.Context, actor audit.Entry, role string, count int, ttl time.Duration) ([]CreatedToken, error) {
-	if count < 1 || count > 10000 {
+	if count < 1 || count > MaxBulkTokens {
 		return nil, errs.New(errs.InvalidInput, "count: between 1 and 10000")
 	}
 	if role == "" {
@@ -223,25 +229,7 @@ func (s *Service) CreateJoinTokens(ctx context.Context, actor audit.Entry, role 
 		return nil, errs.New(errs.InvalidInput, "ttl must be at most 7 days")
 	}
 	now := s.clk.Now()
-	exp := now.Add(ttl)
-	out := make([]CreatedToken, 0, count)
-	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		for i := 0; i < count; i++ {
-			t := jointoken.Token{Pin: s.cfg.JoinPin, ID: ids.New("jt_"), Secret: ids.Secret(32)}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO join_tokens (id, tenant_id, hash, role, name, created_by, created_at, expires_at)
-				VALUES ($1, $2, $3, $4, '', $5, $6, $7)`, t.ID, actor.TenantID, jointoken.HashSecret(t.Secret), role, actor.Actor, now.UnixMilli(), exp.UnixMilli()); err != nil {
-				return fmt.Errorf("nodes: insert token: %w", err)
-			}
-			out = append(out, CreatedToken{ID: t.ID, Token: t.String(), Role: role, ExpiresAt: exp.UTC()})
-		}
-		actor.Action, actor.Resource, actor.Outcome = "compute:join-tokens:create", "join-tokens/"+out[0].ID, "allowed"
-		actor.Details = map[string]any{"role": role, "count": count, "expires_at": exp.UnixMilli()}
-		return audit.Record(ctx, tx, now, actor)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return s.insertTokens(ctx, actor, role, count, now, now.Add(ttl))
 }
 
 // refuse records a refused Join or Renew and returns the one generic error

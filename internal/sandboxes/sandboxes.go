@@ -35,6 +35,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/kinds"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
@@ -85,6 +86,7 @@ type Service struct {
 	// holdRefill stops the background refill (benchmarks measure claims
 	// without refills queued on the same host).
 	holdRefill atomic.Bool
+	quotas     *quota.Service // nil: the default limits
 }
 
 // HoldWarmRefill stops (true) or resumes the background warm-pool refill;
@@ -218,6 +220,9 @@ func (s *Service) CreateTemplate(ctx context.Context, actor audit.Entry, tenant 
 		root = 1
 	}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if err := s.admitWarmPools(ctx, tx, tenant, int64(t.Warm)*t.Limits.MemoryMB); err != nil {
+			return err
+		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandbox_templates (id, tenant_id, name, image_name, image_digest, runtime, cpu_millis, memory_mb, pids, disk_mb,
 			lifetime_ms, max_lifetime_ms, network, run_as_root, env, labels, warm, created_by, created_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
@@ -461,7 +466,11 @@ func (s *Service) Create(ctx context.Context, actor audit.Entry, tenant, templat
 		return Sandbox{}, errs.New(errs.InvalidInput, "template: no template of that name or id in the tenant")
 	}
 	if t.Warm > 0 {
-		if x, ok := s.claim(ctx, actor, t); ok {
+		x, ok, err := s.claim(ctx, actor, t)
+		if err != nil {
+			return Sandbox{}, err
+		}
+		if ok {
 			s.bus.Publish(TopicWarm)
 			return x, nil
 		}
@@ -494,6 +503,9 @@ func (s *Service) start(ctx context.Context, actor audit.Entry, t Template, warm
 		c.Env = nil
 	}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if err := s.admitSandbox(ctx, tx, t, warm); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (id, tenant_id, template_id, node_id, runtime, memory_mb, state, claimed, created_by, created_at, updated_at, expires_at, max_expires_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12)`,
 			x.ID, x.TenantID, t.ID, node, t.Runtime, t.Limits.MemoryMB, StateStarting, claimed, actor.Actor, now.UnixMilli(), x.ExpiresAt.UnixMilli(), x.MaxExpires.UnixMilli()); err != nil {
@@ -523,11 +535,12 @@ func (s *Service) start(ctx context.Context, actor audit.Entry, t Template, warm
 }
 
 // claim takes a warm sandbox of t, if one is on a connected host, gives it
-// the tenant's environment and lifetime, and returns it.
-func (s *Service) claim(ctx context.Context, actor audit.Entry, t Template) (Sandbox, bool) {
+// the tenant's environment and lifetime, and returns it. It answers an
+// error only when the tenant's sandboxes quota refuses the claim.
+func (s *Service) claim(ctx context.Context, actor audit.Entry, t Template) (Sandbox, bool, error) {
 	xs, err := s.sandboxes(ctx, `WHERE template_id = $1 AND state = $2 ORDER BY created_at, id`, t.ID, StateWarm)
 	if err != nil || len(xs) == 0 {
-		return Sandbox{}, false
+		return Sandbox{}, false, nil
 	}
 	connected := map[string]bool{}
 	if ns, err := s.nodes.List(ctx, "root"); err == nil {
@@ -540,11 +553,11 @@ func (s *Service) claim(ctx context.Context, actor audit.Entry, t Template) (San
 		if !connected[x.NodeID] || x.MaxExpires.Sub(now) < time.Duration(t.Lifetime)*time.Second {
 			continue
 		}
-		res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = $1, updated_at = $2 WHERE id = $3 AND state = $4`, StateClaiming, now.UnixMilli(), x.ID, StateWarm)
+		won, err := s.takeWarm(ctx, t, x.ID, now)
 		if err != nil {
-			return Sandbox{}, false
+			return Sandbox{}, false, err
 		}
-		if n, _ := res.RowsAffected(); n != 1 {
+		if !won {
 			continue // another create won it
 		}
 		deadline := now.Add(time.Duration(t.Lifetime) * time.Second)
@@ -572,12 +585,12 @@ func (s *Service) claim(ctx context.Context, actor audit.Entry, t Template) (San
 		})
 		if err != nil {
 			s.log.Error("record warm claim", "sandbox_id", x.ID, "err", err)
-			return Sandbox{}, false
+			return Sandbox{}, false, nil
 		}
 		got, err := s.Get(ctx, "root", x.ID)
-		return got, err == nil
+		return got, err == nil, nil
 	}
-	return Sandbox{}, false
+	return Sandbox{}, false, nil
 }
 
 func (s *Service) setState(ctx context.Context, id, from, to, reason string) bool {
@@ -828,6 +841,9 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 // ReconcileWarm starts warm sandboxes until each template with a pool has
 // its count of warm ones; it returns how many it started.
 func (s *Service) ReconcileWarm(ctx context.Context) (int, error) {
+	if err := s.drainOrphans(ctx); err != nil {
+		return 0, err
+	}
 	ts, err := s.templates(ctx, `WHERE warm > 0 ORDER BY id`)
 	if err != nil {
 		return 0, err

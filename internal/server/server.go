@@ -38,6 +38,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/proto/internalv1"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/quorum"
+	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/signing"
@@ -101,6 +102,11 @@ type Options struct {
 	SessionCookies bool
 	BaseURL        string
 	RateLimits     api.RateLimits
+	// Quotas are every tenant's default limits (zero: quota.Defaults);
+	// TenantMutates bounds one tenant's mutating API calls running at once
+	// (zero: api.DefaultTenantMutates).
+	Quotas        quota.Limits
+	TenantMutates int
 	// AuditSealInterval is how often the workers role seals the audit log
 	// (default 1h); AuditSink, when set, receives a copy of every sealed
 	// audit row, its cursor kept under AuditSinkName (default "default").
@@ -124,10 +130,12 @@ type ControlPlane struct {
 	Secrets  *secrets.Service
 	// Sandboxes is the sandbox module (package sandboxes).
 	Sandboxes *sandboxes.Service
-	Signer    *signing.Signer
-	Metrics   *prometheus.Registry
-	Gateway   *gateway.Gateway
-	Quorum    *quorum.Service
+	// Quotas are the per-tenant limits the modules admit rows against.
+	Quotas  *quota.Service
+	Signer  *signing.Signer
+	Metrics *prometheus.Registry
+	Gateway *gateway.Gateway
+	Quorum  *quorum.Service
 	// API is the public API's envelope and method table (api role only).
 	API *api.Server
 	// Audit is the audit log's sealing job (workers role only).
@@ -225,6 +233,13 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	if err := cp.startSandboxes(rctx, o); err != nil {
 		return fail(err)
 	}
+	if o.Quotas == (quota.Limits{}) {
+		o.Quotas = quota.Defaults()
+	}
+	cp.Quotas = quota.New(o.DB, o.Clock, o.Quotas)
+	cp.Nodes.UseQuotas(cp.Quotas)
+	cp.Commands.UseQuotas(cp.Quotas)
+	cp.Sandboxes.UseQuotas(cp.Quotas)
 
 	bridgePokes(rctx, o.DB, cp.Bus, o.Log)
 
@@ -315,10 +330,10 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	}
 
 	if hasAPI {
-		mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys, Secrets: cp.Secrets, Sandboxes: cp.Sandboxes}
+		mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys, Secrets: cp.Secrets, Sandboxes: cp.Sandboxes, Quotas: cp.Quotas}
 		// Idempotency digests are keyed, so a stored digest of a body that
 		// carried a secret is no guessing oracle.
-		srv, err := api.NewServer(api.Config{TrustedProxies: o.TrustedProxies, SessionCookies: o.SessionCookies, BaseURL: o.BaseURL, RateLimits: o.RateLimits},
+		srv, err := api.NewServer(api.Config{TrustedProxies: o.TrustedProxies, SessionCookies: o.SessionCookies, BaseURL: o.BaseURL, RateLimits: o.RateLimits, TenantMutates: o.TenantMutates},
 			api.Deps{DB: o.DB, Keys: cp.APIKeys, IAM: cp.IAM, Resolvers: mods.Resolvers(), Clock: o.Clock, Log: o.Log, Metrics: cp.Metrics, IdempotencyKey: IdempotencyKey(o.KEK)})
 		if err != nil {
 			return fail(err)

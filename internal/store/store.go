@@ -42,18 +42,57 @@ type DB struct {
 	*sql.DB
 	Dialect Dialect
 
+	// reader, on SQLite, is a pool of read-only connections that
+	// QueryContext, QueryRowContext and Stmt use outside transactions: in
+	// WAL mode readers never wait for the one writer, so a long or busy
+	// write (one tenant's bulk call) does not hold every other call's
+	// reads behind it. Writes and transactions use the one writer
+	// connection. nil on PostgreSQL, whose pool serves both.
+	reader *sql.DB
+
 	stmts sync.Map // query text -> *sql.Stmt, for hot paths
 }
 
-// Stmt returns a prepared statement for query, prepared once per DB and
-// reused (database/sql re-prepares it on other connections as needed).
+// QueryContext runs a read outside any transaction (on SQLite, on a
+// read-only connection: never a statement that writes).
+func (db *DB) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if db.reader != nil {
+		return db.reader.QueryContext(ctx, query, args...)
+	}
+	return db.DB.QueryContext(ctx, query, args...)
+}
+
+// QueryRowContext is QueryContext for one row.
+func (db *DB) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if db.reader != nil {
+		return db.reader.QueryRowContext(ctx, query, args...)
+	}
+	return db.DB.QueryRowContext(ctx, query, args...)
+}
+
+// QueryRow is QueryRowContext without a context.
+func (db *DB) QueryRow(query string, args ...any) *sql.Row {
+	return db.QueryRowContext(context.Background(), query, args...)
+}
+
+// Query is QueryContext without a context.
+func (db *DB) Query(query string, args ...any) (*sql.Rows, error) {
+	return db.QueryContext(context.Background(), query, args...)
+}
+
+// Stmt returns a prepared read statement for query (on SQLite, on the
+// read-only connections), prepared once per DB and reused (database/sql re-prepares it on other connections as needed).
 // Hot read paths use it: preparing is most of a small query's cost on
 // SQLite.
 func (db *DB) Stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	if st, ok := db.stmts.Load(query); ok {
 		return st.(*sql.Stmt), nil
 	}
-	st, err := db.PrepareContext(ctx, query)
+	prep := db.DB.PrepareContext
+	if db.reader != nil {
+		prep = db.reader.PrepareContext
+	}
+	st, err := prep(ctx, query)
 	if err != nil {
 		return nil, fmt.Errorf("store: prepare: %w", err)
 	}
@@ -70,6 +109,9 @@ func (db *DB) Close() error {
 		v.(*sql.Stmt).Close()
 		return true
 	})
+	if db.reader != nil {
+		db.reader.Close()
+	}
 	return db.DB.Close()
 }
 
@@ -107,7 +149,20 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 			sqldb.Close()
 			return nil, fmt.Errorf("store: ping sqlite: %w", err)
 		}
-		return &DB{DB: sqldb, Dialect: SQLite}, nil
+		// Readers: WAL lets them read the last committed state while the
+		// writer writes. query_only refuses a write on them.
+		reader, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=query_only(1)")
+		if err != nil {
+			sqldb.Close()
+			return nil, fmt.Errorf("store: open sqlite readers: %w", err)
+		}
+		reader.SetMaxOpenConns(4)
+		if err := reader.PingContext(ctx); err != nil {
+			reader.Close()
+			sqldb.Close()
+			return nil, fmt.Errorf("store: ping sqlite readers: %w", err)
+		}
+		return &DB{DB: sqldb, Dialect: SQLite, reader: reader}, nil
 	default:
 		return nil, errors.New("store: DSN must start with sqlite: or postgres://")
 	}

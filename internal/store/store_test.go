@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
@@ -33,4 +34,32 @@ func TestMigrateIsIdempotentAndPlaceholdersWork(t *testing.T) {
 			t.Fatalf("blob read: %v %v", b, err)
 		}
 	})
+}
+
+// On SQLite, reads outside a transaction run on read-only connections
+// that see every committed write and refuse to write, while a write
+// transaction is open on the writer (so a long write holds no read back).
+func TestSQLiteReadersBesideTheWriter(t *testing.T) {
+	db := storetest.NewTestSQLite(t)
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `INSERT INTO tenants (id, name, state, created_at) VALUES ('t1', 't1', 'active', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.QueryContext(ctx, `INSERT INTO tenants (id, name, state, created_at) VALUES ('t2', 't2', 'active', 0) RETURNING id`); err == nil {
+		t.Fatal("a write ran on a read connection")
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO tenants (id, name, state, created_at) VALUES ('t3', 't3', 'active', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second) // a bound, not a timing: the read must not wait for the writer at all
+	defer cancel()
+	if err := db.QueryRowContext(rctx, `SELECT COUNT(*) FROM tenants WHERE id IN ('t1', 't3')`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("a read beside an open write transaction: %d %v, want the committed row only", n, err)
+	}
 }

@@ -158,6 +158,7 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime, InternalListen: "127.0.0.1:0"}
 	// Tests make many calls quickly; rate limits are tested on their own.
 	so.RateLimits = api.RateLimits{ReadPerSecond: 1e6, ReadBurst: 1e6, MutatePerSecond: 1e6, MutateBurst: 1e6}
+	so.TenantMutates = 1 << 16
 	imageStore := ""
 	if o.SandboxRuntime != "" {
 		imageStore = sandboxImageStore(t, dir)

@@ -1,0 +1,376 @@
+// Package quota bounds what one tenant may hold, so that one tenant cannot
+// take the capacity or the database the others need. It owns the
+// tenant_quotas table (a root operator's per-tenant overrides of the
+// configured defaults) and the decision; each module counts its own rows.
+//
+// A module calls Admit inside the transaction that inserts the rows the
+// quota bounds. Admit serialises the tenant's admissions of that quota
+// (a PostgreSQL advisory transaction lock; SQLite transactions are already
+// serial: they begin IMMEDIATE), counts what the tenant holds with the
+// module's own count, and refuses with RESOURCE_EXHAUSTED when the new rows
+// would take it past its limit. So parallel calls never overshoot.
+//
+// The root tenant, the deployment's operator, is not limited: its fleet and
+// sandbox-host commands run as root.
+package quota
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/store"
+)
+
+// Kind names one quota.
+type Kind string
+
+// The quotas.
+const (
+	// JoinTokens bounds a tenant's outstanding join tokens: unused and
+	// unexpired.
+	JoinTokens Kind = "join_tokens"
+	// Sandboxes bounds a tenant's live sandboxes (starting, being claimed
+	// or running; warm ones count under WarmMemoryMB).
+	Sandboxes Kind = "sandboxes"
+	// WarmMemoryMB bounds the memory of a tenant's warm pools, in MiB: the
+	// sum over its templates of warm × memory_mb, and the memory its
+	// unclaimed warm sandboxes hold.
+	WarmMemoryMB Kind = "warm_memory_mb"
+	// CommandsInFlight bounds a tenant's commands that are queued, sent or
+	// running.
+	CommandsInFlight Kind = "commands_in_flight"
+)
+
+// Kinds lists every quota in a stable order.
+var Kinds = []Kind{JoinTokens, Sandboxes, WarmMemoryMB, CommandsInFlight}
+
+// what describes a quota's unit in messages.
+var what = map[Kind]string{
+	JoinTokens:       "outstanding join tokens",
+	Sandboxes:        "live sandboxes",
+	WarmMemoryMB:     "MiB of warm-pool memory",
+	CommandsInFlight: "commands in flight",
+}
+
+// MaxLimit bounds any limit a root operator may set.
+const MaxLimit = 1 << 40
+
+// Limits are one tenant's limits, one per Kind.
+type Limits struct {
+	JoinTokens       int64 `json:"join_tokens"`
+	Sandboxes        int64 `json:"sandboxes"`
+	WarmMemoryMB     int64 `json:"warm_memory_mb"`
+	CommandsInFlight int64 `json:"commands_in_flight"`
+}
+
+// Defaults are the documented default limits (config's [quotas] section
+// starts from them).
+func Defaults() Limits {
+	return Limits{JoinTokens: 10000, Sandboxes: 100, WarmMemoryMB: 8192, CommandsInFlight: 20000}
+}
+
+// Of returns the limit of kind k.
+func (l Limits) Of(k Kind) int64 {
+	switch k {
+	case JoinTokens:
+		return l.JoinTokens
+	case Sandboxes:
+		return l.Sandboxes
+	case WarmMemoryMB:
+		return l.WarmMemoryMB
+	case CommandsInFlight:
+		return l.CommandsInFlight
+	}
+	return 0
+}
+
+// Validate reports every limit outside 0..MaxLimit, by its field name.
+func (l Limits) Validate() []string {
+	var probs []string
+	for _, k := range Kinds {
+		if v := l.Of(k); v < 0 || v > MaxLimit {
+			probs = append(probs, fmt.Sprintf("%s: 0 to %d", k, int64(MaxLimit)))
+		}
+	}
+	return probs
+}
+
+// Decide admits want more units of quota k to a tenant that holds used,
+// under limit: nil, or RESOURCE_EXHAUSTED naming the quota and its limit.
+// A want of 0 is always admitted.
+func Decide(k Kind, limit, used, want int64) error {
+	if want <= 0 || used+want <= limit && used+want >= used {
+		return nil
+	}
+	return errs.New(errs.ResourceExhausted, Message(k, limit, used, want))
+}
+
+// Message is the refusal's text (tests compare it exactly).
+func Message(k Kind, limit, used, want int64) string {
+	return fmt.Sprintf("quota %s exceeded: the tenant may hold at most %d %s (it holds %d; this call needs %d more)", k, limit, what[k], used, want)
+}
+
+// Counter counts what a tenant holds of one quota, inside tx.
+type Counter func(ctx context.Context, tx *sql.Tx) (int64, error)
+
+// Service reads tenants' limits and admits new rows against them.
+type Service struct {
+	db       *store.DB
+	clk      clock.Clock
+	defaults Limits
+
+	mu      sync.Mutex
+	refused map[usageKey]recount // exact recounts behind recent refusals
+}
+
+// New returns the quota service with the configured defaults.
+func New(db *store.DB, clk clock.Clock, defaults Limits) *Service {
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	return &Service{db: db, clk: clk, defaults: defaults, refused: map[usageKey]recount{}}
+}
+
+// Exempt reports whether tenant is outside quotas (the root tenant).
+func Exempt(tenant string) bool { return tenant == "root" }
+
+// Admit decides, inside tx, whether tenant may take want more of quota k:
+// it takes the tenant's lock for k for the rest of tx, reads the tenant's
+// limit, counts with count and decides. Call it in the transaction that
+// inserts the rows, before the insert. Use it for quotas over few rows
+// (sandboxes, templates); AdmitTracked for large ones.
+func (s *Service) Admit(ctx context.Context, tx *sql.Tx, tenant string, k Kind, want int64, count Counter) error {
+	if Exempt(tenant) || want <= 0 {
+		return nil
+	}
+	if err := lock(ctx, tx, s.db.Dialect, tenant, k); err != nil {
+		return err
+	}
+	lim, err := s.limits(ctx, tx, tenant)
+	if err != nil {
+		return err
+	}
+	used, err := count(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("quota: count %s: %w", k, err)
+	}
+	return Decide(k, lim.Of(k), used, want)
+}
+
+// Recount bounds for AdmitTracked: a usage older than RecountEvery is
+// recounted before it is used; a refusal recounts at most once per
+// RecountRefusedEvery per tenant and quota in this process.
+const (
+	RecountEvery        = time.Minute
+	RecountRefusedEvery = time.Second
+)
+
+// AdmitTracked is Admit for quotas over many rows (join tokens, commands
+// in flight): it decides whether want more fit on the tenant's tracked
+// usage (quota_usage) and raises it in tx by take (the rows tx inserts; a
+// bulk call's chunk asks for all it still needs and takes its chunk),
+// instead of counting the rows each time.
+// Freed rows leave the usage high, never low, so it refuses only after an
+// exact recount (count), which a refusal does at most once per
+// RecountRefusedEvery; a usage older than RecountEvery is recounted first.
+// Every insert of rows the quota bounds must go through it.
+func (s *Service) AdmitTracked(ctx context.Context, tx *sql.Tx, tenant string, k Kind, want, take int64, count Counter) error {
+	if Exempt(tenant) || want <= 0 {
+		return nil
+	}
+	if err := lock(ctx, tx, s.db.Dialect, tenant, k); err != nil {
+		return err
+	}
+	lim, err := s.limits(ctx, tx, tenant)
+	if err != nil {
+		return err
+	}
+	now := s.clk.Now()
+	var used, counted int64
+	err = tx.QueryRowContext(ctx, `SELECT used, counted_at FROM quota_usage WHERE tenant_id = $1 AND kind = $2`, tenant, string(k)).Scan(&used, &counted)
+	fresh := err == nil && now.Sub(time.UnixMilli(counted)) < RecountEvery
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("quota: read usage: %w", err)
+	}
+	recount := func() error {
+		n, err := count(ctx, tx)
+		if err != nil {
+			return fmt.Errorf("quota: count %s: %w", k, err)
+		}
+		used, counted = n, now.UnixMilli()
+		return nil
+	}
+	if !fresh {
+		if err := recount(); err != nil {
+			return err
+		}
+	}
+	if Decide(k, lim.Of(k), used, want) != nil && fresh {
+		if n, ok := s.recentRefusal(tenant, k, now); ok {
+			used = max(used, n)
+		} else if err := recount(); err != nil {
+			return err
+		}
+	}
+	if err := Decide(k, lim.Of(k), used, want); err != nil {
+		s.noteRefusal(tenant, k, now, used)
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO quota_usage (tenant_id, kind, used, counted_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (tenant_id, kind) DO UPDATE SET used = $3, counted_at = $4`, tenant, string(k), used+take, counted); err != nil {
+		return fmt.Errorf("quota: record usage: %w", err)
+	}
+	return nil
+}
+
+type usageKey struct {
+	tenant string
+	kind   Kind
+}
+
+type recount struct {
+	used int64
+	at   time.Time
+}
+
+// recentRefusal returns the usage an exact recount found for a refusal
+// less than RecountRefusedEvery ago in this process.
+func (s *Service) recentRefusal(tenant string, k Kind, now time.Time) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.refused[usageKey{tenant, k}]
+	if !ok || now.Sub(r.at) >= RecountRefusedEvery || now.Before(r.at) {
+		return 0, false
+	}
+	return r.used, true
+}
+
+func (s *Service) noteRefusal(tenant string, k Kind, now time.Time, used int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.refused) > 10000 {
+		clear(s.refused)
+	}
+	key := usageKey{tenant, k}
+	if r, ok := s.refused[key]; ok && now.Sub(r.at) < RecountRefusedEvery {
+		return // keep the time of the last exact recount
+	}
+	s.refused[key] = recount{used: used, at: now}
+}
+
+// lock serialises tenant's admissions of quota k until tx ends. SQLite
+// needs none: its write transactions begin IMMEDIATE, one at a time.
+func lock(ctx context.Context, tx *sql.Tx, d store.Dialect, tenant string, k Kind) error {
+	if d != store.Postgres {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, LockKey(tenant, k)); err != nil {
+		return fmt.Errorf("quota: lock: %w", err)
+	}
+	return nil
+}
+
+// LockKey is the advisory lock key of (tenant, k): a 64-bit FNV-1a of both.
+// Two pairs that collide only wait for each other.
+func LockKey(tenant string, k Kind) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("bc-quota\x00" + string(k) + "\x00" + tenant))
+	return int64(h.Sum64())
+}
+
+// Limits returns tenant's effective limits: its overrides over the defaults.
+func (s *Service) Limits(ctx context.Context, tenant string) (Limits, error) {
+	var out Limits
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = s.limits(ctx, tx, tenant)
+		return err
+	})
+	return out, err
+}
+
+func (s *Service) limits(ctx context.Context, tx *sql.Tx, tenant string) (Limits, error) {
+	l := s.defaults
+	var jt, sb, wm, cf sql.NullInt64
+	err := tx.QueryRowContext(ctx, `SELECT join_tokens, sandboxes, warm_memory_mb, commands_in_flight FROM tenant_quotas WHERE tenant_id = $1`, tenant).
+		Scan(&jt, &sb, &wm, &cf)
+	if errors.Is(err, sql.ErrNoRows) {
+		return l, nil
+	}
+	if err != nil {
+		return Limits{}, fmt.Errorf("quota: read limits: %w", err)
+	}
+	for _, o := range []struct {
+		v   sql.NullInt64
+		dst *int64
+	}{{jt, &l.JoinTokens}, {sb, &l.Sandboxes}, {wm, &l.WarmMemoryMB}, {cf, &l.CommandsInFlight}} {
+		if o.v.Valid {
+			*o.dst = o.v.Int64
+		}
+	}
+	return l, nil
+}
+
+// Overrides are the limits a root operator sets for one tenant; a nil
+// field keeps (or returns to, with Reset) the default.
+type Overrides struct {
+	JoinTokens       *int64 `json:"join_tokens,omitempty"`
+	Sandboxes        *int64 `json:"sandboxes,omitempty"`
+	WarmMemoryMB     *int64 `json:"warm_memory_mb,omitempty"`
+	CommandsInFlight *int64 `json:"commands_in_flight,omitempty"`
+}
+
+// Set stores tenant's overrides (each given field replaces the stored one;
+// reset returns every field not given to the default), with its audit row
+// in the same transaction, and returns the effective limits. The caller has
+// checked that tenant exists and that the actor may set quotas.
+func (s *Service) Set(ctx context.Context, actor audit.Entry, tenant string, o Overrides, reset bool) (Limits, error) {
+	vals := []*int64{o.JoinTokens, o.Sandboxes, o.WarmMemoryMB, o.CommandsInFlight}
+	for i, v := range vals {
+		if v != nil && (*v < 0 || *v > MaxLimit) {
+			return Limits{}, errs.New(errs.InvalidInput, fmt.Sprintf("%s: 0 to %d", Kinds[i], int64(MaxLimit)))
+		}
+	}
+	now := s.clk.Now()
+	var out Limits
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		args := []any{tenant, now.UnixMilli()}
+		for _, v := range vals {
+			if v != nil {
+				args = append(args, *v)
+			} else {
+				args = append(args, nil)
+			}
+		}
+		keep := func(col string, i int) string {
+			if reset {
+				return fmt.Sprintf("%s = $%d", col, i)
+			}
+			return fmt.Sprintf("%s = COALESCE($%d, tenant_quotas.%s)", col, i, col)
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO tenant_quotas (tenant_id, updated_at, join_tokens, sandboxes, warm_memory_mb, commands_in_flight)
+			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id) DO UPDATE SET updated_at = $2, `+
+			keep("join_tokens", 3)+", "+keep("sandboxes", 4)+", "+keep("warm_memory_mb", 5)+", "+keep("commands_in_flight", 6), args...)
+		if err != nil {
+			return fmt.Errorf("quota: set: %w", err)
+		}
+		if out, err = s.limits(ctx, tx, tenant); err != nil {
+			return err
+		}
+		actor.TenantID, actor.Action, actor.Resource, actor.Outcome = tenant, "compute:tenants:set-quotas", "tenant/"+tenant, "allowed"
+		actor.Details = map[string]any{"limits": out, "reset": reset}
+		return audit.Record(ctx, tx, now, actor)
+	})
+	if err != nil {
+		return Limits{}, err
+	}
+	return out, nil
+}

@@ -1,0 +1,191 @@
+package sandboxes
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/kinds"
+	"github.com/bettercompute/bettercompute/internal/quota"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
+)
+
+// UseQuotas sets the quota service (the server wires the configured one);
+// without it the default limits apply.
+func (s *Service) UseQuotas(q *quota.Service) { s.quotas = q }
+
+func (s *Service) quotaService() *quota.Service {
+	if s.quotas == nil {
+		return quota.New(s.db, s.clk, quota.Defaults())
+	}
+	return s.quotas
+}
+
+// The quota counts, each over one tenant's rows.
+const (
+	// countLive: sandboxes a tenant holds outside its warm pools (a warm
+	// one being claimed counts).
+	countLive = `SELECT COUNT(*) FROM sandboxes WHERE tenant_id = $1 AND (state IN ($2, $3) OR (state = $4 AND claimed <> 0))`
+	// sumWarmHeld: memory of a tenant's unclaimed warm sandboxes.
+	sumWarmHeld = `SELECT COALESCE(SUM(memory_mb), 0) FROM sandboxes WHERE tenant_id = $1 AND claimed = 0 AND state IN ($2, $3)`
+	// sumWarmConfigured: warm × memory over a tenant's templates.
+	sumWarmConfigured = `SELECT COALESCE(SUM(warm * memory_mb), 0) FROM sandbox_templates WHERE tenant_id = $1`
+)
+
+func count(q string, args ...any) quota.Counter {
+	return func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		var n int64
+		err := tx.QueryRowContext(ctx, q, args...).Scan(&n)
+		return n, err
+	}
+}
+
+// admitWarmPools admits a new template whose pool holds mb MiB against
+// the tenant's warm_memory_mb quota (the sum over its templates).
+func (s *Service) admitWarmPools(ctx context.Context, tx *sql.Tx, tenant string, mb int64) error {
+	return s.quotaService().Admit(ctx, tx, tenant, quota.WarmMemoryMB, mb, count(sumWarmConfigured, tenant))
+}
+
+// admitSandbox admits one more sandbox of t: a warm one against the
+// memory the tenant's warm sandboxes hold (so a pool never holds more than
+// the quota, even one made before the quota was lowered), any other
+// against the tenant's live sandboxes.
+func (s *Service) admitSandbox(ctx context.Context, tx *sql.Tx, t Template, warm bool) error {
+	if warm {
+		return s.quotaService().Admit(ctx, tx, t.TenantID, quota.WarmMemoryMB, t.Limits.MemoryMB, count(sumWarmHeld, t.TenantID, StateStarting, StateWarm))
+	}
+	return s.quotaService().Admit(ctx, tx, t.TenantID, quota.Sandboxes, 1, count(countLive, t.TenantID, StateRunning, StateClaiming, StateStarting))
+}
+
+// takeWarm marks warm sandbox id of t as being claimed, if the tenant's
+// sandboxes quota admits one more; won is false when another create took
+// it first.
+func (s *Service) takeWarm(ctx context.Context, t Template, id string, now time.Time) (won bool, err error) {
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if err := s.admitSandbox(ctx, tx, t, false); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = $1, updated_at = $2 WHERE id = $3 AND state = $4`, StateClaiming, now.UnixMilli(), id, StateWarm)
+		if err != nil {
+			return fmt.Errorf("sandboxes: claim warm: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		won = n == 1
+		return nil
+	})
+	return won, err
+}
+
+// DeleteTemplate deletes a tenant's template and drains its warm pool: its
+// unclaimed sandboxes are marked deleted at once (so their host capacity
+// and the tenant's warm-pool quota are free for others) and their hosts
+// get a signed delete; it waits up to a bound for the hosts' answers.
+// Running sandboxes made from the template keep running to their expiry.
+func (s *Service) DeleteTemplate(ctx context.Context, actor audit.Entry, tenant, idOrName string) (map[string]any, error) {
+	t, err := s.Template(ctx, tenant, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	now := s.clk.Now()
+	var drained []Sandbox
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM sandbox_templates WHERE id = $1 AND tenant_id = $2`, t.ID, t.TenantID)
+		if err != nil {
+			return fmt.Errorf("sandboxes: delete template: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return errs.New(errs.NotFound, "template not found")
+		}
+		if drained, err = drainWarm(ctx, tx, `template_id = $1`, t.ID); err != nil {
+			return err
+		}
+		a := actor
+		a.TenantID, a.Action, a.Resource, a.Outcome = t.TenantID, "compute:templates:delete", "template/"+t.ID, "allowed"
+		a.Details = map[string]any{"name": t.Name, "drained": len(drained)}
+		return audit.Record(ctx, tx, now, a)
+	})
+	if err != nil {
+		return nil, err
+	}
+	freed := s.deleteManyOnHosts(ctx, actor, drained, 30*time.Second)
+	return map[string]any{"id": t.ID, "deleted": true, "drained": len(drained), "freed": freed}, nil
+}
+
+// drainWarm marks the unclaimed sandboxes matching where (its one
+// argument is arg) deleted, inside tx, and returns them.
+func drainWarm(ctx context.Context, tx *sql.Tx, where string, arg any) ([]Sandbox, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id, node_id FROM sandboxes WHERE `+where+` AND claimed = 0 AND state IN ($2, $3)`, arg, StateStarting, StateWarm)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxes: read warm pool: %w", err)
+	}
+	var out []Sandbox
+	for rows.Next() {
+		var x Sandbox
+		if err := rows.Scan(&x.ID, &x.NodeID); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("sandboxes: read warm pool: %w", err)
+		}
+		out = append(out, x)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sandboxes: read warm pool: %w", err)
+	}
+	for _, x := range out {
+		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = $1, reason = $2 WHERE id = $3 AND claimed = 0 AND state IN ($4, $5)`,
+			StateDeleted, "template-deleted", x.ID, StateStarting, StateWarm); err != nil {
+			return nil, fmt.Errorf("sandboxes: drain warm pool: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// drainOrphans drains warm sandboxes whose template no longer exists (a
+// refill that raced a template's deletion).
+func (s *Service) drainOrphans(ctx context.Context) error {
+	var drained []Sandbox
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		drained, err = drainWarm(ctx, tx, `template_id NOT IN (SELECT id FROM sandbox_templates WHERE id <> $1)`, "")
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if len(drained) > 0 {
+		s.deleteManyOnHosts(ctx, audit.Entry{TenantID: "root", Actor: "sandboxes:warm-pool"}, drained, 0)
+	}
+	return nil
+}
+
+// deleteManyOnHosts sends each sandbox's host a signed delete and waits up
+// to within for all their answers (0: does not wait); it reports whether
+// every host answered.
+func (s *Service) deleteManyOnHosts(ctx context.Context, actor audit.Entry, xs []Sandbox, within time.Duration) bool {
+	var ids []string
+	ok := true
+	for _, x := range xs {
+		raw, _ := json.Marshal(spec.Delete{SandboxID: x.ID})
+		c, err := s.commands.Create(ctx, system(actor), x.NodeID, kinds.SandboxDelete, raw, 24*time.Hour)
+		if err != nil {
+			s.log.Error("sandbox delete command", "sandbox_id", x.ID, "err", err)
+			ok = false
+			continue
+		}
+		ids = append(ids, c.ID)
+	}
+	if within <= 0 {
+		return false
+	}
+	deadline := time.Now().Add(within)
+	for _, id := range ids {
+		if _, err := s.wait(ctx, id, max(time.Until(deadline), time.Millisecond)); err != nil {
+			ok = false
+		}
+	}
+	return ok
+}
