@@ -276,19 +276,15 @@ func boundTo(u *nodev1.UpdateBody, body *nodev1.CommandBody) *nodev1.UpdateBody 
 	return u
 }
 
-// signUpdate encodes and signs an update body with the current node key.
-func (n *Node) signUpdate(b *nodev1.UpdateBody) ([]byte, error) {
-	b.NodeId = n.rec.NodeID
-	b.TimeMs = n.now().UnixMilli()
-	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(b)
-	if err != nil {
-		return nil, fmt.Errorf("daemon: encode update: %w", err)
-	}
+// signBytes signs SHA-256(sigContext || body) with the current node key
+// and names the certificate it belongs to. Every statement a node makes
+// (updates, sandbox reports) is signed here, each under its own context,
+// so that one kind's signature is never taken for another's.
+func (n *Node) signBytes(sigContext string, body []byte) (sig []byte, serial string, err error) {
 	n.mu.Lock()
 	key, serial := n.key, pki.SerialHex(n.chain[0])
 	n.mu.Unlock()
-	digest := sha256.Sum256(append([]byte(wire.UpdateSigContext), body...))
-	var sig []byte
+	digest := sha256.Sum256(append([]byte(sigContext), body...))
 	switch k := key.(type) {
 	case *ecdsa.PrivateKey:
 		sig, err = ecdsa.SignASN1(rand.Reader, k, digest[:])
@@ -297,6 +293,18 @@ func (n *Node) signUpdate(b *nodev1.UpdateBody) ([]byte, error) {
 	default:
 		err = errors.New("unsupported node key")
 	}
+	return sig, serial, err
+}
+
+// signUpdate encodes and signs an update body with the current node key.
+func (n *Node) signUpdate(b *nodev1.UpdateBody) ([]byte, error) {
+	b.NodeId = n.rec.NodeID
+	b.TimeMs = n.now().UnixMilli()
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(b)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: encode update: %w", err)
+	}
+	sig, serial, err := n.signBytes(wire.UpdateSigContext, body)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: sign update: %w", err)
 	}

@@ -1,18 +1,12 @@
 package daemon
 
 import (
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/sha256"
-	"errors"
 	"fmt"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/bettercompute/bettercompute/internal/commands/wire"
-	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 )
 
@@ -110,19 +104,7 @@ func (n *Node) signReport(in *nodev1.SandboxReportBody) (*nodev1.SandboxReport, 
 	if err != nil {
 		return nil, fmt.Errorf("daemon: encode report: %w", err)
 	}
-	n.mu.Lock()
-	key, serial := n.key, pki.SerialHex(n.chain[0])
-	n.mu.Unlock()
-	digest := sha256.Sum256(append([]byte(wire.SandboxReportSigContext), body...))
-	var sig []byte
-	switch k := key.(type) {
-	case *ecdsa.PrivateKey:
-		sig, err = ecdsa.SignASN1(rand.Reader, k, digest[:])
-	case ed25519.PrivateKey:
-		sig = ed25519.Sign(k, digest[:])
-	default:
-		err = errors.New("unsupported node key")
-	}
+	sig, serial, err := n.signBytes(wire.SandboxReportSigContext, body)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: sign report: %w", err)
 	}
