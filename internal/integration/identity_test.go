@@ -243,23 +243,8 @@ func TestDuplicateAcrossGateways(t *testing.T) {
 			// The original, as a raw session on gateway 1 that does not
 			// reconnect, so its close is seen exactly.
 			stopNode(t, db, a)
-			conn, err := grpc.NewClient(e.CP.GatewayAddr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS(t, a))))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+			s, cancel := welcomedSession(t, e.CP.GatewayAddr, a, "b-original")
 			defer cancel()
-			s, err := nodev1.NewGatewayClient(conn).Session(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{NodeId: a.NodeID(), BootId: "b-original"}}}); err != nil {
-				t.Fatal(err)
-			}
-			if m, err := s.Recv(); err != nil || m.GetWelcome() == nil {
-				t.Fatalf("welcome: %v %v", m, err)
-			}
 			clone := e.OpenNodeAt(t, copyDir, "b-copy", gw2.GatewayAddr)
 			clone.Start(t)
 			clone.WaitConnected(t)
@@ -322,23 +307,8 @@ func TestQuietSessionSupersededWithoutFlip(t *testing.T) {
 		gw2 := e.StartGatewayWith(t, func(o *server.Options) { o.SessionHeartbeat = time.Hour; o.RevocationPoll = 100 * time.Millisecond })
 		a := e.Nodes[0]
 		stopNode(t, db, a)
-		conn, err := grpc.NewClient(gw2.GatewayAddr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS(t, a))))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+		s, cancel := welcomedSession(t, gw2.GatewayAddr, a, "b-quiet")
 		defer cancel()
-		s, err := nodev1.NewGatewayClient(conn).Session(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{NodeId: a.NodeID(), BootId: "b-quiet"}}}); err != nil {
-			t.Fatal(err)
-		}
-		if m, err := s.Recv(); err != nil || m.GetWelcome() == nil {
-			t.Fatalf("welcome: %v %v", m, err)
-		}
 		clk.Advance(nodes.SessionQuietAfter + time.Second)
 		b := e.OpenNode(t, a.Dir, "b-new")
 		b.Start(t)
@@ -363,23 +333,8 @@ func TestQuietSessionSupersededWithoutFlip(t *testing.T) {
 // and waits until the registry shows it closed. It returns the command id.
 func sentToVanishingSession(t *testing.T, e *testenv.Env, db *store.DB, n *testenv.Node, kind string) string {
 	t.Helper()
-	conn, err := grpc.NewClient(e.CP.GatewayAddr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS(t, n))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+	s, cancel := welcomedSession(t, e.CP.GatewayAddr, n, n.BootID())
 	defer cancel()
-	s, err := nodev1.NewGatewayClient(conn).Session(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{NodeId: n.NodeID(), BootId: n.BootID()}}}); err != nil {
-		t.Fatal(err)
-	}
-	if m, err := s.Recv(); err != nil || m.GetWelcome() == nil {
-		t.Fatalf("welcome: %v %v", m, err)
-	}
 	c, err := e.Client.CreateCommand(context.Background(), n.NodeID(), kind, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -403,4 +358,31 @@ func sentToVanishingSession(t *testing.T, e *testenv.Env, db *store.DB, n *teste
 	cancel()
 	pollUntil(t, "raw session closed in the registry", func() bool { return sessionClosed(t, db, n.NodeID()) })
 	return c.ID
+}
+
+// welcomedSession opens a raw Session on addr with n's certificate, says
+// Hello with bootID and waits for the Welcome. cancel ends the stream; the
+// connection closes when the test ends.
+func welcomedSession(t *testing.T, addr string, n *testenv.Node, bootID string) (nodev1.Gateway_SessionClient, context.CancelFunc) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS(t, n))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+	s, err := nodev1.NewGatewayClient(conn).Session(ctx)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if err := s.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{NodeId: n.NodeID(), BootId: bootID}}}); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if m, err := s.Recv(); err != nil || m.GetWelcome() == nil {
+		cancel()
+		t.Fatalf("welcome: %v %v", m, err)
+	}
+	return s, cancel
 }

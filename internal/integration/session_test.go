@@ -671,23 +671,8 @@ func TestCrossProcessPokesOverPostgres(t *testing.T) {
 func TestSessionClosesWhenCertificateExpires(t *testing.T) {
 	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{NodeCertLifetime: 2 * time.Second})
 	n := e.Join(t, pki.RoleNode, "short-lived")
-	conn, err := grpc.NewClient(e.CP.GatewayAddr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS(t, n))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+	s, cancel := welcomedSession(t, e.CP.GatewayAddr, n, "b-expiry")
 	defer cancel()
-	s, err := nodev1.NewGatewayClient(conn).Session(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{NodeId: n.NodeID(), BootId: "b-expiry"}}}); err != nil {
-		t.Fatal(err)
-	}
-	if m, err := s.Recv(); err != nil || m.GetWelcome() == nil {
-		t.Fatalf("no Welcome: %v %v", m, err)
-	}
 	for {
 		_, err := s.Recv()
 		if err == nil {
