@@ -1067,6 +1067,7 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 		{"tenants.create", func() string { return `{"name":"audit-walk"}` }, func(o map[string]any) { state["tenant"] = str(o["id"]) }},
 		{"tenants.suspend", func() string { return `{"id":"` + state["tenant"] + `"}` }, nil},
 		{"tenants.resume", func() string { return `{"id":"` + state["tenant"] + `"}` }, nil},
+		{"tenants.setQuotas", func() string { return `{"id":"` + state["tenant"] + `","limits":{"sandboxes":5}}` }, nil},
 		{"identities.create", func() string { return `{"name":"walker","kind":"agent"}` }, func(o map[string]any) { state["identity"] = str(o["id"]) }},
 		{"roles.create", func() string {
 			return `{"name":"walker","statements":[{"effect":"allow","actions":["compute:nodes:list"],"resources":["*"]}]}`
@@ -1117,11 +1118,12 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 		{"images.import", func() string {
 			return `{"upload_id":"` + state["upload"] + `","name":"walk","digest":"sha256:` + hex.EncodeToString(digest[:]) + `"}`
 		}, nil},
-		{"templates.create", func() string { return `{"name":"walk","image":"walk","runtime":"sim"}` }, nil},
+		{"templates.create", func() string { return `{"name":"walk","image":"walk","runtime":"sim"}` }, func(o map[string]any) { state["template"] = str(o["id"]) }},
 		{"sandboxes.create", func() string { return `{"template":"walk"}` }, func(o map[string]any) { state["sandbox"] = str(o["id"]) }},
 		{"sandboxes.exec", func() string { return `{"id":"` + state["sandbox"] + `","argv":["echo","hi"],"timeout_seconds":10}` }, nil},
 		{"sandboxes.extend", func() string { return `{"id":"` + state["sandbox"] + `","seconds":60}` }, nil},
 		{"sandboxes.delete", func() string { return `{"id":"` + state["sandbox"] + `"}` }, nil},
+		{"templates.delete", func() string { return `{"id":"` + state["template"] + `"}` }, nil},
 		{"nodes.restrict", func() string {
 			return `{"node_id":"` + node + `","serial":"` + serial + `","allowed_kinds":["node.ping"]}`
 		}, nil},

@@ -17,10 +17,10 @@ func quotaMethods(m Modules) []Method {
 		return nil
 	}
 	type getIn struct {
-		ID string `json:"id"`
+		ID string `json:"id" api:"max=64"`
 	}
 	type setIn struct {
-		ID     string          `json:"id"`
+		ID     string          `json:"id" api:"max=64"`
 		Limits quota.Overrides `json:"limits"`
 		// Reset returns every limit not given to the default.
 		Reset bool `json:"reset"`
