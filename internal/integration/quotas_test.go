@@ -232,7 +232,7 @@ func TestQuotaCommandsInFlight(t *testing.T) {
 		}
 		err = e.Client.Call(ctx, "joinTokens.createMany", map[string]any{"role": "node", "count": nodes.MaxBulkTokens + 1}, nil)
 		var ce *client.Error
-		if !errors.As(err, &ce) || ce.Code != "INVALID_INPUT" || ce.Message != "count: between 1 and 10000" {
+		if !errors.As(err, &ce) || ce.Code != "INVALID_INPUT" || ce.Message != `field "count": an integer from 1 to 10000` {
 			t.Fatalf("createMany of 10,001: %v", err)
 		}
 	})

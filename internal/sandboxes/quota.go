@@ -170,7 +170,7 @@ func (s *Service) deleteManyOnHosts(ctx context.Context, actor audit.Entry, xs [
 	ok := true
 	for _, x := range xs {
 		raw, _ := json.Marshal(spec.Delete{SandboxID: x.ID})
-		c, err := s.commands.Create(ctx, system(actor), x.NodeID, kinds.SandboxDelete, raw, 24*time.Hour)
+		c, err := s.commands.CreateOwned(ctx, kinds.ModuleSandboxes, system(actor), x.NodeID, kinds.SandboxDelete, raw, 24*time.Hour)
 		if err != nil {
 			s.log.Error("sandbox delete command", "sandbox_id", x.ID, "err", err)
 			ok = false
