@@ -590,6 +590,32 @@ func TestEveryPathAnswersThroughEnvelope(t *testing.T) {
 	}
 }
 
+// OPTIONS * (which net/http answers by itself unless told not to) goes
+// through the envelope too (the metrics listener is built the same way).
+func TestOptionsStarThroughEnvelope(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	for _, addr := range []string{e.CP.APIAddr} {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := conn.Write([]byte("OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		r := reply{status: resp.StatusCode, header: resp.Header, body: b}
+		if r.status < 400 || r.code() == "" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Fatalf("OPTIONS * on %s: %d %q %v, want an envelope error", addr, r.status, b, resp.Header)
+		}
+	}
+}
+
 // An unauthenticated caller learns nothing about methods or their inputs:
 // an unknown method, a known one, and a known one with a malformed body
 // answer the same 401, byte for byte but the request id.

@@ -353,7 +353,9 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 			return fail(errs.Wrap(errs.InvalidConfig, "the API cannot listen on its address", err))
 		}
 		cp.APIAddr = lis.Addr().String()
-		hs := &http.Server{Handler: api.Guard(api.Site(srv, pages)), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10}
+		hs := &http.Server{Handler: api.Guard(api.Site(srv, pages)), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10,
+			// OPTIONS * would be answered by net/http itself, outside the envelope.
+			DisableGeneralOptionsHandler: true}
 		cp.wg.Add(1)
 		go func() {
 			defer cp.wg.Done()
@@ -421,7 +423,8 @@ func (cp *ControlPlane) serveMetrics(o Options) error {
 		api.SecurityHeaders(w, r)
 		metrics.ServeHTTP(w, r)
 	})}
-	hs := &http.Server{Handler: api.Guard(api.Site(api.NotFound(), pages)), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
+	hs := &http.Server{Handler: api.Guard(api.Site(api.NotFound(), pages)), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10,
+		DisableGeneralOptionsHandler: true}
 	cp.wg.Add(1)
 	go func() {
 		defer cp.wg.Done()
