@@ -222,6 +222,15 @@ func (s *Service) create(ctx context.Context, actor audit.Entry, module, nodeID,
 	if err != nil {
 		return Command{}, errs.Wrap(errs.InvalidInput, "payload: not valid JSON", err)
 	}
+	if module != "" && len(refs) > 0 {
+		// A module's commands carry its callers' strings (a sandbox's
+		// argv, a template's env) on a host of the root tenant: checking
+		// those references against the host's tenant would answer a
+		// tenant whether a fleet secret exists, and a live command naming
+		// one would bind it to the host. No module command takes a
+		// secret reference, so any is refused, one answer for all.
+		return Command{}, errs.New(errs.InvalidInput, "payload: secret references are not allowed in this command")
+	}
 	if err := s.checkSecrets(ctx, tenant, refs); err != nil {
 		return Command{}, err
 	}

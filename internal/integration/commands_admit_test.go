@@ -13,6 +13,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 	"github.com/bettercompute/bettercompute/internal/testenv"
@@ -188,6 +189,44 @@ func TestCommandSecretRefsCheckedAtCreate(t *testing.T) {
 		}
 		if err := create(e.Client, rootNode, `{"ref":"secret://root/fleet"}`); err != nil {
 			t.Fatalf("fleet secret on a root node: %v", err)
+		}
+	})
+}
+
+// A module's commands carry its callers' strings to a host of the root
+// tenant (a sandbox's argv): a secret reference in them is refused with one
+// answer whether or not the fleet secret exists, so a tenant can neither
+// learn which fleet secrets exist nor bind one to the host.
+func TestModuleCommandsTakeNoSecretRefs(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{Nodes: 1, SandboxRuntime: spec.RuntimeSim})
+		ctx := context.Background()
+		if err := e.Client.Call(ctx, "secrets.put", map[string]any{"name": "fleetdemo", "value_base64": "aGk="}, nil); err != nil {
+			t.Fatal(err)
+		}
+		tenant, admin := e.TenantAdmin(t, "acme")
+		if _, err := e.CP.Sandboxes.ImportBytes(ctx, audit.Entry{TenantID: tenant, Actor: "test"}, tenant, "busybox", busyboxTar(t)); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.Call(ctx, "templates.create", map[string]any{"name": "t", "image": "busybox", "runtime": spec.RuntimeSim,
+			"limits": map[string]any{"cpu_millis": 100, "memory_mb": 64, "pids": 64, "disk_mb": 16}, "lifetime_seconds": 600, "max_lifetime_seconds": 600}, nil); err != nil {
+			t.Fatal(err)
+		}
+		x, err := admin.CreateSandbox(ctx, "", "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var answers []string
+		for _, ref := range []string{"secret://root/fleetdemo", "secret://root/nothere", "secret://" + tenant + "/x"} {
+			_, err := admin.Exec(ctx, x.ID, []string{"echo", ref}, 5)
+			var ce *client.Error
+			if !errors.As(err, &ce) || ce.Code != "INVALID_INPUT" {
+				t.Fatalf("exec naming %s: %v, want INVALID_INPUT", ref, err)
+			}
+			answers = append(answers, ce.Message)
+		}
+		if answers[0] != answers[1] || answers[1] != answers[2] {
+			t.Fatalf("answers differ: %q", answers)
 		}
 	})
 }
