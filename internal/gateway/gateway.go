@@ -13,8 +13,10 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -582,7 +584,8 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	s := &session{id: ids.New("s"), nodeID: id.NodeID, serial: id.Serial, cancel: cancel, poke: make(chan struct{}, 1)}
-	res, err := g.reg.OpenSession(ctx, HelloInfo{NodeID: id.NodeID, BootID: hello.BootId, Serial: id.Serial, SessionID: s.id,
+	bootTag := BootTag(hello.BootId)
+	res, err := g.reg.OpenSession(ctx, HelloInfo{NodeID: id.NodeID, BootID: bootTag, Serial: id.Serial, SessionID: s.id,
 		GatewayID: g.cfg.GatewayID, Version: hello.Version, Labels: hello.Labels, Inventory: inv})
 	if err != nil {
 		g.cfg.Log.Error("open session", "node_id", id.NodeID, "err", err)
@@ -645,7 +648,7 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 		ServerTimeMs: g.cfg.Clock.Now().UnixMilli(), SessionId: s.id, AllowedKinds: ci.AllowedKinds, ApproverSets: sets, Time: st}}}); err != nil {
 		return err
 	}
-	g.cfg.Log.Info("session open", "node_id", id.NodeID, "session_id", s.id, "boot_id", hello.BootId)
+	g.cfg.Log.Info("session open", "node_id", id.NodeID, "session_id", s.id, "boot_id", bootTag)
 
 	// A session lives no longer than its certificate: the node renews
 	// before expiry and reconnects with the new one.
@@ -952,4 +955,15 @@ func (g *Gateway) fetch(ctx context.Context, all bool) {
 			s.wake()
 		}
 	}
+}
+
+// BootTag is what the control plane keeps and shows of a node's boot id: a
+// keyless digest of it. The boot id a node process draws at random is what
+// tells two machines holding one identity apart; shown as is (nodes.get,
+// events, logs), a copy of a node's files could present the original's and
+// alternate with it unseen. The digest tells boots apart just as well and
+// gives a clone nothing to present.
+func BootTag(bootID string) string {
+	sum := sha256.Sum256([]byte("bc-boot-v1\x00" + bootID))
+	return "bt" + hex.EncodeToString(sum[:10])
 }

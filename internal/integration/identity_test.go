@@ -16,6 +16,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/commands"
+	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/server"
@@ -266,7 +267,7 @@ func TestDuplicateAcrossGateways(t *testing.T) {
 				t.Fatal("the first session on gateway 1 was not closed within 5 s")
 			}
 			dups := events(t, e, nodes.EventDuplicateSession)
-			if len(dups) != 1 || dups[0].Details["previous_boot_id"] != "b-original" || dups[0].Details["boot_id"] != "b-copy" {
+			if len(dups) != 1 || dups[0].Details["previous_boot_id"] != gateway.BootTag("b-original") || dups[0].Details["boot_id"] != gateway.BootTag("b-copy") {
 				t.Fatalf("duplicate-session events: %+v", dups)
 			}
 			stopNode(t, db, clone)

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/journal"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/jointoken"
 	"github.com/bettercompute/bettercompute/internal/nodes"
@@ -328,6 +330,33 @@ func TestDuplicateIdentityIsQuarantined(t *testing.T) {
 		}
 		if c := rawSessionCode(t, e.CP.GatewayAddr, clientTLS(t, a), a.NodeID()); c != codes.Unauthenticated {
 			t.Fatalf("quarantined Hello: %v, want Unauthenticated", c)
+		}
+	})
+}
+
+// A copy of a node's files that presents the boot id the control plane
+// shows for the original (nodes.get, duplicate-session events) is still
+// another boot: what is shown is only a digest of the original's boot id,
+// so the clone is counted and quarantined like any other.
+func TestCloneCannotReuseShownBootID(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{Nodes: 1})
+		a := e.Nodes[0]
+		shown, err := e.CP.Nodes.Get(context.Background(), "root", a.NodeID())
+		if err != nil || shown.BootID == "" {
+			t.Fatalf("nodes.get: %+v %v", shown, err)
+		}
+		if strings.Contains(shown.BootID, a.BootID()) || shown.BootID != gateway.BootTag(a.BootID()) {
+			t.Fatalf("the control plane shows the raw boot id %q", shown.BootID)
+		}
+		quarantined, stop := e.CP.Bus.Subscribe("certs.revoked")
+		defer stop()
+		clone := e.OpenNode(t, a.Dir, shown.BootID)
+		clone.Start(t)
+		select {
+		case <-quarantined:
+		case <-time.After(testenv.WaitTimeout):
+			t.Fatal("a clone presenting the shown boot id was not quarantined")
 		}
 	})
 }
