@@ -118,7 +118,7 @@ func (c *controlServer) Renew(ctx context.Context, req *internalv1.RenewRequest)
 	if err != nil {
 		return nil, statusOf(err)
 	}
-	chain, err := c.svc.Renew(ctx, id, req.GetNodeChainDer(), req.GetCsrDer())
+	chain, err := c.svc.Renew(ctx, id, req.GetNodeChainDer(), req.GetCsrDer(), req.GetProof())
 	if err != nil {
 		if errs.CodeOf(err) == errs.Internal {
 			c.log.Error("relayed renew failed", "err", err)
@@ -255,8 +255,8 @@ func (r *relayServices) Join(ctx context.Context, token string, csr []byte, name
 	return resp.GetNodeId(), resp.GetCertChainDer(), nil
 }
 
-func (r *relayServices) Renew(ctx context.Context, _ pki.NodeIdentity, chain [][]byte, csr []byte) ([][]byte, error) {
-	resp, err := r.client.Renew(ctx, &internalv1.RenewRequest{NodeChainDer: chain, CsrDer: csr})
+func (r *relayServices) Renew(ctx context.Context, _ pki.NodeIdentity, chain [][]byte, csr, proof []byte) ([][]byte, error) {
+	resp, err := r.client.Renew(ctx, &internalv1.RenewRequest{NodeChainDer: chain, CsrDer: csr, Proof: proof})
 	if err != nil {
 		return nil, errorOf(err)
 	}
