@@ -393,8 +393,11 @@ func (s *Service) CheckRenewProof(ctx context.Context, id pki.NodeIdentity, leaf
 }
 
 // Renew certifies a new key for a node that authenticated with its current,
-// valid certificate (checked by the caller's TLS layer and CertState). The
-// new certificate keeps the role and allowed kinds.
+// valid certificate (checked by the caller's TLS layer and CertState) and
+// proved that it asks (the caller's CheckRenewProof). The new certificate
+// keeps the role and allowed kinds. The certificate's revocation is read
+// again under the node's lock, so a renewal that races a quarantine never
+// outlives it.
 func (s *Service) Renew(ctx context.Context, id pki.NodeIdentity, csrDER []byte) ([][]byte, error) {
 	st, err := s.CertState(ctx, id.Serial)
 	if err != nil {
