@@ -113,6 +113,11 @@ func (c *controlServer) Join(ctx context.Context, req *internalv1.JoinRequest) (
 	return &internalv1.JoinResponse{NodeId: nodeID, CertChainDer: chain}, nil
 }
 
+// Renew renews for the node whose forwarded chain verifies again, and only
+// when the node's proof of possession (req.proof) verifies against that
+// chain's leaf (gatewayServices.Renew): the chain alone is public, so
+// without the proof a gateway could renew any node it has seen to a key of
+// its own.
 func (c *controlServer) Renew(ctx context.Context, req *internalv1.RenewRequest) (*internalv1.RenewResponse, error) {
 	id, err := c.nodeIdentity(req.GetNodeChainDer())
 	if err != nil {
