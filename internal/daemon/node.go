@@ -396,7 +396,13 @@ func (n *Node) Renew(ctx context.Context, conn *grpc.ClientConn) error {
 	if err != nil {
 		return fmt.Errorf("daemon: renew csr: %w", err)
 	}
-	resp, err := nodev1.NewGatewayClient(conn).Renew(ctx, &nodev1.RenewRequest{CsrDer: csr})
+	// The chain is public; this signature by the current key proves that
+	// the node itself asks for this CSR.
+	proof, _, err := n.signBytes(wire.RenewSigContext, csr)
+	if err != nil {
+		return fmt.Errorf("daemon: renew proof: %w", err)
+	}
+	resp, err := nodev1.NewGatewayClient(conn).Renew(ctx, &nodev1.RenewRequest{CsrDer: csr, Proof: proof})
 	if err != nil {
 		return fmt.Errorf("daemon: renew refused: %w", err)
 	}

@@ -98,7 +98,10 @@ type Commands interface {
 type Services interface {
 	Bundle(ctx context.Context) (*nodev1.SignedTrustBundle, error)
 	Join(ctx context.Context, token string, csrDER []byte, name string) (nodeID string, chain [][]byte, err error)
-	Renew(ctx context.Context, id pki.NodeIdentity, chain [][]byte, csrDER []byte) ([][]byte, error)
+	// Renew certifies csrDER's key for the node, only if proof (the
+	// node's signature with its current key, nodev1.RenewRequest.proof)
+	// verifies against chain's leaf.
+	Renew(ctx context.Context, id pki.NodeIdentity, chain [][]byte, csrDER, proof []byte) ([][]byte, error)
 	// Secret relays a node's secret request to the broker.
 	Secret(ctx context.Context, id pki.NodeIdentity, chain [][]byte, req *nodev1.SecretRequest) (string, error)
 	// Refused records a refusal the gateway decided itself (a Renew or
@@ -515,7 +518,9 @@ func (g *Gateway) Join(ctx context.Context, req *nodev1.JoinRequest) (*nodev1.Jo
 	return &nodev1.JoinResponse{NodeId: nodeID, CertChainDer: chain, Bundle: b}, nil
 }
 
-// Renew needs mutual TLS with the node's current, unrevoked certificate.
+// Renew needs mutual TLS with the node's current, unrevoked certificate
+// and the node's proof of possession of that certificate's key, which the
+// services verify.
 func (g *Gateway) Renew(ctx context.Context, req *nodev1.RenewRequest) (*nodev1.RenewResponse, error) {
 	id, _, reason, err := g.authenticate(ctx)
 	if err != nil {
@@ -523,7 +528,7 @@ func (g *Gateway) Renew(ctx context.Context, req *nodev1.RenewRequest) (*nodev1.
 		g.svc.Refused(ctx, "security.renew.refused", reason, id.NodeID)
 		return nil, status.Error(codes.PermissionDenied, string(errs.AccessDenied))
 	}
-	chain, err := g.svc.Renew(ctx, id, peerChain(ctx), req.GetCsrDer())
+	chain, err := g.svc.Renew(ctx, id, peerChain(ctx), req.GetCsrDer(), req.GetProof())
 	if err != nil {
 		if errs.CodeOf(err) == errs.Internal {
 			g.cfg.Log.Error("renew failed", "err", err)

@@ -137,12 +137,19 @@ func TestRenewDoesNotEvadeDuplicateDetection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close()
+		defer func() { conn.Close() }()
 		renewed := 0
 		for i := 0; i < 6; i++ {
 			err := clone.Renew(ctx, conn)
 			if err == nil {
+				// Reconnect with the new certificate, as the daemon does:
+				// the renewal proof is made with the current key, so it
+				// must be the key of the certificate the connection shows.
 				renewed++
+				conn.Close()
+				if conn, err = clone.Dial(); err != nil {
+					t.Fatal(err)
+				}
 				continue
 			}
 			if st := status.Convert(errors.Unwrap(err)); st.Code() != codes.PermissionDenied || st.Message() != "ACCESS_DENIED" {

@@ -8,6 +8,9 @@ package nodes
 import (
 	"context"
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/x509"
 	"database/sql"
@@ -21,6 +24,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/jointoken"
@@ -355,9 +359,45 @@ func insertCert(ctx context.Context, tx *sql.Tx, nodeID, role string, leaf []byt
 	return nil
 }
 
+// ReasonRenewProofInvalid is the refusal reason of a renewal whose proof of
+// possession does not verify against the presenting certificate's key.
+const ReasonRenewProofInvalid = "renew-proof-invalid"
+
+// VerifyRenewProof reports whether proof is the signature by pub (the
+// presenting certificate's key, ECDSA ASN.1 or Ed25519) over
+// SHA-256(wire.RenewSigContext || csrDER).
+func VerifyRenewProof(pub crypto.PublicKey, csrDER, proof []byte) bool {
+	if len(proof) == 0 {
+		return false
+	}
+	digest := sha256.Sum256(append([]byte(wire.RenewSigContext), csrDER...))
+	switch k := pub.(type) {
+	case *ecdsa.PublicKey:
+		return ecdsa.VerifyASN1(k, digest[:], proof)
+	case ed25519.PublicKey:
+		return ed25519.Verify(k, digest[:], proof)
+	}
+	return false
+}
+
+// CheckRenewProof refuses (ACCESS_DENIED, recorded as
+// ReasonRenewProofInvalid in security.renew.refused) a renewal unless proof
+// shows that the holder of leaf's key, the certificate id was read from,
+// asks for csrDER. The node's chain is public (every gateway sees it), so
+// only this proves that the node itself asks.
+func (s *Service) CheckRenewProof(ctx context.Context, id pki.NodeIdentity, leaf *x509.Certificate, csrDER, proof []byte) error {
+	if leaf == nil || pki.SerialHex(leaf) != id.Serial || !VerifyRenewProof(leaf.PublicKey, csrDER, proof) {
+		return s.refuse(ctx, EventRenewRefused, ReasonRenewProofInvalid, id.NodeID, map[string]any{"serial": id.Serial})
+	}
+	return nil
+}
+
 // Renew certifies a new key for a node that authenticated with its current,
-// valid certificate (checked by the caller's TLS layer and CertState). The
-// new certificate keeps the role and allowed kinds.
+// valid certificate (checked by the caller's TLS layer and CertState) and
+// proved that it asks (the caller's CheckRenewProof). The new certificate
+// keeps the role and allowed kinds. The certificate's revocation is read
+// again under the node's lock, so a renewal that races a quarantine never
+// outlives it.
 func (s *Service) Renew(ctx context.Context, id pki.NodeIdentity, csrDER []byte) ([][]byte, error) {
 	st, err := s.CertState(ctx, id.Serial)
 	if err != nil {
@@ -377,12 +417,23 @@ func (s *Service) Renew(ctx context.Context, id pki.NodeIdentity, csrDER []byte)
 	if err != nil {
 		return nil, s.refuse(ctx, EventRenewRefused, "csr-invalid", id.NodeID, nil)
 	}
-	limited := false
+	limited, revoked := false, false
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		// One renewal per node per RenewInterval, decided under the node's
 		// lock so that concurrent renewals cannot all pass.
 		if err := s.lockNode(ctx, tx, id.NodeID); err != nil {
 			return err
+		}
+		// The revocation read above was before the lock: a quarantine (or
+		// any revocation) that committed since must not be outlived by a
+		// fresh certificate, so it is read again under the lock.
+		var revokedAt sql.NullInt64
+		if err := tx.QueryRowContext(ctx, `SELECT revoked_at FROM node_certs WHERE serial = $1`, id.Serial).Scan(&revokedAt); err != nil {
+			return fmt.Errorf("nodes: reread certificate: %w", err)
+		}
+		if revokedAt.Valid {
+			revoked = true
+			return errRefused
 		}
 		var recent int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM node_certs WHERE node_id = $1 AND renewed_from IS NOT NULL AND created_at > $2`,
@@ -414,6 +465,9 @@ func (s *Service) Renew(ctx context.Context, id pki.NodeIdentity, csrDER []byte)
 		return audit.Record(ctx, tx, now, audit.Entry{TenantID: tenant, Actor: "node/" + id.NodeID, Action: "compute:nodes:renew",
 			Resource: "node/" + id.NodeID, Outcome: "allowed", Details: map[string]any{"previous_serial": id.Serial}})
 	})
+	if revoked {
+		return nil, s.refuse(ctx, EventRenewRefused, "certificate-revoked", id.NodeID, map[string]any{"serial": id.Serial})
+	}
 	if limited {
 		return nil, s.refuse(ctx, EventRenewRefused, "renew-rate-limited", id.NodeID, map[string]any{"serial": id.Serial})
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"time"
@@ -98,7 +99,18 @@ func (s gatewayServices) Join(ctx context.Context, token string, csr []byte, nam
 	return s.n.Join(ctx, token, csr, name)
 }
 
-func (s gatewayServices) Renew(ctx context.Context, id pki.NodeIdentity, _ [][]byte, csr []byte) ([][]byte, error) {
+// Renew renews only when proof verifies against the leaf of chain, the
+// certificate id was read from (verified by this process's TLS, or again by
+// controlServer for a relayed call), so that both deployments refuse a
+// renewal the node did not sign alike.
+func (s gatewayServices) Renew(ctx context.Context, id pki.NodeIdentity, chain [][]byte, csr, proof []byte) ([][]byte, error) {
+	var leaf *x509.Certificate
+	if len(chain) > 0 {
+		leaf, _ = x509.ParseCertificate(chain[0])
+	}
+	if err := s.n.CheckRenewProof(ctx, id, leaf, csr, proof); err != nil {
+		return nil, err
+	}
 	return s.n.Renew(ctx, id, csr)
 }
 

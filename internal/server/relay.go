@@ -113,12 +113,17 @@ func (c *controlServer) Join(ctx context.Context, req *internalv1.JoinRequest) (
 	return &internalv1.JoinResponse{NodeId: nodeID, CertChainDer: chain}, nil
 }
 
+// Renew renews for the node whose forwarded chain verifies again, and only
+// when the node's proof of possession (req.proof) verifies against that
+// chain's leaf (gatewayServices.Renew): the chain alone is public, so
+// without the proof a gateway could renew any node it has seen to a key of
+// its own.
 func (c *controlServer) Renew(ctx context.Context, req *internalv1.RenewRequest) (*internalv1.RenewResponse, error) {
 	id, err := c.nodeIdentity(req.GetNodeChainDer())
 	if err != nil {
 		return nil, statusOf(err)
 	}
-	chain, err := c.svc.Renew(ctx, id, req.GetNodeChainDer(), req.GetCsrDer())
+	chain, err := c.svc.Renew(ctx, id, req.GetNodeChainDer(), req.GetCsrDer(), req.GetProof())
 	if err != nil {
 		if errs.CodeOf(err) == errs.Internal {
 			c.log.Error("relayed renew failed", "err", err)
@@ -255,8 +260,8 @@ func (r *relayServices) Join(ctx context.Context, token string, csr []byte, name
 	return resp.GetNodeId(), resp.GetCertChainDer(), nil
 }
 
-func (r *relayServices) Renew(ctx context.Context, _ pki.NodeIdentity, chain [][]byte, csr []byte) ([][]byte, error) {
-	resp, err := r.client.Renew(ctx, &internalv1.RenewRequest{NodeChainDer: chain, CsrDer: csr})
+func (r *relayServices) Renew(ctx context.Context, _ pki.NodeIdentity, chain [][]byte, csr, proof []byte) ([][]byte, error) {
+	resp, err := r.client.Renew(ctx, &internalv1.RenewRequest{NodeChainDer: chain, CsrDer: csr, Proof: proof})
 	if err != nil {
 		return nil, errorOf(err)
 	}

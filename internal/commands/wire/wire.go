@@ -27,6 +27,12 @@ const SecretRequestSigContext = "bc-secret-request-v1\x00"
 // update's, nor an update's as a report's.
 const SandboxReportSigContext = "bc-sandbox-report-v1\x00"
 
+// RenewSigContext prefixes the bytes a node signs to prove that it asks
+// for a renewal: Sign(current node key, SHA-256(RenewSigContext ||
+// csr_der)). Its own context, so no other statement's signature passes
+// as a renewal proof.
+const RenewSigContext = "bc-renew-v1\x00"
+
 // UpdateItem is one signed update received on NodeID's session; the
 // gateway hands batches of them to the command queue.
 type UpdateItem struct {

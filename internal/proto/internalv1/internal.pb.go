@@ -226,8 +226,12 @@ type RenewRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// node_chain_der is the client certificate chain the node presented to
 	// the gateway, leaf first.
-	NodeChainDer  [][]byte `protobuf:"bytes,1,rep,name=node_chain_der,json=nodeChainDer,proto3" json:"node_chain_der,omitempty"`
-	CsrDer        []byte   `protobuf:"bytes,2,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
+	NodeChainDer [][]byte `protobuf:"bytes,1,rep,name=node_chain_der,json=nodeChainDer,proto3" json:"node_chain_der,omitempty"`
+	CsrDer       []byte   `protobuf:"bytes,2,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
+	// proof is the node's proof of possession from bc.node.v1.RenewRequest,
+	// relayed verbatim; the api verifies it against the leaf of
+	// node_chain_der before it renews.
+	Proof         []byte `protobuf:"bytes,3,opt,name=proof,proto3" json:"proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -272,6 +276,13 @@ func (x *RenewRequest) GetNodeChainDer() [][]byte {
 func (x *RenewRequest) GetCsrDer() []byte {
 	if x != nil {
 		return x.CsrDer
+	}
+	return nil
+}
+
+func (x *RenewRequest) GetProof() []byte {
+	if x != nil {
+		return x.Proof
 	}
 	return nil
 }
@@ -431,10 +442,11 @@ const file_internal_proto_rawDesc = "" +
 	"\x04name\x18\x03 \x01(\tR\x04name\"M\n" +
 	"\fJoinResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12$\n" +
-	"\x0ecert_chain_der\x18\x02 \x03(\fR\fcertChainDer\"M\n" +
+	"\x0ecert_chain_der\x18\x02 \x03(\fR\fcertChainDer\"c\n" +
 	"\fRenewRequest\x12$\n" +
 	"\x0enode_chain_der\x18\x01 \x03(\fR\fnodeChainDer\x12\x17\n" +
-	"\acsr_der\x18\x02 \x01(\fR\x06csrDer\"5\n" +
+	"\acsr_der\x18\x02 \x01(\fR\x06csrDer\x12\x14\n" +
+	"\x05proof\x18\x03 \x01(\fR\x05proof\"5\n" +
 	"\rRenewResponse\x12$\n" +
 	"\x0ecert_chain_der\x18\x01 \x03(\fR\fcertChainDer\"O\n" +
 	"\rSecretRequest\x12$\n" +

@@ -247,8 +247,14 @@ func (x *JoinResponse) GetBundle() *SignedTrustBundle {
 }
 
 type RenewRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CsrDer        []byte                 `protobuf:"bytes,1,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CsrDer []byte                 `protobuf:"bytes,1,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
+	// proof shows the node itself asks: the signature by the node's CURRENT
+	// key (the one its mutual TLS certificate names) over
+	// SHA-256(RenewSigContext || csr_der), ECDSA ASN.1 or Ed25519. The
+	// certificate chain is public, so without it a gateway that saw the chain
+	// could renew any node to a key of its own.
+	Proof         []byte `protobuf:"bytes,2,opt,name=proof,proto3" json:"proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -286,6 +292,13 @@ func (*RenewRequest) Descriptor() ([]byte, []int) {
 func (x *RenewRequest) GetCsrDer() []byte {
 	if x != nil {
 		return x.CsrDer
+	}
+	return nil
+}
+
+func (x *RenewRequest) GetProof() []byte {
+	if x != nil {
+		return x.Proof
 	}
 	return nil
 }
@@ -2295,9 +2308,10 @@ const file_node_proto_rawDesc = "" +
 	"\fJoinResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12$\n" +
 	"\x0ecert_chain_der\x18\x02 \x03(\fR\fcertChainDer\x125\n" +
-	"\x06bundle\x18\x03 \x01(\v2\x1d.bc.node.v1.SignedTrustBundleR\x06bundle\"'\n" +
+	"\x06bundle\x18\x03 \x01(\v2\x1d.bc.node.v1.SignedTrustBundleR\x06bundle\"=\n" +
 	"\fRenewRequest\x12\x17\n" +
-	"\acsr_der\x18\x01 \x01(\fR\x06csrDer\"l\n" +
+	"\acsr_der\x18\x01 \x01(\fR\x06csrDer\x12\x14\n" +
+	"\x05proof\x18\x02 \x01(\fR\x05proof\"l\n" +
 	"\rRenewResponse\x12$\n" +
 	"\x0ecert_chain_der\x18\x01 \x03(\fR\fcertChainDer\x125\n" +
 	"\x06bundle\x18\x02 \x01(\v2\x1d.bc.node.v1.SignedTrustBundleR\x06bundle\"\xe0\x01\n" +
