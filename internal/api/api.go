@@ -370,14 +370,6 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 		s.recordDenial(ctx, c, m, target, "tenant-precheck")
 		return fail(errDenied)
 	}
-	// One tenant's mutations hold at most a few of the process's slots at
-	// once, so work it starts cannot hold the database from the others.
-	release, err := s.tenants.admit(ctx, c.TenantID, m.Mutates)
-	if err != nil {
-		out.retryAfter = time.Second
-		return fail(err)
-	}
-	defer release()
 	var callerChain []iam.Tenant
 	if !c.Root() {
 		if callerChain, err = s.deps.IAM.Chain(ctx, c.TenantID); err != nil {
@@ -388,6 +380,16 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 			return fail(errs.New(errs.TenantSuspended, "the tenant is "+st))
 		}
 	}
+	// One top-level tenant's mutations (its own and every tenant's under
+	// it) hold at most a few of the process's slots at once, so work it
+	// starts cannot hold the database from the others, and child tenants
+	// are no way to more slots.
+	release, err := s.tenants.admit(ctx, slotTenant(c.TenantID, callerChain), m.Mutates)
+	if err != nil {
+		out.retryAfter = time.Second
+		return fail(err)
+	}
+	defer release()
 	c.Tenant = target.Tenant
 	if c.Tenant == "" {
 		c.Tenant = c.TenantID
