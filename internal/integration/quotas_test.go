@@ -494,3 +494,34 @@ func TestQuotaChildTenants(t *testing.T) {
 		expectExhausted(t, err, quota.CommandsInFlight, 5, 5, 1)
 	})
 }
+
+// Live sandboxes of a child tenant count against its top-level tenant's
+// sandboxes quota, like the top-level tenant's own.
+func TestQuotaSandboxesChildTenants(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e, rt := startQuotaSandboxes(t, db, quota.Defaults())
+		ctx := context.Background()
+		top, admin := tenantWithImage(t, e, "acme")
+		setQuotas(t, e, top, client.QuotaOverrides{Sandboxes: client.Limit(2)})
+		kid, err := admin.CreateTenant(ctx, top, "acme-kid")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.CP.Sandboxes.ImportBytes(ctx, audit.Entry{TenantID: kid.ID, Actor: "test"}, kid.ID, "busybox", busyboxTar(t)); err != nil {
+			t.Fatalf("import: %v", err)
+		}
+		kidAdmin := e.IdentityClient(t, kid.ID, "kid-admin", "admin")
+		for _, c := range []*client.Client{admin, kidAdmin} {
+			if _, err := createTemplate(c, rt, "small", 64, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.CreateSandbox(ctx, "", "small"); err != nil {
+				t.Fatalf("sandbox: %v", err)
+			}
+		}
+		for _, c := range []*client.Client{kidAdmin, admin} {
+			_, err := c.CreateSandbox(ctx, "", "small")
+			expectExhausted(t, err, quota.Sandboxes, 2, 2, 1)
+		}
+	})
+}
