@@ -50,6 +50,20 @@ type Caller struct {
 	// Tenant is the tenant the call acts in: the input's tenant, the
 	// resource's tenant, or the caller's own.
 	Tenant string
+	// allow decides a further action of the call (set by the envelope once
+	// the method's own action is allowed).
+	allow func(ctx context.Context, action, resource string) (bool, error)
+}
+
+// Allowed reports whether IAM allows the caller a further action on
+// resource (a "<type>/<id>" path) in the tenant the call acts in, beyond
+// the method's own action, under the caller's scopes; a refusal is
+// recorded like the envelope's. False when the envelope set no decider.
+func (c *Caller) Allowed(ctx context.Context, action, resource string) (bool, error) {
+	if c.allow == nil {
+		return false, nil
+	}
+	return c.allow(ctx, action, resource)
 }
 
 // Actor returns the audit entry prefilled with who is calling, from where,
@@ -370,14 +384,6 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 		s.recordDenial(ctx, c, m, target, "tenant-precheck")
 		return fail(errDenied)
 	}
-	// One tenant's mutations hold at most a few of the process's slots at
-	// once, so work it starts cannot hold the database from the others.
-	release, err := s.tenants.admit(ctx, c.TenantID, m.Mutates)
-	if err != nil {
-		out.retryAfter = time.Second
-		return fail(err)
-	}
-	defer release()
 	var callerChain []iam.Tenant
 	if !c.Root() {
 		if callerChain, err = s.deps.IAM.Chain(ctx, c.TenantID); err != nil {
@@ -388,6 +394,16 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 			return fail(errs.New(errs.TenantSuspended, "the tenant is "+st))
 		}
 	}
+	// One top-level tenant's mutations (its own and every tenant's under
+	// it) hold at most a few of the process's slots at once, so work it
+	// starts cannot hold the database from the others, and child tenants
+	// are no way to more slots.
+	release, err := s.tenants.admit(ctx, slotTenant(c.TenantID, callerChain), m.Mutates)
+	if err != nil {
+		out.retryAfter = time.Second
+		return fail(err)
+	}
+	defer release()
 	c.Tenant = target.Tenant
 	if c.Tenant == "" {
 		c.Tenant = c.TenantID
@@ -431,6 +447,16 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 	if !ok {
 		s.recordDenial(ctx, c, m, target, "policy")
 		return fail(errDenied)
+	}
+	c.allow = func(ctx context.Context, action, resource string) (bool, error) {
+		ok, err := s.deps.IAM.Decide(ctx, c.Identity, action, resource, chain, c.Scopes)
+		if err == nil && !ok {
+			kind, id, _ := strings.Cut(resource, "/")
+			further := m
+			further.Action = action
+			s.recordDenial(ctx, c, further, Target{Tenant: c.Tenant, Kind: kind, ID: id}, "policy")
+		}
+		return ok, err
 	}
 	key := r.Header.Get("Idempotency-Key")
 	if m.Mutates && key != "" {

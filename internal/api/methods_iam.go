@@ -9,6 +9,11 @@ import (
 	"github.com/bettercompute/bettercompute/internal/iam"
 )
 
+// ActionKeysForOthers is the action, on resource "identity/<id>", that
+// apiKeys.create needs beyond compute:api-keys:create to make a key for an
+// identity other than the caller's own.
+const ActionKeysForOthers = "compute:api-keys:create-for-others"
+
 // iamMethods are tenants, identities, roles, bindings and API keys.
 func iamMethods(m Modules) []Method {
 	type tenantCreateIn struct {
@@ -128,6 +133,18 @@ func iamMethods(m Modules) []Method {
 			}
 			if in.TTLSeconds < 0 {
 				return nil, errs.New(errs.InvalidInput, "ttl_seconds must not be negative")
+			}
+			// A key for another identity speaks for it: that needs its own
+			// action (the built-in admin role has it; operator and viewer
+			// do not), decided before anything about the identity is read.
+			if in.IdentityID != c.Identity {
+				ok, err := c.Allowed(ctx, ActionKeysForOthers, "identity/"+in.IdentityID)
+				if err != nil {
+					return nil, err
+				}
+				if !ok {
+					return nil, errDenied
+				}
 			}
 			// The new key expires no later than the caller's credential.
 			id, key, exp, err := m.Keys.CreateFor(ctx, c.Actor(), c.Principal, c.Tenant, in.IdentityID, in.Name, time.Duration(in.TTLSeconds)*time.Second, in.Scopes...)

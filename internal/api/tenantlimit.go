@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 )
 
 // DefaultTenantMutates is how many mutating calls of one tenant run at
@@ -30,6 +31,17 @@ type tenantLimiter struct {
 	mu    sync.Mutex
 	slots map[string]chan struct{}
 	users map[string]int // callers holding or waiting for a tenant's slots
+}
+
+// slotTenant is the tenant whose slots a call of tenant takes: its
+// top-level tenant (the root tenant's direct child in chain, the tenant's
+// chain from itself up to the root), or tenant itself when the chain does
+// not reach the root (the root tenant, or a chain too deep to read whole).
+func slotTenant(tenant string, chain []iam.Tenant) string {
+	if n := len(chain); n >= 2 && chain[n-1].ID == iam.RootTenant {
+		return chain[n-2].ID
+	}
+	return tenant
 }
 
 func newTenantLimiter(max int, wait time.Duration) *tenantLimiter {

@@ -140,3 +140,38 @@ func TestTenantMutationsBounded(t *testing.T) {
 		t.Fatalf("after the slot freed: %d %s, handler ran %d times", resp.StatusCode, body, ran.Load())
 	}
 }
+
+// A call's mutation slots are its top-level tenant's: a child's and a
+// grandchild's calls share their top-level tenant's slots (so child
+// tenants are no way to more), other top-level tenants and root keep
+// their own.
+func TestTenantSlotsTopLevel(t *testing.T) {
+	root := iam.Tenant{ID: iam.RootTenant}
+	a := iam.Tenant{ID: "t_a", ParentID: iam.RootTenant}
+	kid := iam.Tenant{ID: "t_kid", ParentID: "t_a"}
+	grand := iam.Tenant{ID: "t_grand", ParentID: "t_kid"}
+	for _, tc := range []struct {
+		tenant string
+		chain  []iam.Tenant
+		want   string
+	}{
+		{"t_a", []iam.Tenant{a, root}, "t_a"},
+		{"t_kid", []iam.Tenant{kid, a, root}, "t_a"},
+		{"t_grand", []iam.Tenant{grand, kid, a, root}, "t_a"},
+		{iam.RootTenant, nil, iam.RootTenant},
+	} {
+		if got := slotTenant(tc.tenant, tc.chain); got != tc.want {
+			t.Errorf("slots of %s: %s, want %s", tc.tenant, got, tc.want)
+		}
+	}
+	l := newTenantLimiter(1, 0)
+	ctx := context.Background()
+	r, err := l.admit(ctx, slotTenant("t_a", []iam.Tenant{a, root}), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r()
+	if _, err := l.admit(ctx, slotTenant("t_kid", []iam.Tenant{kid, a, root}), true); !errors.Is(err, errTenantBusy) {
+		t.Fatalf("a child's mutation while its parent holds the one slot: %v, want RATE_LIMITED", err)
+	}
+}

@@ -2,8 +2,9 @@
 // them. A key reads "bck_<id>_<secret>"; only SHA-256 of the whole key is
 // stored, so the database never holds a usable key. A key is shown once,
 // when made. No credential outlives the one that made it: a key or session
-// made by a caller with an expiry expires no later, and a session is valid
-// only while its key, its identity and every session above it are.
+// made by a caller with an expiry expires no later, a session is valid
+// only while its key, its identity and every session above it are, and
+// revoking a key or session revokes the keys it made (and theirs).
 package apikeys
 
 import (
@@ -81,8 +82,10 @@ func Limit(caller Principal, now time.Time, ttl time.Duration) time.Time {
 
 // CreateFor is Create on behalf of caller: the key expires no later than
 // the caller's credential (a caller whose key has no expiry may make any),
-// and a scoped caller makes only keys within its scopes (its own scopes
-// when none are asked for). It returns the key's expiry (zero: none).
+// a scoped caller makes only keys within its scopes (its own scopes when
+// none are asked for), and the key records the caller's credential (its
+// session, else its key) as its maker, so revoking that revokes the key.
+// It returns the key's expiry (zero: none).
 func (s *Service) CreateFor(ctx context.Context, actor audit.Entry, caller Principal, tenant, identity, name string, ttl time.Duration, scopes ...string) (id, key string, expires time.Time, err error) {
 	id = ids.New("k")
 	key = Prefix + id + "_" + ids.Secret(32)
@@ -103,7 +106,22 @@ func (s *Service) CreateFor(ctx context.Context, actor audit.Entry, caller Princ
 	if len(scopes) == 0 {
 		scopes = caller.Scopes
 	}
+	var madeBy any
+	if m := maker(caller); m != "" {
+		madeBy = m
+	}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		// The maker must still be valid when the key is recorded, and stays
+		// so until it is: its revocation revokes this key too.
+		if madeBy != nil {
+			ok, err := holdMaker(ctx, tx, caller.SessionID != "", maker(caller), caller.TenantID, caller.Identity)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return ErrInvalid
+			}
+		}
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM identities WHERE id = $1 AND tenant_id = $2`, identity, tenant).Scan(&n); err != nil {
 			return fmt.Errorf("apikeys: read identity: %w", err)
@@ -111,12 +129,15 @@ func (s *Service) CreateFor(ctx context.Context, actor audit.Entry, caller Princ
 		if n != 1 {
 			return errs.New(errs.InvalidInput, "identity_id: no such identity in this tenant")
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, tenant_id, identity, name, hash, scopes, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			id, tenant, identity, name, hash(key), strings.Join(scopes, ","), now.UnixMilli(), exp); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, tenant_id, identity, name, hash, scopes, created_at, expires_at, made_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			id, tenant, identity, name, hash(key), strings.Join(scopes, ","), now.UnixMilli(), exp, madeBy); err != nil {
 			return fmt.Errorf("apikeys: insert: %w", err)
 		}
 		actor.Action, actor.Resource, actor.Outcome = "compute:api-keys:create", "api-key/"+id, "allowed"
 		actor.Details = map[string]any{"tenant_id": tenant, "identity": identity}
+		if madeBy != nil {
+			actor.Details["made_by"] = madeBy
+		}
 		if exp != nil {
 			actor.Details["expires_at"] = exp
 		}
@@ -224,7 +245,8 @@ func (s *Service) TenantOf(ctx context.Context, id string) (string, error) {
 	return t, nil
 }
 
-// Revoke revokes a key of tenant, and every session made from it.
+// Revoke revokes a key of tenant, and every session and key made from it
+// (at any depth, RevokeMadeBy).
 func (s *Service) Revoke(ctx context.Context, actor audit.Entry, tenant, id string) error {
 	now := s.clk.Now()
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
@@ -235,13 +257,12 @@ func (s *Service) Revoke(ctx context.Context, actor audit.Entry, tenant, id stri
 		if n, _ := res.RowsAffected(); n != 1 {
 			return errs.New(errs.NotFound, "api key not found or already revoked")
 		}
-		res, err = tx.ExecContext(ctx, `UPDATE sessions SET revoked_at = $1 WHERE key_id = $2 AND revoked_at IS NULL`, now.UnixMilli(), id)
+		keys, sessions, err := RevokeMadeBy(ctx, tx, s.db.Dialect, now.UnixMilli(), []string{id})
 		if err != nil {
-			return fmt.Errorf("apikeys: revoke sessions: %w", err)
+			return err
 		}
-		n, _ := res.RowsAffected()
 		actor.Action, actor.Resource, actor.Outcome = "compute:api-keys:revoke", "api-key/"+id, "allowed"
-		actor.Details = map[string]any{"sessions_revoked": n}
+		actor.Details = map[string]any{"sessions_revoked": sessions, "keys_revoked": keys}
 		return audit.Record(ctx, tx, now, actor)
 	})
 }

@@ -54,17 +54,16 @@ func (s *Service) CreateSession(ctx context.Context, actor audit.Entry, p Princi
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		// The maker must still be valid when the session is recorded: a
 		// key revoked since the caller authenticated makes nothing.
-		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys WHERE id = $1 AND identity = $2 AND tenant_id = $3 AND revoked_at IS NULL`,
-			p.KeyID, p.Identity, p.TenantID).Scan(&n); err != nil {
-			return fmt.Errorf("apikeys: read maker: %w", err)
+		// Its row is held until the session is recorded, so a revocation
+		// cascades to the new session or waits for it.
+		ok, err := holdMaker(ctx, tx, false, p.KeyID, p.TenantID, p.Identity)
+		if err == nil && ok && p.SessionID != "" {
+			ok, err = holdMaker(ctx, tx, true, p.SessionID, p.TenantID, p.Identity)
 		}
-		if n == 1 && p.SessionID != "" {
-			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM sessions WHERE id = $1 AND revoked_at IS NULL`, p.SessionID).Scan(&n); err != nil {
-				return fmt.Errorf("apikeys: read maker: %w", err)
-			}
+		if err != nil {
+			return err
 		}
-		if n != 1 {
+		if !ok {
 			return ErrInvalid
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, hash, tenant_id, identity_id, created_at, expires_at, key_id, parent_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
@@ -150,8 +149,9 @@ func (s *Service) lineageValid(ctx context.Context, id string, now int64) (bool,
 	return total > 0 && total == good && total <= maxSessionDepth, nil
 }
 
-// RevokeSession revokes a session of tenant and every session made from
-// it; NOT_FOUND when tenant has no such unrevoked session.
+// RevokeSession revokes a session of tenant and every session and key
+// made from it (at any depth, RevokeMadeBy); NOT_FOUND when tenant has no
+// such unrevoked session.
 func (s *Service) RevokeSession(ctx context.Context, actor audit.Entry, tenant, id string) error {
 	now := s.clk.Now()
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
@@ -162,18 +162,13 @@ func (s *Service) RevokeSession(ctx context.Context, actor audit.Entry, tenant, 
 		if n, _ := res.RowsAffected(); n != 1 {
 			return errs.New(errs.NotFound, "session not found or already revoked")
 		}
-		// Sessions made from it, at any depth.
-		res, err = tx.ExecContext(ctx, `WITH RECURSIVE down(id, depth) AS (
-				SELECT id, 0 FROM sessions WHERE parent_id = $1
-				UNION ALL
-				SELECT s.id, d.depth + 1 FROM sessions s JOIN down d ON s.parent_id = d.id WHERE d.depth < $2
-			) UPDATE sessions SET revoked_at = $3 WHERE revoked_at IS NULL AND id IN (SELECT id FROM down)`, id, maxSessionDepth, now.UnixMilli())
+		// Sessions and keys made from it, at any depth.
+		keys, sessions, err := RevokeMadeBy(ctx, tx, s.db.Dialect, now.UnixMilli(), []string{id})
 		if err != nil {
-			return fmt.Errorf("apikeys: revoke sessions below: %w", err)
+			return err
 		}
-		n, _ := res.RowsAffected()
 		actor.Action, actor.Resource, actor.Outcome = "compute:sessions:revoke", "session/"+id, "allowed"
-		actor.Details = map[string]any{"sessions_below_revoked": n}
+		actor.Details = map[string]any{"sessions_below_revoked": sessions, "keys_revoked": keys}
 		return audit.Record(ctx, tx, now, actor)
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/errs"
@@ -249,8 +250,9 @@ func (s *Service) CreateIdentity(ctx context.Context, actor audit.Entry, tenant,
 }
 
 // DeleteIdentity removes an identity of tenant with its bindings, and
-// revokes its API keys and sessions in the same transaction, so nothing it
-// held still authenticates. An identity cannot delete itself
+// revokes its API keys and sessions, and every key and session they made
+// (apikeys.RevokeMadeBy), in the same transaction, so nothing it held or
+// made still authenticates. An identity cannot delete itself
 // (INVALID_STATE); NOT_FOUND when tenant has no such identity.
 func (s *Service) DeleteIdentity(ctx context.Context, actor audit.Entry, tenant, id string) error {
 	if id == actor.Actor {
@@ -266,6 +268,30 @@ func (s *Service) DeleteIdentity(ctx context.Context, actor audit.Entry, tenant,
 			return errs.New(errs.NotFound, "identity not found")
 		}
 		at := now.UnixMilli()
+		// Its keys and sessions, and then everything they made (keys it
+		// made for other identities included), are revoked.
+		var made []string
+		for _, q := range []string{
+			`SELECT id FROM api_keys WHERE identity = $1 AND revoked_at IS NULL`,
+			`SELECT id FROM sessions WHERE identity_id = $1 AND revoked_at IS NULL`,
+		} {
+			rows, err := tx.QueryContext(ctx, q, id)
+			if err != nil {
+				return fmt.Errorf("iam: read credentials: %w", err)
+			}
+			for rows.Next() {
+				var c string
+				if err := rows.Scan(&c); err != nil {
+					rows.Close()
+					return fmt.Errorf("iam: read credentials: %w", err)
+				}
+				made = append(made, c)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("iam: read credentials: %w", err)
+			}
+		}
 		for _, st := range []struct {
 			q    string
 			args []any
@@ -278,6 +304,9 @@ func (s *Service) DeleteIdentity(ctx context.Context, actor audit.Entry, tenant,
 			if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
 				return fmt.Errorf("iam: delete identity: %w", err)
 			}
+		}
+		if _, _, err := apikeys.RevokeMadeBy(ctx, tx, s.db.Dialect, at, made); err != nil {
+			return err
 		}
 		actor.Action, actor.Resource, actor.Outcome = "compute:identities:delete", "identity/"+id, "allowed"
 		return audit.Record(ctx, tx, now, actor)

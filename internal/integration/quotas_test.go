@@ -374,3 +374,154 @@ func TestQuotaWarmPoolsLeaveCapacity(t *testing.T) {
 		}
 	})
 }
+
+// subtreeCount counts rows of table held by tenants (a top-level tenant
+// and those under it) matching where.
+func subtreeCount(t *testing.T, db *store.DB, table, where string, tenants ...string) int {
+	t.Helper()
+	total := 0
+	for _, tn := range tenants {
+		var n int
+		if err := db.QueryRow(`SELECT COUNT(*) FROM `+table+` WHERE tenant_id = $1 AND `+where, tn).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	return total
+}
+
+// A quota is held by the top-level tenant: what its child (and
+// grandchild) tenants hold is charged to it and limited by its limits, so
+// a tenant admin making child tenants gets no more; a quota is set only on
+// a top-level tenant; and parallel calls from parent and child together
+// never take the top-level tenant past its limit.
+func TestQuotaChildTenants(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		ctx := context.Background()
+		child := func(parent string, admin *client.Client, name string) (string, *client.Client) {
+			t.Helper()
+			tn, err := admin.CreateTenant(ctx, parent, name)
+			if err != nil {
+				t.Fatalf("child tenant: %v", err)
+			}
+			return tn.ID, e.IdentityClient(t, tn.ID, name+"-admin", "admin")
+		}
+
+		// Join tokens, one call at a time: parent, child and grandchild
+		// share the parent's 3.
+		top, admin := e.TenantAdmin(t, "acme")
+		setQuotas(t, e, top, client.QuotaOverrides{JoinTokens: client.Limit(3)})
+		kid, kidAdmin := child(top, admin, "acme-kid")
+		grand, grandAdmin := child(kid, kidAdmin, "acme-grand")
+		for i, c := range []*client.Client{admin, kidAdmin, grandAdmin} {
+			if _, err := c.CreateJoinToken(ctx, "node-tenant", "", time.Hour); err != nil {
+				t.Fatalf("token %d: %v", i, err)
+			}
+		}
+		for _, c := range []*client.Client{kidAdmin, grandAdmin, admin} {
+			_, err := c.CreateJoinToken(ctx, "node-tenant", "", time.Hour)
+			expectExhausted(t, err, quota.JoinTokens, 3, 3, 1)
+		}
+		err := kidAdmin.Call(ctx, "joinTokens.createMany", map[string]any{"role": "node-tenant", "count": 50}, nil)
+		expectExhausted(t, err, quota.JoinTokens, 3, 3, 50)
+		if n := subtreeCount(t, db, "join_tokens", "used_at IS NULL", top, kid, grand); n != 3 {
+			t.Fatalf("%d tokens outstanding in the subtree, want 3", n)
+		}
+		// A child reads its top-level tenant's limits; its own cannot be set.
+		if q, err := kidAdmin.Quotas(ctx, ""); err != nil || q.Limits.JoinTokens != 3 {
+			t.Fatalf("child's quotas %+v %v", q, err)
+		}
+		if _, err := e.Client.SetQuotas(ctx, kid, client.QuotaOverrides{JoinTokens: client.Limit(100)}, false); !errors.Is(err, client.ErrInvalidState) {
+			t.Fatalf("set quotas on a child tenant: %v, want INVALID_STATE", err)
+		}
+
+		// Join tokens in parallel from parent and child.
+		ptop, padmin := e.TenantAdmin(t, "para")
+		pkid, pkidAdmin := child(ptop, padmin, "para-kid")
+		setQuotas(t, e, ptop, client.QuotaOverrides{JoinTokens: client.Limit(7)})
+		res := parallel(20, func(i int) error {
+			c := padmin
+			if i%2 == 1 {
+				c = pkidAdmin
+			}
+			_, err := c.CreateJoinToken(ctx, "node-tenant", "", time.Hour)
+			return err
+		})
+		ok := 0
+		for _, err := range res {
+			switch {
+			case err == nil:
+				ok++
+			case !errors.Is(err, client.ErrResourceExhausted):
+				t.Fatalf("parallel token: %v", err)
+			}
+		}
+		if n := subtreeCount(t, db, "join_tokens", "used_at IS NULL", ptop, pkid); ok != 7 || n != 7 {
+			t.Fatalf("%d of 20 parallel tokens admitted, %d outstanding in the subtree; want 7", ok, n)
+		}
+
+		// Commands in flight, in parallel from parent and child, each on a
+		// node of its own tenant.
+		ctop, cadmin := e.TenantAdmin(t, "cmds")
+		ckid, ckidAdmin := child(ctop, cadmin, "cmds-kid")
+		pnode := joinQuotaNode(t, e, cadmin, "cmds-1")
+		knode := joinQuotaNode(t, e, ckidAdmin, "cmds-kid-1")
+		setQuotas(t, e, ctop, client.QuotaOverrides{CommandsInFlight: client.Limit(5)})
+		res = parallel(20, func(i int) error {
+			c, node := cadmin, pnode
+			if i%2 == 1 {
+				c, node = ckidAdmin, knode
+			}
+			_, err := c.CreateCommand(ctx, node, "diag.run", nil)
+			return err
+		})
+		ok = 0
+		for _, err := range res {
+			switch {
+			case err == nil:
+				ok++
+			case !errors.Is(err, client.ErrResourceExhausted):
+				t.Fatalf("parallel command: %v", err)
+			}
+		}
+		if n := subtreeCount(t, db, "commands", "1 = 1", ctop, ckid); ok != 5 || n != 5 {
+			t.Fatalf("%d of 20 parallel commands admitted, %d stored in the subtree; want 5", ok, n)
+		}
+		_, err = ckidAdmin.CreateCommand(ctx, knode, "diag.run", nil)
+		expectExhausted(t, err, quota.CommandsInFlight, 5, 5, 1)
+		err = ckidAdmin.Call(ctx, "commands.fanout", map[string]any{"node_ids": []string{knode}, "kind": "diag.run"}, nil)
+		expectExhausted(t, err, quota.CommandsInFlight, 5, 5, 1)
+	})
+}
+
+// Live sandboxes of a child tenant count against its top-level tenant's
+// sandboxes quota, like the top-level tenant's own.
+func TestQuotaSandboxesChildTenants(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e, rt := startQuotaSandboxes(t, db, quota.Defaults())
+		ctx := context.Background()
+		top, admin := tenantWithImage(t, e, "acme")
+		setQuotas(t, e, top, client.QuotaOverrides{Sandboxes: client.Limit(2)})
+		kid, err := admin.CreateTenant(ctx, top, "acme-kid")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.CP.Sandboxes.ImportBytes(ctx, audit.Entry{TenantID: kid.ID, Actor: "test"}, kid.ID, "busybox", busyboxTar(t)); err != nil {
+			t.Fatalf("import: %v", err)
+		}
+		kidAdmin := e.IdentityClient(t, kid.ID, "kid-admin", "admin")
+		for _, c := range []*client.Client{admin, kidAdmin} {
+			if _, err := createTemplate(c, rt, "small", 64, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.CreateSandbox(ctx, "", "small"); err != nil {
+				t.Fatalf("sandbox: %v", err)
+			}
+		}
+		for _, c := range []*client.Client{kidAdmin, admin} {
+			_, err := c.CreateSandbox(ctx, "", "small")
+			expectExhausted(t, err, quota.Sandboxes, 2, 2, 1)
+		}
+	})
+}

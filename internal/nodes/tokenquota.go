@@ -34,15 +34,16 @@ func (s *Service) quotaService() *quota.Service {
 	return s.quotas
 }
 
-// countOutstanding counts a tenant's unused, unexpired join tokens.
-const countOutstanding = `SELECT COUNT(*) FROM join_tokens WHERE tenant_id = $1 AND used_at IS NULL AND expires_at > $2`
+// countOutstanding counts the unused, unexpired join tokens of a
+// top-level tenant ($1) and every tenant under it.
+const countOutstanding = `SELECT COUNT(*) FROM join_tokens WHERE ` + quota.InSubtree + ` AND used_at IS NULL AND expires_at > $2`
 
 // admitTokens admits want more outstanding join tokens to tenant inside tx,
 // of which tx inserts take (the join_tokens quota).
 func (s *Service) admitTokens(ctx context.Context, tx *sql.Tx, tenant string, want, take int64, now time.Time) error {
-	return s.quotaService().AdmitTracked(ctx, tx, tenant, quota.JoinTokens, want, take, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	return s.quotaService().AdmitTracked(ctx, tx, tenant, quota.JoinTokens, want, take, func(ctx context.Context, tx *sql.Tx, top string) (int64, error) {
 		var n int64
-		err := tx.QueryRowContext(ctx, countOutstanding, tenant, now.UnixMilli()).Scan(&n)
+		err := tx.QueryRowContext(ctx, countOutstanding, top, now.UnixMilli()).Scan(&n)
 		return n, err
 	})
 }

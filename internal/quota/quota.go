@@ -3,12 +3,18 @@
 // tenant_quotas table (a root operator's per-tenant overrides of the
 // configured defaults) and the decision; each module counts its own rows.
 //
+// A quota is held by a top-level tenant (a direct child of the root
+// tenant) and the whole subtree under it: what any tenant below holds is
+// charged to its top-level tenant, and the limits are the top-level
+// tenant's alone (overrides are set only on top-level tenants), so a
+// tenant admin cannot multiply its quota by making child tenants.
+//
 // A module calls Admit inside the transaction that inserts the rows the
-// quota bounds. Admit serialises the tenant's admissions of that quota
-// (a PostgreSQL advisory transaction lock; SQLite transactions are already
-// serial: they begin IMMEDIATE), counts what the tenant holds with the
-// module's own count, and refuses with RESOURCE_EXHAUSTED when the new rows
-// would take it past its limit. So parallel calls never overshoot.
+// quota bounds. Admit serialises the top-level tenant's admissions of that
+// quota (a PostgreSQL advisory transaction lock; SQLite transactions are
+// already serial: they begin IMMEDIATE), counts what the subtree holds with
+// the module's own count, and refuses with RESOURCE_EXHAUSTED when the new
+// rows would take it past its limit. So parallel calls never overshoot.
 //
 // The root tenant, the deployment's operator, is not limited: its fleet and
 // sandbox-host commands run as root.
@@ -118,8 +124,62 @@ func Message(k Kind, limit, used, want int64) string {
 	return fmt.Sprintf("quota %s exceeded: the tenant may hold at most %d %s (it holds %d; this call needs %d more)", k, limit, what[k], used, want)
 }
 
-// Counter counts what a tenant holds of one quota, inside tx.
-type Counter func(ctx context.Context, tx *sql.Tx) (int64, error)
+// Counter counts, inside tx, what the top-level tenant top and every
+// tenant under it hold of one quota (select the rows with InSubtree, top
+// as its $1).
+type Counter func(ctx context.Context, tx *sql.Tx, top string) (int64, error)
+
+// MaxDepth bounds the tenant tree a quota walks: a tenant more than
+// MaxDepth levels below the root tenant is refused every admission.
+const MaxDepth = 64
+
+// InSubtree is an SQL condition on a row's tenant_id: the tenant $1 or
+// any tenant under it (down to MaxDepth levels).
+const InSubtree = `tenant_id IN (WITH RECURSIVE quota_sub(id, depth) AS (
+		SELECT id, 0 FROM tenants WHERE id = $1
+		UNION ALL
+		SELECT t.id, q.depth + 1 FROM tenants t JOIN quota_sub q ON t.parent_id = q.id WHERE q.depth < 64
+	) SELECT id FROM quota_sub)`
+
+// errTooDeep refuses an admission for a tenant whose top-level tenant is
+// not found within MaxDepth levels.
+var errTooDeep = errs.New(errs.InvalidState, "the tenant is nested too deep for its quotas to be decided")
+
+// TopLevel returns the top-level tenant tenant is charged to: the root
+// tenant's direct child it is, or is under; the root tenant for itself. A
+// tenant not in the tenant table is its own (only tests admit such).
+func TopLevel(ctx context.Context, tx *sql.Tx, tenant string) (string, error) {
+	if Exempt(tenant) {
+		return tenant, nil
+	}
+	rows, err := tx.QueryContext(ctx, `WITH RECURSIVE quota_up(id, parent_id, depth) AS (
+			SELECT id, parent_id, 0 FROM tenants WHERE id = $1
+			UNION ALL
+			SELECT t.id, t.parent_id, u.depth + 1 FROM tenants t JOIN quota_up u ON t.id = u.parent_id WHERE u.depth < $2
+		) SELECT id, COALESCE(parent_id, '') FROM quota_up ORDER BY depth`, tenant, MaxDepth)
+	if err != nil {
+		return "", fmt.Errorf("quota: read tenant chain: %w", err)
+	}
+	defer rows.Close()
+	seen := false
+	for rows.Next() {
+		var id, parent string
+		if err := rows.Scan(&id, &parent); err != nil {
+			return "", fmt.Errorf("quota: read tenant chain: %w", err)
+		}
+		seen = true
+		if parent == "root" {
+			return id, nil
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("quota: read tenant chain: %w", err)
+	}
+	if !seen {
+		return tenant, nil
+	}
+	return "", errTooDeep
+}
 
 // Service reads tenants' limits and admits new rows against them.
 type Service struct {
@@ -143,22 +203,27 @@ func New(db *store.DB, clk clock.Clock, defaults Limits) *Service {
 func Exempt(tenant string) bool { return tenant == "root" }
 
 // Admit decides, inside tx, whether tenant may take want more of quota k:
-// it takes the tenant's lock for k for the rest of tx, reads the tenant's
-// limit, counts with count and decides. Call it in the transaction that
-// inserts the rows, before the insert. Use it for quotas over few rows
-// (sandboxes, templates); AdmitTracked for large ones.
+// it takes the lock of tenant's top-level tenant for k for the rest of tx,
+// reads the top-level tenant's limit, counts its subtree with count and
+// decides. Call it in the transaction that inserts the rows, before the
+// insert. Use it for quotas over few rows (sandboxes, templates);
+// AdmitTracked for large ones.
 func (s *Service) Admit(ctx context.Context, tx *sql.Tx, tenant string, k Kind, want int64, count Counter) error {
 	if Exempt(tenant) || want <= 0 {
 		return nil
 	}
-	if err := lock(ctx, tx, s.db.Dialect, tenant, k); err != nil {
-		return err
-	}
-	lim, err := s.limits(ctx, tx, tenant)
+	top, err := TopLevel(ctx, tx, tenant)
 	if err != nil {
 		return err
 	}
-	used, err := count(ctx, tx)
+	if err := lock(ctx, tx, s.db.Dialect, top, k); err != nil {
+		return err
+	}
+	lim, err := s.limits(ctx, tx, top)
+	if err != nil {
+		return err
+	}
+	used, err := count(ctx, tx, top)
 	if err != nil {
 		return fmt.Errorf("quota: count %s: %w", k, err)
 	}
@@ -174,8 +239,8 @@ const (
 )
 
 // AdmitTracked is Admit for quotas over many rows (join tokens, commands
-// in flight): it decides whether want more fit on the tenant's tracked
-// usage (quota_usage) and raises it in tx by take (the rows tx inserts; a
+// in flight): it decides whether want more fit on the tracked usage
+// (quota_usage) of tenant's top-level tenant and raises it in tx by take (the rows tx inserts; a
 // bulk call's chunk asks for all it still needs and takes its chunk),
 // instead of counting the rows each time.
 // Freed rows leave the usage high, never low, so it refuses only after an
@@ -185,6 +250,10 @@ const (
 func (s *Service) AdmitTracked(ctx context.Context, tx *sql.Tx, tenant string, k Kind, want, take int64, count Counter) error {
 	if Exempt(tenant) || want <= 0 {
 		return nil
+	}
+	tenant, err := TopLevel(ctx, tx, tenant) // from here on, the top-level tenant
+	if err != nil {
+		return err
 	}
 	if err := lock(ctx, tx, s.db.Dialect, tenant, k); err != nil {
 		return err
@@ -201,7 +270,7 @@ func (s *Service) AdmitTracked(ctx context.Context, tx *sql.Tx, tenant string, k
 		return fmt.Errorf("quota: read usage: %w", err)
 	}
 	recount := func() error {
-		n, err := count(ctx, tx)
+		n, err := count(ctx, tx, tenant)
 		if err != nil {
 			return fmt.Errorf("quota: count %s: %w", k, err)
 		}
@@ -286,12 +355,16 @@ func LockKey(tenant string, k Kind) int64 {
 	return int64(h.Sum64())
 }
 
-// Limits returns tenant's effective limits: its overrides over the defaults.
+// Limits returns tenant's effective limits: its top-level tenant's
+// overrides over the defaults (a tenant under it shares them).
 func (s *Service) Limits(ctx context.Context, tenant string) (Limits, error) {
 	var out Limits
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		var err error
-		out, err = s.limits(ctx, tx, tenant)
+		top, err := TopLevel(ctx, tx, tenant)
+		if err != nil {
+			return err
+		}
+		out, err = s.limits(ctx, tx, top)
 		return err
 	})
 	return out, err
@@ -331,7 +404,9 @@ type Overrides struct {
 // Set stores tenant's overrides (each given field replaces the stored one;
 // reset returns every field not given to the default), with its audit row
 // in the same transaction, and returns the effective limits. The caller has
-// checked that tenant exists and that the actor may set quotas.
+// checked that tenant exists and that the actor may set quotas. Only a
+// top-level tenant has overrides: for a tenant under one it is
+// INVALID_STATE (it shares its top-level tenant's quotas).
 func (s *Service) Set(ctx context.Context, actor audit.Entry, tenant string, o Overrides, reset bool) (Limits, error) {
 	vals := []*int64{o.JoinTokens, o.Sandboxes, o.WarmMemoryMB, o.CommandsInFlight}
 	for i, v := range vals {
@@ -342,6 +417,11 @@ func (s *Service) Set(ctx context.Context, actor audit.Entry, tenant string, o O
 	now := s.clk.Now()
 	var out Limits
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if top, err := TopLevel(ctx, tx, tenant); err != nil {
+			return err
+		} else if top != tenant {
+			return errs.New(errs.InvalidState, "quotas are set on a top-level tenant; a tenant under it shares its quotas")
+		}
 		args := []any{tenant, now.UnixMilli()}
 		for _, v := range vals {
 			if v != nil {

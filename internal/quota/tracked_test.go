@@ -26,7 +26,7 @@ func TestAdmitTrackedRecounts(t *testing.T) {
 		clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 		s := New(db, clk, Limits{JoinTokens: 3})
 		counts := 0
-		count := func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		count := func(ctx context.Context, tx *sql.Tx, _ string) (int64, error) {
 			counts++
 			var n int64
 			err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM quota_test_rows WHERE tenant_id = 't1'`).Scan(&n)

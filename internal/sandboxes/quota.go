@@ -25,21 +25,24 @@ func (s *Service) quotaService() *quota.Service {
 	return s.quotas
 }
 
-// The quota counts, each over one tenant's rows.
+// The quota counts, each over the rows of a top-level tenant ($1) and
+// every tenant under it.
 const (
-	// countLive: sandboxes a tenant holds outside its warm pools (a warm
-	// one being claimed counts).
-	countLive = `SELECT COUNT(*) FROM sandboxes WHERE tenant_id = $1 AND (state IN ($2, $3) OR (state = $4 AND claimed <> 0))`
-	// sumWarmHeld: memory of a tenant's unclaimed warm sandboxes.
-	sumWarmHeld = `SELECT COALESCE(SUM(memory_mb), 0) FROM sandboxes WHERE tenant_id = $1 AND claimed = 0 AND state IN ($2, $3)`
-	// sumWarmConfigured: warm × memory over a tenant's templates.
-	sumWarmConfigured = `SELECT COALESCE(SUM(warm * memory_mb), 0) FROM sandbox_templates WHERE tenant_id = $1`
+	// countLive: sandboxes the tenants hold outside their warm pools (a
+	// warm one being claimed counts).
+	countLive = `SELECT COUNT(*) FROM sandboxes WHERE ` + quota.InSubtree + ` AND (state IN ($2, $3) OR (state = $4 AND claimed <> 0))`
+	// sumWarmHeld: memory of the tenants' unclaimed warm sandboxes.
+	sumWarmHeld = `SELECT COALESCE(SUM(memory_mb), 0) FROM sandboxes WHERE ` + quota.InSubtree + ` AND claimed = 0 AND state IN ($2, $3)`
+	// sumWarmConfigured: warm × memory over the tenants' templates.
+	sumWarmConfigured = `SELECT COALESCE(SUM(warm * memory_mb), 0) FROM sandbox_templates WHERE ` + quota.InSubtree
 )
 
+// count is a quota.Counter running q with the top-level tenant as $1 and
+// args after it.
 func count(q string, args ...any) quota.Counter {
-	return func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	return func(ctx context.Context, tx *sql.Tx, top string) (int64, error) {
 		var n int64
-		err := tx.QueryRowContext(ctx, q, args...).Scan(&n)
+		err := tx.QueryRowContext(ctx, q, append([]any{top}, args...)...).Scan(&n)
 		return n, err
 	}
 }
@@ -47,7 +50,7 @@ func count(q string, args ...any) quota.Counter {
 // admitWarmPools admits a new template whose pool holds mb MiB against
 // the tenant's warm_memory_mb quota (the sum over its templates).
 func (s *Service) admitWarmPools(ctx context.Context, tx *sql.Tx, tenant string, mb int64) error {
-	return s.quotaService().Admit(ctx, tx, tenant, quota.WarmMemoryMB, mb, count(sumWarmConfigured, tenant))
+	return s.quotaService().Admit(ctx, tx, tenant, quota.WarmMemoryMB, mb, count(sumWarmConfigured))
 }
 
 // admitSandbox admits one more sandbox of t: a warm one against the
@@ -56,9 +59,9 @@ func (s *Service) admitWarmPools(ctx context.Context, tx *sql.Tx, tenant string,
 // against the tenant's live sandboxes.
 func (s *Service) admitSandbox(ctx context.Context, tx *sql.Tx, t Template, warm bool) error {
 	if warm {
-		return s.quotaService().Admit(ctx, tx, t.TenantID, quota.WarmMemoryMB, t.Limits.MemoryMB, count(sumWarmHeld, t.TenantID, StateStarting, StateWarm))
+		return s.quotaService().Admit(ctx, tx, t.TenantID, quota.WarmMemoryMB, t.Limits.MemoryMB, count(sumWarmHeld, StateStarting, StateWarm))
 	}
-	return s.quotaService().Admit(ctx, tx, t.TenantID, quota.Sandboxes, 1, count(countLive, t.TenantID, StateRunning, StateClaiming, StateStarting))
+	return s.quotaService().Admit(ctx, tx, t.TenantID, quota.Sandboxes, 1, count(countLive, StateRunning, StateClaiming, StateStarting))
 }
 
 // takeWarm marks warm sandbox id of t as being claimed, if the tenant's

@@ -1,0 +1,104 @@
+package apikeys
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+
+	"github.com/bettercompute/bettercompute/internal/store"
+)
+
+// maker is the credential a caller presented, recorded as the maker of
+// what it makes: its session when it is one, else its key ("" for the
+// server itself).
+func maker(p Principal) string {
+	if p.SessionID != "" {
+		return p.SessionID
+	}
+	return p.KeyID
+}
+
+// holdMaker checks, inside tx, that the maker credential (a session when
+// session, else a key) is unrevoked, and holds its row until tx ends: a revocation
+// of it waits, and a revocation that committed first is seen (PostgreSQL
+// re-reads the row it waited for), so nothing is made from a credential
+// whose revocation has already cascaded to what it made.
+func holdMaker(ctx context.Context, tx *sql.Tx, session bool, id, tenant, identity string) (bool, error) {
+	q := `UPDATE api_keys SET revoked_at = revoked_at WHERE id = $1 AND tenant_id = $2 AND identity = $3 AND revoked_at IS NULL`
+	if session {
+		q = `UPDATE sessions SET revoked_at = revoked_at WHERE id = $1 AND tenant_id = $2 AND identity_id = $3 AND revoked_at IS NULL`
+	}
+	res, err := tx.ExecContext(ctx, q, id, tenant, identity)
+	if err != nil {
+		return false, fmt.Errorf("apikeys: hold maker: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("apikeys: hold maker: %w", err)
+	}
+	return n == 1, nil
+}
+
+// RevokeMadeBy revokes, inside tx at time at (unix ms), everything made
+// from the credentials ids (key or session ids, which never collide, already revoked by the
+// caller), at any depth: the sessions of a key, the sessions a session
+// made, and the keys a key or a session made (api_keys.made_by), then what
+// those made, until nothing unrevoked is left. It returns how many keys
+// and sessions it revoked. Every revocation of a key or session calls it
+// in the same transaction.
+func RevokeMadeBy(ctx context.Context, tx *sql.Tx, d store.Dialect, at int64, ids []string) (keys, sessions int64, err error) {
+	frontier := slices.Clone(ids)
+	for len(frontier) > 0 {
+		var next []string
+		for chunk := range slices.Chunk(frontier, store.InChunk/2) {
+			k, err := revokeWhere(ctx, tx, d, at, "api_keys", func(a *store.Args) string {
+				return `made_by IN (` + a.Strings(chunk) + `)`
+			})
+			if err != nil {
+				return 0, 0, err
+			}
+			s, err := revokeWhere(ctx, tx, d, at, "sessions", func(a *store.Args) string {
+				return `(key_id IN (` + a.Strings(chunk) + `) OR parent_id IN (` + a.Strings(chunk) + `))`
+			})
+			if err != nil {
+				return 0, 0, err
+			}
+			keys, sessions = keys+int64(len(k)), sessions+int64(len(s))
+			next = append(append(next, k...), s...)
+		}
+		frontier = next
+	}
+	return keys, sessions, nil
+}
+
+// revokeWhere revokes the unrevoked rows of table matching the condition
+// cond builds and returns their ids.
+func revokeWhere(ctx context.Context, tx *sql.Tx, d store.Dialect, at int64, table string, cond func(*store.Args) string) ([]string, error) {
+	a := store.NewArgsFor(d)
+	rows, err := tx.QueryContext(ctx, `SELECT id FROM `+table+` WHERE revoked_at IS NULL AND `+cond(a), a.Values()...)
+	if err != nil {
+		return nil, fmt.Errorf("apikeys: read made credentials: %w", err)
+	}
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("apikeys: read made credentials: %w", err)
+		}
+		out = append(out, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("apikeys: read made credentials: %w", err)
+	}
+	for chunk := range slices.Chunk(out, store.InChunk) {
+		a := store.NewArgsFor(d)
+		at := a.Add(at)
+		if _, err := tx.ExecContext(ctx, `UPDATE `+table+` SET revoked_at = `+at+` WHERE revoked_at IS NULL AND id IN (`+a.Strings(chunk)+`)`, a.Values()...); err != nil {
+			return nil, fmt.Errorf("apikeys: revoke made credentials: %w", err)
+		}
+	}
+	return out, nil
+}
