@@ -130,15 +130,7 @@ func TestQuotaJoinTokensParallel(t *testing.T) {
 		res := parallel(10, func(int) error {
 			return admin.Call(ctx, "joinTokens.createMany", map[string]any{"role": "node-tenant", "count": 300}, nil)
 		})
-		ok := 0
-		for _, err := range res {
-			switch {
-			case err == nil:
-				ok++
-			case !errors.Is(err, client.ErrResourceExhausted):
-				t.Fatalf("parallel createMany: %v", err)
-			}
-		}
+		ok := admitted(t, "parallel createMany", res)
 		if ok != 3 || outstandingTokens(t, db, one) != 900 {
 			t.Fatalf("%d of 10 calls of 300 admitted under 1000, %d tokens outstanding; want 3 and 900", ok, outstandingTokens(t, db, one))
 		}
@@ -149,15 +141,7 @@ func TestQuotaJoinTokensParallel(t *testing.T) {
 		res = parallel(6, func(int) error {
 			return admin2.Call(ctx, "joinTokens.createMany", map[string]any{"role": "node-tenant", "count": count}, nil)
 		})
-		ok = 0
-		for _, err := range res {
-			switch {
-			case err == nil:
-				ok++
-			case !errors.Is(err, client.ErrResourceExhausted):
-				t.Fatalf("parallel createMany: %v", err)
-			}
-		}
+		ok = admitted(t, "parallel createMany", res)
 		if n := outstandingTokens(t, db, multi); n > 3000 || n != ok*count {
 			t.Fatalf("%d tokens outstanding after %d admitted calls of %d (quota 3000)", n, ok, count)
 		}
@@ -207,15 +191,7 @@ func TestQuotaCommandsInFlight(t *testing.T) {
 			_, err := admin2.CreateCommand(ctx, node2, "diag.run", nil)
 			return err
 		})
-		ok := 0
-		for _, err := range res {
-			switch {
-			case err == nil:
-				ok++
-			case !errors.Is(err, client.ErrResourceExhausted):
-				t.Fatalf("parallel create: %v", err)
-			}
-		}
+		ok := admitted(t, "parallel create", res)
 		var n int
 		if err := db.QueryRow(`SELECT COUNT(*) FROM commands WHERE tenant_id = $1`, other).Scan(&n); err != nil || ok != 7 || n != 7 {
 			t.Fatalf("%d of 20 parallel creates admitted, %d commands stored (%v); want 7", ok, n, err)
@@ -299,15 +275,7 @@ func TestQuotaSandboxes(t *testing.T) {
 			_, err := admin.CreateSandbox(ctx, "", "small")
 			return err
 		})
-		ok := 0
-		for _, err := range res {
-			switch {
-			case err == nil:
-				ok++
-			case !errors.Is(err, client.ErrResourceExhausted):
-				t.Fatalf("parallel create: %v", err)
-			}
-		}
+		ok := admitted(t, "parallel create", res)
 		var live int
 		if err := db.QueryRow(`SELECT COUNT(*) FROM sandboxes WHERE tenant_id = $1 AND claimed <> 0 AND state IN ('starting', 'running')`, tenant).Scan(&live); err != nil || ok != 3 || live != 5 {
 			t.Fatalf("%d of 6 parallel creates admitted, %d live (%v); want 3 and 5", ok, live, err)
@@ -448,15 +416,7 @@ func TestQuotaChildTenants(t *testing.T) {
 			_, err := c.CreateJoinToken(ctx, "node-tenant", "", time.Hour)
 			return err
 		})
-		ok := 0
-		for _, err := range res {
-			switch {
-			case err == nil:
-				ok++
-			case !errors.Is(err, client.ErrResourceExhausted):
-				t.Fatalf("parallel token: %v", err)
-			}
-		}
+		ok := admitted(t, "parallel token", res)
 		if n := subtreeCount(t, db, "join_tokens", "used_at IS NULL", ptop, pkid); ok != 7 || n != 7 {
 			t.Fatalf("%d of 20 parallel tokens admitted, %d outstanding in the subtree; want 7", ok, n)
 		}
@@ -476,15 +436,7 @@ func TestQuotaChildTenants(t *testing.T) {
 			_, err := c.CreateCommand(ctx, node, "diag.run", nil)
 			return err
 		})
-		ok = 0
-		for _, err := range res {
-			switch {
-			case err == nil:
-				ok++
-			case !errors.Is(err, client.ErrResourceExhausted):
-				t.Fatalf("parallel command: %v", err)
-			}
-		}
+		ok = admitted(t, "parallel command", res)
 		if n := subtreeCount(t, db, "commands", "1 = 1", ctop, ckid); ok != 5 || n != 5 {
 			t.Fatalf("%d of 20 parallel commands admitted, %d stored in the subtree; want 5", ok, n)
 		}
@@ -524,4 +476,20 @@ func TestQuotaSandboxesChildTenants(t *testing.T) {
 			expectExhausted(t, err, quota.Sandboxes, 2, 2, 1)
 		}
 	})
+}
+
+// admitted counts the calls in res that succeeded; any failure but
+// RESOURCE_EXHAUSTED fails the test, named by what.
+func admitted(t *testing.T, what string, res []error) int {
+	t.Helper()
+	ok := 0
+	for _, err := range res {
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, client.ErrResourceExhausted):
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	return ok
 }
