@@ -47,9 +47,9 @@ type Caller struct {
 	// the client named by a trusted proxy; "" when it cannot be told. It
 	// never reaches an access decision.
 	Addr string
-	// Tenant is the tenant the call acts in: the input's tenant, the
+	// ActingTenant is the tenant the call acts in: the input's tenant, the
 	// resource's tenant, or the caller's own.
-	Tenant string
+	ActingTenant string
 	// allow decides a further action of the call (set by the envelope once
 	// the method's own action is allowed).
 	allow func(ctx context.Context, action, resource string) (bool, error)
@@ -69,11 +69,11 @@ func (c *Caller) Allowed(ctx context.Context, action, resource string) (bool, er
 // Actor returns the audit entry prefilled with who is calling, from where,
 // and in which tenant.
 func (c *Caller) Actor() audit.Entry {
-	return audit.Entry{TenantID: c.Tenant, Actor: c.Identity, RequestID: c.RequestID, Caller: c.Addr}
+	return audit.Entry{TenantID: c.ActingTenant, Actor: c.Identity, RequestID: c.RequestID, Caller: c.Addr}
 }
 
 // Root reports whether the caller is in the root tenant.
-func (c *Caller) Root() bool { return c.TenantID == iam.RootTenant }
+func (c *Caller) Root() bool { return c.HomeTenant == iam.RootTenant }
 
 // Target is what a call's input names: a tenant, and/or one resource by
 // kind and id. The envelope pre-checks the tenant and resolves the
@@ -380,13 +380,13 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 	// its own subtree is denied after reading at most the tenant tree
 	// (nothing for its own tenant): no IAM decision, policy or resource
 	// read; only the denial row, in the caller's own tenant, is written.
-	if target.Tenant != "" && !c.Root() && target.Tenant != c.TenantID && !s.reaches(ctx, c, target.Tenant) {
+	if target.Tenant != "" && !c.Root() && target.Tenant != c.HomeTenant && !s.reaches(ctx, c, target.Tenant) {
 		s.recordDenial(ctx, c, m, target, "tenant-precheck")
 		return fail(errDenied)
 	}
 	var callerChain []iam.Tenant
 	if !c.Root() {
-		if callerChain, err = s.deps.IAM.Chain(ctx, c.TenantID); err != nil {
+		if callerChain, err = s.deps.IAM.Chain(ctx, c.HomeTenant); err != nil {
 			return fail(err)
 		}
 		switch st := iam.EffectiveState(callerChain); {
@@ -398,17 +398,17 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 	// it) hold at most a few of the process's slots at once, so work it
 	// starts cannot hold the database from the others, and child tenants
 	// are no way to more slots.
-	release, err := s.tenants.admit(ctx, slotTenant(c.TenantID, callerChain), m.Mutates)
+	release, err := s.tenants.admit(ctx, slotTenant(c.HomeTenant, callerChain), m.Mutates)
 	if err != nil {
 		out.retryAfter = time.Second
 		return fail(err)
 	}
 	defer release()
-	c.Tenant = target.Tenant
-	if c.Tenant == "" {
-		c.Tenant = c.TenantID
+	c.ActingTenant = target.Tenant
+	if c.ActingTenant == "" {
+		c.ActingTenant = c.HomeTenant
 	}
-	resource := "tenant/" + c.Tenant
+	resource := "tenant/" + c.ActingTenant
 	if target.Kind != "" {
 		resolve := s.deps.Resolvers[target.Kind]
 		if resolve == nil {
@@ -424,16 +424,16 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 			return fail(errDenied)
 		case err != nil:
 			return fail(err)
-		case !c.Root() && t != c.TenantID && !s.reaches(ctx, c, t):
+		case !c.Root() && t != c.HomeTenant && !s.reaches(ctx, c, t):
 			s.recordDenial(ctx, c, m, target, "other-tenant")
 			return fail(errDenied)
 		}
-		c.Tenant = t
+		c.ActingTenant = t
 		resource = target.Kind + "/" + target.ID
 	}
 	chain := callerChain
-	if c.Tenant != c.TenantID || chain == nil {
-		if chain, err = s.deps.IAM.Chain(ctx, c.Tenant); err != nil {
+	if c.ActingTenant != c.HomeTenant || chain == nil {
+		if chain, err = s.deps.IAM.Chain(ctx, c.ActingTenant); err != nil {
 			return fail(err)
 		}
 	}
@@ -454,7 +454,7 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 			kind, id, _ := strings.Cut(resource, "/")
 			further := m
 			further.Action = action
-			s.recordDenial(ctx, c, further, Target{Tenant: c.Tenant, Kind: kind, ID: id}, "policy")
+			s.recordDenial(ctx, c, further, Target{Tenant: c.ActingTenant, Kind: kind, ID: id}, "policy")
 		}
 		return ok, err
 	}
@@ -518,7 +518,7 @@ func (s *Server) recordDenial(ctx context.Context, c *Caller, m Method, t Target
 	if t.Kind != "" {
 		resource = t.Kind + "/" + t.ID
 	}
-	e := audit.Entry{TenantID: c.TenantID, Actor: c.Identity, Action: m.Action, Resource: resource, Outcome: "denied",
+	e := audit.Entry{TenantID: c.HomeTenant, Actor: c.Identity, Action: m.Action, Resource: resource, Outcome: "denied",
 		RequestID: c.RequestID, Caller: c.Addr, Details: map[string]any{"reason": why}}
 	err := s.deps.DB.Tx(ctx, func(tx *sql.Tx) error { return audit.Record(ctx, tx, s.deps.Clock.Now(), e) })
 	if err != nil {
@@ -560,7 +560,7 @@ func (s *Server) idempotent(ctx context.Context, c *Caller, m Method, key string
 	for attempt := 0; ; attempt++ {
 		now := s.deps.Clock.Now()
 		_, err := db.ExecContext(ctx, `INSERT INTO idempotency (tenant_id, identity_id, key, method, body_sha256, status, created_at, lease_expires_at) VALUES ($1, $2, $3, $4, $5, 0, $6, $7)`,
-			c.TenantID, c.Identity, key, m.Name, sum, now.UnixMilli(), now.Add(idempotencyLease).UnixMilli())
+			c.HomeTenant, c.Identity, key, m.Name, sum, now.UnixMilli(), now.Add(idempotencyLease).UnixMilli())
 		if err == nil {
 			break
 		}
@@ -574,13 +574,13 @@ func (s *Server) idempotent(ctx context.Context, c *Caller, m Method, key string
 		var status int
 		var created, lease int64
 		if err := db.QueryRowContext(ctx, `SELECT body_sha256, status, response, created_at, lease_expires_at FROM idempotency`+where,
-			c.TenantID, c.Identity, key).Scan(&prev, &status, &resp, &created, &lease); err != nil {
+			c.HomeTenant, c.Identity, key).Scan(&prev, &status, &resp, &created, &lease); err != nil {
 			return s.errorAnswer(c.RequestID, fmt.Errorf("api: read idempotency key: %w", err))
 		}
 		leaseOver := now.UnixMilli() >= lease
 		if created <= now.Add(-IdempotencyTTL).UnixMilli() && (status != 0 || leaseOver) {
 			// Expired: forget it and take the key as new.
-			if _, err := db.ExecContext(ctx, `DELETE FROM idempotency`+where+` AND created_at = $4`, c.TenantID, c.Identity, key, created); err != nil {
+			if _, err := db.ExecContext(ctx, `DELETE FROM idempotency`+where+` AND created_at = $4`, c.HomeTenant, c.Identity, key, created); err != nil {
 				return s.errorAnswer(c.RequestID, fmt.Errorf("api: expire idempotency key: %w", err))
 			}
 			continue
@@ -594,7 +594,7 @@ func (s *Server) idempotent(ctx context.Context, c *Caller, m Method, key string
 			// The request that held the key stopped renewing its lease (its
 			// process died): take the key over, once.
 			res, err := db.ExecContext(ctx, `UPDATE idempotency SET lease_expires_at = $4`+where+` AND status = 0 AND lease_expires_at = $5`,
-				c.TenantID, c.Identity, key, now.Add(idempotencyLease).UnixMilli(), lease)
+				c.HomeTenant, c.Identity, key, now.Add(idempotencyLease).UnixMilli(), lease)
 			if err != nil {
 				return s.errorAnswer(c.RequestID, fmt.Errorf("api: take over idempotency key: %w", err))
 			}
@@ -613,7 +613,7 @@ func (s *Server) idempotent(ctx context.Context, c *Caller, m Method, key string
 	stop()
 	bg := context.WithoutCancel(ctx)
 	if a.status >= 500 {
-		_, _ = db.ExecContext(bg, `DELETE FROM idempotency`+where, c.TenantID, c.Identity, key)
+		_, _ = db.ExecContext(bg, `DELETE FROM idempotency`+where, c.HomeTenant, c.Identity, key)
 		return a
 	}
 	stored := a.body
@@ -621,7 +621,7 @@ func (s *Server) idempotent(ctx context.Context, c *Caller, m Method, key string
 		stored = nil
 	}
 	if _, err := db.ExecContext(bg, `UPDATE idempotency SET status = $4, response = $5, lease_expires_at = 0`+where,
-		c.TenantID, c.Identity, key, a.status, stored); err != nil {
+		c.HomeTenant, c.Identity, key, a.status, stored); err != nil {
 		s.deps.Log.Error("store idempotent answer", "request_id", c.RequestID, "err", err)
 	}
 	return a
@@ -643,7 +643,7 @@ func (s *Server) renewLease(ctx context.Context, c *Caller, key string) (stop fu
 			case <-t.C:
 				lease := s.deps.Clock.Now().Add(idempotencyLease).UnixMilli()
 				if _, err := s.deps.DB.ExecContext(context.WithoutCancel(ctx), `UPDATE idempotency SET lease_expires_at = $1 WHERE tenant_id = $2 AND identity_id = $3 AND key = $4 AND status = 0`,
-					lease, c.TenantID, c.Identity, key); err != nil {
+					lease, c.HomeTenant, c.Identity, key); err != nil {
 					s.deps.Log.Warn("renew idempotency lease", "request_id", c.RequestID, "err", err)
 				}
 			}

@@ -119,14 +119,14 @@ func Methods(m Modules) []Method {
 	}
 	return append([]Method{
 		Def("nodes.list", "compute:nodes:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
-			ns, err := m.Nodes.List(ctx, c.Tenant)
+			ns, err := m.Nodes.List(ctx, c.ActingTenant)
 			if err != nil {
 				return nil, err
 			}
 			return map[string]any{"nodes": ns}, nil
 		}),
 		Def("nodes.get", "compute:nodes:get", false, byID("node"), func(ctx context.Context, c *Caller, in idIn) (any, error) {
-			return m.Nodes.Get(ctx, c.Tenant, in.ID)
+			return m.Nodes.Get(ctx, c.ActingTenant, in.ID)
 		}),
 		Def("nodes.revoke", "compute:nodes:revoke", true, func(in revokeIn) Target { return Target{Kind: "node", ID: in.NodeID} },
 			func(ctx context.Context, c *Caller, in revokeIn) (any, error) {
@@ -166,7 +166,7 @@ func Methods(m Modules) []Method {
 			}
 			ids := in.NodeIDs
 			if len(in.Labels) > 0 {
-				ns, err := m.Nodes.List(ctx, c.Tenant)
+				ns, err := m.Nodes.List(ctx, c.ActingTenant)
 				if err != nil {
 					return nil, err
 				}
@@ -204,15 +204,15 @@ func Methods(m Modules) []Method {
 				return m.Commands.Create(ctx, c.Actor(), in.NodeID, in.Kind, in.Payload, time.Duration(in.TTLSeconds)*time.Second)
 			}),
 		Def("commands.get", "compute:commands:get", false, byID("command"), func(ctx context.Context, c *Caller, in idIn) (any, error) {
-			return m.Commands.Get(ctx, c.Tenant, in.ID)
+			return m.Commands.Get(ctx, c.ActingTenant, in.ID)
 		}),
 		// The attestation is public evidence (signed bytes, signature and
 		// certificate), read with the same permission as the command.
 		Def("commands.attestation", "compute:commands:get", false, byID("command"), func(ctx context.Context, c *Caller, in idIn) (any, error) {
-			return m.Commands.Attestation(ctx, c.Tenant, in.ID)
+			return m.Commands.Attestation(ctx, c.ActingTenant, in.ID)
 		}),
 		Def("commands.list", "compute:commands:list", false, byTenant[listIn], func(ctx context.Context, c *Caller, in listIn) (any, error) {
-			cs, err := m.Commands.List(ctx, c.Tenant, commands.Filter{NodeID: in.NodeID, State: in.State, Limit: in.Limit})
+			cs, err := m.Commands.List(ctx, c.ActingTenant, commands.Filter{NodeID: in.NodeID, State: in.State, Limit: in.Limit})
 			if err != nil {
 				return nil, err
 			}

@@ -54,10 +54,10 @@ func BatchMethods(m BatchModules) []Method {
 			return m.Quorum.Create(ctx, c.Actor(), in.Leaves, time.Duration(in.ExpiresSeconds)*time.Second)
 		}),
 		Def("batches.get", "compute:batches:get", false, func(idIn) Target { return Target{Tenant: "root"} }, func(ctx context.Context, c *Caller, in idIn) (any, error) {
-			return m.Quorum.Get(ctx, c.Tenant, in.ID)
+			return m.Quorum.Get(ctx, c.ActingTenant, in.ID)
 		}),
 		Def("batches.list", "compute:batches:list", false, func(struct{}) Target { return Target{Tenant: "root"} }, func(ctx context.Context, c *Caller, _ struct{}) (any, error) {
-			bs, err := m.Quorum.List(ctx, c.Tenant)
+			bs, err := m.Quorum.List(ctx, c.ActingTenant)
 			if err != nil {
 				return nil, err
 			}

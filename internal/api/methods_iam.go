@@ -63,10 +63,10 @@ func iamMethods(m Modules) []Method {
 	return []Method{
 		Def("tenants.create", "compute:tenants:create", true, func(in tenantCreateIn) Target { return Target{Tenant: in.ParentID} },
 			func(ctx context.Context, c *Caller, in tenantCreateIn) (any, error) {
-				return m.IAM.CreateTenant(ctx, c.Actor(), c.Tenant, in.Name)
+				return m.IAM.CreateTenant(ctx, c.Actor(), c.ActingTenant, in.Name)
 			}),
 		Def("tenants.list", "compute:tenants:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
-			ts, err := m.IAM.ListTenants(ctx, c.Tenant)
+			ts, err := m.IAM.ListTenants(ctx, c.ActingTenant)
 			if err != nil {
 				return nil, err
 			}
@@ -85,10 +85,10 @@ func iamMethods(m Modules) []Method {
 		Def("tenants.resume", "compute:tenants:resume", true, tenantByID, setState(iam.StateActive)),
 		Def("tenants.delete", "compute:tenants:delete", true, tenantByID, setState(iam.StateDeleted)),
 		Def("identities.create", "compute:identities:create", true, byTenant[identityIn], func(ctx context.Context, c *Caller, in identityIn) (any, error) {
-			return m.IAM.CreateIdentity(ctx, c.Actor(), c.Tenant, in.Name, in.Kind)
+			return m.IAM.CreateIdentity(ctx, c.Actor(), c.ActingTenant, in.Name, in.Kind)
 		}),
 		Def("identities.list", "compute:identities:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
-			is, err := m.IAM.ListIdentities(ctx, c.Tenant)
+			is, err := m.IAM.ListIdentities(ctx, c.ActingTenant)
 			if err != nil {
 				return nil, err
 			}
@@ -98,34 +98,34 @@ func iamMethods(m Modules) []Method {
 			if in.ID == "" {
 				return nil, errs.New(errs.InvalidInput, "id is required")
 			}
-			return map[string]any{}, m.IAM.DeleteIdentity(ctx, c.Actor(), c.Tenant, in.ID)
+			return map[string]any{}, m.IAM.DeleteIdentity(ctx, c.Actor(), c.ActingTenant, in.ID)
 		}),
 		Def("roles.create", "compute:roles:create", true, byTenant[roleIn], func(ctx context.Context, c *Caller, in roleIn) (any, error) {
-			return m.IAM.CreateRole(ctx, c.Actor(), c.Tenant, in.Name, in.Statements)
+			return m.IAM.CreateRole(ctx, c.Actor(), c.ActingTenant, in.Name, in.Statements)
 		}),
 		Def("roles.list", "compute:roles:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
-			rs, err := m.IAM.ListRoles(ctx, c.Tenant)
+			rs, err := m.IAM.ListRoles(ctx, c.ActingTenant)
 			if err != nil {
 				return nil, err
 			}
 			return map[string]any{"roles": rs}, nil
 		}),
 		Def("bindings.create", "compute:bindings:create", true, byTenant[bindIn], func(ctx context.Context, c *Caller, in bindIn) (any, error) {
-			id, err := m.IAM.Bind(ctx, c.Actor(), c.Tenant, in.IdentityID, in.RoleID)
+			id, err := m.IAM.Bind(ctx, c.Actor(), c.ActingTenant, in.IdentityID, in.RoleID)
 			if err != nil {
 				return nil, err
 			}
 			return map[string]any{"id": id}, nil
 		}),
 		Def("bindings.list", "compute:bindings:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
-			bs, err := m.IAM.ListBindings(ctx, c.Tenant)
+			bs, err := m.IAM.ListBindings(ctx, c.ActingTenant)
 			if err != nil {
 				return nil, err
 			}
 			return map[string]any{"bindings": bs}, nil
 		}),
 		Def("bindings.delete", "compute:bindings:delete", true, byTenant[unbindIn], func(ctx context.Context, c *Caller, in unbindIn) (any, error) {
-			return map[string]any{}, m.IAM.Unbind(ctx, c.Actor(), c.Tenant, in.ID)
+			return map[string]any{}, m.IAM.Unbind(ctx, c.Actor(), c.ActingTenant, in.ID)
 		}),
 		Def("apiKeys.create", "compute:api-keys:create", true, byTenant[keyIn], func(ctx context.Context, c *Caller, in keyIn) (any, error) {
 			if in.IdentityID == "" {
@@ -147,18 +147,18 @@ func iamMethods(m Modules) []Method {
 				}
 			}
 			// The new key expires no later than the caller's credential.
-			id, key, exp, err := m.Keys.CreateFor(ctx, c.Actor(), c.Principal, c.Tenant, in.IdentityID, in.Name, time.Duration(in.TTLSeconds)*time.Second, in.Scopes...)
+			id, key, exp, err := m.Keys.CreateFor(ctx, c.Actor(), c.Principal, c.ActingTenant, in.IdentityID, in.Name, time.Duration(in.TTLSeconds)*time.Second, in.Scopes...)
 			if err != nil {
 				return nil, err
 			}
-			out := map[string]any{"id": id, "key": key, "tenant_id": c.Tenant, "identity_id": in.IdentityID}
+			out := map[string]any{"id": id, "key": key, "tenant_id": c.ActingTenant, "identity_id": in.IdentityID}
 			if !exp.IsZero() {
 				out["expires_at"] = exp.UTC()
 			}
 			return out, nil
 		}),
 		Def("apiKeys.list", "compute:api-keys:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
-			ks, err := m.Keys.List(ctx, c.Tenant)
+			ks, err := m.Keys.List(ctx, c.ActingTenant)
 			if err != nil {
 				return nil, err
 			}
@@ -166,7 +166,7 @@ func iamMethods(m Modules) []Method {
 		}),
 		Def("apiKeys.revoke", "compute:api-keys:revoke", true, func(in idIn) Target { return Target{Kind: "api-key", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in idIn) (any, error) {
-				return map[string]any{}, m.Keys.Revoke(ctx, c.Actor(), c.Tenant, in.ID)
+				return map[string]any{}, m.Keys.Revoke(ctx, c.Actor(), c.ActingTenant, in.ID)
 			}),
 		Def("sessions.create", "compute:sessions:create", true, nil, func(ctx context.Context, c *Caller, _ struct{}) (any, error) {
 			// At most 12 h, and never past the caller's key or session.
@@ -180,12 +180,12 @@ func iamMethods(m Modules) []Method {
 			id := in.ID
 			if id == "" {
 				// No id: the calling session itself (sign out).
-				if c.SessionID == "" || c.Tenant != c.TenantID {
+				if c.SessionID == "" || c.ActingTenant != c.HomeTenant {
 					return nil, errs.New(errs.InvalidInput, "id is required")
 				}
 				id = c.SessionID
 			}
-			return map[string]any{}, m.Keys.RevokeSession(ctx, c.Actor(), c.Tenant, id)
+			return map[string]any{}, m.Keys.RevokeSession(ctx, c.Actor(), c.ActingTenant, id)
 		}),
 	}
 }

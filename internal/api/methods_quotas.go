@@ -38,14 +38,14 @@ func quotaMethods(m Modules) []Method {
 	return []Method{
 		Def("tenants.getQuotas", "compute:quotas:get", false, func(in getIn) Target { return Target{Tenant: in.ID} },
 			func(ctx context.Context, c *Caller, in getIn) (any, error) {
-				if err := exists(ctx, c.Tenant); err != nil {
+				if err := exists(ctx, c.ActingTenant); err != nil {
 					return nil, err
 				}
-				l, err := m.Quotas.Limits(ctx, c.Tenant)
+				l, err := m.Quotas.Limits(ctx, c.ActingTenant)
 				if err != nil {
 					return nil, err
 				}
-				return map[string]any{"tenant_id": c.Tenant, "limits": l, "exempt": quota.Exempt(c.Tenant)}, nil
+				return map[string]any{"tenant_id": c.ActingTenant, "limits": l, "exempt": quota.Exempt(c.ActingTenant)}, nil
 			}),
 		Def("tenants.setQuotas", "compute:quotas:set", true, func(setIn) Target { return Target{Tenant: iam.RootTenant} },
 			func(ctx context.Context, c *Caller, in setIn) (any, error) {

@@ -55,7 +55,7 @@ func sandboxMethods(m Modules) []Method {
 	s := m.Sandboxes
 	return []Method{
 		Def("images.beginUpload", "compute:images:create", true, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
-			id, err := s.BeginUpload(ctx, c.Actor(), c.Tenant)
+			id, err := s.BeginUpload(ctx, c.Actor(), c.ActingTenant)
 			if err != nil {
 				return nil, err
 			}
@@ -74,10 +74,10 @@ func sandboxMethods(m Modules) []Method {
 		}),
 		Def("images.import", "compute:images:create", true, func(in importIn) Target { return Target{Kind: "image-upload", ID: in.UploadID} },
 			func(ctx context.Context, c *Caller, in importIn) (any, error) {
-				return s.CommitImage(ctx, c.Actor(), c.Tenant, in.UploadID, in.Name, in.Digest)
+				return s.CommitImage(ctx, c.Actor(), c.ActingTenant, in.UploadID, in.Name, in.Digest)
 			}),
 		Def("images.list", "compute:images:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
-			is, err := s.ListImages(ctx, c.Tenant)
+			is, err := s.ListImages(ctx, c.ActingTenant)
 			if err != nil {
 				return nil, err
 			}
@@ -85,10 +85,10 @@ func sandboxMethods(m Modules) []Method {
 		}),
 		Def("templates.create", "compute:templates:create", true, func(in templateIn) Target { return Target{Tenant: in.TenantID} },
 			func(ctx context.Context, c *Caller, in templateIn) (any, error) {
-				return s.CreateTemplate(ctx, c.Actor(), c.Tenant, in.TemplateIn)
+				return s.CreateTemplate(ctx, c.Actor(), c.ActingTenant, in.TemplateIn)
 			}),
 		Def("templates.list", "compute:templates:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
-			ts, err := s.ListTemplates(ctx, c.Tenant)
+			ts, err := s.ListTemplates(ctx, c.ActingTenant)
 			if err != nil {
 				return nil, err
 			}
@@ -96,20 +96,20 @@ func sandboxMethods(m Modules) []Method {
 		}),
 		Def("templates.get", "compute:templates:get", false, func(in templateRef) Target { return Target{Kind: "template", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in templateRef) (any, error) {
-				return s.Template(ctx, c.Tenant, in.ID)
+				return s.Template(ctx, c.ActingTenant, in.ID)
 			}),
 		Def("templates.delete", "compute:templates:delete", true, func(in templateRef) Target { return Target{Kind: "template", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in templateRef) (any, error) {
-				return s.DeleteTemplate(ctx, c.Actor(), c.Tenant, in.ID)
+				return s.DeleteTemplate(ctx, c.Actor(), c.ActingTenant, in.ID)
 			}),
 		Def("sandboxes.create", "compute:sandboxes:create", true, byTenant[createIn], func(ctx context.Context, c *Caller, in createIn) (any, error) {
-			return s.Create(ctx, c.Actor(), c.Tenant, in.Template)
+			return s.Create(ctx, c.Actor(), c.ActingTenant, in.Template)
 		}),
 		Def("sandboxes.get", "compute:sandboxes:get", false, sbx, func(ctx context.Context, c *Caller, in sandboxRef) (any, error) {
-			return s.Get(ctx, c.Tenant, in.ID)
+			return s.Get(ctx, c.ActingTenant, in.ID)
 		}),
 		Def("sandboxes.list", "compute:sandboxes:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
-			xs, err := s.List(ctx, c.Tenant)
+			xs, err := s.List(ctx, c.ActingTenant)
 			if err != nil {
 				return nil, err
 			}
@@ -117,17 +117,17 @@ func sandboxMethods(m Modules) []Method {
 		}),
 		Def("sandboxes.extend", "compute:sandboxes:extend", true, func(in extendIn) Target { return Target{Kind: "sandbox", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in extendIn) (any, error) {
-				return s.Extend(ctx, c.Actor(), c.Tenant, in.ID, time.Duration(in.Seconds)*time.Second)
+				return s.Extend(ctx, c.Actor(), c.ActingTenant, in.ID, time.Duration(in.Seconds)*time.Second)
 			}),
 		Def("sandboxes.delete", "compute:sandboxes:delete", true, sbx, func(ctx context.Context, c *Caller, in sandboxRef) (any, error) {
-			return s.Delete(ctx, c.Actor(), c.Tenant, in.ID)
+			return s.Delete(ctx, c.Actor(), c.ActingTenant, in.ID)
 		}),
 		Def("sandboxes.exec", "compute:sandboxes:exec", true, func(in execIn) Target { return Target{Kind: "sandbox", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in execIn) (any, error) {
 				if in.TimeoutSeconds < 0 || in.TimeoutSeconds > 600 {
 					return nil, errs.New(errs.InvalidInput, "timeout_seconds: 0 (30) to 600")
 				}
-				return s.Exec(ctx, c.Actor(), c.Tenant, in.ID, in.Argv, time.Duration(in.TimeoutSeconds)*time.Second)
+				return s.Exec(ctx, c.Actor(), c.ActingTenant, in.ID, in.Argv, time.Duration(in.TimeoutSeconds)*time.Second)
 			}),
 	}
 }

@@ -30,10 +30,10 @@ func secretMethods(m Modules) []Method {
 				return nil, errs.New(errs.InvalidInput, "value_base64: not base64")
 			}
 			defer clear(v)
-			return m.Secrets.Put(ctx, c.Actor(), c.Tenant, in.Name, in.Scope, v)
+			return m.Secrets.Put(ctx, c.Actor(), c.ActingTenant, in.Name, in.Scope, v)
 		}),
 		Def("secrets.list", "compute:secrets:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
-			ms, err := m.Secrets.List(ctx, c.Tenant)
+			ms, err := m.Secrets.List(ctx, c.ActingTenant)
 			if err != nil {
 				return nil, err
 			}

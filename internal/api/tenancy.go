@@ -13,7 +13,7 @@ import (
 // tenant); an error reads as false, so the call is denied (fail closed)
 // and logged.
 func (s *Server) reaches(ctx context.Context, c *Caller, tenant string) bool {
-	ok, err := s.deps.IAM.Within(ctx, c.TenantID, tenant)
+	ok, err := s.deps.IAM.Within(ctx, c.HomeTenant, tenant)
 	if err != nil {
 		s.deps.Log.Warn("tenant tree read failed", "request_id", c.RequestID, "err", err)
 		return false
@@ -25,7 +25,7 @@ func (s *Server) reaches(ctx context.Context, c *Caller, tenant string) bool {
 // the tenant it acts in is deleted, or suspended and the method mutates,
 // as the envelope refuses that tenant's own callers (TENANT_SUSPENDED).
 func actingState(c *Caller, chain []iam.Tenant, mutates bool) error {
-	if c.Root() || c.Tenant == c.TenantID {
+	if c.Root() || c.ActingTenant == c.HomeTenant {
 		return nil
 	}
 	switch st := iam.EffectiveState(chain); {

@@ -34,8 +34,10 @@ type Principal struct {
 	KeyID string
 	// SessionID is set when the caller presented a session.
 	SessionID string
-	TenantID  string
-	Identity  string
+	// HomeTenant is the tenant the credential's identity belongs to, which
+	// is not always the tenant a call acts in (api.Caller.ActingTenant).
+	HomeTenant string
+	Identity   string
 	// Scopes, when not empty, limit the actions the key may be used for
 	// (action patterns); the identity's roles still decide. A session has
 	// its key's scopes.
@@ -114,7 +116,7 @@ func (s *Service) CreateFor(ctx context.Context, actor audit.Entry, caller Princ
 		// The maker must still be valid when the key is recorded, and stays
 		// so until it is: its revocation revokes this key too.
 		if madeBy != nil {
-			ok, err := holdMaker(ctx, tx, caller.SessionID != "", maker(caller), caller.TenantID, caller.Identity)
+			ok, err := holdMaker(ctx, tx, caller.SessionID != "", maker(caller), caller.HomeTenant, caller.Identity)
 			if err != nil {
 				return err
 			}
@@ -167,7 +169,7 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Principal, erro
 	if err != nil {
 		return Principal{}, err
 	}
-	err = st.QueryRowContext(ctx, hash(key)).Scan(&p.KeyID, &p.TenantID, &p.Identity, &scopes, &exp, &revoked)
+	err = st.QueryRowContext(ctx, hash(key)).Scan(&p.KeyID, &p.HomeTenant, &p.Identity, &scopes, &exp, &revoked)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Principal{}, ErrInvalid
 	}

@@ -56,9 +56,9 @@ func (s *Service) CreateSession(ctx context.Context, actor audit.Entry, p Princi
 		// key revoked since the caller authenticated makes nothing.
 		// Its row is held until the session is recorded, so a revocation
 		// cascades to the new session or waits for it.
-		ok, err := holdMaker(ctx, tx, false, p.KeyID, p.TenantID, p.Identity)
+		ok, err := holdMaker(ctx, tx, false, p.KeyID, p.HomeTenant, p.Identity)
 		if err == nil && ok && p.SessionID != "" {
-			ok, err = holdMaker(ctx, tx, true, p.SessionID, p.TenantID, p.Identity)
+			ok, err = holdMaker(ctx, tx, true, p.SessionID, p.HomeTenant, p.Identity)
 		}
 		if err != nil {
 			return err
@@ -67,7 +67,7 @@ func (s *Service) CreateSession(ctx context.Context, actor audit.Entry, p Princi
 			return ErrInvalid
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, hash, tenant_id, identity_id, created_at, expires_at, key_id, parent_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			id, hash(out.Value), p.TenantID, p.Identity, now.UnixMilli(), out.ExpiresAt.UnixMilli(), p.KeyID, parent); err != nil {
+			id, hash(out.Value), p.HomeTenant, p.Identity, now.UnixMilli(), out.ExpiresAt.UnixMilli(), p.KeyID, parent); err != nil {
 			return fmt.Errorf("apikeys: insert session: %w", err)
 		}
 		actor.Action, actor.Resource, actor.Outcome = "compute:sessions:create", "session/"+id, "allowed"
@@ -104,7 +104,7 @@ func (s *Service) AuthenticateSession(ctx context.Context, value string) (Princi
 	if err != nil {
 		return Principal{}, err
 	}
-	err = st.QueryRowContext(ctx, hash(value)).Scan(&p.SessionID, &p.TenantID, &p.Identity, &exp, &rev, &parent, &p.KeyID, &scopes, &keyExp, &keyRev)
+	err = st.QueryRowContext(ctx, hash(value)).Scan(&p.SessionID, &p.HomeTenant, &p.Identity, &exp, &rev, &parent, &p.KeyID, &scopes, &keyExp, &keyRev)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Principal{}, ErrInvalid
 	}
