@@ -210,10 +210,18 @@ func run(dbName string, n int, bin, self, pgDSN, simRoot string) (result, error)
 	// file lock (its busy handler sleeps up to 100 ms a try), which no
 	// operator runs; there the "gateway" figures include api and workers.
 	r.OneProcess = dbName == "sqlite"
-	apiArgs := []string{bc, "serve", "--roles", "api,workers", "--api", apiAddr}
-	// Two processes on one host: only the first serves metrics (on the
-	// default loopback address).
-	gwArgs := []string{bc, "serve", "--roles", "gateway", "--gateway", gwAddr, "--metrics", ""}
+	internalAddr := freeAddr()
+	apiArgs := []string{bc, "serve", "--roles", "api,workers", "--api", apiAddr, "--internal", internalAddr}
+	// The gateway-only process holds no keys: it gets its certificate from
+	// the internal CA (pki issue-gateway), runs without the KEK and relays
+	// to the api's internal channel. Two processes on one host: only the
+	// first serves metrics (on the default loopback address).
+	gwDir := filepath.Join(dir, "gateway")
+	if out, err := exec.Command(bc, "pki", "issue-gateway", "--pki", filepath.Join(dir, "pki"), "--kek-file", filepath.Join(dir, "kek"), "--out", gwDir).CombinedOutput(); err != nil {
+		return r, fmt.Errorf("pki issue-gateway: %v: %s", err, out)
+	}
+	gwArgs := []string{bc, "serve", "--roles", "gateway", "--gateway", gwAddr, "--metrics", "", "--db", dsn, "--pki", gwDir,
+		"--gateway-cert", filepath.Join(gwDir, "gateway.crt"), "--gateway-key", filepath.Join(gwDir, "gateway.key"), "--control", internalAddr, "--log-level", "error"}
 	if r.OneProcess {
 		apiArgs = []string{bc, "serve", "--roles", "api,workers,gateway", "--api", apiAddr, "--gateway", gwAddr}
 		gwArgs = apiArgs
@@ -232,7 +240,7 @@ func run(dbName string, n int, bin, self, pgDSN, simRoot string) (result, error)
 	defer apiProc.Process.Kill()
 	gw := apiProc
 	if !r.OneProcess {
-		if gw, err = start(ctx, dir, "gw", append(gwArgs, common...)...); err != nil {
+		if gw, err = start(ctx, dir, "gw", gwArgs...); err != nil {
 			return r, err
 		}
 	}
