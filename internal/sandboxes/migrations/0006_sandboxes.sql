@@ -1,3 +1,7 @@
+-- Schema version 6 (0006_sandboxes.sql), the sandboxes module's part: it names only
+-- the sandboxes module's tables. store.Migrate applies every module's part of a
+-- version in one transaction, in the module order of internal/store/modules.go.
+
 -- Schema version 6: sandboxes. Images are content-addressed tars in the
 -- object store (this table names them per tenant); uploads stage an
 -- image's chunks; templates name an image, limits, lifetimes, a network
@@ -64,6 +68,9 @@ CREATE TABLE sandboxes (
   expires_at   BIGINT NOT NULL,
   max_expires_at BIGINT NOT NULL
 );
+
 CREATE INDEX sandboxes_tenant ON sandboxes(tenant_id, state);
+
 CREATE INDEX sandboxes_node ON sandboxes(node_id, state);
+
 CREATE INDEX sandboxes_template ON sandboxes(template_id, state);

@@ -1,3 +1,7 @@
+-- Schema version 5 (0005_secrets.sql), the secrets module's part: it names only
+-- the secrets module's tables. store.Migrate applies every module's part of a
+-- version in one transaction, in the module order of internal/store/modules.go.
+
 -- Schema version 5: sealed secrets and the broker's seen request ids.
 -- Values are never stored in the clear: sealed holds AES-256-GCM under the
 -- key-encryption key, bound to (ref, tenant, version).
@@ -14,6 +18,7 @@ CREATE TABLE secrets (
   deleted_at  BIGINT,
   PRIMARY KEY (ref, version)
 );
+
 CREATE INDEX secrets_tenant ON secrets(tenant_id, name);
 
 CREATE TABLE secret_requests (

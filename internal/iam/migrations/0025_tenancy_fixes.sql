@@ -1,3 +1,7 @@
+-- Schema version 25 (0025_tenancy_fixes.sql), the iam module's part: it names only
+-- the iam module's tables. store.Migrate applies every module's part of a
+-- version in one transaction, in the module order of internal/store/modules.go.
+
 -- Schema version 25: quotas held by top-level tenants, and keys that die
 -- with the credential that made them.
 -- A quota counts the rows of a top-level tenant's whole subtree, walking
@@ -8,6 +12,3 @@
 -- revoking a credential revokes the keys it made, at any depth.
 
 CREATE INDEX tenants_parent ON tenants(parent_id);
-DELETE FROM quota_usage;
-ALTER TABLE api_keys ADD COLUMN made_by TEXT;
-CREATE INDEX api_keys_made_by ON api_keys(made_by);

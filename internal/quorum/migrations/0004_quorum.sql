@@ -1,3 +1,7 @@
+-- Schema version 4 (0004_quorum.sql), the quorum module's part: it names only
+-- the quorum module's tables. store.Migrate applies every module's part of a
+-- version in one transaction, in the module order of internal/store/modules.go.
+
 -- Schema version 4: the destructive-batch quorum (package quorum).
 -- A batch is a list of leaves (node, kind, payload digest or unbound) under
 -- an RFC 6962 Merkle root; approvers held off the control plane sign
@@ -19,6 +23,7 @@ CREATE TABLE batches (
   expires_at    BIGINT NOT NULL,
   approved_at   BIGINT
 );
+
 CREATE INDEX batches_state ON batches(state);
 
 CREATE TABLE batch_leaves (
@@ -61,5 +66,3 @@ CREATE TABLE approver_set_signatures (
   created_at   BIGINT NOT NULL,
   PRIMARY KEY (generation, message, approver_key)
 );
-
-ALTER TABLE commands ADD COLUMN batch_id TEXT;

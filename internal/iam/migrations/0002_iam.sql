@@ -1,3 +1,7 @@
+-- Schema version 2 (0002_iam.sql), the iam module's part: it names only
+-- the iam module's tables. store.Migrate applies every module's part of a
+-- version in one transaction, in the module order of internal/store/modules.go.
+
 -- Schema version 2: identities, roles, bindings, idempotency and sessions
 -- for the API envelope and access control.
 
@@ -9,6 +13,7 @@ CREATE TABLE identities (
   created_at  BIGINT NOT NULL,
   UNIQUE (tenant_id, name)
 );
+
 INSERT INTO identities (id, tenant_id, name, kind, created_at) VALUES ('admin', 'root', 'admin', 'person', 0);
 
 CREATE TABLE roles (
@@ -19,6 +24,7 @@ CREATE TABLE roles (
   created_at  BIGINT NOT NULL,
   UNIQUE (tenant_id, name)
 );
+
 INSERT INTO roles (id, tenant_id, name, statements, created_at) VALUES
   ('admin', 'root', 'admin', '[{"effect":"allow","actions":["*"],"resources":["*"]}]', 0),
   ('viewer', 'root', 'viewer', '[{"effect":"allow","actions":["compute:*:get","compute:*:list"],"resources":["*"]}]', 0),
@@ -32,27 +38,7 @@ CREATE TABLE bindings (
   created_at   BIGINT NOT NULL,
   UNIQUE (tenant_id, identity_id, role_id)
 );
+
 CREATE INDEX bindings_identity ON bindings(identity_id);
+
 INSERT INTO bindings (id, tenant_id, identity_id, role_id, created_at) VALUES ('admin', 'root', 'admin', 'admin', 0);
-
-CREATE TABLE idempotency (
-  tenant_id    TEXT NOT NULL,
-  identity_id  TEXT NOT NULL,
-  key          TEXT NOT NULL,
-  method       TEXT NOT NULL,
-  body_sha256  BLOB NOT NULL,
-  status       INTEGER NOT NULL,
-  response     BLOB,
-  created_at   BIGINT NOT NULL,
-  PRIMARY KEY (tenant_id, identity_id, key)
-);
-
-CREATE TABLE sessions (
-  id           TEXT PRIMARY KEY,
-  hash         BLOB NOT NULL UNIQUE,
-  tenant_id    TEXT NOT NULL,
-  identity_id  TEXT NOT NULL,
-  created_at   BIGINT NOT NULL,
-  expires_at   BIGINT NOT NULL,
-  revoked_at   BIGINT
-);

@@ -1,3 +1,7 @@
+-- Schema version 11 (0011_quotas.sql), the quota module's part: it names only
+-- the quota module's tables. store.Migrate applies every module's part of a
+-- version in one transaction, in the module order of internal/store/modules.go.
+
 -- Schema version 11: per-tenant quotas. tenant_quotas holds a root
 -- operator's overrides (NULL: the configured default); the indexes let a
 -- quota count what one tenant holds without scanning every tenant's rows.
@@ -10,9 +14,6 @@ CREATE TABLE tenant_quotas (
   commands_in_flight BIGINT,
   updated_at         BIGINT NOT NULL
 );
-
-CREATE INDEX join_tokens_outstanding ON join_tokens(tenant_id, expires_at) WHERE used_at IS NULL;
-CREATE INDEX commands_tenant_state ON commands(tenant_id, state);
 
 -- quota_usage keeps what a tenant holds of a large quota (join tokens,
 -- commands in flight), raised in the transaction of each admitted insert,
