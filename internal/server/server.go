@@ -221,7 +221,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	cp.APIKeys = apikeys.New(o.DB, o.Clock)
 	cp.IAM = iam.New(o.DB, o.Clock)
 	if hasAPI {
-		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, cp.Events, o.Log)
+		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, liveCommands{o.DB}, cp.Events, o.Log)
 	}
 
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
