@@ -242,6 +242,7 @@ func cleanName(n string) (string, error) {
 	}
 	for _, el := range strings.Split(strings.TrimSuffix(n, "/"), "/") {
 		if el == ".." {
+			//lint:ignore ST1005 ".." is the path element refused, not punctuation
 			return "", fmt.Errorf("%w: name %q has ..", ErrUnsafeImage, n)
 		}
 	}
