@@ -51,7 +51,7 @@ func sandboxDriver(ctx context.Context, inner driver.Driver, nodeDir, store, run
 // seedSandboxes imports the default busybox image and a "default"
 // template into the root tenant, once, and says what to run.
 func seedSandboxes(ctx context.Context, cp *server.ControlPlane, runtime string) string {
-	actor := audit.Entry{TenantID: "root", Actor: "dev"}
+	actor := audit.Entry{TenantID: iam.RootTenant, Actor: "dev"}
 	if _, err := cp.Sandboxes.Template(ctx, iam.RootScope(), "default"); err == nil {
 		return sandboxHint(runtime)
 	}

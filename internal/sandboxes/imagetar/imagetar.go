@@ -95,7 +95,7 @@ func FromDir(dir string, w io.Writer) error {
 
 // rootHome is the image's /root, the home directory of its uid 0 (a
 // path, not a tenant).
-const rootHome = "root"
+const rootHome = "root" // archtest:not-tenant
 
 // BusyboxPath returns the host's static busybox, or an error saying how
 // to get one.
