@@ -230,16 +230,15 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		cp.Close()
 		return nil, err
 	}
-	if err := cp.startSandboxes(rctx, o); err != nil {
-		return fail(err)
-	}
 	if o.Quotas == (quota.Limits{}) {
 		o.Quotas = quota.Defaults()
 	}
 	cp.Quotas = quota.New(o.DB, o.Clock, o.Quotas)
+	if err := cp.startSandboxes(rctx, o); err != nil {
+		return fail(err)
+	}
 	cp.Nodes.UseQuotas(cp.Quotas)
 	cp.Commands.UseQuotas(cp.Quotas)
-	cp.Sandboxes.UseQuotas(cp.Quotas)
 
 	bridgePokes(rctx, o.DB, cp.Bus, o.Log)
 
