@@ -8,9 +8,7 @@ package daemon
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
 	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -101,6 +99,25 @@ type Node struct {
 // (and journals) commands interrupted by a crash as failed, so they are not
 // run again and their result reaches the control plane.
 func Open(cfg Config) (*Node, error) {
+	cfg, err := withDefaults(cfg)
+	if err != nil {
+		return nil, err
+	}
+	n, err := load(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if sf, ok := cfg.Driver.(SandboxFailures); ok {
+		sf.OnSandboxFailed(n.ReportSandboxFailed)
+	}
+	if err := n.failInterrupted(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// withDefaults fills in cfg's zero fields; a driver is required.
+func withDefaults(cfg Config) (Config, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
@@ -123,17 +140,33 @@ func Open(cfg Config) (*Node, error) {
 		cfg.WorkerChains = pki.NewWorkerChainCache(0)
 	}
 	if cfg.Driver == nil {
-		return nil, errors.New("daemon: no driver")
+		return cfg, errors.New("daemon: no driver")
 	}
+	return cfg, nil
+}
+
+// readJoin reads the join record in dir and verifies its trust bundle
+// under the join-key pin it holds.
+func readJoin(dir string) (*JoinRecord, pki.TrustBundle, error) {
 	var rec JoinRecord
-	if err := readJSON(cfg.DataDir, joinFile, &rec); err != nil {
-		return nil, ErrNotJoined
+	if err := readJSON(dir, joinFile, &rec); err != nil {
+		return nil, pki.TrustBundle{}, ErrNotJoined
 	}
 	var pin [32]byte
 	copy(pin[:], rec.Pin)
 	tb, err := pki.VerifyTrustBundle(rec.BundleBody, rec.BundleSig, ed25519.PublicKey(rec.JoinPublicKey), pin)
 	if err != nil {
-		return nil, fmt.Errorf("daemon: join record's trust bundle does not verify: %w", err)
+		return nil, pki.TrustBundle{}, fmt.Errorf("daemon: join record's trust bundle does not verify: %w", err)
+	}
+	return &rec, tb, nil
+}
+
+// load reads the node's files under cfg.DataDir (join record, identity,
+// approver sets, state, journal) into a Node.
+func load(cfg Config) (*Node, error) {
+	rec, tb, err := readJoin(cfg.DataDir)
+	if err != nil {
+		return nil, err
 	}
 	var id identity
 	if err := readJSON(cfg.DataDir, identityFile, &id); err != nil {
@@ -164,23 +197,25 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.Gateway == "" {
 		cfg.Gateway = rec.Gateway
 	}
-	n := &Node{cfg: cfg, rec: &rec, bundle: tb, journal: j, key: key, chain: chain, highestMS: st.HighestServerTimeMS, approvers: ap,
+	return &Node{cfg: cfg, rec: rec, bundle: tb, journal: j, key: key, chain: chain, highestMS: st.HighestServerTimeMS, approvers: ap,
 		verify: &Verifier{NodeID: rec.NodeID, Role: nid.Role, TrustDomain: tb.TrustDomain, CommandRoots: roots,
-			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains}, reports: newReports()}
-	if sf, ok := cfg.Driver.(SandboxFailures); ok {
-		sf.OnSandboxFailed(n.ReportSandboxFailed)
-	}
-	for _, r := range j.Interrupted() {
-		upd, err := n.signUpdate(&nodev1.UpdateBody{CommandId: r.ID, State: "failed", Reason: "interrupted", Kind: r.Kind, PayloadSha256: r.PayloadSHA256})
+			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains}, reports: newReports()}, nil
+}
+
+// failInterrupted reports (and journals) every command a crash
+// interrupted as failed, reason interrupted.
+func (n *Node) failInterrupted() error {
+	for _, r := range n.journal.Interrupted() {
+		upd, err := n.signUpdate(&nodev1.UpdateBody{CommandId: r.ID, State: string(wire.StateFailed), Reason: "interrupted", Kind: r.Kind, PayloadSha256: r.PayloadSHA256})
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if err := j.Done(r.ID, time.UnixMilli(r.ExpiresMS), upd); err != nil {
-			return nil, err
+		if err := n.journal.Done(r.ID, time.UnixMilli(r.ExpiresMS), upd); err != nil {
+			return err
 		}
-		cfg.Log.Warn("command interrupted by restart", "command_id", r.ID)
+		n.cfg.Log.Warn("command interrupted by restart", "command_id", r.ID)
 	}
-	return n, nil
+	return nil
 }
 
 // NodeID returns this node's id.
@@ -276,23 +311,16 @@ func boundTo(u *nodev1.UpdateBody, body *nodev1.CommandBody) *nodev1.UpdateBody 
 	return u
 }
 
-// signBytes signs SHA-256(sigContext || body) with the current node key
-// and names the certificate it belongs to. Every statement a node makes
-// (updates, sandbox reports) is signed here, each under its own context,
-// so that one kind's signature is never taken for another's.
-func (n *Node) signBytes(sigContext string, body []byte) (sig []byte, serial string, err error) {
+// sign signs body under sigContext with the current node key
+// (wire.SignNode) and names the certificate it belongs to. Every statement
+// a node makes (updates, sandbox reports, secret requests, renewal
+// proofs) is signed here, each under its own context, so that one kind's
+// signature is never taken for another's.
+func (n *Node) sign(sigContext string, body []byte) (sig []byte, serial string, err error) {
 	n.mu.Lock()
 	key, serial := n.key, pki.SerialHex(n.chain[0])
 	n.mu.Unlock()
-	digest := sha256.Sum256(append([]byte(sigContext), body...))
-	switch k := key.(type) {
-	case *ecdsa.PrivateKey:
-		sig, err = ecdsa.SignASN1(rand.Reader, k, digest[:])
-	case ed25519.PrivateKey:
-		sig = ed25519.Sign(k, digest[:])
-	default:
-		err = errors.New("unsupported node key")
-	}
+	sig, err = wire.SignNode(key, sigContext, body)
 	return sig, serial, err
 }
 
@@ -304,7 +332,7 @@ func (n *Node) signUpdate(b *nodev1.UpdateBody) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("daemon: encode update: %w", err)
 	}
-	sig, serial, err := n.signBytes(wire.UpdateSigContext, body)
+	sig, serial, err := n.sign(wire.UpdateSigContext, body)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: sign update: %w", err)
 	}
@@ -398,7 +426,7 @@ func (n *Node) Renew(ctx context.Context, conn *grpc.ClientConn) error {
 	}
 	// The chain is public; this signature by the current key proves that
 	// the node itself asks for this CSR.
-	proof, _, err := n.signBytes(wire.RenewSigContext, csr)
+	proof, _, err := n.sign(wire.RenewSigContext, csr)
 	if err != nil {
 		return fmt.Errorf("daemon: renew proof: %w", err)
 	}
@@ -619,8 +647,7 @@ func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
 // result was sent, and a result lost with the session would then never be
 // sent again.
 func (n *Node) acknowledge(a *nodev1.UpdateAck) error {
-	switch a.GetState() {
-	case "succeeded", "failed", "cancelled":
+	if wire.State(a.GetState()).Terminal() {
 		return n.journal.Ack(a.GetCommandId())
 	}
 	return nil
@@ -693,7 +720,7 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 			}
 			return nil
 		}
-		upd, err := n.signUpdate(boundTo(&nodev1.UpdateBody{CommandId: c.Id, State: "cancelled", Reason: reason}, body))
+		upd, err := n.signUpdate(boundTo(&nodev1.UpdateBody{CommandId: c.Id, State: string(wire.StateCancelled), Reason: reason}, body))
 		if err != nil {
 			return err
 		}
@@ -709,9 +736,9 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 		return err
 	}
 	result, runErr := n.run(ctx, c.Id, body, send)
-	ub := boundTo(&nodev1.UpdateBody{CommandId: c.Id, State: "succeeded", Result: result}, body)
+	ub := boundTo(&nodev1.UpdateBody{CommandId: c.Id, State: string(wire.StateSucceeded), Result: result}, body)
 	if runErr != nil {
-		ub.State, ub.Reason, ub.Result = "failed", runErr.Error(), nil
+		ub.State, ub.Reason, ub.Result = string(wire.StateFailed), runErr.Error(), nil
 	}
 	upd, err := n.signUpdate(ub)
 	if err != nil {
@@ -778,12 +805,10 @@ func (n *Node) run(ctx context.Context, id string, body *nodev1.CommandBody, sen
 // reportRunning signs and sends a "running" update for id. It is advisory
 // (the final update is what counts), so a failure is only logged.
 func (n *Node) reportRunning(id string, body *nodev1.CommandBody, send func(*nodev1.NodeMessage) error) {
-	running, err := n.signUpdate(boundTo(&nodev1.UpdateBody{CommandId: id, State: "running"}, body))
+	running, err := n.signUpdate(boundTo(&nodev1.UpdateBody{CommandId: id, State: string(wire.StateRunning)}, body))
 	if err != nil {
 		n.cfg.Log.Warn("sign running update", "command_id", id, "err", err)
 		return
 	}
 	_ = n.sendUpdate(send, running)
 }
-
-func pkiSerial(c *x509.Certificate) string { return pki.SerialHex(c) }
