@@ -468,39 +468,16 @@ func (n *Node) Renew(ctx context.Context, conn *grpc.ClientConn) error {
 
 // session runs one session: Hello, Welcome, pending reports, then commands.
 func (n *Node) session(ctx context.Context) error {
-	conn, err := n.Dial()
+	conn, err := n.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if time.Now().After(n.renewAt()) {
-		if err := n.Renew(ctx, conn); err != nil {
-			n.cfg.Log.Warn("renew failed", "err", err)
-		} else {
-			conn.Close()
-			if conn, err = n.Dial(); err != nil {
-				return err
-			}
-			defer conn.Close()
-		}
-	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := nodev1.NewGatewayClient(conn).Session(sctx)
+	stream, w, err := n.hello(sctx, conn)
 	if err != nil {
 		return err
-	}
-	if err := stream.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{
-		NodeId: n.rec.NodeID, BootId: n.cfg.BootID, Version: Version, Labels: helloLabels(n.cfg.Labels, n.cfg.Driver), Inventory: n.cfg.Driver.Inventory()}}}); err != nil {
-		return err
-	}
-	first, err := stream.Recv()
-	if err != nil {
-		return err
-	}
-	w := first.GetWelcome()
-	if w == nil {
-		return errors.New("daemon: first message is not a Welcome")
 	}
 	rewound := n.acceptWelcome(w)
 	n.applyApproverSets(w.ApproverSets)
@@ -508,26 +485,14 @@ func (n *Node) session(ctx context.Context) error {
 	if len(w.AllowedKinds) > 0 {
 		allowed = w.AllowedKinds
 	}
-	var sendMu sync.Mutex
-	send := func(m *nodev1.NodeMessage) error {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		return stream.Send(m)
-	}
+	send := lockedSend(stream)
 	n.mu.Lock()
 	n.sessionID = w.SessionId
 	n.mu.Unlock()
 	n.setConnected(true)
 	defer n.setConnected(false)
 	n.cfg.Log.Info("session up", "node_id", n.rec.NodeID, "session_id", w.SessionId)
-
-	// Results made while disconnected (or before a crash) go first.
-	for _, r := range n.journal.Unacked() {
-		if err := n.sendUpdate(send, r.Update); err != nil {
-			return err
-		}
-	}
-	if err := n.sendReports(send, true); err != nil {
+	if err := n.resend(send); err != nil {
 		return err
 	}
 	work := make(chan *nodev1.SignedCommand, 64)
@@ -536,8 +501,78 @@ func (n *Node) session(ctx context.Context) error {
 		return n.FetchSecret(ctx, conn, commandID, ref)
 	}
 	go n.execute(sctx, work, send, allowed, rewound, fetch)
-	renew := time.NewTimer(time.Until(n.renewAt()))
-	defer renew.Stop()
+	recvd, recvErr := recvLoop(sctx, stream)
+	return n.serve(ctx, sessionIO{send: send, work: work, recvd: recvd, recvErr: recvErr,
+		renew: func(ctx context.Context) error { return n.Renew(ctx, conn) }})
+}
+
+// connect dials the gateway. When the certificate is due for renewal (by
+// the node's clock) it renews over that connection first and dials again
+// with the new certificate; a failed renewal is logged and the session
+// goes on with the current one.
+func (n *Node) connect(ctx context.Context) (*grpc.ClientConn, error) {
+	conn, err := n.Dial()
+	if err != nil {
+		return nil, err
+	}
+	if !n.cfg.Clock.Now().After(n.renewAt()) {
+		return conn, nil
+	}
+	if err := n.Renew(ctx, conn); err != nil {
+		n.cfg.Log.Warn("renew failed", "err", err)
+		return conn, nil
+	}
+	conn.Close()
+	return n.Dial()
+}
+
+// hello opens the session stream, sends Hello and returns the stream and
+// the Welcome, which must be the gateway's first message.
+func (n *Node) hello(ctx context.Context, conn *grpc.ClientConn) (nodev1.Gateway_SessionClient, *nodev1.Welcome, error) {
+	stream, err := nodev1.NewGatewayClient(conn).Session(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := stream.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{
+		NodeId: n.rec.NodeID, BootId: n.cfg.BootID, Version: Version, Labels: helloLabels(n.cfg.Labels, n.cfg.Driver), Inventory: n.cfg.Driver.Inventory()}}}); err != nil {
+		return nil, nil, err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return nil, nil, err
+	}
+	w := first.GetWelcome()
+	if w == nil {
+		return nil, nil, errors.New("daemon: first message is not a Welcome")
+	}
+	return stream, w, nil
+}
+
+// lockedSend returns a send function that several goroutines (the
+// session loop, the executor) may call at once.
+func lockedSend(stream nodev1.Gateway_SessionClient) func(*nodev1.NodeMessage) error {
+	var mu sync.Mutex
+	return func(m *nodev1.NodeMessage) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return stream.Send(m)
+	}
+}
+
+// resend sends, at the start of a session, the results made while
+// disconnected (or before a crash), then the pending sandbox reports.
+func (n *Node) resend(send func(*nodev1.NodeMessage) error) error {
+	for _, r := range n.journal.Unacked() {
+		if err := n.sendUpdate(send, r.Update); err != nil {
+			return err
+		}
+	}
+	return n.sendReports(send, true)
+}
+
+// recvLoop reads the stream in a goroutine until it fails (the error goes
+// on the second channel) or ctx ends.
+func recvLoop(ctx context.Context, stream nodev1.Gateway_SessionClient) (<-chan *nodev1.ServerMessage, <-chan error) {
 	recvd := make(chan *nodev1.ServerMessage)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -549,48 +584,81 @@ func (n *Node) session(ctx context.Context) error {
 			}
 			select {
 			case recvd <- m:
-			case <-sctx.Done():
+			case <-ctx.Done():
 				return
 			}
 		}
 	}()
+	return recvd, recvErr
+}
+
+// sessionIO is what the session loop works with: the send function, the
+// executor's queue, the received messages and the receive error, and the
+// renewal over the session's connection.
+type sessionIO struct {
+	send    func(*nodev1.NodeMessage) error
+	work    chan<- *nodev1.SignedCommand
+	recvd   <-chan *nodev1.ServerMessage
+	recvErr <-chan error
+	renew   func(ctx context.Context) error
+}
+
+// serve is the session loop: it hands commands to the executor, applies
+// acks and approver sets, sends sandbox reports as they come, and renews
+// the certificate when renewAt comes by the node's clock (Config.Clock).
+// A renewal ends the session (nil) so the next connects with the new
+// certificate; a failed one is retried a minute later. It returns nil when
+// ctx ends, and the receive error when the stream fails.
+func (n *Node) serve(ctx context.Context, sio sessionIO) error {
+	renew := n.cfg.Clock.NewTimer(n.renewAt().Sub(n.cfg.Clock.Now()))
+	defer renew.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case err := <-recvErr:
+		case err := <-sio.recvErr:
 			return err
 		case <-n.reports.wake:
-			if err := n.sendReports(send, false); err != nil {
+			if err := n.sendReports(sio.send, false); err != nil {
 				return err
 			}
-		case <-renew.C:
-			if err := n.Renew(ctx, conn); err != nil {
+		case <-renew.C():
+			if err := sio.renew(ctx); err != nil {
 				n.cfg.Log.Warn("renew failed", "err", err)
 				renew.Reset(time.Minute)
 				continue
 			}
 			return nil // reconnect with the new certificate
-		case m := <-recvd:
-			switch msg := m.Msg.(type) {
-			case *nodev1.ServerMessage_Command:
-				select {
-				case work <- msg.Command:
-				case <-ctx.Done():
-					return nil
-				}
-			case *nodev1.ServerMessage_Ack:
-				if err := n.acknowledge(msg.Ack); err != nil {
-					return err
-				}
-			case *nodev1.ServerMessage_SandboxAck:
-				n.ackReport(msg.SandboxAck)
-			case *nodev1.ServerMessage_ApproverSets:
-				n.applyApproverSets(msg.ApproverSets.GetSets())
-			case *nodev1.ServerMessage_Ping, *nodev1.ServerMessage_Welcome:
+		case m := <-sio.recvd:
+			if stop, err := n.dispatch(ctx, m, sio.work); stop {
+				return err
 			}
 		}
 	}
+}
+
+// dispatch acts on one server message. It reports stop when the session
+// must end: with the ack's journaling error, or nil when ctx ended while a
+// command waited for the executor.
+func (n *Node) dispatch(ctx context.Context, m *nodev1.ServerMessage, work chan<- *nodev1.SignedCommand) (stop bool, err error) {
+	switch msg := m.Msg.(type) {
+	case *nodev1.ServerMessage_Command:
+		select {
+		case work <- msg.Command:
+		case <-ctx.Done():
+			return true, nil
+		}
+	case *nodev1.ServerMessage_Ack:
+		if err := n.acknowledge(msg.Ack); err != nil {
+			return true, err
+		}
+	case *nodev1.ServerMessage_SandboxAck:
+		n.ackReport(msg.SandboxAck)
+	case *nodev1.ServerMessage_ApproverSets:
+		n.applyApproverSets(msg.ApproverSets.GetSets())
+	case *nodev1.ServerMessage_Ping, *nodev1.ServerMessage_Welcome:
+	}
+	return false, nil
 }
 
 // acceptWelcome applies the Welcome's signed time statement; the
@@ -784,14 +852,14 @@ func (n *Node) run(ctx context.Context, id string, body *nodev1.CommandBody, sen
 		r, err := n.cfg.Driver.Run(ctx, body.Kind, body.Payload)
 		done <- outcome{r, err}
 	}()
-	// clock.Clock only tells the time (it has no timers), so the delay is
-	// a real timer, as the session's renewal timer is.
-	t := time.NewTimer(n.cfg.RunningAfter)
+	// The delay runs on the node's clock (Config.Clock), as the session's
+	// renewal timer does, so a test moves it with a fake clock.
+	t := n.cfg.Clock.NewTimer(n.cfg.RunningAfter)
 	defer t.Stop()
 	var o outcome
 	select {
 	case o = <-done:
-	case <-t.C:
+	case <-t.C():
 		n.reportRunning(id, body, send)
 		o = <-done
 	case <-ctx.Done():
