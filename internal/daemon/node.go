@@ -379,7 +379,10 @@ func (n *Node) Dial() (*grpc.ClientConn, error) {
 
 // Run keeps a session with the gateway until ctx ends, reconnecting with
 // full-jitter exponential back-off and renewing the certificate before it
-// expires.
+// expires. The back-off is wall time, not Config.Clock: it paces real
+// network retries, and a node on a fake clock that a test does not move
+// must still reconnect (certificate lifetimes and the running delay are
+// what the clock governs).
 func (n *Node) Run(ctx context.Context) error {
 	backoff := n.cfg.MinBackoff
 	for {
