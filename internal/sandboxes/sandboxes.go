@@ -31,6 +31,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/kinds"
 	"github.com/bettercompute/bettercompute/internal/nodes"
@@ -66,7 +67,7 @@ const TopicWarm = "sandboxes.warm"
 // NodeLister reads nodes and their certificates, and records refusals
 // (the nodes module implements it).
 type NodeLister interface {
-	List(ctx context.Context, tenant string) ([]nodes.Node, error)
+	List(ctx context.Context, scope iam.Scope) ([]nodes.Node, error)
 	// CertState reads a certificate's record (nodes.ErrCertUnknown for
 	// one never issued): a sandbox report's signature is checked with it.
 	CertState(ctx context.Context, serial string) (nodes.CertState, error)
@@ -397,7 +398,7 @@ type host struct {
 // advertise the runtime, whose other labels match the template's, and
 // that has a free slot and memory; the least loaded wins.
 func (s *Service) place(ctx context.Context, t Template) (string, error) {
-	ns, err := s.nodes.List(ctx, "root")
+	ns, err := s.nodes.List(ctx, iam.RootScope())
 	if err != nil {
 		return "", err
 	}
@@ -543,7 +544,7 @@ func (s *Service) claim(ctx context.Context, actor audit.Entry, t Template) (San
 		return Sandbox{}, false, nil
 	}
 	connected := map[string]bool{}
-	if ns, err := s.nodes.List(ctx, "root"); err == nil {
+	if ns, err := s.nodes.List(ctx, iam.RootScope()); err == nil {
 		for _, n := range ns {
 			connected[n.ID] = n.Connected
 		}
