@@ -8,9 +8,6 @@ package nodes
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/sha256"
 	"crypto/x509"
 	"database/sql"
 	"encoding/json"
@@ -348,17 +345,7 @@ const ReasonRenewProofInvalid = "renew-proof-invalid"
 // presenting certificate's key, ECDSA ASN.1 or Ed25519) over
 // SHA-256(wire.RenewSigContext || csrDER).
 func VerifyRenewProof(pub crypto.PublicKey, csrDER, proof []byte) bool {
-	if len(proof) == 0 {
-		return false
-	}
-	digest := sha256.Sum256(append([]byte(wire.RenewSigContext), csrDER...))
-	switch k := pub.(type) {
-	case *ecdsa.PublicKey:
-		return ecdsa.VerifyASN1(k, digest[:], proof)
-	case ed25519.PublicKey:
-		return ed25519.Verify(k, digest[:], proof)
-	}
-	return false
+	return len(proof) > 0 && wire.VerifyNode(pub, wire.RenewSigContext, csrDER, proof)
 }
 
 // CheckRenewProof refuses (ACCESS_DENIED, recorded as
