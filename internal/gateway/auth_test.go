@@ -20,6 +20,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 )
@@ -75,32 +76,43 @@ func (s *authServices) SandboxReport(context.Context, string, string, *nodev1.Sa
 	return "", nil
 }
 
-// authRegistry knows certificates by serial; every session call fails (a
-// refused caller must not reach them).
-type authRegistry struct{ certs map[string]CertInfo }
+// authRegistry knows certificates by serial and records the sessions
+// opened and closed.
+type authRegistry struct {
+	certs  map[string]CertInfo
+	mu     sync.Mutex
+	opened []HelloInfo
+	closed []string // session ids
+}
 
-var errNoRegistry = errors.New("not reachable by a refused caller")
-
-func (r authRegistry) CertInfo(_ context.Context, serial string) (CertInfo, error) {
+func (r *authRegistry) CertInfo(_ context.Context, serial string) (CertInfo, error) {
 	ci, ok := r.certs[serial]
 	if !ok {
 		return CertInfo{}, errors.New("unknown")
 	}
 	return ci, nil
 }
-func (authRegistry) OpenSession(context.Context, HelloInfo) (SessionResult, error) {
-	return SessionResult{}, errNoRegistry
+func (r *authRegistry) OpenSession(_ context.Context, h HelloInfo) (SessionResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.opened = append(r.opened, h)
+	return SessionResult{}, nil
 }
-func (authRegistry) CloseSession(context.Context, string, string) error { return nil }
-func (authRegistry) CloseGatewaySessions(context.Context, string) error { return nil }
-func (authRegistry) RevokedSince(_ context.Context, since time.Time) ([]string, time.Time, error) {
+func (r *authRegistry) CloseSession(_ context.Context, _, sessionID string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = append(r.closed, sessionID)
+	return nil
+}
+func (*authRegistry) CloseGatewaySessions(context.Context, string) error { return nil }
+func (*authRegistry) RevokedSince(_ context.Context, since time.Time) ([]string, time.Time, error) {
 	return nil, since, nil
 }
-func (authRegistry) SupersededCertificateUsed(context.Context, string, string) (bool, error) {
+func (*authRegistry) SupersededCertificateUsed(context.Context, string, string) (bool, error) {
 	return false, nil
 }
-func (authRegistry) Heartbeat(context.Context, string) error { return nil }
-func (authRegistry) SessionsMovedSince(_ context.Context, _ string, since time.Time) (map[string]string, time.Time, error) {
+func (*authRegistry) Heartbeat(context.Context, string) error { return nil }
+func (*authRegistry) SessionsMovedSince(_ context.Context, _ string, since time.Time) (map[string]string, time.Time, error) {
 	return nil, since, nil
 }
 
@@ -121,6 +133,9 @@ var wantRefusal = map[string]struct {
 // a node certificate the registry knows and one it holds revoked.
 type authFixture struct {
 	addr    string
+	g       *Gateway
+	reg     *authRegistry
+	queue   *fakeQueue
 	svc     *authServices
 	good    tls.Certificate // known, valid
 	revoked tls.Certificate // known, revoked
@@ -161,22 +176,23 @@ func newAuthFixture(t *testing.T) *authFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &authFixture{svc: &authServices{}}
+	f := &authFixture{svc: &authServices{}, queue: newFakeQueue()}
 	var goodSerial, revokedSerial string
 	f.good, goodSerial = nodeCert(t, b, kek, "n-good", now)
 	f.revoked, revokedSerial = nodeCert(t, b, kek, "n-revoked", now)
 	f.foreign, _ = nodeCert(t, other, kek, "n-good", now)
 	roots := x509.NewCertPool()
 	roots.AddCert(b.NodeCA)
-	reg := authRegistry{certs: map[string]CertInfo{
-		goodSerial:    {NodeID: "n-good", Role: pki.RoleNode},
+	f.reg = &authRegistry{certs: map[string]CertInfo{
+		goodSerial:    {NodeID: "n-good", Role: pki.RoleNode, AllowedKinds: []string{"run"}},
 		revokedSerial: {NodeID: "n-revoked", Role: pki.RoleNode, Revoked: true, RevokeReason: "operator"},
 	}}
 	g, err := New(Config{TrustDomain: td, NodeRoots: roots, ServerCert: server, Log: slog.New(slog.DiscardHandler)},
-		f.svc, reg, newFakeQueue(), bus.New())
+		f.svc, f.reg, f.queue, bus.New())
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.g = g
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -277,6 +293,11 @@ func TestEveryMethodAuthenticated(t *testing.T) {
 				if len(f.svc.relayed) != 0 {
 					t.Fatalf("a refused call reached %v", f.svc.relayed)
 				}
+				f.reg.mu.Lock()
+				defer f.reg.mu.Unlock()
+				if len(f.reg.opened) != 0 {
+					t.Fatalf("a refused call opened a session: %+v", f.reg.opened)
+				}
 			})
 		}
 	}
@@ -335,5 +356,66 @@ func TestHandlersRefuseWithoutInterceptor(t *testing.T) {
 	}
 	if len(svc.relayed) != 0 {
 		t.Errorf("relayed %v", svc.relayed)
+	}
+}
+
+// TestSessionDeliversAndAcks: an authenticated node's Hello opens a
+// session in the registry; before any command is handed over, those of a
+// kind its certificate does not allow are cancelled; the Welcome carries
+// the allowed kinds; the queued command is delivered and recorded as sent;
+// the node's update is applied and acknowledged; when the node leaves,
+// its session is closed in the registry.
+func TestSessionDeliversAndAcks(t *testing.T) {
+	f := newAuthFixture(t)
+	f.queue.add("n-good", "c-run", "run")
+	f.queue.add("n-good", "c-reboot", "reboot")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go f.g.Run(ctx)
+	stream, err := nodev1.NewGatewayClient(f.dial(t, &f.good)).Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{NodeId: "n-good", BootId: "boot-1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := stream.Recv()
+	if err != nil || m.GetWelcome() == nil || len(m.GetWelcome().AllowedKinds) != 1 || m.GetWelcome().AllowedKinds[0] != "run" {
+		t.Fatalf("welcome: %v %v", m, err)
+	}
+	sessionID := m.GetWelcome().SessionId
+	if m, err = stream.Recv(); err != nil || m.GetCommand().GetId() != "c-run" {
+		t.Fatalf("command: %v %v", m, err)
+	}
+	if f.queue.state("c-reboot") != wire.StateCancelled {
+		t.Fatalf("disallowed kind is %s", f.queue.state("c-reboot"))
+	}
+	if err := stream.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Update{Update: &nodev1.CommandUpdate{Body: []byte("c-run")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err = stream.Recv(); err != nil || m.GetAck().GetCommandId() != "c-run" || m.GetAck().GetState() != string(wire.StateSucceeded) {
+		t.Fatalf("ack: %v %v", m, err)
+	}
+	if !f.g.Connected("n-good") || f.g.SessionCount() != 1 {
+		t.Fatal("session not held")
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		f.reg.mu.Lock()
+		closed := len(f.reg.closed) == 1 && f.reg.closed[0] == sessionID
+		f.reg.mu.Unlock()
+		if closed && !f.g.Connected("n-good") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("session not closed in the registry")
+		}
+	}
+	f.reg.mu.Lock()
+	defer f.reg.mu.Unlock()
+	if len(f.reg.opened) != 1 || f.reg.opened[0].BootID != BootTag("boot-1") || f.reg.opened[0].SessionID != sessionID {
+		t.Fatalf("opened %+v", f.reg.opened)
 	}
 }

@@ -85,8 +85,8 @@ func (q *fakeQueue) MarkSent(_ context.Context, ids []string) error {
 }
 
 // ApplyUpdates takes an update's body as the id of the command it
-// finishes: a command of the node that was sent succeeds; any other is
-// refused.
+// finishes: a live command of the node (its sent state may not be
+// recorded yet) succeeds; any other is refused.
 func (q *fakeQueue) ApplyUpdates(_ context.Context, items []wire.UpdateItem) []wire.UpdateResult {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -95,7 +95,7 @@ func (q *fakeQueue) ApplyUpdates(_ context.Context, items []wire.UpdateItem) []w
 		id := string(it.Update.GetBody())
 		out[i] = wire.UpdateResult{CommandID: id, Err: errors.New("unknown command")}
 		for _, c := range q.cmds {
-			if c.id == id && c.node == it.NodeID && c.state == wire.StateSent {
+			if c.id == id && c.node == it.NodeID && !c.state.Terminal() {
 				c.state = wire.StateSucceeded
 				out[i] = wire.UpdateResult{CommandID: id, State: string(c.state)}
 			}
