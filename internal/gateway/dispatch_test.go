@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/commands/wire"
@@ -243,4 +244,41 @@ func TestDispatchRunRecordsOnStop(t *testing.T) {
 	if q.state("c1") != wire.StateSent {
 		t.Fatalf("state %s after stop", q.state("c1"))
 	}
+}
+
+// TestDispatchRunPollsWithoutWallTime: with no poke at all, every poll
+// interval a round reads the nodes with work waiting and hands their
+// commands over; a signal that a batch was signed starts such a round at
+// once. The bubble's fake clock drives the ticker.
+func TestDispatchRunPollsWithoutWallTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newFakeQueue()
+		d := newTestDispatcher(q)
+		o := newOutbox()
+		d.attach("n1", o)
+		signed := make(chan struct{}, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go d.run(ctx, time.Second, signed, nil)
+		q.add("n1", "c1", "run")
+		time.Sleep(999 * time.Millisecond)
+		synctest.Wait()
+		if got := idsOf(d.take(o)); len(got) != 0 {
+			t.Fatalf("handed %v before the poll", got)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if got := sendAll(d, o); !slices.Equal(got, []string{"c1"}) {
+			t.Fatalf("poll handed %v", got)
+		}
+		q.add("n1", "c2", "run")
+		signed <- struct{}{}
+		synctest.Wait()
+		if got := idsOf(d.take(o)); !slices.Equal(got, []string{"c2"}) {
+			t.Fatalf("signal handed %v", got)
+		}
+		if q.state("c1") != wire.StateSent {
+			t.Fatalf("c1 is %s after the next round", q.state("c1"))
+		}
+	})
 }
