@@ -225,7 +225,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	cp.APIKeys = apikeys.New(o.DB, o.Clock)
 	cp.IAM = iam.New(o.DB, o.Clock)
 	if hasAPI {
-		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, cp.Events, o.Log)
+		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, liveCommands{o.DB}, cp.Events, o.Log)
 	}
 
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -238,7 +238,6 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		return fail(err)
 	}
 	cp.Commands.UseQuotas(cp.Quotas)
-	cp.Sandboxes.UseQuotas(cp.Quotas)
 
 	bridgePokes(rctx, o.DB, cp.Bus, o.Log)
 
