@@ -9,6 +9,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/fleetsim"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 	"github.com/bettercompute/bettercompute/internal/testenv"
 )
@@ -19,7 +20,7 @@ func TestFleetJoinsAndRunsFanout(t *testing.T) {
 	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
 	ctx := context.Background()
 	const n = 20
-	toks, err := e.CP.Nodes.CreateJoinTokens(ctx, audit.Entry{TenantID: "root", Actor: "test"}, "node", n, time.Hour)
+	toks, err := e.CP.Nodes.CreateJoinTokens(ctx, audit.Entry{TenantID: iam.RootTenant, Actor: "test"}, "node", n, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestFleetJoinsAndRunsFanout(t *testing.T) {
 	for _, node := range f.Nodes {
 		ids = append(ids, node.NodeID())
 	}
-	cmds, err := e.CP.Commands.CreateMany(ctx, audit.Entry{TenantID: "root", Actor: "test"}, ids, "diag.run", nil, time.Hour)
+	cmds, err := e.CP.Commands.CreateMany(ctx, audit.Entry{TenantID: iam.RootTenant, Actor: "test"}, ids, "diag.run", nil, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

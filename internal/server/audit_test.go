@@ -11,6 +11,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/server"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
@@ -53,7 +54,7 @@ func TestWorkersRunTheAuditJob(t *testing.T) {
 		}
 	}
 	if err := db.Tx(ctx, func(tx *sql.Tx) error {
-		return audit.Record(ctx, tx, time.Now(), audit.Entry{TenantID: "root", Actor: "a", Action: "b", Resource: "c", Outcome: "allowed"})
+		return audit.Record(ctx, tx, time.Now(), audit.Entry{TenantID: iam.RootTenant, Actor: "a", Action: "b", Resource: "c", Outcome: "allowed"})
 	}); err != nil {
 		t.Fatal(err)
 	}

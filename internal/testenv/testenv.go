@@ -32,6 +32,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
@@ -174,7 +175,7 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	e := &Env{CP: cp, Bundle: b, KEK: kek, Dir: dir, Clock: o.Clock, Log: log, ApproverDir: approverDir, ApproverKeys: approverKeys,
 		sandboxRuntime: o.SandboxRuntime, sandboxEgress: o.SandboxEgress, imageStore: imageStore}
 	t.Cleanup(e.Close)
-	_, key, err := cp.APIKeys.Create(context.Background(), audit.Entry{TenantID: "root", Actor: "testenv"}, "root", "admin", "admin", 0)
+	_, key, err := cp.APIKeys.Create(context.Background(), audit.Entry{TenantID: iam.RootTenant, Actor: "testenv"}, iam.RootTenant, "admin", "admin", 0)
 	if err != nil {
 		t.Fatalf("admin key: %v", err)
 	}
@@ -300,7 +301,7 @@ func (e *Env) Close() {
 func (e *Env) Join(t testing.TB, role, name string) *Node {
 	t.Helper()
 	ctx := context.Background()
-	tok, err := e.CP.Nodes.CreateJoinToken(ctx, audit.Entry{TenantID: "root", Actor: "testenv"}, role, name, time.Hour)
+	tok, err := e.CP.Nodes.CreateJoinToken(ctx, audit.Entry{TenantID: iam.RootTenant, Actor: "testenv"}, role, name, time.Hour)
 	if err != nil {
 		t.Fatalf("join token: %v", err)
 	}
@@ -483,7 +484,7 @@ func (e *Env) WaitCommand(t testing.TB, id string) commands.Command {
 	defer tick.Stop()
 	timeout := time.After(WaitTimeout)
 	for {
-		c, err := e.CP.Commands.Get(context.Background(), "root", id)
+		c, err := e.CP.Commands.Get(context.Background(), iam.RootTenant, id)
 		if err != nil {
 			t.Fatalf("get command: %v", err)
 		}
