@@ -126,8 +126,7 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	}
 	// The PKI is made as if two days ago, as a real deployment's CAs are
 	// older than the commands they certify.
-	b, err := pki.Init(filepath.Join(dir, "pki"), "test.bc.local", kek, clock.NewFake(o.Clock.Now().Add(-48*time.Hour)))
-	if err != nil {
+	if _, err := pki.Init(filepath.Join(dir, "pki"), "test.bc.local", kek, clock.NewFake(o.Clock.Now().Add(-48*time.Hour))); err != nil {
 		t.Fatalf("pki init: %v", err)
 	}
 	if o.Approvers == 0 {
@@ -138,7 +137,8 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	if err != nil {
 		t.Fatalf("approver keys: %v", err)
 	}
-	if b, err = pki.PinApprovers(filepath.Join(dir, "pki"), pubs, o.Threshold); err != nil {
+	b, err := pki.PinApprovers(filepath.Join(dir, "pki"), pubs, o.Threshold)
+	if err != nil {
 		t.Fatalf("pin approvers: %v", err)
 	}
 	var approverKeys []ed25519.PrivateKey
