@@ -94,8 +94,12 @@ func (cp *ControlPlane) startGateway(o Options, r roles, k keys, local gatewaySe
 		return err
 	}
 	cp.Gateway = gw
-	cp.runLoop(gw.Run)
-	cp.serveGRPC("gateway", gw.GRPCServer(), lis)
+	// The gateway's loops (dispatch, revocations, heartbeat) outlive the
+	// roles' context until its listener has stopped, so that sessions still
+	// open in the shutdown grace keep getting their commands.
+	gwCtx, stopGW := context.WithCancel(context.WithoutCancel(cp.ctx))
+	cp.runLoop(func(context.Context) { gw.Run(gwCtx) })
+	cp.serveGRPC("gateway", gw.GRPCServer(), lis, stopGW)
 	return nil
 }
 
@@ -179,7 +183,7 @@ func (cp *ControlPlane) serveInternal(o Options, local gatewayServices, internal
 		grpc.MaxRecvMsgSize(nodev1.MaxMessageBytes), grpc.MaxSendMsgSize(nodev1.MaxMessageBytes),
 		grpc.UnaryInterceptor(requireGateway(b.TrustDomain, b.InternalCA, o.Clock)))
 	internalv1.RegisterGatewayServicesServer(gs, &controlServer{svc: local, roots: roots, td: b.TrustDomain, clk: o.Clock, log: o.Log})
-	cp.serveGRPC("internal channel", gs, lis)
+	cp.serveGRPC("internal channel", gs, lis, nil)
 	return nil
 }
 

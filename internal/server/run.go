@@ -28,9 +28,12 @@ func (cp *ControlPlane) runLoop(f func(ctx context.Context)) {
 // serveGRPC serves gs on lis in the group. When the roles' context ends it
 // stops gs gracefully, letting calls in flight finish for at most
 // cp.grace, then stops it (a node session is a stream that does not end by
-// itself).
-func (cp *ControlPlane) serveGRPC(name string, gs *grpc.Server, lis net.Listener) {
+// itself). then, when not nil, is called once gs has stopped.
+func (cp *ControlPlane) serveGRPC(name string, gs *grpc.Server, lis net.Listener, then func()) {
 	cp.run(func(ctx context.Context) error {
+		if then != nil {
+			defer then()
+		}
 		served := make(chan error, 1)
 		go func() { served <- gs.Serve(lis) }()
 		select {

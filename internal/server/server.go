@@ -167,15 +167,23 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{DB: o.DB, Bus: bus.New(), Metrics: prometheus.NewRegistry(), grace: o.ShutdownGrace}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	cp.cancel = cancel
-	cp.group, cp.ctx = errgroup.WithContext(rctx)
+	cp := newControlPlane(ctx, o.ShutdownGrace)
+	cp.DB = o.DB
 	if err := cp.start(o, r, k, now); err != nil {
 		cp.Close()
 		return nil, err
 	}
 	return cp, nil
+}
+
+// newControlPlane returns a control plane with no module and no role yet,
+// whose roles run until Close (not until ctx ends: ctx bounds the start).
+func newControlPlane(ctx context.Context, grace time.Duration) *ControlPlane {
+	cp := &ControlPlane{Bus: bus.New(), Metrics: prometheus.NewRegistry(), grace: grace}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cp.cancel = cancel
+	cp.group, cp.ctx = errgroup.WithContext(rctx)
+	return cp
 }
 
 // start builds the modules, then starts each role of r in the group.

@@ -45,6 +45,12 @@ import (
 // WaitTimeout bounds every wait; a wait that times out fails the test.
 const WaitTimeout = 20 * time.Second
 
+// shutdownGrace is the test processes' server.Options.ShutdownGrace: a
+// node session is a stream that lasts until the listener stops, so a
+// process closed with nodes still connected waits the whole grace; tests
+// close many.
+const shutdownGrace = 250 * time.Millisecond
+
 // Options configure an environment.
 type Options struct {
 	Nodes int         // sim nodes to join and connect (role node)
@@ -156,7 +162,7 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	// The api serves the internal channel, so that gateway-only processes
 	// (StartGateway) can relay to it.
 	so := server.Options{DB: db, Bundle: b, KEK: kek, Clock: o.Clock, Log: log,
-		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime, InternalListen: "127.0.0.1:0"}
+		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime, InternalListen: "127.0.0.1:0", ShutdownGrace: shutdownGrace}
 	// Tests make many calls quickly; rate limits are tested on their own.
 	so.RateLimits = api.RateLimits{ReadPerSecond: 1e6, ReadBurst: 1e6, MutatePerSecond: 1e6, MutateBurst: 1e6}
 	so.TenantMutates = 1 << 16
@@ -236,7 +242,7 @@ func (e *Env) GatewayOnlyOptions(t testing.TB, dir string) server.Options {
 		t.Fatalf("load gateway certificate: %v", err)
 	}
 	return server.Options{DB: e.CP.DB, Bundle: pub, GatewayCert: &cert, Control: e.CP.InternalAddr, Clock: e.Clock, Log: e.Log,
-		Roles: []string{server.RoleGateway}, RevocationPoll: time.Second}
+		Roles: []string{server.RoleGateway}, RevocationPoll: time.Second, ShutdownGrace: shutdownGrace}
 }
 
 // StartGatewayWith is StartGateway with tune applied to its options.
