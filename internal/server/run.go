@@ -100,9 +100,10 @@ func every(ctx context.Context, clk clock.Clock, d time.Duration, f func(ctx con
 }
 
 // newTicker is the one place package server makes a ticker for its loops.
-// internal/clock gains tickers (issue 15 item 8); until it has them this
-// is the wall clock's, and at that merge it returns clk's ticker, so that a
-// fake clock drives the loops in tests.
+// internal/clock gains tickers (issue 15 item 8, branch seam-daemon);
+// until it has them this is the wall clock's. At that merge its body
+// becomes `t := clk.NewTicker(d); return t.C(), t.Stop`, so that a fake
+// clock drives the loops in tests.
 func newTicker(_ clock.Clock, d time.Duration) (<-chan time.Time, func()) {
 	t := time.NewTicker(d)
 	return t.C, t.Stop
