@@ -235,8 +235,8 @@ func (cp *ControlPlane) Close() {
 	})
 }
 
-// Err returns, after Close, the first error a role failed with (nil when
-// every role stopped because Close asked).
+// Err closes the control plane (see Close) and returns the first error a
+// role failed with: nil when every role stopped because Close asked.
 func (cp *ControlPlane) Err() error {
 	cp.Close()
 	return cp.err
