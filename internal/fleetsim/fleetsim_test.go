@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,5 +72,25 @@ func TestFleetJoinsAndRunsFanout(t *testing.T) {
 	}
 	if _, err := fleetsim.ReadTokens(p); err == nil {
 		t.Fatal("a world-readable tokens file was accepted")
+	}
+}
+
+// The join pool tries every node even when one join fails, and reports the
+// first failure with the joins that succeeded.
+func TestFleetJoinPoolReportsAFailedJoin(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	ctx := context.Background()
+	toks, err := e.CP.Nodes.CreateJoinTokens(ctx, audit.Entry{TenantID: iam.RootTenant, Actor: "test"}, "node", 3, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := []string{toks[0].Token, "not-a-token", toks[2].Token}
+	f, rep, err := fleetsim.Start(ctx, fleetsim.Options{Nodes: 3, Gateway: e.CP.GatewayAddr, Tokens: tokens, DataDir: t.TempDir(), Parallel: 2})
+	if err == nil {
+		f.Stop()
+		t.Fatal("a fleet with a bad token started")
+	}
+	if !strings.Contains(err.Error(), "join node 1") || rep.Joined != 2 {
+		t.Fatalf("err %v, report %+v; want node 1's failure and 2 joined", err, rep)
 	}
 }
