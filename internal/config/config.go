@@ -96,10 +96,17 @@ type Config struct {
 	} `toml:"quotas"`
 }
 
+// The roles a process can run: the values of roles.
+const (
+	RoleAPI     = "api"
+	RoleGateway = "gateway"
+	RoleWorkers = "workers"
+)
+
 // Default returns the documented defaults.
 func Default() Config {
 	var c Config
-	c.Roles = []string{"api", "gateway", "workers"}
+	c.Roles = []string{RoleAPI, RoleGateway, RoleWorkers}
 	c.LogLevel = "info"
 	c.Database.DSN = "sqlite:better-compute.db"
 	c.PKI.Dir, c.PKI.KEKFile = "pki", "kek"
@@ -183,7 +190,7 @@ func (c Config) SealInterval() time.Duration {
 // the sealed PKI bundle and the key-encryption key; a gateway-only process
 // needs neither.
 func (c Config) Keyed() bool {
-	return slices.Contains(c.Roles, "api") || slices.Contains(c.Roles, "workers")
+	return slices.Contains(c.Roles, RoleAPI) || slices.Contains(c.Roles, RoleWorkers)
 }
 
 // Validate reports every problem at once, each with its field path.
@@ -226,7 +233,7 @@ func (c Config) validateProcess(p *problems) {
 		p.add("roles", "at least one of api, gateway, workers")
 	}
 	for i, r := range c.Roles {
-		if !slices.Contains([]string{"api", "gateway", "workers"}, r) {
+		if !slices.Contains([]string{RoleAPI, RoleGateway, RoleWorkers}, r) {
 			p.add(fmt.Sprintf("roles[%d]", i), fmt.Sprintf("%q is not api, gateway or workers", r))
 		}
 	}
@@ -246,7 +253,7 @@ func (c Config) validateProcess(p *problems) {
 
 // validateListeners checks the addresses the roles listen on and dial.
 func (c Config) validateListeners(p *problems) {
-	hasAPI, hasGateway := slices.Contains(c.Roles, "api"), slices.Contains(c.Roles, "gateway")
+	hasAPI, hasGateway := slices.Contains(c.Roles, RoleAPI), slices.Contains(c.Roles, RoleGateway)
 	if hasAPI {
 		p.addr("api.listen", c.API.Listen)
 	}

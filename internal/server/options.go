@@ -56,7 +56,7 @@ func (o Options) withDefaults() (Options, roles, error) {
 		return o, roles{}, errs.New(errs.InvalidConfig, "a database and a PKI bundle are required")
 	}
 	if len(o.Roles) == 0 {
-		o.Roles = []string{RoleAPI, RoleGateway, RoleWorkers}
+		o.Roles = config.Default().Roles
 	}
 	for _, r := range o.Roles {
 		if r != RoleAPI && r != RoleGateway && r != RoleWorkers {

@@ -21,6 +21,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/commands"
+	"github.com/bettercompute/bettercompute/internal/config"
 	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/nodes"
@@ -35,9 +36,9 @@ import (
 
 // Roles a process can run.
 const (
-	RoleAPI     = "api"
-	RoleGateway = "gateway"
-	RoleWorkers = "workers"
+	RoleAPI     = config.RoleAPI
+	RoleGateway = config.RoleGateway
+	RoleWorkers = config.RoleWorkers
 )
 
 // Options configure a control plane process.
