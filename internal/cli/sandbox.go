@@ -136,7 +136,7 @@ func templatesCmd() *cobra.Command {
 			in := map[string]any{"tenant_id": tenant, "name": args[0], "image": image, "runtime": runtime, "network": network,
 				"limits":           map[string]any{"cpu_millis": cpu, "memory_mb": mem, "pids": pids, "disk_mb": disk},
 				"lifetime_seconds": int64(life / time.Second), "max_lifetime_seconds": int64(maxLife / time.Second),
-				"root": root, "env": e, "labels": l, "warm": warm}
+				"root": root, "env": e, "labels": l, "warm": warm} // archtest:not-tenant (run as uid 0 in the sandbox)
 			return call(cmd, "templates.create", in, cj, func(o map[string]any) string { return fmt.Sprintf("%v\n", o["id"]) })
 		}}
 	f := create.Flags()
@@ -150,7 +150,7 @@ func templatesCmd() *cobra.Command {
 	f.Int64Var(&disk, "disk-mb", 256, "writable layer size (MiB)")
 	f.DurationVar(&life, "lifetime", time.Hour, "lifetime of a new sandbox")
 	f.DurationVar(&maxLife, "max-lifetime", 24*time.Hour, "longest a sandbox may be extended to")
-	f.BoolVar(&root, "root", false, "run as root inside (uid 0, still without capabilities)")
+	f.BoolVar(&root, "root", false, "run as root inside (uid 0, still without capabilities)") // archtest:not-tenant (run as uid 0 in the sandbox)
 	f.StringArrayVar(&env, "env", nil, "KEY=VALUE for the sandbox's processes (repeatable; not for secrets)")
 	f.StringArrayVar(&labels, "label", nil, "key=value a host must carry (repeatable)")
 	f.IntVar(&warm, "warm", 0, "keep this many sandboxes started and unclaimed")

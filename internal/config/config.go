@@ -17,7 +17,6 @@ import (
 
 	toml "github.com/pelletier/go-toml/v2"
 
-	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/quota"
 )
 
@@ -111,10 +110,12 @@ func Default() Config {
 	c.Database.DSN = "sqlite:better-compute.db"
 	c.PKI.Dir, c.PKI.KEKFile = "pki", "kek"
 	c.API.Listen = "127.0.0.1:7780"
-	rl := api.DefaultRateLimits
-	c.API.RateLimits.ReadPerSecond, c.API.RateLimits.ReadBurst = rl.ReadPerSecond, rl.ReadBurst
-	c.API.RateLimits.MutatePerSecond, c.API.RateLimits.MutateBurst = rl.MutatePerSecond, rl.MutateBurst
-	c.API.RateLimits.FailedAuthPerSecond, c.API.RateLimits.FailedAuthBurst = rl.FailedAuthPerSecond, rl.FailedAuthBurst
+	// The same as api.DefaultRateLimits (config sits below the transports
+	// and does not import api; server's TestFromConfigOfTheDefaults keeps
+	// the two equal).
+	c.API.RateLimits.ReadPerSecond, c.API.RateLimits.ReadBurst = 50, 100
+	c.API.RateLimits.MutatePerSecond, c.API.RateLimits.MutateBurst = 10, 20
+	c.API.RateLimits.FailedAuthPerSecond, c.API.RateLimits.FailedAuthBurst = 1, 10
 	c.Metrics.Listen = "127.0.0.1:7782"
 	c.Gateway.Listen = "127.0.0.1:7781"
 	c.Gateway.Names = []string{"localhost"}

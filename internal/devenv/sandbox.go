@@ -51,7 +51,7 @@ func sandboxDriver(ctx context.Context, inner driver.Driver, nodeDir, store, run
 // template into the root tenant, once, and says what to run.
 func seedSandboxes(ctx context.Context, cp *server.ControlPlane, runtime string) string {
 	actor := devActor
-	if _, err := cp.Sandboxes.Template(ctx, iam.RootTenant, "default"); err == nil {
+	if _, err := cp.Sandboxes.Template(ctx, iam.RootScope(), "default"); err == nil {
 		return sandboxHint(runtime)
 	}
 	tarball, err := imagetar.Busybox()

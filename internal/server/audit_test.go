@@ -62,7 +62,7 @@ func TestWorkersRunTheAuditJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	var size int64
-	if err := db.QueryRowContext(ctx, `SELECT size FROM audit_checkpoints WHERE tenant_id = 'root'`).Scan(&size); err != nil || size != 1 {
+	if err := db.QueryRowContext(ctx, `SELECT size FROM audit_checkpoints WHERE tenant_id = $1`, iam.RootTenant).Scan(&size); err != nil || size != 1 {
 		t.Fatalf("checkpoint size %d (%v), want 1", size, err)
 	}
 }

@@ -43,7 +43,7 @@ func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 	cp.APIKeys = apikeys.New(o.DB, o.Clock)
 	cp.IAM = iam.New(o.DB, o.Clock)
 	if r.api {
-		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, cp.Events, o.Log)
+		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, liveCommands{o.DB}, cp.Events, o.Log)
 	}
 	cp.Commands = commands.New(o.DB, o.Clock, cp.Bus, cp.Nodes, o.Log)
 	cp.Commands.UseBatches(cp.Quorum)                 // seam: commands.New(…, cp.Quorum, …)
@@ -53,8 +53,7 @@ func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 	if err != nil {
 		return err
 	}
-	cp.Sandboxes = sandboxes.New(o.DB, o.Clock, cp.Bus, cp.Commands, cp.Nodes, bucket, o.Log)
-	cp.Sandboxes.UseQuotas(cp.Quotas) // seam: sandboxes.New(…, cp.Quotas)
+	cp.Sandboxes = sandboxes.New(o.DB, o.Clock, cp.Bus, cp.Commands, cp.Nodes, cp.Quotas, bucket, o.Log)
 	if r.workers {
 		cp.Signer = signing.New(o.DB, o.Clock, o.KEK, b.CommandRoot, k.commandRoot, b.TrustDomain, cp.Bus, o.Log)
 		cp.Signer.HoldBatchesUntilApproved(cp.Quorum) // seam: signing.New(…, cp.Quorum, …)
