@@ -1,0 +1,75 @@
+package server
+
+import (
+	"fmt"
+
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/fileblob" // file:// image stores
+	_ "gocloud.dev/blob/memblob"  // mem:// image stores
+
+	"github.com/bettercompute/bettercompute/internal/apikeys"
+	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/commands"
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
+	"github.com/bettercompute/bettercompute/internal/nodes"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/quorum"
+	"github.com/bettercompute/bettercompute/internal/quota"
+	"github.com/bettercompute/bettercompute/internal/sandboxes"
+	"github.com/bettercompute/bettercompute/internal/secrets"
+	"github.com/bettercompute/bettercompute/internal/signing"
+)
+
+// buildModules is the one place the modules are made: each from its
+// constructor, in dependency order, so that what a module needs exists
+// before it. The Use*/HoldBatchesUntilApproved calls right after a
+// constructor are the seams of issue 15 item 7: those setters become
+// constructor arguments, and each call here folds into the constructor on
+// the line above it.
+func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
+	b := o.Bundle
+	cp.Events = audit.NewEvents(o.DB, o.Clock)
+	cp.Quotas = quota.New(o.DB, o.Clock, o.Quotas)
+	cp.Nodes = nodes.New(o.DB, o.Clock, cp.Events, cp.Bus, o.Log, cp.Quotas, nodes.Config{TrustDomain: b.TrustDomain, NodeCA: b.NodeCA,
+		CertLifetime: o.NodeCertLifetime, RenewInterval: o.RenewInterval, JoinPublicKey: b.JoinKey, JoinPin: pki.JoinKeyPin(b.JoinKey),
+		NodeCAKey: k.nodeCA, BundleBody: k.bundleBody, BundleSig: k.bundleSig})
+	tb := b.TrustBundle(o.Clock.Now())
+	var err error
+	if cp.Quorum, err = quorum.New(o.DB, o.Clock, cp.Bus, cp.Nodes, b.Deployment, tb.Approvers, b.Threshold, o.Log); err != nil {
+		return err
+	}
+	cp.APIKeys = apikeys.New(o.DB, o.Clock)
+	cp.IAM = iam.New(o.DB, o.Clock)
+	if r.api {
+		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, liveCommands{o.DB}, cp.Events, o.Log)
+	}
+	cp.Commands = commands.New(o.DB, o.Clock, cp.Bus, cp.Nodes, o.Log)
+	cp.Commands.UseBatches(cp.Quorum)                 // seam: commands.New(…, cp.Quorum, …)
+	cp.Commands.UseSecrets(secretRefs{s: cp.Secrets}) // seam: commands.New(…, secretRefs{…}, …)
+	cp.Commands.UseQuotas(cp.Quotas)                  // seam: commands.New(…, cp.Quotas)
+	bucket, err := cp.openImages(o)
+	if err != nil {
+		return err
+	}
+	cp.Sandboxes = sandboxes.New(o.DB, o.Clock, cp.Bus, cp.Commands, cp.Nodes, cp.Quotas, bucket, o.Log)
+	if r.workers {
+		cp.Signer = signing.New(o.DB, o.Clock, o.KEK, b.CommandRoot, k.commandRoot, b.TrustDomain, cp.Bus, o.Log)
+		cp.Signer.HoldBatchesUntilApproved(cp.Quorum) // seam: signing.New(…, cp.Quorum, …)
+	}
+	return nil
+}
+
+// openImages opens the sandbox image store when one is configured (nil
+// when not); Close closes it after the roles stop.
+func (cp *ControlPlane) openImages(o Options) (*blob.Bucket, error) {
+	if o.SandboxImages == "" {
+		return nil, nil
+	}
+	b, err := blob.OpenBucket(cp.ctx, o.SandboxImages)
+	if err != nil {
+		return nil, errs.Wrap(errs.InvalidConfig, "the sandbox image store does not open", fmt.Errorf("server: %w", err))
+	}
+	cp.closers = append(cp.closers, func() { _ = b.Close() })
+	return b, nil
+}
