@@ -38,7 +38,11 @@ import (
 const MaxBody = 64 << 10
 
 // Caller is the authenticated caller of one request, with what the
-// envelope resolved for it.
+// envelope resolved for it. Its two tenants differ: HomeTenant (from the
+// embedded Principal) is the tenant the credential belongs to, which
+// decides the caller's reach, its rate and slot limits, its denial rows
+// and its idempotency keys; ActingTenant is the tenant the call acts in,
+// which scopes its reads (Scope) and its audit rows (Actor).
 type Caller struct {
 	apikeys.Principal
 	RequestID string
@@ -71,8 +75,15 @@ func (c *Caller) Actor() audit.Entry {
 	return audit.Entry{TenantID: c.ActingTenant, Actor: c.Identity, RequestID: c.RequestID, Caller: c.Addr}
 }
 
-// Root reports whether the caller is in the root tenant.
+// Root reports whether the caller's home tenant (the one its credential
+// belongs to, HomeTenant) is the root tenant, whatever tenant the call
+// acts in.
 func (c *Caller) Root() bool { return c.HomeTenant == iam.RootTenant }
+
+// Scope is the tenancy scope of the call's reads: the tenant it acts in
+// (ActingTenant), never the caller's home tenant. A root caller acting in
+// a child tenant reads as that tenant.
+func (c *Caller) Scope() iam.Scope { return iam.ScopeOf(c.ActingTenant) }
 
 // Target is what a call's input names: a tenant, and/or one resource by
 // kind and id. The envelope pre-checks the tenant and resolves the

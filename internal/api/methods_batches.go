@@ -7,6 +7,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/quorum"
 )
 
@@ -50,29 +51,29 @@ func BatchMethods(m BatchModules) []Method {
 		BatchID    string          `json:"batch_id" api:"max=64"`
 	}
 	return []Method{
-		Def("batches.create", "compute:batches:create", true, func(createIn) Target { return Target{Tenant: "root"} }, func(ctx context.Context, c *Caller, in createIn) (any, error) {
+		Def("batches.create", "compute:batches:create", true, func(createIn) Target { return Target{Tenant: iam.RootTenant} }, func(ctx context.Context, c *Caller, in createIn) (any, error) {
 			return m.Quorum.Create(ctx, c.Actor(), in.Leaves, time.Duration(in.ExpiresSeconds)*time.Second)
 		}),
-		Def("batches.get", "compute:batches:get", false, func(idIn) Target { return Target{Tenant: "root"} }, func(ctx context.Context, c *Caller, in idIn) (any, error) {
+		Def("batches.get", "compute:batches:get", false, func(idIn) Target { return Target{Tenant: iam.RootTenant} }, func(ctx context.Context, c *Caller, in idIn) (any, error) {
 			return m.Quorum.Get(ctx, c.ActingTenant, in.ID)
 		}),
-		Def("batches.list", "compute:batches:list", false, func(struct{}) Target { return Target{Tenant: "root"} }, func(ctx context.Context, c *Caller, _ struct{}) (any, error) {
+		Def("batches.list", "compute:batches:list", false, func(struct{}) Target { return Target{Tenant: iam.RootTenant} }, func(ctx context.Context, c *Caller, _ struct{}) (any, error) {
 			bs, err := m.Quorum.List(ctx, c.ActingTenant)
 			if err != nil {
 				return nil, err
 			}
 			return map[string]any{"batches": bs}, nil
 		}),
-		Def("batches.approve", "compute:batches:approve", true, func(approveIn) Target { return Target{Tenant: "root"} }, func(ctx context.Context, c *Caller, in approveIn) (any, error) {
+		Def("batches.approve", "compute:batches:approve", true, func(approveIn) Target { return Target{Tenant: iam.RootTenant} }, func(ctx context.Context, c *Caller, in approveIn) (any, error) {
 			if in.ID == "" || len(in.ApproverKey) == 0 || len(in.Signature) == 0 {
 				return nil, errs.New(errs.InvalidInput, "id, approver_key and signature are required")
 			}
 			return m.Quorum.Approve(ctx, c.Actor(), in.ID, in.ApproverKey, in.Signature)
 		}),
-		Def("approvers.get", "compute:approvers:get", false, func(struct{}) Target { return Target{Tenant: "root"} }, func(ctx context.Context, c *Caller, _ struct{}) (any, error) {
+		Def("approvers.get", "compute:approvers:get", false, func(struct{}) Target { return Target{Tenant: iam.RootTenant} }, func(ctx context.Context, c *Caller, _ struct{}) (any, error) {
 			return m.Quorum.CurrentView(ctx)
 		}),
-		Def("approvers.sign", "compute:approvers:sign", true, func(signSetIn) Target { return Target{Tenant: "root"} }, func(ctx context.Context, c *Caller, in signSetIn) (any, error) {
+		Def("approvers.sign", "compute:approvers:sign", true, func(signSetIn) Target { return Target{Tenant: iam.RootTenant} }, func(ctx context.Context, c *Caller, in signSetIn) (any, error) {
 			return m.Quorum.SignApproverSet(ctx, c.Actor(), in.Generation, in.Threshold, in.Keys, in.ApproverKey, in.Signature)
 		}),
 		Def("commands.createInBatch", "compute:commands:create", true, func(in runIn) Target { return Target{Kind: "node", ID: in.NodeID} }, func(ctx context.Context, c *Caller, in runIn) (any, error) {
