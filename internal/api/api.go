@@ -10,8 +10,6 @@ package api
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -30,6 +28,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
+	"github.com/bettercompute/bettercompute/internal/idempotency"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
@@ -171,8 +170,9 @@ type Deps struct {
 	Clock     clock.Clock
 	Log       *slog.Logger
 	Metrics   prometheus.Registerer
-	// IdempotencyKey keys the stored digest of a request body (HMAC), so
-	// the digest of a body that carried a secret is no guessing oracle.
+	// IdempotencyKey keys the stored digest of a request body (HMAC, see
+	// idempotency.DeriveKey), so the digest of a body that carried a
+	// secret is no guessing oracle.
 	IdempotencyKey []byte
 }
 
@@ -187,6 +187,7 @@ type Server struct {
 	// authFailures limits failed authentications per caller address.
 	authFailures *failLimiter
 	tenants      *tenantLimiter
+	idem         *idempotency.Store
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -203,7 +204,8 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{methods: map[string]Method{}, cfg: cfg, deps: deps,
 		limiter: newLimiter(cfg.RateLimits, deps.Clock), denials: newDenialLimiter(deps.Clock),
 		authFailures: newFailLimiter(cfg.RateLimits, deps.Clock),
-		tenants:      newTenantLimiter(cfg.TenantMutates, TenantQueueWait)}
+		tenants:      newTenantLimiter(cfg.TenantMutates, TenantQueueWait),
+		idem:         idempotency.New(deps.DB, deps.Clock, deps.IdempotencyKey, deps.Log)}
 	if cfg.SessionCookies {
 		o, err := originOf(cfg.BaseURL)
 		if err != nil {
@@ -403,139 +405,20 @@ func (s *Server) recordDenial(ctx context.Context, c *Caller, m Method, t Target
 	}
 }
 
-// Idempotency bounds: a key is remembered for IdempotencyTTL (then swept,
-// and a key older than that is treated as new); a request in progress
-// holds its key under a lease of idempotencyLease, renewed every
-// idempotencyRenew while it runs, so a key whose process died is released
-// after the lease instead of answering "still running" forever.
-const (
-	IdempotencyTTL   = 24 * time.Hour
-	idempotencyLease = 2 * time.Minute
-	idempotencyRenew = 30 * time.Second
-)
-
-// errShownOnce answers a replay of a method whose first answer carried a
-// credential: the credential was shown once and is not kept, so it cannot
-// be shown again.
-var errShownOnce = errs.New(errs.Conflict, "a request with this Idempotency-Key already ran; its answer carried a credential, which is shown once and not replayed")
-
-// idempotent replays the first answer for the same (tenant, identity, key)
-// and body, refuses the same key with another body (CONFLICT), and records
-// the answer of a first call. A 5xx answer is not kept, so a retry runs.
-// The answer of a ShownOnce method is never stored: a replay of it answers
-// CONFLICT (errShownOnce) and does not run again.
+// idempotent runs the call under its Idempotency-Key (package
+// idempotency): the first answer for the same (home tenant, identity, key)
+// and body is replayed, the same key with another body is refused
+// (CONFLICT), a 5xx answer is not kept, and the answer of a ShownOnce
+// method is never stored (a replay answers CONFLICT and does not run).
 func (s *Server) idempotent(ctx context.Context, c *Caller, m Method, key string, raw []byte, run func() answer) answer {
-	if len(key) > 128 || !requestIDRE.MatchString(key) {
-		return s.errorAnswer(c.RequestID, errs.New(errs.InvalidInput, "Idempotency-Key: 1 to 128 of A-Z a-z 0-9 . _ : -"))
-	}
-	mac := hmac.New(sha256.New, s.deps.IdempotencyKey)
-	mac.Write([]byte(m.Name + "\x00"))
-	mac.Write(raw)
-	sum := mac.Sum(nil)
-	db := s.deps.DB
-	where := ` WHERE tenant_id = $1 AND identity_id = $2 AND key = $3`
-	for attempt := 0; ; attempt++ {
-		now := s.deps.Clock.Now()
-		_, err := db.ExecContext(ctx, `INSERT INTO idempotency (tenant_id, identity_id, key, method, body_sha256, status, created_at, lease_expires_at) VALUES ($1, $2, $3, $4, $5, 0, $6, $7)`,
-			c.HomeTenant, c.Identity, key, m.Name, sum, now.UnixMilli(), now.Add(idempotencyLease).UnixMilli())
-		if err == nil {
-			break
-		}
-		if !store.IsUniqueViolation(err) {
-			return s.errorAnswer(c.RequestID, fmt.Errorf("api: store idempotency key: %w", err))
-		}
-		if attempt > 0 { // another request took the expired key first
-			return s.errorAnswer(c.RequestID, errs.New(errs.Conflict, "a request with this Idempotency-Key is still running"))
-		}
-		var prev, resp []byte
-		var status int
-		var created, lease int64
-		if err := db.QueryRowContext(ctx, `SELECT body_sha256, status, response, created_at, lease_expires_at FROM idempotency`+where,
-			c.HomeTenant, c.Identity, key).Scan(&prev, &status, &resp, &created, &lease); err != nil {
-			return s.errorAnswer(c.RequestID, fmt.Errorf("api: read idempotency key: %w", err))
-		}
-		leaseOver := now.UnixMilli() >= lease
-		if created <= now.Add(-IdempotencyTTL).UnixMilli() && (status != 0 || leaseOver) {
-			// Expired: forget it and take the key as new.
-			if _, err := db.ExecContext(ctx, `DELETE FROM idempotency`+where+` AND created_at = $4`, c.HomeTenant, c.Identity, key, created); err != nil {
-				return s.errorAnswer(c.RequestID, fmt.Errorf("api: expire idempotency key: %w", err))
-			}
-			continue
-		}
-		switch {
-		case !hmac.Equal(prev, sum):
-			return s.errorAnswer(c.RequestID, errs.New(errs.Conflict, "Idempotency-Key was used with another request"))
-		case status == 0 && !leaseOver:
-			return s.errorAnswer(c.RequestID, errs.New(errs.Conflict, "a request with this Idempotency-Key is still running"))
-		case status == 0:
-			// The request that held the key stopped renewing its lease (its
-			// process died): take the key over, once.
-			res, err := db.ExecContext(ctx, `UPDATE idempotency SET lease_expires_at = $4`+where+` AND status = 0 AND lease_expires_at = $5`,
-				c.HomeTenant, c.Identity, key, now.Add(idempotencyLease).UnixMilli(), lease)
-			if err != nil {
-				return s.errorAnswer(c.RequestID, fmt.Errorf("api: take over idempotency key: %w", err))
-			}
-			if n, _ := res.RowsAffected(); n != 1 {
-				return s.errorAnswer(c.RequestID, errs.New(errs.Conflict, "a request with this Idempotency-Key is still running"))
-			}
-		case m.shownOnce:
-			return s.errorAnswer(c.RequestID, errShownOnce)
-		default:
-			return answer{status: status, body: resp}
-		}
-		break
-	}
-	stop := s.renewLease(ctx, c, key)
-	a := run()
-	stop()
-	bg := context.WithoutCancel(ctx)
-	if a.status >= 500 {
-		_, _ = db.ExecContext(bg, `DELETE FROM idempotency`+where, c.HomeTenant, c.Identity, key)
-		return a
-	}
-	stored := a.body
-	if m.shownOnce {
-		stored = nil
-	}
-	if _, err := db.ExecContext(bg, `UPDATE idempotency SET status = $4, response = $5, lease_expires_at = 0`+where,
-		c.HomeTenant, c.Identity, key, a.status, stored); err != nil {
-		s.deps.Log.Error("store idempotent answer", "request_id", c.RequestID, "err", err)
-	}
-	return a
-}
-
-// renewLease extends the lease on key every idempotencyRenew until the
-// returned stop is called.
-func (s *Server) renewLease(ctx context.Context, c *Caller, key string) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(idempotencyRenew)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				lease := s.deps.Clock.Now().Add(idempotencyLease).UnixMilli()
-				if _, err := s.deps.DB.ExecContext(context.WithoutCancel(ctx), `UPDATE idempotency SET lease_expires_at = $1 WHERE tenant_id = $2 AND identity_id = $3 AND key = $4 AND status = 0`,
-					lease, c.HomeTenant, c.Identity, key); err != nil {
-					s.deps.Log.Warn("renew idempotency lease", "request_id", c.RequestID, "err", err)
-				}
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
-}
-
-// SweepIdempotency deletes idempotency rows older than IdempotencyTTL
-// whose request is no longer running (or whose lease is over).
-func SweepIdempotency(ctx context.Context, db *store.DB, now time.Time) (int64, error) {
-	res, err := db.ExecContext(ctx, `DELETE FROM idempotency WHERE created_at <= $1 AND (status <> 0 OR lease_expires_at <= $2)`,
-		now.Add(-IdempotencyTTL).UnixMilli(), now.UnixMilli())
+	ic := idempotency.Call{Tenant: c.HomeTenant, Identity: c.Identity, Key: key, Method: m.Name, Body: raw,
+		ShownOnce: m.shownOnce, RequestID: c.RequestID}
+	a, err := s.idem.Run(ctx, ic, func() idempotency.Answer {
+		a := run()
+		return idempotency.Answer{Status: a.status, Body: a.body}
+	})
 	if err != nil {
-		return 0, fmt.Errorf("api: sweep idempotency keys: %w", err)
+		return s.errorAnswer(c.RequestID, err)
 	}
-	return res.RowsAffected()
+	return answer{status: a.Status, body: a.Body}
 }

@@ -6,7 +6,6 @@ package server
 import (
 	"context"
 	"crypto"
-	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -33,6 +32,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/iam"
+	"github.com/bettercompute/bettercompute/internal/idempotency"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/internalv1"
@@ -439,8 +439,7 @@ func (cp *ControlPlane) serveMetrics(o Options) error {
 // IdempotencyKey is the key of the stored idempotency digests, derived
 // from the key-encryption key.
 func IdempotencyKey(kek pki.KEK) []byte {
-	k := sha256.Sum256(append([]byte("bc-idempotency-v1\x00"), kek[:]...))
-	return k[:]
+	return idempotency.DeriveKey(kek[:])
 }
 
 // sweep cancels expired commands every few seconds and forgets expired
@@ -456,7 +455,7 @@ func (cp *ControlPlane) sweep(ctx context.Context, clk clock.Clock, log *slog.Lo
 			if _, err := cp.Commands.SweepExpired(ctx); err != nil && ctx.Err() == nil {
 				log.Error("sweep expired commands", "err", err)
 			}
-			if _, err := api.SweepIdempotency(ctx, cp.DB, clk.Now()); err != nil && ctx.Err() == nil {
+			if _, err := idempotency.Sweep(ctx, cp.DB, clk.Now()); err != nil && ctx.Err() == nil {
 				log.Error("sweep idempotency keys", "err", err)
 			}
 		}
