@@ -161,30 +161,20 @@ func Methods(m Modules) []Method {
 			return map[string]any{"tokens": ts}, nil
 		}),
 		Def("commands.fanout", "compute:commands:create", true, byTenant[fanoutIn], func(ctx context.Context, c *Caller, in fanoutIn) (any, error) {
-			if (len(in.NodeIDs) == 0) == (len(in.Labels) == 0) {
-				return nil, errs.New(errs.InvalidInput, "give node_ids or labels (one of them)")
+			sel := commands.Selector{NodeIDs: in.NodeIDs, Labels: in.Labels}
+			if err := sel.Check(); err != nil {
+				return nil, err
 			}
-			ids := in.NodeIDs
-			if len(in.Labels) > 0 {
-				ns, err := m.Nodes.List(ctx, c.ActingTenant)
-				if err != nil {
+			var fleet []nodes.Node
+			if sel.ByLabels() {
+				var err error
+				if fleet, err = m.Nodes.List(ctx, c.ActingTenant); err != nil {
 					return nil, err
 				}
-				for _, n := range ns {
-					match := true
-					for k, v := range in.Labels {
-						if n.Labels[k] != v {
-							match = false
-							break
-						}
-					}
-					if match {
-						ids = append(ids, n.ID)
-					}
-				}
-				if len(ids) == 0 {
-					return nil, errs.New(errs.InvalidInput, "labels: no node matches")
-				}
+			}
+			ids, err := sel.Select(fleet)
+			if err != nil {
+				return nil, err
 			}
 			cmds, err := m.Commands.CreateMany(ctx, c.Actor(), ids, in.Kind, in.Payload, time.Duration(in.TTLSeconds)*time.Second)
 			if err != nil {
