@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 )
 
 // BatchLeaf is one leaf of a batch as shown: a node, a kind and either a
@@ -50,25 +52,20 @@ type Batch struct {
 }
 
 // LeafRequest asks for one leaf in a new batch.
-type LeafRequest struct {
-	NodeID  string          `json:"node_id"`
-	Kind    string          `json:"kind"`
-	Payload json.RawMessage `json:"payload,omitempty"`
-	Unbound bool            `json:"unbound,omitempty"`
-}
+type LeafRequest = apitypes.LeafIn
 
 // CreateBatch proposes a batch of leaves expiring after expires (0: the
 // server's default).
 func (c *Client) CreateBatch(ctx context.Context, leaves []LeafRequest, expires time.Duration) (Batch, error) {
 	var out Batch
-	err := c.Call(ctx, "batches.create", map[string]any{"leaves": leaves, "expires_seconds": int64(expires / time.Second)}, &out)
+	err := c.Call(ctx, "batches.create", apitypes.BatchCreateIn{Leaves: leaves, ExpiresSeconds: int64(expires / time.Second)}, &out)
 	return out, err
 }
 
 // Batch reads a batch with its leaves and approvals.
 func (c *Client) Batch(ctx context.Context, id string) (Batch, error) {
 	var out Batch
-	err := c.Call(ctx, "batches.get", map[string]any{"id": id}, &out)
+	err := c.Call(ctx, "batches.get", apitypes.IDIn{ID: id}, &out)
 	return out, err
 }
 
@@ -85,18 +82,14 @@ func (c *Client) Batches(ctx context.Context) ([]Batch, error) {
 // plane) over the batch.
 func (c *Client) ApproveBatch(ctx context.Context, id string, approverKey, sig []byte) (Batch, error) {
 	var out Batch
-	err := c.Call(ctx, "batches.approve", map[string]any{"id": id, "approver_key": approverKey, "signature": sig}, &out)
+	err := c.Call(ctx, "batches.approve", apitypes.BatchApproveIn{ID: id, ApproverKey: approverKey, Signature: sig}, &out)
 	return out, err
 }
 
 // CreateCommandInBatch queues a command that runs only under batch batchID.
 func (c *Client) CreateCommandInBatch(ctx context.Context, nodeID, kind string, payload json.RawMessage, batchID string) (Command, error) {
-	in := map[string]any{"node_id": nodeID, "kind": kind, "batch_id": batchID}
-	if len(payload) > 0 {
-		in["payload"] = payload
-	}
 	var out Command
-	err := c.Call(ctx, "commands.createInBatch", in, &out)
+	err := c.Call(ctx, "commands.createInBatch", apitypes.CommandInBatchIn{NodeID: nodeID, Kind: kind, Payload: payload, BatchID: batchID}, &out)
 	return out, err
 }
 
@@ -127,7 +120,7 @@ type ApproverSetStatus struct {
 // SignApprovers submits one current approver's signature over a new set.
 func (c *Client) SignApprovers(ctx context.Context, generation uint64, threshold int, keys [][]byte, approverKey, sig []byte) (ApproverSetStatus, error) {
 	var out ApproverSetStatus
-	err := c.Call(ctx, "approvers.sign", map[string]any{"generation": generation, "threshold": threshold, "keys": keys,
-		"approver_key": approverKey, "signature": sig}, &out)
+	err := c.Call(ctx, "approvers.sign", apitypes.ApproverSignIn{Generation: generation, Threshold: threshold, Keys: keys,
+		ApproverKey: approverKey, Signature: sig}, &out)
 	return out, err
 }

@@ -15,8 +15,6 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
-	"github.com/bettercompute/bettercompute/internal/quorum"
-	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
@@ -84,15 +82,10 @@ func foreignLimits(t reflect.Type, name string) string {
 	switch t {
 	case reflect.TypeFor[iam.Statement]():
 		m = map[string]string{"effect": "max=8", "actions": "items=64,max=128", "resources": "items=64,max=256"}
-	case reflect.TypeFor[quorum.LeafInput]():
-		m = map[string]string{"node_id": "max=64", "kind": "max=64"}
 	case reflect.TypeFor[sandboxes.TemplateIn]():
 		m = map[string]string{"name": "max=63", "image": "max=128", "runtime": "max=16", "network": "max=16",
 			"lifetime_seconds": "min=0,max=604800", "max_lifetime_seconds": "min=0,max=604800",
 			"env": "items=256,keymax=256,max=16384", "labels": "items=64,keymax=63,max=63", "warm": fmt.Sprintf("min=0,max=%d", sandboxes.MaxWarm)}
-	case reflect.TypeFor[quota.Overrides]():
-		r := fmt.Sprintf("min=0,max=%d", int64(quota.MaxLimit))
-		m = map[string]string{"join_tokens": r, "sandboxes": r, "warm_memory_mb": r, "commands_in_flight": r}
 	case reflect.TypeFor[spec.Limits]():
 		m = map[string]string{"cpu_millis": "min=0,max=64000", "memory_mb": "min=0,max=262144", "pids": "min=0,max=32768", "disk_mb": "min=0,max=65536"}
 	}
