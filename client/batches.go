@@ -11,45 +11,14 @@ import (
 // BatchLeaf is one leaf of a batch as shown: a node, a kind and either a
 // payload digest (with the payload) or Unbound, which admits any payload
 // of its kind for its node and carries Flag.
-type BatchLeaf struct {
-	Index         int             `json:"index"`
-	NodeID        string          `json:"node_id"`
-	Kind          string          `json:"kind"`
-	Unbound       bool            `json:"unbound"`
-	Flag          string          `json:"flag,omitempty"`
-	PayloadSHA256 string          `json:"payload_sha256,omitempty"`
-	Payload       json.RawMessage `json:"payload,omitempty"`
-}
+type BatchLeaf = apitypes.BatchLeaf
 
 // BatchApproval is one recorded approval.
-type BatchApproval struct {
-	ApproverKey string    `json:"approver_key"`
-	Signature   string    `json:"signature"`
-	SubmittedBy string    `json:"submitted_by"`
-	CreatedAt   time.Time `json:"created_at"`
-}
+type BatchApproval = apitypes.BatchApproval
 
 // Batch is a destructive batch as the API shows it. Root is the server's
 // claim; a reviewer recomputes it from Leaves before signing.
-type Batch struct {
-	ID         string          `json:"id"`
-	TenantID   string          `json:"tenant_id"`
-	Deployment string          `json:"deployment"`
-	Root       string          `json:"root"`
-	State      string          `json:"state"`
-	Threshold  int             `json:"threshold"`
-	Approvals  []BatchApproval `json:"approvals"`
-	Leaves     []BatchLeaf     `json:"leaves"`
-	Unbound    bool            `json:"unbound"`
-	ProposedBy string          `json:"proposed_by"`
-	Agent      string          `json:"agent,omitempty"`
-	AgentFor   string          `json:"agent_for,omitempty"`
-	Proposer   string          `json:"proposer"`
-	CreatedAt  time.Time       `json:"created_at"`
-	ExpiresAt  time.Time       `json:"expires_at"`
-	ExpiresMS  int64           `json:"expires_at_ms"`
-	ApprovedAt *time.Time      `json:"approved_at,omitempty"`
-}
+type Batch = apitypes.Batch
 
 // LeafRequest asks for one leaf in a new batch.
 type LeafRequest = apitypes.LeafIn
@@ -94,12 +63,7 @@ func (c *Client) CreateCommandInBatch(ctx context.Context, nodeID, kind string, 
 }
 
 // ApproverSet is the approver set in force.
-type ApproverSet struct {
-	Deployment string   `json:"deployment"`
-	Generation uint64   `json:"generation"`
-	Threshold  int      `json:"threshold"`
-	Keys       []string `json:"keys"`
-}
+type ApproverSet = apitypes.ApproverSet
 
 // Approvers reads the approver set in force.
 func (c *Client) Approvers(ctx context.Context) (ApproverSet, error) {
@@ -109,13 +73,7 @@ func (c *Client) Approvers(ctx context.Context) (ApproverSet, error) {
 }
 
 // ApproverSetStatus reports a proposed approver-set change.
-type ApproverSetStatus struct {
-	Proposed ApproverSet `json:"proposed"`
-	Signed   int         `json:"signed"`
-	Needed   int         `json:"needed"`
-	Applied  bool        `json:"applied"`
-	Approver string      `json:"approver"`
-}
+type ApproverSetStatus = apitypes.ApproverSetStatus
 
 // SignApprovers submits one current approver's signature over a new set.
 func (c *Client) SignApprovers(ctx context.Context, generation uint64, threshold int, keys [][]byte, approverKey, sig []byte) (ApproverSetStatus, error) {

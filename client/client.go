@@ -166,23 +166,7 @@ func (c *Client) CallIdempotent(ctx context.Context, method, key string, in, out
 }
 
 // Node is a node as listed.
-type Node struct {
-	ID         string            `json:"id"`
-	Name       string            `json:"name"`
-	TenantID   string            `json:"tenant_id"`
-	Role       string            `json:"role"`
-	Connected  bool              `json:"connected"`
-	BootID     string            `json:"boot_id,omitempty"`
-	Version    string            `json:"version,omitempty"`
-	Labels     map[string]string `json:"labels"`
-	Inventory  json.RawMessage   `json:"inventory"`
-	CreatedAt  time.Time         `json:"created_at"`
-	LastSeenAt *time.Time        `json:"last_seen_at,omitempty"`
-	// State is active, revoked, quarantined or expired; StateReason says
-	// why a node is not active.
-	State       string `json:"state"`
-	StateReason string `json:"state_reason,omitempty"`
-}
+type Node = apitypes.Node
 
 // Nodes lists the nodes the caller can see.
 func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
@@ -194,12 +178,7 @@ func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
 }
 
 // JoinToken is a created join token; Token is shown once.
-type JoinToken struct {
-	ID        string    `json:"id"`
-	Token     string    `json:"token"`
-	Role      string    `json:"role"`
-	ExpiresAt time.Time `json:"expires_at"`
-}
+type JoinToken = apitypes.JoinToken
 
 // CreateJoinToken makes a single-use join token.
 func (c *Client) CreateJoinToken(ctx context.Context, role, name string, ttl time.Duration) (JoinToken, error) {
@@ -209,27 +188,7 @@ func (c *Client) CreateJoinToken(ctx context.Context, role, name string, ttl tim
 }
 
 // Command is a command as the API shows it.
-type Command struct {
-	ID        string          `json:"id"`
-	NodeID    string          `json:"node_id"`
-	TenantID  string          `json:"tenant_id"`
-	Kind      string          `json:"kind"`
-	Payload   json.RawMessage `json:"payload"`
-	State     string          `json:"state"`
-	Attested  bool            `json:"attested"`
-	Result    json.RawMessage `json:"result"`
-	Reason    string          `json:"reason"`
-	CreatedBy string          `json:"created_by"`
-	CreatedAt time.Time       `json:"created_at"`
-	UpdatedAt time.Time       `json:"updated_at"`
-	ExpiresAt time.Time       `json:"expires_at"`
-	BatchID   string          `json:"batch_id,omitempty"`
-}
-
-// Terminal reports whether the command's state is final.
-func (c Command) Terminal() bool {
-	return c.State == "succeeded" || c.State == "failed" || c.State == "cancelled"
-}
+type Command = apitypes.Command
 
 // CreateCommand queues a command for a node.
 func (c *Client) CreateCommand(ctx context.Context, nodeID, kind string, payload json.RawMessage) (Command, error) {
@@ -270,12 +229,7 @@ func (c *Client) WaitCommand(ctx context.Context, id string, interval time.Durat
 }
 
 // Tenant is a tenant.
-type Tenant struct {
-	ID       string `json:"id"`
-	ParentID string `json:"parent_id,omitempty"`
-	Name     string `json:"name"`
-	State    string `json:"state"`
-}
+type Tenant = apitypes.Tenant
 
 // CreateTenant makes a tenant under parent ("" for the caller's tenant).
 func (c *Client) CreateTenant(ctx context.Context, parent, name string) (Tenant, error) {
@@ -292,12 +246,7 @@ func (c *Client) SetTenantState(ctx context.Context, id, verb string) (Tenant, e
 }
 
 // Identity is a person or agent.
-type Identity struct {
-	ID       string `json:"id"`
-	TenantID string `json:"tenant_id"`
-	Name     string `json:"name"`
-	Kind     string `json:"kind"`
-}
+type Identity = apitypes.Identity
 
 // CreateIdentity makes an identity in tenant.
 func (c *Client) CreateIdentity(ctx context.Context, tenant, name, kind string) (Identity, error) {
@@ -312,16 +261,7 @@ func (c *Client) Bind(ctx context.Context, tenant, identity, role string) error 
 }
 
 // Binding gives an identity a role in a tenant and every tenant below it.
-type Binding struct {
-	ID               string    `json:"id"`
-	TenantID         string    `json:"tenant_id"`
-	IdentityID       string    `json:"identity_id"`
-	IdentityName     string    `json:"identity_name"`
-	IdentityTenantID string    `json:"identity_tenant_id"`
-	RoleID           string    `json:"role_id"`
-	RoleName         string    `json:"role_name"`
-	CreatedAt        time.Time `json:"created_at"`
-}
+type Binding = apitypes.Binding
 
 // Bindings lists the bindings made in tenant ("" for the caller's) and in
 // every tenant below it.
@@ -370,13 +310,7 @@ func (c *Client) Key() string { return c.key }
 // Attestation is a command's attested result as the API returns it: the
 // exact bytes the node signed, the signature over SHA-256(Context ||
 // SignedBody), and the node's certificate chain (PEM).
-type Attestation struct {
-	CommandID    string `json:"command_id"`
-	Context      string `json:"context"`
-	SignedBody   []byte `json:"signed_body"`
-	Signature    []byte `json:"signature"`
-	CertChainPEM string `json:"cert_chain_pem"`
-}
+type Attestation = apitypes.Attestation
 
 // CommandAttestation reads a command's attestation (INVALID_STATE when its
 // result is not attested).

@@ -12,13 +12,7 @@ import (
 )
 
 // Image is a named, content-addressed sandbox image.
-type Image struct {
-	ID        string `json:"id"`
-	TenantID  string `json:"tenant_id"`
-	Name      string `json:"name"`
-	Digest    string `json:"digest"`
-	SizeBytes int64  `json:"size_bytes"`
-}
+type Image = apitypes.Image
 
 // ImportImage uploads tarball in chunks through the API and names it in
 // tenant ("" = the caller's own); the server checks the bytes hash to the
@@ -60,33 +54,11 @@ func (c *Client) ImportImage(ctx context.Context, tenant, name string, tarball [
 }
 
 // Sandbox is a sandbox as the API shows it.
-type Sandbox struct {
-	ID         string    `json:"id"`
-	TenantID   string    `json:"tenant_id"`
-	TemplateID string    `json:"template_id"`
-	NodeID     string    `json:"node_id"`
-	Runtime    string    `json:"runtime"`
-	State      string    `json:"state"`
-	Reason     string    `json:"reason"`
-	FromWarm   bool      `json:"from_warm"`
-	CreatedAt  time.Time `json:"created_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
-	MaxExpires time.Time `json:"max_expires_at"`
-}
+type Sandbox = apitypes.Sandbox
 
 // ExecResult is the answer of sandboxes.exec: each stream capped, with
 // truncation flagged, and the exit code of the sandbox's command.
-type ExecResult struct {
-	SandboxID       string `json:"sandbox_id"`
-	CommandID       string `json:"command_id"`
-	Attested        bool   `json:"attested"`
-	ExitCode        int    `json:"exit_code"`
-	Stdout          []byte `json:"stdout"`
-	Stderr          []byte `json:"stderr"`
-	StdoutTruncated bool   `json:"stdout_truncated"`
-	StderrTruncated bool   `json:"stderr_truncated"`
-	TimedOut        bool   `json:"timed_out"`
-}
+type ExecResult = apitypes.ExecResult
 
 // CreateSandbox makes a sandbox of template in tenant ("" = own) and
 // returns once it runs.
