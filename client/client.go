@@ -140,13 +140,7 @@ func (c *Client) CallIdempotent(ctx context.Context, method, key string, in, out
 		return fmt.Errorf("client: read answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var eb struct {
-			Error struct {
-				Code      string `json:"code"`
-				Message   string `json:"message"`
-				RequestID string `json:"request_id"`
-			} `json:"error"`
-		}
+		var eb apitypes.ErrorBody
 		if json.Unmarshal(raw, &eb) != nil || eb.Error.Code == "" {
 			return &Error{Status: resp.StatusCode, Code: "INTERNAL_ERROR", Message: "unexpected answer " + resp.Status}
 		}

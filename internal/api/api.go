@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
@@ -262,14 +263,9 @@ func (s *Server) Register(ms ...Method) {
 
 var requestIDRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 
-// ErrorBody is the JSON shape of every error answer.
-type ErrorBody struct {
-	Error struct {
-		Code      errs.Code `json:"code"`
-		Message   string    `json:"message"`
-		RequestID string    `json:"request_id"`
-	} `json:"error"`
-}
+// ErrorBody is the JSON shape of every error answer (declared in
+// apitypes, which the client decodes it with).
+type ErrorBody = apitypes.ErrorBody
 
 // errDenied is the one answer to a call outside the caller's tenant, on a
 // resource that does not exist, or that policy denies: the three are
@@ -336,7 +332,7 @@ func (s *Server) errorAnswer(rid string, err error) answer {
 // errorBody is the JSON error answer with the status that fits code.
 func errorBody(rid string, code errs.Code, msg string) answer {
 	var body ErrorBody
-	body.Error.Code, body.Error.Message, body.Error.RequestID = code, msg, rid
+	body.Error.Code, body.Error.Message, body.Error.RequestID = string(code), msg, rid
 	if code == errs.Internal {
 		body.Error.Message = "internal error"
 	}

@@ -121,3 +121,13 @@ type RevokedOut struct {
 type IDOut struct {
 	ID string `json:"id"`
 }
+
+// ErrorBody is the JSON shape of every error answer: the code (such as
+// ACCESS_DENIED), a message safe to show, and the request id.
+type ErrorBody struct {
+	Error struct {
+		Code      string `json:"code"`
+		Message   string `json:"message"`
+		RequestID string `json:"request_id"`
+	} `json:"error"`
+}
