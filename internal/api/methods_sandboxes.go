@@ -52,7 +52,7 @@ func sandboxMethods(m Modules) []Method {
 				return s.CommitImage(ctx, c.Actor(), c.ActingTenant, in.UploadID, in.Name, in.Digest)
 			}),
 		Def("images.list", "compute:images:list", false, byTenant[apitypes.TenantIn], func(ctx context.Context, c *Caller, _ apitypes.TenantIn) (any, error) {
-			is, err := s.ListImages(ctx, c.ActingTenant)
+			is, err := s.ListImages(ctx, c.Scope())
 			if err != nil {
 				return nil, err
 			}
@@ -63,7 +63,7 @@ func sandboxMethods(m Modules) []Method {
 				return s.CreateTemplate(ctx, c.Actor(), c.ActingTenant, in.TemplateIn)
 			}),
 		Def("templates.list", "compute:templates:list", false, byTenant[apitypes.TenantIn], func(ctx context.Context, c *Caller, _ apitypes.TenantIn) (any, error) {
-			ts, err := s.ListTemplates(ctx, c.ActingTenant)
+			ts, err := s.ListTemplates(ctx, c.Scope())
 			if err != nil {
 				return nil, err
 			}
@@ -71,7 +71,7 @@ func sandboxMethods(m Modules) []Method {
 		}),
 		Def("templates.get", "compute:templates:get", false, func(in apitypes.IDIn) Target { return Target{Kind: "template", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
-				return s.Template(ctx, c.ActingTenant, in.ID)
+				return s.Template(ctx, c.Scope(), in.ID)
 			}),
 		Def("templates.delete", "compute:templates:delete", true, func(in apitypes.IDIn) Target { return Target{Kind: "template", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
@@ -81,10 +81,10 @@ func sandboxMethods(m Modules) []Method {
 			return s.Create(ctx, c.Actor(), c.ActingTenant, in.Template)
 		}),
 		Def("sandboxes.get", "compute:sandboxes:get", false, sbx, func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
-			return s.Get(ctx, c.ActingTenant, in.ID)
+			return s.Get(ctx, c.Scope(), in.ID)
 		}),
 		Def("sandboxes.list", "compute:sandboxes:list", false, byTenant[apitypes.TenantIn], func(ctx context.Context, c *Caller, _ apitypes.TenantIn) (any, error) {
-			xs, err := s.List(ctx, c.ActingTenant)
+			xs, err := s.List(ctx, c.Scope())
 			if err != nil {
 				return nil, err
 			}
@@ -92,17 +92,17 @@ func sandboxMethods(m Modules) []Method {
 		}),
 		Def("sandboxes.extend", "compute:sandboxes:extend", true, func(in apitypes.SandboxExtendIn) Target { return Target{Kind: "sandbox", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in apitypes.SandboxExtendIn) (any, error) {
-				return s.Extend(ctx, c.Actor(), c.ActingTenant, in.ID, time.Duration(in.Seconds)*time.Second)
+				return s.Extend(ctx, c.Actor(), c.Scope(), in.ID, time.Duration(in.Seconds)*time.Second)
 			}),
 		Def("sandboxes.delete", "compute:sandboxes:delete", true, sbx, func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
-			return s.Delete(ctx, c.Actor(), c.ActingTenant, in.ID)
+			return s.Delete(ctx, c.Actor(), c.Scope(), in.ID)
 		}),
 		Def("sandboxes.exec", "compute:sandboxes:exec", true, func(in apitypes.ExecIn) Target { return Target{Kind: "sandbox", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in apitypes.ExecIn) (any, error) {
 				if in.TimeoutSeconds < 0 || in.TimeoutSeconds > 600 {
 					return nil, errs.New(errs.InvalidInput, "timeout_seconds: 0 (30) to 600")
 				}
-				return s.Exec(ctx, c.Actor(), c.ActingTenant, in.ID, in.Argv, time.Duration(in.TimeoutSeconds)*time.Second)
+				return s.Exec(ctx, c.Actor(), c.Scope(), in.ID, in.Argv, time.Duration(in.TimeoutSeconds)*time.Second)
 			}),
 	}
 }

@@ -221,7 +221,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	cp.APIKeys = apikeys.New(o.DB, o.Clock)
 	cp.IAM = iam.New(o.DB, o.Clock)
 	if hasAPI {
-		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, cp.Events, o.Log)
+		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, liveCommands{o.DB}, cp.Events, o.Log)
 	}
 
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -230,16 +230,15 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		cp.Close()
 		return nil, err
 	}
-	if err := cp.startSandboxes(rctx, o); err != nil {
-		return fail(err)
-	}
 	if o.Quotas == (quota.Limits{}) {
 		o.Quotas = quota.Defaults()
 	}
 	cp.Quotas = quota.New(o.DB, o.Clock, o.Quotas)
+	if err := cp.startSandboxes(rctx, o); err != nil {
+		return fail(err)
+	}
 	cp.Nodes.UseQuotas(cp.Quotas)
 	cp.Commands.UseQuotas(cp.Quotas)
-	cp.Sandboxes.UseQuotas(cp.Quotas)
 
 	bridgePokes(rctx, o.DB, cp.Bus, o.Log)
 
