@@ -70,14 +70,14 @@ func byID(kind string) func(apitypes.IDIn) Target {
 func Methods(m Modules) []Method {
 	return append([]Method{
 		Def("nodes.list", "compute:nodes:list", false, byTenant[apitypes.TenantIn], func(ctx context.Context, c *Caller, _ apitypes.TenantIn) (any, error) {
-			ns, err := m.Nodes.List(ctx, c.ActingTenant)
+			ns, err := m.Nodes.List(ctx, c.Scope())
 			if err != nil {
 				return nil, err
 			}
 			return map[string]any{"nodes": ns}, nil
 		}),
 		Def("nodes.get", "compute:nodes:get", false, byID("node"), func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
-			return m.Nodes.Get(ctx, c.ActingTenant, in.ID)
+			return m.Nodes.Get(ctx, c.Scope(), in.ID)
 		}),
 		Def("nodes.revoke", "compute:nodes:revoke", true, func(in apitypes.NodeRevokeIn) Target { return Target{Kind: "node", ID: in.NodeID} },
 			func(ctx context.Context, c *Caller, in apitypes.NodeRevokeIn) (any, error) {
@@ -119,7 +119,7 @@ func Methods(m Modules) []Method {
 			var fleet []nodes.Node
 			if sel.ByLabels() {
 				var err error
-				if fleet, err = m.Nodes.List(ctx, c.ActingTenant); err != nil {
+				if fleet, err = m.Nodes.List(ctx, c.Scope()); err != nil {
 					return nil, err
 				}
 			}

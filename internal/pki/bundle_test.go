@@ -15,11 +15,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bettercompute/bettercompute/internal/clock"
 )
 
-type fixedClock time.Time
-
-func (c fixedClock) Now() time.Time { return time.Time(c) }
+// fixedClock is a clock stopped at t.
+func fixedClock(t time.Time) clock.Clock { return clock.NewFake(t) }
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
@@ -46,7 +47,11 @@ func privateSecrets(t *testing.T, b *Bundle, kek KEK) map[string][]byte {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		out[name] = k.D.FillBytes(make([]byte, 32))
+		d, err := k.Bytes()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out[name] = d
 	}
 	for name, f := range map[string]func(KEK) (ed25519.PrivateKey, error){"command-root": b.CommandRootKey, "join-key": b.JoinSigningKey, "audit-key": b.AuditSigningKey} {
 		k, err := f(kek)
