@@ -222,8 +222,8 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	}
 	cp.Commands.UseBatches(cp.Quorum)
 	cp.Commands.UseSecrets(secretRefs{cp})
-	cp.APIKeys = apikeys.New(o.DB, o.Clock)
 	cp.IAM = iam.New(o.DB, o.Clock)
+	cp.APIKeys = apikeys.New(o.DB, o.Clock, cp.IAM)
 	if hasAPI {
 		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, liveCommands{o.DB}, cp.Events, o.Log)
 	}
