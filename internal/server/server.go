@@ -191,7 +191,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		return nil, errs.New(errs.InvalidConfig, "a gateway without the api role needs its certificate (pki issue-gateway) and the api's internal address")
 	}
 	cp := &ControlPlane{DB: o.DB, Bus: bus.New(), Metrics: prometheus.NewRegistry()}
-	cp.Events = audit.NewEvents(o.DB, o.Clock)
+	cp.Events = audit.NewEvents(o.DB, o.Clock, iam.RootTenant)
 
 	ncfg := nodes.Config{TrustDomain: b.TrustDomain, NodeCA: b.NodeCA, CertLifetime: o.NodeCertLifetime, RenewInterval: o.RenewInterval, JoinPublicKey: b.JoinKey}
 	if hasAPI {
