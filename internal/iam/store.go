@@ -16,11 +16,8 @@ import (
 // chainDepth bounds the tenant chain Chain walks above a tenant.
 const chainDepth = 32
 
-// SubtreeDepth bounds the subtree SubtreeCondition walks below a tenant.
-const SubtreeDepth = 64
-
 // SubtreeCondition is an SQL condition on a row's tenant_id column: the
-// tenant $1 or any tenant under it (down to SubtreeDepth levels). Modules
+// tenant $1 or any tenant under it (down to 64 levels). Modules
 // that count their own rows per subtree (quota counters) embed it, so the
 // tenant tree is walked by iam's SQL alone.
 const SubtreeCondition = `tenant_id IN (WITH RECURSIVE quota_sub(id, depth) AS (

@@ -74,7 +74,7 @@ func TestLockKey(t *testing.T) {
 	if LockKey("t1", JoinTokens) == LockKey("t2", JoinTokens) || LockKey("t1", JoinTokens) == LockKey("t1", Sandboxes) {
 		t.Fatal("lock keys collide for different tenants or quotas")
 	}
-	if LockKey("t1", JoinTokens) != LockKey("t1", JoinTokens) {
+	if first, again := LockKey("t1", JoinTokens), LockKey("t1", JoinTokens); first != again {
 		t.Fatal("lock key is not stable")
 	}
 }
