@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
@@ -119,4 +120,22 @@ func FuzzTopLevelOf(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestUsageFresh(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	for _, tc := range []struct {
+		age  time.Duration
+		want bool
+	}{
+		{0, true},
+		{RecountEvery - time.Millisecond, true},
+		{RecountEvery, false},
+		{time.Hour, false},
+		{-time.Minute, true},
+	} {
+		if got := usageFresh(now.Add(-tc.age).UnixMilli(), now); got != tc.want {
+			t.Errorf("age %v: fresh %v, want %v", tc.age, got, tc.want)
+		}
+	}
 }

@@ -260,7 +260,7 @@ func (s *Service) AdmitTracked(ctx context.Context, tx *sql.Tx, tenant string, k
 	now := s.clk.Now()
 	var used, counted int64
 	err = tx.QueryRowContext(ctx, qUsage, tenant, string(k)).Scan(&used, &counted)
-	fresh := err == nil && now.Sub(time.UnixMilli(counted)) < RecountEvery
+	fresh := err == nil && usageFresh(counted, now)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("quota: read usage: %w", err)
 	}
@@ -292,6 +292,14 @@ func (s *Service) AdmitTracked(ctx context.Context, tx *sql.Tx, tenant string, k
 		return fmt.Errorf("quota: record usage: %w", err)
 	}
 	return nil
+}
+
+// usageFresh reports whether a tracked usage counted at counted (unix ms)
+// may be decided on at now without a recount: it is younger than
+// RecountEvery (a clock that stepped back counts as fresh, as the age is
+// negative).
+func usageFresh(counted int64, now time.Time) bool {
+	return now.Sub(time.UnixMilli(counted)) < RecountEvery
 }
 
 type usageKey struct {

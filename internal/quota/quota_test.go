@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 )
 
 func TestDecide(t *testing.T) {
@@ -80,7 +81,7 @@ func TestLockKey(t *testing.T) {
 }
 
 func TestExempt(t *testing.T) {
-	if !Exempt("root") || Exempt("t_acme") || Exempt("") {
+	if !Exempt(iam.RootTenant) || Exempt("t_acme") || Exempt("") {
 		t.Fatal("only the root tenant is exempt")
 	}
 }
