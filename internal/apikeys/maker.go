@@ -52,15 +52,11 @@ func RevokeMadeBy(ctx context.Context, tx *sql.Tx, d store.Dialect, at int64, id
 	for len(frontier) > 0 {
 		var next []string
 		for chunk := range slices.Chunk(frontier, store.InChunk/2) {
-			k, err := revokeWhere(ctx, tx, d, at, tableKeys, func(a *store.Args) string {
-				return `made_by IN (` + a.Strings(chunk) + `)`
-			})
+			k, err := revokeWhere(ctx, tx, d, at, tableKeys, func(a *store.Args) string { return keysMadeBy(a, chunk) })
 			if err != nil {
 				return 0, 0, err
 			}
-			s, err := revokeWhere(ctx, tx, d, at, tableSessions, func(a *store.Args) string {
-				return `(key_id IN (` + a.Strings(chunk) + `) OR parent_id IN (` + a.Strings(chunk) + `))`
-			})
+			s, err := revokeWhere(ctx, tx, d, at, tableSessions, func(a *store.Args) string { return sessionsMadeBy(a, chunk) })
 			if err != nil {
 				return 0, 0, err
 			}
@@ -76,7 +72,7 @@ func RevokeMadeBy(ctx context.Context, tx *sql.Tx, d store.Dialect, at int64, id
 // cond builds and returns their ids.
 func revokeWhere(ctx context.Context, tx *sql.Tx, d store.Dialect, at int64, table string, cond func(*store.Args) string) ([]string, error) {
 	a := store.NewArgsFor(d)
-	rows, err := tx.QueryContext(ctx, `SELECT id FROM `+table+` WHERE revoked_at IS NULL AND `+cond(a), a.Values()...)
+	rows, err := tx.QueryContext(ctx, selectUnrevoked(table, cond(a)), a.Values()...)
 	if err != nil {
 		return nil, fmt.Errorf("apikeys: read made credentials: %w", err)
 	}
@@ -96,7 +92,7 @@ func revokeWhere(ctx context.Context, tx *sql.Tx, d store.Dialect, at int64, tab
 	for chunk := range slices.Chunk(out, store.InChunk) {
 		a := store.NewArgsFor(d)
 		at := a.Add(at)
-		if _, err := tx.ExecContext(ctx, `UPDATE `+table+` SET revoked_at = `+at+` WHERE revoked_at IS NULL AND id IN (`+a.Strings(chunk)+`)`, a.Values()...); err != nil {
+		if _, err := tx.ExecContext(ctx, revokeIDs(table, at, a.Strings(chunk)), a.Values()...); err != nil {
 			return nil, fmt.Errorf("apikeys: revoke made credentials: %w", err)
 		}
 	}

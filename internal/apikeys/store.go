@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/bettercompute/bettercompute/internal/store"
 )
 
 // The apikeys module owns the api_keys and sessions tables; this file holds
@@ -45,6 +47,30 @@ const (
 	tableKeys     = "api_keys"
 	tableSessions = "sessions"
 )
+
+// keysMadeBy is the condition on api_keys of the keys made by the
+// credentials ids (their placeholders added to a).
+func keysMadeBy(a *store.Args, ids []string) string {
+	return `made_by IN (` + a.Strings(ids) + `)`
+}
+
+// sessionsMadeBy is the condition on sessions of the sessions made by the
+// credentials ids: from a key among them, or below a session among them.
+func sessionsMadeBy(a *store.Args, ids []string) string {
+	return `(key_id IN (` + a.Strings(ids) + `) OR parent_id IN (` + a.Strings(ids) + `))`
+}
+
+// selectUnrevoked reads the ids of the unrevoked rows of table (tableKeys
+// or tableSessions) that meet cond.
+func selectUnrevoked(table, cond string) string {
+	return `SELECT id FROM ` + table + ` WHERE revoked_at IS NULL AND ` + cond
+}
+
+// revokeIDs revokes, at the placeholder at, the unrevoked rows of table
+// whose id is in the placeholder list ids.
+func revokeIDs(table, at, ids string) string {
+	return `UPDATE ` + table + ` SET revoked_at = ` + at + ` WHERE revoked_at IS NULL AND id IN (` + ids + `)`
+}
 
 type scanner interface{ Scan(dest ...any) error }
 
