@@ -31,6 +31,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
 
@@ -198,7 +199,7 @@ func run(dbName string, n int, bin, self, pgDSN, simRoot string) (result, error)
 	if err := db.Migrate(ctx); err != nil {
 		return r, err
 	}
-	_, key, err := apikeys.New(db, clock.Real{}).Create(ctx, audit.Entry{TenantID: "root", Actor: "bench"}, "root", "admin", "bench", 0)
+	_, key, err := apikeys.New(db, clock.Real{}, iam.New(db, clock.Real{})).Create(ctx, audit.Entry{TenantID: "root", Actor: "bench"}, "root", "admin", "bench", 0)
 	if err != nil {
 		return r, err
 	}

@@ -65,7 +65,7 @@ func TestTenantLimiter(t *testing.T) {
 func TestTenantMutationsBounded(t *testing.T) {
 	db := storetest.NewTestSQLite(t)
 	clk := clock.Real{}
-	keys := apikeys.New(db, clk)
+	keys := apikeys.New(db, clk, iam.New(db, clk))
 	srv, err := NewServer(Config{RateLimits: RateLimits{ReadPerSecond: 1e6, ReadBurst: 1e6, MutatePerSecond: 1e6, MutateBurst: 1e6}, TenantMutates: 1},
 		Deps{DB: db, Keys: keys, IAM: iam.New(db, clk), Clock: clk})
 	if err != nil {

@@ -47,14 +47,27 @@ type Principal struct {
 	ExpiresAt time.Time
 }
 
-// Service is the API key store.
-type Service struct {
-	db  *store.DB
-	clk clock.Clock
+// Identities is what the API key store asks of the identity store (package
+// iam implements it; iam imports apikeys, so it is injected).
+type Identities interface {
+	// IdentityInTenant reports whether identity id exists in tenant.
+	IdentityInTenant(ctx context.Context, id, tenant string) (bool, error)
+	// IdentityInTenantTx is IdentityInTenant read inside tx.
+	IdentityInTenantTx(ctx context.Context, tx *sql.Tx, id, tenant string) (bool, error)
 }
 
-// New returns the API key store.
-func New(db *store.DB, clk clock.Clock) *Service { return &Service{db: db, clk: clk} }
+// Service is the API key store.
+type Service struct {
+	db         *store.DB
+	clk        clock.Clock
+	identities Identities
+}
+
+// New returns the API key store. identities answers whether a key's
+// identity still exists in its tenant.
+func New(db *store.DB, clk clock.Clock, identities Identities) *Service {
+	return &Service{db: db, clk: clk, identities: identities}
+}
 
 func hash(key string) []byte {
 	h := sha256.Sum256([]byte(key))
@@ -124,14 +137,12 @@ func (s *Service) CreateFor(ctx context.Context, actor audit.Entry, caller Princ
 				return ErrInvalid
 			}
 		}
-		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM identities WHERE id = $1 AND tenant_id = $2`, identity, tenant).Scan(&n); err != nil {
+		if ok, err := s.identities.IdentityInTenantTx(ctx, tx, identity, tenant); err != nil {
 			return fmt.Errorf("apikeys: read identity: %w", err)
-		}
-		if n != 1 {
+		} else if !ok {
 			return errs.New(errs.InvalidInput, "identity_id: no such identity in this tenant")
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, tenant_id, identity, name, hash, scopes, created_at, expires_at, made_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		if _, err := tx.ExecContext(ctx, qInsertKey,
 			id, tenant, identity, name, hash(key), strings.Join(scopes, ","), now.UnixMilli(), exp, madeBy); err != nil {
 			return fmt.Errorf("apikeys: insert: %w", err)
 		}
@@ -161,31 +172,48 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Principal, erro
 	if !strings.HasPrefix(key, Prefix) || len(key) > 200 {
 		return Principal{}, ErrInvalid
 	}
-	var p Principal
-	var exp, revoked sql.NullInt64
-	var scopes string
-	st, err := s.db.Stmt(ctx, `SELECT k.id, k.tenant_id, k.identity, k.scopes, k.expires_at, k.revoked_at FROM api_keys k
-		JOIN identities i ON i.id = k.identity AND i.tenant_id = k.tenant_id WHERE k.hash = $1`)
+	st, err := s.db.Stmt(ctx, qKeyByHash)
 	if err != nil {
 		return Principal{}, err
 	}
-	err = st.QueryRowContext(ctx, hash(key)).Scan(&p.KeyID, &p.HomeTenant, &p.Identity, &scopes, &exp, &revoked)
+	k, err := scanKeyAuth(st.QueryRowContext(ctx, hash(key)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Principal{}, ErrInvalid
 	}
 	if err != nil {
 		return Principal{}, fmt.Errorf("apikeys: read: %w", err)
 	}
-	if revoked.Valid || exp.Valid && s.clk.Now().UnixMilli() >= exp.Int64 {
+	if !credentialValid(k.revoked, k.exp, s.clk.Now().UnixMilli()) {
 		return Principal{}, ErrInvalid
 	}
-	if exp.Valid {
-		p.ExpiresAt = time.UnixMilli(exp.Int64)
+	if err := s.identityExists(ctx, k.p); err != nil {
+		return Principal{}, err
 	}
-	if scopes != "" {
-		p.Scopes = strings.Split(scopes, ",")
+	p := k.p
+	if k.exp.Valid {
+		p.ExpiresAt = time.UnixMilli(k.exp.Int64)
 	}
+	p.Scopes = splitScopes(k.scopes)
 	return p, nil
+}
+
+// credentialValid is the validity of a key (or session) row at now (unix
+// ms): unrevoked, and unexpired when it has an expiry.
+func credentialValid(revoked, exp sql.NullInt64, now int64) bool {
+	return !revoked.Valid && (!exp.Valid || now < exp.Int64)
+}
+
+// identityExists is ErrInvalid unless p's identity still exists in its
+// home tenant.
+func (s *Service) identityExists(ctx context.Context, p Principal) error {
+	ok, err := s.identities.IdentityInTenant(ctx, p.Identity, p.HomeTenant)
+	if err != nil {
+		return fmt.Errorf("apikeys: read identity: %w", err)
+	}
+	if !ok {
+		return ErrInvalid
+	}
+	return nil
 }
 
 // Key is a key's metadata; the key itself is never stored or shown again.
@@ -202,32 +230,16 @@ type Key struct {
 
 // List returns the keys of tenant.
 func (s *Service) List(ctx context.Context, tenant string) ([]Key, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, tenant_id, identity, name, scopes, created_at, expires_at, revoked_at FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id`, tenant)
+	rows, err := s.db.QueryContext(ctx, qListKeys, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("apikeys: list: %w", err)
 	}
 	defer rows.Close()
 	out := []Key{}
 	for rows.Next() {
-		var k Key
-		var scopes string
-		var created int64
-		var exp, rev sql.NullInt64
-		if err := rows.Scan(&k.ID, &k.TenantID, &k.Identity, &k.Name, &scopes, &created, &exp, &rev); err != nil {
-			return nil, fmt.Errorf("apikeys: scan: %w", err)
-		}
-		k.Scopes = []string{}
-		if scopes != "" {
-			k.Scopes = strings.Split(scopes, ",")
-		}
-		k.CreatedAt = time.UnixMilli(created).UTC()
-		if exp.Valid {
-			t := time.UnixMilli(exp.Int64).UTC()
-			k.ExpiresAt = &t
-		}
-		if rev.Valid {
-			t := time.UnixMilli(rev.Int64).UTC()
-			k.RevokedAt = &t
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, k)
 	}
@@ -237,7 +249,7 @@ func (s *Service) List(ctx context.Context, tenant string) ([]Key, error) {
 // TenantOf returns a key's tenant; NOT_FOUND when unknown.
 func (s *Service) TenantOf(ctx context.Context, id string) (string, error) {
 	var t string
-	err := s.db.QueryRowContext(ctx, `SELECT tenant_id FROM api_keys WHERE id = $1`, id).Scan(&t)
+	err := s.db.QueryRowContext(ctx, qKeyTenant, id).Scan(&t)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", errs.New(errs.NotFound, "api key not found")
 	}
@@ -250,21 +262,72 @@ func (s *Service) TenantOf(ctx context.Context, id string) (string, error) {
 // Revoke revokes a key of tenant, and every session and key made from it
 // (at any depth, RevokeMadeBy).
 func (s *Service) Revoke(ctx context.Context, actor audit.Entry, tenant, id string) error {
+	return s.revoke(ctx, actor, tenant, id, revokeKey)
+}
+
+// revocation is what differs between revoking a key and a session.
+type revocation struct {
+	update   string // the statement that revokes the credential: (at, id, tenant)
+	what     string // the error context
+	notFound string // the NOT_FOUND message
+	action   string // the audit action
+	resource string // the audit resource prefix
+	sessions string // the audit detail counting the sessions revoked below
+}
+
+var (
+	revokeKey = revocation{update: qRevokeKey, what: "revoke", notFound: "api key not found or already revoked",
+		action: "compute:api-keys:revoke", resource: "api-key/", sessions: "sessions_revoked"}
+	revokeSession = revocation{update: qRevokeSession, what: "revoke session", notFound: "session not found or already revoked",
+		action: "compute:sessions:revoke", resource: "session/", sessions: "sessions_below_revoked"}
+)
+
+// revoke revokes the credential id of tenant (a key or a session, per r)
+// and every session and key made from it, with its audit row, in one
+// transaction; NOT_FOUND when tenant has no such unrevoked credential.
+func (s *Service) revoke(ctx context.Context, actor audit.Entry, tenant, id string, r revocation) error {
 	now := s.clk.Now()
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND tenant_id = $3 AND revoked_at IS NULL`, now.UnixMilli(), id, tenant)
+		res, err := tx.ExecContext(ctx, r.update, now.UnixMilli(), id, tenant)
 		if err != nil {
-			return fmt.Errorf("apikeys: revoke: %w", err)
+			return fmt.Errorf("apikeys: %s: %w", r.what, err)
 		}
 		if n, _ := res.RowsAffected(); n != 1 {
-			return errs.New(errs.NotFound, "api key not found or already revoked")
+			return errs.New(errs.NotFound, r.notFound)
 		}
+		// Sessions and keys made from it, at any depth.
 		keys, sessions, err := RevokeMadeBy(ctx, tx, s.db.Dialect, now.UnixMilli(), []string{id})
 		if err != nil {
 			return err
 		}
-		actor.Action, actor.Resource, actor.Outcome = "compute:api-keys:revoke", "api-key/"+id, "allowed"
-		actor.Details = map[string]any{"sessions_revoked": sessions, "keys_revoked": keys}
+		actor.Action, actor.Resource, actor.Outcome = r.action, r.resource+id, "allowed"
+		actor.Details = map[string]any{r.sessions: sessions, "keys_revoked": keys}
 		return audit.Record(ctx, tx, now, actor)
 	})
+}
+
+// RevokeForIdentityTx revokes, inside tx at time at (unix ms), every key
+// and session of identity and everything they made (RevokeMadeBy, keys
+// made for other identities included): the identity store calls it in the
+// transaction that deletes the identity.
+func RevokeForIdentityTx(ctx context.Context, tx *sql.Tx, d store.Dialect, identity string, at int64) error {
+	var made []string
+	for _, q := range []string{qKeysOfIdentity, qSessionsOfIdentity} {
+		rows, err := tx.QueryContext(ctx, q, identity)
+		if err != nil {
+			return fmt.Errorf("apikeys: read credentials: %w", err)
+		}
+		ids, err := scanIDs(rows)
+		if err != nil {
+			return fmt.Errorf("apikeys: read credentials: %w", err)
+		}
+		made = append(made, ids...)
+	}
+	for _, q := range []string{qRevokeKeysOfIdentity, qRevokeSessionsOfIdentity} {
+		if _, err := tx.ExecContext(ctx, q, at, identity); err != nil {
+			return fmt.Errorf("apikeys: revoke credentials: %w", err)
+		}
+	}
+	_, _, err := RevokeMadeBy(ctx, tx, d, at, made)
+	return err
 }

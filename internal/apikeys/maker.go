@@ -25,9 +25,9 @@ func maker(p Principal) string {
 // re-reads the row it waited for), so nothing is made from a credential
 // whose revocation has already cascaded to what it made.
 func holdMaker(ctx context.Context, tx *sql.Tx, session bool, id, tenant, identity string) (bool, error) {
-	q := `UPDATE api_keys SET revoked_at = revoked_at WHERE id = $1 AND tenant_id = $2 AND identity = $3 AND revoked_at IS NULL`
+	q := qHoldKey
 	if session {
-		q = `UPDATE sessions SET revoked_at = revoked_at WHERE id = $1 AND tenant_id = $2 AND identity_id = $3 AND revoked_at IS NULL`
+		q = qHoldSession
 	}
 	res, err := tx.ExecContext(ctx, q, id, tenant, identity)
 	if err != nil {
@@ -52,15 +52,11 @@ func RevokeMadeBy(ctx context.Context, tx *sql.Tx, d store.Dialect, at int64, id
 	for len(frontier) > 0 {
 		var next []string
 		for chunk := range slices.Chunk(frontier, store.InChunk/2) {
-			k, err := revokeWhere(ctx, tx, d, at, "api_keys", func(a *store.Args) string {
-				return `made_by IN (` + a.Strings(chunk) + `)`
-			})
+			k, err := revokeWhere(ctx, tx, d, at, tableKeys, func(a *store.Args) string { return keysMadeBy(a, chunk) })
 			if err != nil {
 				return 0, 0, err
 			}
-			s, err := revokeWhere(ctx, tx, d, at, "sessions", func(a *store.Args) string {
-				return `(key_id IN (` + a.Strings(chunk) + `) OR parent_id IN (` + a.Strings(chunk) + `))`
-			})
+			s, err := revokeWhere(ctx, tx, d, at, tableSessions, func(a *store.Args) string { return sessionsMadeBy(a, chunk) })
 			if err != nil {
 				return 0, 0, err
 			}
@@ -76,7 +72,7 @@ func RevokeMadeBy(ctx context.Context, tx *sql.Tx, d store.Dialect, at int64, id
 // cond builds and returns their ids.
 func revokeWhere(ctx context.Context, tx *sql.Tx, d store.Dialect, at int64, table string, cond func(*store.Args) string) ([]string, error) {
 	a := store.NewArgsFor(d)
-	rows, err := tx.QueryContext(ctx, `SELECT id FROM `+table+` WHERE revoked_at IS NULL AND `+cond(a), a.Values()...)
+	rows, err := tx.QueryContext(ctx, selectUnrevoked(table, cond(a)), a.Values()...)
 	if err != nil {
 		return nil, fmt.Errorf("apikeys: read made credentials: %w", err)
 	}
@@ -96,7 +92,7 @@ func revokeWhere(ctx context.Context, tx *sql.Tx, d store.Dialect, at int64, tab
 	for chunk := range slices.Chunk(out, store.InChunk) {
 		a := store.NewArgsFor(d)
 		at := a.Add(at)
-		if _, err := tx.ExecContext(ctx, `UPDATE `+table+` SET revoked_at = `+at+` WHERE revoked_at IS NULL AND id IN (`+a.Strings(chunk)+`)`, a.Values()...); err != nil {
+		if _, err := tx.ExecContext(ctx, revokeIDs(table, at, a.Strings(chunk)), a.Values()...); err != nil {
 			return nil, fmt.Errorf("apikeys: revoke made credentials: %w", err)
 		}
 	}

@@ -66,7 +66,7 @@ func (s *Service) CreateSession(ctx context.Context, actor audit.Entry, p Princi
 		if !ok {
 			return ErrInvalid
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, hash, tenant_id, identity_id, created_at, expires_at, key_id, parent_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		if _, err := tx.ExecContext(ctx, qInsertSession,
 			id, hash(out.Value), p.HomeTenant, p.Identity, now.UnixMilli(), out.ExpiresAt.UnixMilli(), p.KeyID, parent); err != nil {
 			return fmt.Errorf("apikeys: insert session: %w", err)
 		}
@@ -91,20 +91,11 @@ func (s *Service) AuthenticateSession(ctx context.Context, value string) (Princi
 	if !strings.HasPrefix(value, SessionPrefix) || len(value) > 200 {
 		return Principal{}, ErrInvalid
 	}
-	var p Principal
-	var exp int64
-	var rev, keyExp, keyRev sql.NullInt64
-	var parent sql.NullString
-	var scopes string
-	st, err := s.db.Stmt(ctx, `SELECT s.id, s.tenant_id, s.identity_id, s.expires_at, s.revoked_at, s.parent_id, k.id, k.scopes, k.expires_at, k.revoked_at
-		FROM sessions s
-		JOIN api_keys k ON k.id = s.key_id AND k.identity = s.identity_id AND k.tenant_id = s.tenant_id
-		JOIN identities i ON i.id = s.identity_id AND i.tenant_id = s.tenant_id
-		WHERE s.hash = $1`)
+	st, err := s.db.Stmt(ctx, qSessionByHash)
 	if err != nil {
 		return Principal{}, err
 	}
-	err = st.QueryRowContext(ctx, hash(value)).Scan(&p.SessionID, &p.HomeTenant, &p.Identity, &exp, &rev, &parent, &p.KeyID, &scopes, &keyExp, &keyRev)
+	a, err := scanSessionAuth(st.QueryRowContext(ctx, hash(value)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Principal{}, ErrInvalid
 	}
@@ -112,11 +103,14 @@ func (s *Service) AuthenticateSession(ctx context.Context, value string) (Princi
 		return Principal{}, fmt.Errorf("apikeys: read session: %w", err)
 	}
 	now := s.clk.Now().UnixMilli()
-	if rev.Valid || now >= exp || keyRev.Valid || keyExp.Valid && now >= keyExp.Int64 {
+	if !credentialValid(a.rev, sql.NullInt64{Int64: a.exp, Valid: true}, now) || !credentialValid(a.keyRev, a.keyExp, now) {
 		return Principal{}, ErrInvalid
 	}
-	if parent.Valid {
-		ok, err := s.lineageValid(ctx, parent.String, now)
+	if err := s.identityExists(ctx, a.p); err != nil {
+		return Principal{}, err
+	}
+	if a.parent.Valid {
+		ok, err := s.lineageValid(ctx, a.parent.String, now)
 		if err != nil {
 			return Principal{}, err
 		}
@@ -124,21 +118,16 @@ func (s *Service) AuthenticateSession(ctx context.Context, value string) (Princi
 			return Principal{}, ErrInvalid
 		}
 	}
-	p.ExpiresAt = time.UnixMilli(exp)
-	if scopes != "" {
-		p.Scopes = strings.Split(scopes, ",")
-	}
+	p := a.p
+	p.ExpiresAt = time.UnixMilli(a.exp)
+	p.Scopes = splitScopes(a.scopes)
 	return p, nil
 }
 
 // lineageValid reports whether the session id and every session above it
 // are unrevoked and unexpired.
 func (s *Service) lineageValid(ctx context.Context, id string, now int64) (bool, error) {
-	st, err := s.db.Stmt(ctx, `WITH RECURSIVE up(id, parent_id, expires_at, revoked_at, depth) AS (
-			SELECT id, parent_id, expires_at, revoked_at, 0 FROM sessions WHERE id = $1
-			UNION ALL
-			SELECT s.id, s.parent_id, s.expires_at, s.revoked_at, u.depth + 1 FROM sessions s JOIN up u ON s.id = u.parent_id WHERE u.depth < $2
-		) SELECT COUNT(*), COALESCE(SUM(CASE WHEN revoked_at IS NULL AND expires_at > $3 THEN 1 ELSE 0 END), 0) FROM up`)
+	st, err := s.db.Stmt(ctx, qSessionLineage)
 	if err != nil {
 		return false, err
 	}
@@ -153,22 +142,5 @@ func (s *Service) lineageValid(ctx context.Context, id string, now int64) (bool,
 // made from it (at any depth, RevokeMadeBy); NOT_FOUND when tenant has no
 // such unrevoked session.
 func (s *Service) RevokeSession(ctx context.Context, actor audit.Entry, tenant, id string) error {
-	now := s.clk.Now()
-	return s.db.Tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE sessions SET revoked_at = $1 WHERE id = $2 AND tenant_id = $3 AND revoked_at IS NULL`, now.UnixMilli(), id, tenant)
-		if err != nil {
-			return fmt.Errorf("apikeys: revoke session: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return errs.New(errs.NotFound, "session not found or already revoked")
-		}
-		// Sessions and keys made from it, at any depth.
-		keys, sessions, err := RevokeMadeBy(ctx, tx, s.db.Dialect, now.UnixMilli(), []string{id})
-		if err != nil {
-			return err
-		}
-		actor.Action, actor.Resource, actor.Outcome = "compute:sessions:revoke", "session/"+id, "allowed"
-		actor.Details = map[string]any{"sessions_below_revoked": sessions, "keys_revoked": keys}
-		return audit.Record(ctx, tx, now, actor)
-	})
+	return s.revoke(ctx, actor, tenant, id, revokeSession)
 }

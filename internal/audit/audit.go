@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/clock"
@@ -42,8 +41,7 @@ func Record(ctx context.Context, tx *sql.Tx, now time.Time, e Entry) error {
 	if err != nil {
 		return fmt.Errorf("audit: encode details: %w", err)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO audit_events (id, tenant_id, at, actor, action, resource, outcome, request_id, caller, details)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+	_, err = tx.ExecContext(ctx, qInsertEntry,
 		ids.New("ev_"), e.TenantID, now.UnixMilli(), e.Actor, e.Action, e.Resource, e.Outcome, e.RequestID, e.Caller, string(details))
 	if err != nil {
 		return fmt.Errorf("audit: insert: %w", err)
@@ -59,7 +57,7 @@ func RecordMany(ctx context.Context, tx *sql.Tx, d store.Dialect, now time.Time,
 	for chunk := range slices.Chunk(entries, perStmt) {
 		a := store.NewArgsFor(d)
 		var q strings.Builder
-		q.WriteString(`INSERT INTO audit_events (id, tenant_id, at, actor, action, resource, outcome, request_id, caller, details) VALUES `)
+		q.WriteString(qInsertEntries)
 		for i, e := range chunk {
 			details, err := json.Marshal(orEmpty(e.Details))
 			if err != nil {
@@ -88,25 +86,25 @@ type Event struct {
 
 // Events publishes and reads security events.
 type Events struct {
-	db    *store.DB
-	clk   clock.Clock
-	limit int           // rows per window per (type, reason)
-	win   time.Duration // the window
-
-	mu      sync.Mutex
-	buckets map[string]*bucket
+	db      *store.DB
+	clk     clock.Clock
+	tenant  string // the tenant whose audit log records refusals
+	refused *refusalLimiter
 }
 
-type bucket struct {
-	start      time.Time
-	n          int
-	suppressed int
-}
+// Refusal rows written per (type, reason): a burst of RefusalBurst, then
+// RefusalBurst per RefusalWindow.
+const (
+	RefusalBurst  = 20
+	RefusalWindow = time.Minute
+)
 
-// NewEvents returns an event publisher that lets at most 20 rows per minute
-// through for each (type, reason) pair of refusals.
-func NewEvents(db *store.DB, clk clock.Clock) *Events {
-	return &Events{db: db, clk: clk, limit: 20, win: time.Minute, buckets: map[string]*bucket{}}
+// NewEvents returns an event publisher that lets at most RefusalBurst rows
+// per RefusalWindow through for each (type, reason) pair of refusals, and
+// records each refusal it lets through in the audit log of tenant (the
+// root tenant: package audit is below iam, so the caller names it).
+func NewEvents(db *store.DB, clk clock.Clock, tenant string) *Events {
+	return &Events{db: db, clk: clk, tenant: tenant, refused: newRefusalLimiter(RefusalBurst, RefusalWindow)}
 }
 
 // Publish writes an event unconditionally (for facts that are not floods:
@@ -129,7 +127,7 @@ func (ev *Events) insert(ctx context.Context, x execer, typ, nodeID string, deta
 	if err != nil {
 		return fmt.Errorf("audit: encode event: %w", err)
 	}
-	_, err = x.ExecContext(ctx, `INSERT INTO events (id, at, type, node_id, details) VALUES ($1, $2, $3, $4, $5)`,
+	_, err = x.ExecContext(ctx, qInsertEvent,
 		ids.New("se_"), ev.clk.Now().UnixMilli(), typ, nodeID, string(b))
 	if err != nil {
 		return fmt.Errorf("audit: insert event: %w", err)
@@ -141,27 +139,10 @@ func (ev *Events) insert(ctx context.Context, x execer, typ, nodeID string, deta
 // (typ, reason). It reports whether a row was written. Errors are returned
 // for the caller to log; a refusal stands whether or not it was recorded.
 func (ev *Events) Refused(ctx context.Context, typ, reason, nodeID string, details map[string]any) (bool, error) {
-	key := typ + "\x00" + reason
-	now := ev.clk.Now()
-	ev.mu.Lock()
-	b := ev.buckets[key]
-	if b == nil || now.Sub(b.start) >= ev.win || now.Before(b.start) {
-		prev := 0
-		if b != nil {
-			prev = b.suppressed
-		}
-		b = &bucket{start: now, suppressed: prev}
-		ev.buckets[key] = b
-	}
-	if b.n >= ev.limit {
-		b.suppressed++
-		ev.mu.Unlock()
+	ok, suppressed := ev.refused.allow(typ+"\x00"+reason, ev.clk.Now())
+	if !ok {
 		return false, nil
 	}
-	b.n++
-	suppressed := b.suppressed
-	b.suppressed = 0
-	ev.mu.Unlock()
 	d := map[string]any{"reason": reason}
 	for k, v := range details {
 		d[k] = v
@@ -169,8 +150,8 @@ func (ev *Events) Refused(ctx context.Context, typ, reason, nodeID string, detai
 	if suppressed > 0 {
 		d["suppressed_before"] = suppressed
 	}
-	// The refusal is also an audit row in the root tenant's log, so it is
-	// sealed and provable like any other event.
+	// The refusal is also an audit row in the root tenant's log (ev.tenant),
+	// so it is sealed and provable like any other event.
 	actor := "anonymous"
 	if nodeID != "" {
 		actor = "node/" + nodeID
@@ -179,35 +160,26 @@ func (ev *Events) Refused(ctx context.Context, typ, reason, nodeID string, detai
 		if err := ev.insert(ctx, tx, typ, nodeID, d); err != nil {
 			return err
 		}
-		return Record(ctx, tx, ev.clk.Now(), Entry{TenantID: "root", Actor: actor, Action: typ, Resource: "node/" + nodeID, Outcome: "refused", Details: d})
+		return Record(ctx, tx, ev.clk.Now(), Entry{TenantID: ev.tenant, Actor: actor, Action: typ, Resource: "node/" + nodeID, Outcome: "refused", Details: d})
 	})
 }
 
 // List returns the events of typ (all types when empty), oldest first.
 func (ev *Events) List(ctx context.Context, typ string) ([]Event, error) {
-	q := `SELECT id, at, type, node_id, details FROM events`
-	var args []any
+	q, args := qListEvents, []any(nil)
 	if typ != "" {
-		q += ` WHERE type = $1`
-		args = append(args, typ)
+		q, args = qListEventsOfType, []any{typ}
 	}
-	q += ` ORDER BY at, id`
-	rows, err := ev.db.QueryContext(ctx, q, args...)
+	rows, err := ev.db.QueryContext(ctx, q+qEventsOrder, args...)
 	if err != nil {
 		return nil, fmt.Errorf("audit: list events: %w", err)
 	}
 	defer rows.Close()
 	var out []Event
 	for rows.Next() {
-		var e Event
-		var at int64
-		var details string
-		if err := rows.Scan(&e.ID, &at, &e.Type, &e.NodeID, &details); err != nil {
-			return nil, fmt.Errorf("audit: scan event: %w", err)
-		}
-		e.At = time.UnixMilli(at).UTC()
-		if err := json.Unmarshal([]byte(details), &e.Details); err != nil {
-			return nil, fmt.Errorf("audit: decode event: %w", err)
+		e, err := scanEvent(rows)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, e)
 	}

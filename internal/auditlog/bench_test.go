@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/auditlog"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 )
@@ -94,7 +95,7 @@ func BenchmarkAuditLog(b *testing.B) {
 			ctx := context.Background()
 			db := d.open(b)
 			f := newFixture(b, db, 0)
-			bulkInsert(b, db, "root", n)
+			bulkInsert(b, db, iam.RootTenant, n)
 			if db.Dialect == store.Postgres {
 				if _, err := db.ExecContext(ctx, `ANALYZE audit_events`); err != nil {
 					b.Fatal(err)
@@ -105,7 +106,7 @@ func BenchmarkAuditLog(b *testing.B) {
 				shaMBps := sha256Throughput()
 
 				t := time.Now()
-				if _, err := f.log.Seal(ctx, "root", f.key); err != nil {
+				if _, err := f.log.Seal(ctx, iam.RootTenant, f.key); err != nil {
 					b.Fatal(err)
 				}
 				seal := time.Since(t)
@@ -116,14 +117,14 @@ func BenchmarkAuditLog(b *testing.B) {
 				}
 
 				t = time.Now()
-				read := plainRead(b, db, "root")
+				read := plainRead(b, db, iam.RootTenant)
 				readDur := time.Since(t)
 				if read != n {
 					b.Fatalf("read %d rows, want %d", read, n)
 				}
 
 				t = time.Now()
-				rep, err := f.log.Verify(ctx, "root", f.v, nil)
+				rep, err := f.log.Verify(ctx, iam.RootTenant, f.v, nil)
 				verify := time.Since(t)
 				if err != nil || !rep.OK() || rep.Rows != int64(n) {
 					b.Fatalf("verify: %v %+v", err, rep)
@@ -135,7 +136,7 @@ func BenchmarkAuditLog(b *testing.B) {
 				for i := range lat {
 					id := fmt.Sprintf("ev_%016d", rng.IntN(n))
 					t = time.Now()
-					if _, err := f.log.Prove(ctx, "root", id); err != nil {
+					if _, err := f.log.Prove(ctx, iam.RootTenant, id); err != nil {
 						b.Fatal(err)
 					}
 					lat[i] = time.Since(t)

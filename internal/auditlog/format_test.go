@@ -7,11 +7,12 @@ import (
 	"testing"
 
 	"github.com/bettercompute/bettercompute/internal/auditlog"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 )
 
 func sampleRow() auditlog.Row {
-	return auditlog.Row{Seq: 17, ID: "ev_abc", TenantID: "root", At: 1700000000000, Actor: "user:alice", Action: "nodes.revoke",
+	return auditlog.Row{Seq: 17, ID: "ev_abc", TenantID: iam.RootTenant, At: 1700000000000, Actor: "user:alice", Action: "nodes.revoke",
 		Resource: "node/n1", Outcome: "allowed", RequestID: "req-1", Caller: "127.0.0.1", Details: `{"serial":"01"}`}
 }
 
@@ -72,9 +73,9 @@ func TestParseCheckpointStrict(t *testing.T) {
 func TestCheckProofRefusesEveryBitFlip(t *testing.T) {
 	db := storetest.NewTestSQLite(t)
 	f := newFixture(t, db, 5)
-	ids := f.record(t, "root", 13)
-	f.seal(t, "root")
-	p, err := f.log.Prove(context.Background(), "root", ids[6])
+	ids := f.record(t, iam.RootTenant, 13)
+	f.seal(t, iam.RootTenant)
+	p, err := f.log.Prove(context.Background(), iam.RootTenant, ids[6])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,22 +17,6 @@ const LeafMagic = "bcaudit1"
 // before anything is allocated for it.
 const MaxRowBytes = 1 << 20
 
-// Row is one audit row as it enters the log. Every field is covered by the
-// leaf hash: an edit to any of them changes the leaf.
-type Row struct {
-	Seq       int64  `json:"seq"`
-	ID        string `json:"id"`
-	TenantID  string `json:"tenant"`
-	At        int64  `json:"at_ms"` // unix milliseconds, as stored
-	Actor     string `json:"actor"`
-	Action    string `json:"action"`
-	Resource  string `json:"resource"`
-	Outcome   string `json:"outcome"`
-	RequestID string `json:"request_id"`
-	Caller    string `json:"caller"`
-	Details   string `json:"details"` // the stored JSON text, byte for byte
-}
-
 // ErrBadRow is returned (wrapped) by DecodeRow for bytes that are not
 // exactly one canonical encoding; test with errors.Is.
 var ErrBadRow = errors.New("auditlog: not a canonical audit row")

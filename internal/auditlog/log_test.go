@@ -25,6 +25,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/auditlog"
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 )
@@ -136,23 +137,23 @@ func TestSealVerifyProveRoundTrip(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		ctx := context.Background()
 		f := newFixture(t, db, 4) // small batches: several checkpoints per seal
-		ids := f.record(t, "root", 10)
-		res := f.seal(t, "root")
+		ids := f.record(t, iam.RootTenant, 10)
+		res := f.seal(t, iam.RootTenant)
 		if len(res) != 3 || res[2].Size != 10 {
 			t.Fatalf("seal results = %+v, want 3 checkpoints ending at size 10", res)
 		}
-		ids = append(ids, f.record(t, "root", 7)...)
+		ids = append(ids, f.record(t, iam.RootTenant, 7)...)
 		f.record(t, "other", 3)
 		if _, err := f.log.SealAll(ctx, f.key); err != nil {
 			t.Fatal(err)
 		}
-		if got := f.verify(t, "root"); len(got) != 0 {
+		if got := f.verify(t, iam.RootTenant); len(got) != 0 {
 			t.Fatalf("untouched log: findings %v", got)
 		}
 		if got := f.verify(t, "other"); len(got) != 0 {
 			t.Fatalf("untouched log: findings %v", got)
 		}
-		evs, err := f.log.List(ctx, "root", 0, 0)
+		evs, err := f.log.List(ctx, iam.RootTenant, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +164,7 @@ func TestSealVerifyProveRoundTrip(t *testing.T) {
 			if e.ID != ids[i] || e.Seq == nil || *e.Seq != int64(i) || !e.Sealed {
 				t.Fatalf("event %d = %+v, want id %s seq %d sealed", i, e, ids[i], i)
 			}
-			p, err := f.log.Prove(ctx, "root", e.ID)
+			p, err := f.log.Prove(ctx, iam.RootTenant, e.ID)
 			if err != nil {
 				t.Fatalf("prove %s: %v", e.ID, err)
 			}
@@ -176,12 +177,12 @@ func TestSealVerifyProveRoundTrip(t *testing.T) {
 			}
 		}
 		// An unsealed row is listed as such and has no proof yet.
-		late := f.record(t, "root", 1)[0]
-		evs, _ = f.log.List(ctx, "root", 17, 0)
+		late := f.record(t, iam.RootTenant, 1)[0]
+		evs, _ = f.log.List(ctx, iam.RootTenant, 17, 0)
 		if len(evs) != 1 || evs[0].ID != late || evs[0].Seq != nil || evs[0].Sealed {
 			t.Fatalf("unsealed listing = %+v", evs)
 		}
-		if _, err := f.log.Prove(ctx, "root", late); !errors.Is(err, auditlog.ErrNotSealed) {
+		if _, err := f.log.Prove(ctx, iam.RootTenant, late); !errors.Is(err, auditlog.ErrNotSealed) {
 			t.Fatalf("prove unsealed: %v, want ErrNotSealed", err)
 		}
 		if _, err := f.log.Prove(ctx, "other", ids[0]); !errors.Is(err, auditlog.ErrNotFound) {
@@ -274,10 +275,10 @@ func TestVerifyFindsTampering(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 				f := newFixture(t, db, 4)
-				ids := f.record(t, "root", 12)
-				f.seal(t, "root") // checkpoints at 4, 8, 12
+				ids := f.record(t, iam.RootTenant, 12)
+				f.seal(t, iam.RootTenant) // checkpoints at 4, 8, 12
 				c.tamper(t, f, ids)
-				got := f.verify(t, "root")
+				got := f.verify(t, iam.RootTenant)
 				want := c.want(ids)
 				if c.name == "checkpoint-edited" {
 					// The detail carries the note library's message; the kind and size are the claim.
@@ -289,7 +290,7 @@ func TestVerifyFindsTampering(t *testing.T) {
 					t.Fatalf("findings:\n got  %q\n want %q", got, want)
 				}
 				// The CLI-facing exit decision: OK only when nothing was found.
-				rep, err := f.log.Verify(context.Background(), "root", f.v, nil)
+				rep, err := f.log.Verify(context.Background(), iam.RootTenant, f.v, nil)
 				if err != nil || rep.OK() != (len(want) == 0) {
 					t.Fatalf("OK() = %v, err %v", rep.OK(), err)
 				}
@@ -301,13 +302,13 @@ func TestVerifyFindsTampering(t *testing.T) {
 func TestVerifyUnderAnotherKeyRefusesEveryCheckpoint(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		f := newFixture(t, db, 4)
-		f.record(t, "root", 8)
-		f.seal(t, "root")
+		f.record(t, iam.RootTenant, 8)
+		f.seal(t, iam.RootTenant)
 		other, err := auditlog.NewSigningKey(deployment, seedKey(3))
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := f.log.Verify(context.Background(), "root", other.Verifier, nil)
+		rep, err := f.log.Verify(context.Background(), iam.RootTenant, other.Verifier, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -367,10 +368,10 @@ func TestSealRefusesToExtendATamperedLog(t *testing.T) {
 			storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 				ctx := context.Background()
 				f := newFixture(t, db, 100)
-				f.record(t, "root", 5)
-				f.seal(t, "root")
+				f.record(t, iam.RootTenant, 5)
+				f.seal(t, iam.RootTenant)
 				c.tamper(t, f)
-				f.record(t, "root", 2)
+				f.record(t, iam.RootTenant, 2)
 				snapshot := func() string {
 					var unsealed, checkpoints, nodes, size int64
 					var blob []byte
@@ -393,7 +394,7 @@ func TestSealRefusesToExtendATamperedLog(t *testing.T) {
 				if !strings.HasPrefix(before, "unsealed=2 ") {
 					t.Fatalf("before the seal: %s, want 2 unsealed rows", before)
 				}
-				if _, err := f.log.Seal(ctx, "root", f.key); !errors.Is(err, auditlog.ErrTampered) {
+				if _, err := f.log.Seal(ctx, iam.RootTenant, f.key); !errors.Is(err, auditlog.ErrTampered) {
 					t.Fatalf("seal over a tampered log: %v, want ErrTampered", err)
 				}
 				if after := snapshot(); after != before {
@@ -416,10 +417,10 @@ func TestVerifyNamesAnEditOfEveryColumn(t *testing.T) {
 		t.Run(col, func(t *testing.T) {
 			storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 				f := newFixture(t, db, 4)
-				ids := f.record(t, "root", 6)
-				f.seal(t, "root")
+				ids := f.record(t, iam.RootTenant, 6)
+				f.seal(t, iam.RootTenant)
 				f.exec(t, `UPDATE audit_events SET `+set+` WHERE id = $1`, ids[2])
-				if got, want := f.verify(t, "root"), []string{"row-edited seq=2 event=" + ids[2]}; !slices.Equal(got, want) {
+				if got, want := f.verify(t, iam.RootTenant), []string{"row-edited seq=2 event=" + ids[2]}; !slices.Equal(got, want) {
 					t.Fatalf("findings after editing %s:\n got  %q\n want %q", col, got, want)
 				}
 			})
@@ -446,11 +447,11 @@ func TestConcurrentWritersAndSealers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := audit.Record(ctx, tx, t0.Add(-time.Hour), audit.Entry{TenantID: "root", Actor: "user:slow", Action: "a", Resource: "r", Outcome: "allowed"}); err != nil {
+			if err := audit.Record(ctx, tx, t0.Add(-time.Hour), audit.Entry{TenantID: iam.RootTenant, Actor: "user:slow", Action: "a", Resource: "r", Outcome: "allowed"}); err != nil {
 				t.Fatal(err)
 			}
-			f.record(t, "root", 3)
-			res := f.seal(t, "root")
+			f.record(t, iam.RootTenant, 3)
+			res := f.seal(t, iam.RootTenant)
 			longSeqAfter = res[len(res)-1].Size
 			if err := tx.Commit(); err != nil {
 				t.Fatal(err)
@@ -466,7 +467,7 @@ func TestConcurrentWritersAndSealers(t *testing.T) {
 				defer wg.Done()
 				for i := 0; i < perWriter; i++ {
 					err := db.Tx(ctx, func(tx *sql.Tx) error {
-						return audit.Record(ctx, tx, f.clk.Now(), audit.Entry{TenantID: "root", Actor: fmt.Sprintf("w%d", w), Action: "a", Resource: fmt.Sprint(i), Outcome: "allowed"})
+						return audit.Record(ctx, tx, f.clk.Now(), audit.Entry{TenantID: iam.RootTenant, Actor: fmt.Sprintf("w%d", w), Action: "a", Resource: fmt.Sprint(i), Outcome: "allowed"})
 					})
 					if err != nil {
 						errc <- err
@@ -487,7 +488,7 @@ func TestConcurrentWritersAndSealers(t *testing.T) {
 						return
 					default:
 					}
-					if _, err := f.log.Seal(ctx, "root", f.key); err != nil {
+					if _, err := f.log.Seal(ctx, iam.RootTenant, f.key); err != nil {
 						errc <- err
 						return
 					}
@@ -501,7 +502,7 @@ func TestConcurrentWritersAndSealers(t *testing.T) {
 		for err := range errc {
 			t.Fatalf("concurrent: %v", err)
 		}
-		f.seal(t, "root")
+		f.seal(t, iam.RootTenant)
 
 		var seqs []int64
 		rows, err := db.QueryContext(ctx, `SELECT seq FROM audit_events WHERE tenant_id = 'root' ORDER BY seq`)
@@ -531,7 +532,7 @@ func TestConcurrentWritersAndSealers(t *testing.T) {
 				t.Fatalf("seq %d at position %d: not dense", s, i)
 			}
 		}
-		if got := f.verify(t, "root"); len(got) != 0 {
+		if got := f.verify(t, iam.RootTenant); len(got) != 0 {
 			t.Fatalf("findings after concurrent sealing: %v", got)
 		}
 		if db.Dialect == store.Postgres {
@@ -558,7 +559,7 @@ func TestSelfCheckWarnsOnStaleRows(t *testing.T) {
 		}
 		var logBuf strings.Builder
 		w := &auditlog.Worker{Log: f.log, Key: f.key, Metrics: m, Clock: f.clk, Logger: slog.New(slog.NewTextHandler(&logBuf, nil))}
-		f.record(t, "root", 3)
+		f.record(t, iam.RootTenant, 3)
 		f.clk.Advance(3*time.Hour - time.Minute)
 		u, err := w.SelfCheck(ctx)
 		if err != nil || u.Stale != 0 || testutil.ToFloat64(m.StaleRows) != 0 || strings.Contains(logBuf.String(), "unsealed") {
@@ -595,8 +596,8 @@ func TestCheckpointsCarryConsistencyProofs(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		ctx := context.Background()
 		f := newFixture(t, db, 4)
-		f.record(t, "root", 11)
-		f.seal(t, "root") // checkpoints at 4, 8, 11
+		f.record(t, iam.RootTenant, 11)
+		f.seal(t, iam.RootTenant) // checkpoints at 4, 8, 11
 		other, err := auditlog.NewSigningKey(deployment, seedKey(3))
 		if err != nil {
 			t.Fatal(err)
@@ -632,7 +633,7 @@ func TestCheckpointsCarryConsistencyProofs(t *testing.T) {
 				t.Fatalf("checkpoint %d opens under another key", s.size)
 			}
 			cp, err := auditlog.ParseCheckpoint([]byte(n.Text))
-			if err != nil || cp.Origin != auditlog.Origin(deployment, "root") || cp.Origin != "test.bc.local/audit/root" || cp.Size != uint64(s.size) {
+			if err != nil || cp.Origin != auditlog.Origin(deployment, iam.RootTenant) || cp.Origin != "test.bc.local/audit/root" || cp.Size != uint64(s.size) {
 				t.Fatalf("checkpoint %d: %+v %v", s.size, cp, err)
 			}
 			if want := fmt.Sprintf("%s\n%d\n%s\n", cp.Origin, cp.Size, base64.StdEncoding.EncodeToString(cp.Root)); n.Text != want {
@@ -660,7 +661,7 @@ func TestCheckpointsCarryConsistencyProofs(t *testing.T) {
 		bad := bytes.Clone(cps[1].cons)
 		bad[0] ^= 1
 		f.exec(t, `UPDATE audit_checkpoints SET consistency = $1 WHERE tenant_id = 'root' AND size = 8`, bad)
-		got := f.verify(t, "root")
+		got := f.verify(t, iam.RootTenant)
 		if len(got) != 1 || !strings.HasPrefix(got[0], "checkpoint-inconsistent size=8 ") {
 			t.Fatalf("findings after editing the stored consistency proof: %q", got)
 		}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
+
+	"github.com/bettercompute/bettercompute/internal/audit"
 )
 
 // Prove returns the inclusion proof of one event in the tenant's latest
@@ -17,7 +19,7 @@ import (
 // before returning it and fails with ErrTampered when the database does not
 // prove its own row.
 func (l *Log) Prove(ctx context.Context, tenant, eventID string) (Proof, error) {
-	r, err := scanRow(l.db.QueryRowContext(ctx, `SELECT `+rowCols+` FROM audit_events WHERE id = $1 AND tenant_id = $2`, eventID, tenant))
+	r, err := audit.RowByID(ctx, l.db, tenant, eventID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Proof{}, fmt.Errorf("%w: %s in tenant %s", ErrNotFound, eventID, tenant)
 	}
@@ -29,7 +31,7 @@ func (l *Log) Prove(ctx context.Context, tenant, eventID string) (Proof, error) 
 	}
 	var size int64
 	var msg []byte
-	err = l.db.QueryRowContext(ctx, `SELECT size, note FROM audit_checkpoints WHERE tenant_id = $1 AND size > $2 ORDER BY size DESC LIMIT 1`, tenant, r.Seq).Scan(&size, &msg)
+	err = l.db.QueryRowContext(ctx, qCheckpointCovers, tenant, r.Seq).Scan(&size, &msg)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Proof{}, fmt.Errorf("%w: no checkpoint covers seq %d", ErrNotSealed, r.Seq)
 	}
@@ -80,21 +82,21 @@ type Event struct {
 // first. limit <= 0 means no limit.
 func (l *Log) List(ctx context.Context, tenant string, since int64, limit int) ([]Event, error) {
 	var covered sql.NullInt64
-	if err := l.db.QueryRowContext(ctx, `SELECT MAX(size) FROM audit_checkpoints WHERE tenant_id = $1`, tenant).Scan(&covered); err != nil {
+	if err := l.db.QueryRowContext(ctx, qCheckpointMaxSize, tenant).Scan(&covered); err != nil {
 		return nil, fmt.Errorf("auditlog: read checkpoints: %w", err)
 	}
 	lim := int64(limit)
 	if limit <= 0 {
 		lim = 1 << 62
 	}
-	numbered, err := scanRows(l.db.QueryContext(ctx, `SELECT `+rowCols+` FROM audit_events WHERE tenant_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3`, tenant, since, lim))
+	numbered, err := audit.RowsFrom(ctx, l.db, tenant, since, lim)
 	if err != nil {
 		return nil, fmt.Errorf("auditlog: list: %w", err)
 	}
 	rest := lim - int64(len(numbered))
 	var open []Row
 	if rest > 0 {
-		if open, err = scanRows(l.db.QueryContext(ctx, `SELECT `+rowCols+` FROM audit_events WHERE tenant_id = $1 AND seq IS NULL ORDER BY at, id LIMIT $2`, tenant, rest)); err != nil {
+		if open, err = audit.Unnumbered(ctx, l.db, tenant, rest); err != nil {
 			return nil, fmt.Errorf("auditlog: list: %w", err)
 		}
 	}

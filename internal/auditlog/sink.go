@@ -19,6 +19,7 @@ import (
 	_ "gocloud.dev/blob/memblob"  // mem:// buckets (tests)
 	_ "gocloud.dev/blob/s3blob"   // s3:// buckets (S3 and S3-compatible stores)
 
+	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
@@ -242,7 +243,7 @@ func (p *Pump) Run(ctx context.Context) (int, error) {
 		tenant string
 		size   int64
 	}
-	rows, err := p.db.QueryContext(ctx, `SELECT tenant_id, size FROM audit_log_state ORDER BY tenant_id`)
+	rows, err := p.db.QueryContext(ctx, qStateSizes)
 	if err != nil {
 		return 0, fmt.Errorf("auditlog: read logs: %w", err)
 	}
@@ -266,8 +267,7 @@ func (p *Pump) Run(ctx context.Context) (int, error) {
 			return copied, err
 		}
 		for next < l.size {
-			rs, err := scanRows(p.db.QueryContext(ctx, `SELECT `+rowCols+` FROM audit_events WHERE tenant_id = $1 AND seq >= $2 AND seq < $3 ORDER BY seq LIMIT $4`,
-				l.tenant, next, l.size, p.batch))
+			rs, err := audit.RowsBetween(ctx, p.db, l.tenant, next, l.size, int64(p.batch))
 			if err != nil {
 				return copied, fmt.Errorf("auditlog: read rows to copy: %w", err)
 			}
@@ -296,7 +296,7 @@ func (p *Pump) Run(ctx context.Context) (int, error) {
 
 func (p *Pump) cursor(ctx context.Context, tenant string) (int64, error) {
 	var next int64
-	err := p.db.QueryRowContext(ctx, `SELECT next_seq FROM audit_sink_cursors WHERE sink = $1 AND tenant_id = $2`, p.name, tenant).Scan(&next)
+	err := p.db.QueryRowContext(ctx, qSinkCursor, p.name, tenant).Scan(&next)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -308,10 +308,9 @@ func (p *Pump) cursor(ctx context.Context, tenant string) (int64, error) {
 
 // advance stores the cursor; onlyForward keeps a cursor already past next.
 func (p *Pump) advance(ctx context.Context, tenant string, next int64, onlyForward bool) error {
-	q := `INSERT INTO audit_sink_cursors (sink, tenant_id, next_seq, updated_at) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (sink, tenant_id) DO UPDATE SET next_seq = excluded.next_seq, updated_at = excluded.updated_at`
+	q := qAdvanceCursor
 	if onlyForward {
-		q += ` WHERE audit_sink_cursors.next_seq < excluded.next_seq`
+		q += qCursorOnlyForward
 	}
 	if _, err := p.db.ExecContext(ctx, q, p.name, tenant, next, p.clk.Now().UnixMilli()); err != nil {
 		return fmt.Errorf("auditlog: store sink cursor: %w", err)

@@ -13,6 +13,7 @@ import (
 	"gocloud.dev/blob"
 
 	"github.com/bettercompute/bettercompute/internal/auditlog"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 )
@@ -61,7 +62,7 @@ func TestSinkOutageDelaysNeverDropsOrReorders(t *testing.T) {
 		sink := &flakySink{}
 		pump := auditlog.NewPump(db, sink, "test", f.clk, quietLogger())
 		pump.SetBatch(3)
-		f.record(t, "root", 5)
+		f.record(t, iam.RootTenant, 5)
 		f.record(t, "t2", 2)
 		if _, err := f.log.SealAll(ctx, f.key); err != nil {
 			t.Fatal(err)
@@ -70,7 +71,7 @@ func TestSinkOutageDelaysNeverDropsOrReorders(t *testing.T) {
 			t.Fatalf("first copy: %d %v", n, err)
 		}
 		sink.down = true
-		f.record(t, "root", 6)
+		f.record(t, iam.RootTenant, 6)
 		if _, err := f.log.SealAll(ctx, f.key); err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +87,7 @@ func TestSinkOutageDelaysNeverDropsOrReorders(t *testing.T) {
 		if n, err := pump.Run(ctx); err != nil || n != 0 {
 			t.Fatalf("copy again: %d %v, want 0", n, err)
 		}
-		if got := seqsOf(sink.got, "root"); !slices.Equal(got, count(11)) {
+		if got := seqsOf(sink.got, iam.RootTenant); !slices.Equal(got, count(11)) {
 			t.Fatalf("root seqs copied %v", got)
 		}
 		if got := seqsOf(sink.got, "t2"); !slices.Equal(got, count(2)) {
@@ -111,13 +112,13 @@ func TestFileSinkExactlyOnceAfterCrash(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.record(t, "root", 4)
-		f.seal(t, "root")
+		f.record(t, iam.RootTenant, 4)
+		f.seal(t, iam.RootTenant)
 		if _, err := auditlog.NewPump(db, sink, "file", f.clk, quietLogger()).Run(ctx); err != nil {
 			t.Fatal(err)
 		}
-		f.record(t, "root", 3)
-		f.seal(t, "root")
+		f.record(t, iam.RootTenant, 3)
+		f.seal(t, iam.RootTenant)
 		if _, err := auditlog.NewPump(db, sink, "file", f.clk, quietLogger()).Run(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -130,8 +131,8 @@ func TestFileSinkExactlyOnceAfterCrash(t *testing.T) {
 		fh, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 		fh.WriteString(`{"seq":7,"id":"ev_torn`)
 		fh.Close()
-		f.record(t, "root", 2)
-		f.seal(t, "root")
+		f.record(t, iam.RootTenant, 2)
+		f.seal(t, iam.RootTenant)
 		sink, err = auditlog.OpenFileSink(path)
 		if err != nil {
 			t.Fatal(err)
@@ -171,8 +172,8 @@ func TestBlobSinkWritesOneObjectPerRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sink.Close()
-	f.record(t, "root", 3)
-	f.seal(t, "root")
+	f.record(t, iam.RootTenant, 3)
+	f.seal(t, iam.RootTenant)
 	pump := auditlog.NewPump(db, sink, "bucket", f.clk, quietLogger())
 	if n, err := pump.Run(ctx); err != nil || n != 3 {
 		t.Fatalf("copy: %d %v", n, err)
@@ -198,7 +199,7 @@ func TestBlobSinkWritesOneObjectPerRow(t *testing.T) {
 		}
 		keys = append(keys, o.Key)
 	}
-	want := []string{auditlog.BlobKey("root", 0), auditlog.BlobKey("root", 1), auditlog.BlobKey("root", 2)}
+	want := []string{auditlog.BlobKey(iam.RootTenant, 0), auditlog.BlobKey(iam.RootTenant, 1), auditlog.BlobKey(iam.RootTenant, 2)}
 	if !slices.Equal(keys, want) {
 		t.Fatalf("objects %v, want %v", keys, want)
 	}
@@ -207,7 +208,7 @@ func TestBlobSinkWritesOneObjectPerRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	var r auditlog.Record
-	if err := json.Unmarshal(data, &r); err != nil || r.Seq != 1 || r.TenantID != "root" {
+	if err := json.Unmarshal(data, &r); err != nil || r.Seq != 1 || r.TenantID != iam.RootTenant {
 		t.Fatalf("object: %+v %v", r, err)
 	}
 }

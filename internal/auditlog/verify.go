@@ -3,8 +3,6 @@ package auditlog
 import (
 	"bytes"
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -12,9 +10,12 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/transparency-dev/merkle/compact"
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
 	"golang.org/x/mod/sumdb/note"
+
+	"github.com/bettercompute/bettercompute/internal/audit"
 )
 
 // verifyPage is how many rows Verify reads per query.
@@ -96,30 +97,56 @@ type trusted struct {
 // Its error is for failures to read; tampering is reported as findings.
 func (l *Log) Verify(ctx context.Context, tenant string, v note.Verifier, progress func(done, total int64)) (*Report, error) {
 	rep := &Report{Tenant: tenant, Origin: v.Name() + "/" + tenant, Findings: []Finding{}}
-	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
-
-	var stateSize int64
-	err := l.db.QueryRowContext(ctx, `SELECT size FROM audit_log_state WHERE tenant_id = $1`, tenant).Scan(&stateSize)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("auditlog: read log state: %w", err)
+	stateSize, err := l.stateSize(ctx, tenant)
+	if err != nil {
+		return nil, err
 	}
 	cps, err := l.readCheckpoints(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
+	chain := checkCheckpoints(cps, v, rep.Origin)
+	rep.Findings = append(rep.Findings, chain.findings...)
+	rep.Checkpoints = len(chain.good)
+	var f []Finding
+	rep.Size, f = checkStateSize(stateSize, chain.last)
+	rep.Findings = append(rep.Findings, f...)
 
-	// Checkpoints: chain, signature, origin, size, consistency.
-	var good []trusted
-	var prevRow int64
+	// Rows, in seq order, against every trusted root.
+	w := &rowWalk{l: l, tenant: tenant, good: chain.good, cur: l.rf.NewEmptyRange(0),
+		acc: &rowAcc{inserted: map[string]Row{}, deleted: map[string]leaf{}}, buf: make([]byte, 0, 512)}
+	if err := w.walk(ctx, rep, progress); err != nil {
+		return nil, err
+	}
+	rep.Findings = append(rep.Findings, w.acc.merge()...)
+	return rep, nil
+}
+
+// chainCheck is what checkCheckpoints found: the checkpoints that verified
+// (trusted roots, in size order), the size of the last stored checkpoint
+// and the findings.
+type chainCheck struct {
+	good     []trusted
+	last     int64
+	findings []Finding
+}
+
+// checkCheckpoints checks the stored checkpoints (in size order) with no
+// reads: each names its predecessor, verifies under v for origin, is
+// signed for its stored size, and is consistent with the previous trusted
+// checkpoint when that is its predecessor.
+func checkCheckpoints(cps []storedCheckpoint, v note.Verifier, origin string) chainCheck {
+	var out chainCheck
+	add := func(f Finding) { out.findings = append(out.findings, f) }
 	for _, c := range cps {
 		switch {
-		case c.prev > prevRow:
+		case c.prev > out.last:
 			add(Finding{Kind: FindingCheckpointMissing, Size: i64(c.prev), Detail: fmt.Sprintf("the checkpoint of size %d names it as its predecessor", c.size)})
-		case c.prev != prevRow:
-			add(Finding{Kind: FindingCheckpointEdited, Size: i64(c.size), Detail: fmt.Sprintf("predecessor %d, want %d", c.prev, prevRow)})
+		case c.prev != out.last:
+			add(Finding{Kind: FindingCheckpointEdited, Size: i64(c.size), Detail: fmt.Sprintf("predecessor %d, want %d", c.prev, out.last)})
 		}
-		prevRow = c.size
-		cp, err := OpenCheckpoint(c.note, v, rep.Origin)
+		out.last = c.size
+		cp, err := OpenCheckpoint(c.note, v, origin)
 		if err != nil {
 			reason := FindingCheckpointEdited
 			if ce, ok := err.(*CheckpointError); ok {
@@ -132,141 +159,203 @@ func (l *Log) Verify(ctx context.Context, tenant string, v note.Verifier, progre
 			add(Finding{Kind: FindingCheckpointEdited, Size: i64(c.size), Detail: fmt.Sprintf("stored as size %d but signed for size %d", c.size, cp.Size)})
 			continue
 		}
-		if n := len(good); n > 0 && good[n-1].size == uint64(c.prev) {
-			hs, ok := splitHashes(c.cons)
-			if !ok {
-				add(Finding{Kind: FindingCheckpointInconsistent, Size: i64(c.size), Detail: "stored consistency proof is malformed"})
-			} else if err := proof.VerifyConsistency(rfc6962.DefaultHasher, good[n-1].size, cp.Size, hs, good[n-1].root, cp.Root); err != nil {
-				add(Finding{Kind: FindingCheckpointInconsistent, Size: i64(c.size), Detail: fmt.Sprintf("from size %d: %v", c.prev, err)})
+		if n := len(out.good); n > 0 && out.good[n-1].size == uint64(c.prev) {
+			if f, ok := checkConsistency(c, out.good[n-1], cp); !ok {
+				add(f)
 			}
 		}
-		good = append(good, trusted{size: cp.Size, root: cp.Root})
+		out.good = append(out.good, trusted{size: cp.Size, root: cp.Root})
 	}
-	rep.Checkpoints = len(good)
+	return out
+}
+
+// checkConsistency checks c's stored consistency proof from prev to cp.
+func checkConsistency(c storedCheckpoint, prev trusted, cp Checkpoint) (Finding, bool) {
+	hs, ok := splitHashes(c.cons)
+	if !ok {
+		return Finding{Kind: FindingCheckpointInconsistent, Size: i64(c.size), Detail: "stored consistency proof is malformed"}, false
+	}
+	if err := proof.VerifyConsistency(rfc6962.DefaultHasher, prev.size, cp.Size, hs, prev.root, cp.Root); err != nil {
+		return Finding{Kind: FindingCheckpointInconsistent, Size: i64(c.size), Detail: fmt.Sprintf("from size %d: %v", c.prev, err)}, false
+	}
+	return Finding{}, true
+}
+
+// checkStateSize compares the log's size per its state with its last
+// checkpoint's: a size past it has no checkpoint, a size below it was
+// edited (and the checkpoint's is used). It returns the size to verify
+// to.
+func checkStateSize(stateSize, last int64) (int64, []Finding) {
 	switch {
-	case stateSize > prevRow:
-		add(Finding{Kind: FindingCheckpointMissing, Size: i64(stateSize), Detail: "the log's size has no checkpoint"})
-	case stateSize < prevRow:
-		add(Finding{Kind: FindingStateEdited, Size: i64(stateSize), Detail: fmt.Sprintf("the log's size is below its last checkpoint's %d", prevRow)})
-		stateSize = prevRow
+	case stateSize > last:
+		return stateSize, []Finding{{Kind: FindingCheckpointMissing, Size: i64(stateSize), Detail: "the log's size has no checkpoint"}}
+	case stateSize < last:
+		return last, []Finding{{Kind: FindingStateEdited, Size: i64(stateSize), Detail: fmt.Sprintf("the log's size is below its last checkpoint's %d", last)}}
 	}
-	rep.Size = stateSize
+	return stateSize, nil
+}
 
-	// Rows, in seq order, against every trusted root.
-	acc := &rowAcc{inserted: map[string]Row{}, deleted: map[string]leaf{}}
-	cur := l.rf.NewEmptyRange(0)
-	var lo uint64 // start of the current segment
-	ti := 0       // next trusted checkpoint
-	closeSegment := func() error {
-		t := good[ti]
-		ti++
-		root, err := cur.GetRootHash(nil)
-		if err != nil {
-			return fmt.Errorf("auditlog: root: %w", err)
-		}
-		if cur.End() == t.size && bytes.Equal(root, t.root) {
-			lo = t.size
-			return nil
-		}
-		n, err := l.localise(ctx, tenant, int64(lo), int64(t.size), acc)
-		if err != nil {
-			return err
-		}
-		// Continue from the stored tree at this size when it is the signed
-		// one, so that later segments are checked on their own.
-		next, serr := l.storedRange(ctx, l.db, tenant, t.size)
-		nextOK := serr == nil
-		if nextOK {
-			r, err := next.GetRootHash(nil)
-			nextOK = err == nil && bytes.Equal(r, t.root)
-		}
-		if n == 0 || !nextOK {
-			acc.out = append(acc.out, Finding{Kind: FindingRootMismatch, Size: i64(int64(t.size)),
-				Detail: fmt.Sprintf("rows %d..%d and the stored tree do not hash to the signed root", lo, t.size-1)})
-		}
-		if nextOK {
-			cur = next
-		} else {
-			// Keep positions aligned with a placeholder tree; roots beyond
-			// this point cannot match and are reported in turn.
-			zeros := make([][]byte, bits.OnesCount64(t.size))
-			for i := range zeros {
-				zeros[i] = make([]byte, HashSize)
-			}
-			if cur, err = l.rf.NewRange(0, t.size, zeros); err != nil {
-				return fmt.Errorf("auditlog: placeholder range: %w", err)
-			}
-		}
-		lo = t.size
-		return nil
-	}
+// rowWalk recomputes the log from its rows in seq order, closing a
+// segment at each trusted checkpoint and localising a segment whose root
+// does not match.
+type rowWalk struct {
+	l      *Log
+	tenant string
+	good   []trusted      // trusted checkpoints, in size order
+	ti     int            // next trusted checkpoint
+	cur    *compact.Range // the tree so far
+	lo     uint64         // start of the current segment
+	tail   bool           // rows past the last trusted checkpoint
+	acc    *rowAcc
+	buf    []byte
+}
 
-	// Rows are read in pages (keyset on seq) so that no cursor stays open
-	// while a mismatching segment is localised: SQLite has one connection.
-	buf := make([]byte, 0, 512)
-	var tail bool // rows past the last trusted checkpoint
+// walk reads every numbered row in pages (keyset on seq), so that no
+// cursor stays open while a mismatching segment is localised (SQLite has
+// one connection), closes the remaining segments, and checks the rows
+// past the last trusted checkpoint.
+func (w *rowWalk) walk(ctx context.Context, rep *Report, progress func(done, total int64)) error {
 	next := int64(math.MinInt64)
 	for {
-		page, err := scanRows(l.db.QueryContext(ctx, `SELECT `+rowCols+` FROM audit_events WHERE tenant_id = $1 AND seq IS NOT NULL AND seq >= $2 ORDER BY seq LIMIT $3`, tenant, next, verifyPage))
+		page, err := audit.RowsFrom(ctx, w.l.db, w.tenant, next, verifyPage)
 		if err != nil {
-			return nil, fmt.Errorf("auditlog: read rows: %w", err)
+			return fmt.Errorf("auditlog: read rows: %w", err)
 		}
-		// A full page ends before its last seq, which the next page starts
-		// with, so that rows sharing a seq (possible only if the unique
-		// index was dropped) are neither skipped nor read twice.
-		full := len(page) == verifyPage
-		if full {
-			last := page[len(page)-1].Seq
-			cut := len(page)
-			for cut > 0 && page[cut-1].Seq == last {
-				cut--
-			}
-			if cut == 0 {
-				return nil, fmt.Errorf("%w: more than %d rows share seq %d", ErrTampered, verifyPage, last)
-			}
-			page, next = page[:cut], last
+		page, nextFrom, full, err := cutPage(page, verifyPage)
+		if err != nil {
+			return err
 		}
 		for _, r := range page {
 			rep.Rows++
 			if progress != nil && rep.Rows&0xffff == 0 {
-				progress(rep.Rows, stateSize)
+				progress(rep.Rows, rep.Size)
 			}
-			for ti < len(good) && uint64(r.Seq) >= good[ti].size {
-				if err := closeSegment(); err != nil {
-					return nil, err
-				}
-			}
-			if ti == len(good) {
-				tail = true
-				continue
-			}
-			buf = AppendRow(buf[:0], r)
-			if err := cur.Append(rfc6962.DefaultHasher.HashLeaf(buf), nil); err != nil {
-				return nil, fmt.Errorf("auditlog: append: %w", err)
+			if err := w.add(ctx, r); err != nil {
+				return err
 			}
 		}
 		if !full {
 			break
 		}
+		next = nextFrom
 	}
-	for ti < len(good) {
-		if err := closeSegment(); err != nil {
-			return nil, err
+	for w.ti < len(w.good) {
+		if err := w.closeSegment(ctx); err != nil {
+			return err
 		}
 	}
 	if progress != nil {
-		progress(rep.Rows, stateSize)
+		progress(rep.Rows, rep.Size)
 	}
 	// Rows past the last verified checkpoint are checked against the stored
 	// leaves (a checkpoint is missing or refused, reported above) and rows
 	// numbered past the log's size were never sealed.
-	if tail || uint64(stateSize) > lo {
-		if _, err := l.localise(ctx, tenant, int64(lo), math.MaxInt64, acc); err != nil {
-			return nil, err
+	if w.tail || uint64(rep.Size) > w.lo {
+		if _, err := w.l.localise(ctx, w.tenant, int64(w.lo), math.MaxInt64, w.acc); err != nil {
+			return err
 		}
 	}
-	rep.Findings = append(rep.Findings, acc.merge()...)
-	return rep, nil
+	return nil
+}
+
+// cutPage trims a page of rows read with a limit of size: a full page ends
+// before its last seq, which the next page starts with (next), so that
+// rows sharing a seq (possible only if the unique index was dropped) are
+// neither skipped nor read twice. More than size rows sharing one seq is
+// ErrTampered.
+func cutPage(page []Row, size int) (out []Row, next int64, full bool, err error) {
+	if len(page) != size {
+		return page, 0, false, nil
+	}
+	last := page[len(page)-1].Seq
+	cut := len(page)
+	for cut > 0 && page[cut-1].Seq == last {
+		cut--
+	}
+	if cut == 0 {
+		return nil, 0, false, fmt.Errorf("%w: more than %d rows share seq %d", ErrTampered, size, last)
+	}
+	return page[:cut], last, true, nil
+}
+
+// add appends row r to the tree, first closing every segment that ends at
+// or before it; a row past the last trusted checkpoint only marks the
+// tail.
+func (w *rowWalk) add(ctx context.Context, r Row) error {
+	for w.ti < len(w.good) && uint64(r.Seq) >= w.good[w.ti].size {
+		if err := w.closeSegment(ctx); err != nil {
+			return err
+		}
+	}
+	if w.ti == len(w.good) {
+		w.tail = true
+		return nil
+	}
+	w.buf = AppendRow(w.buf[:0], r)
+	if err := w.cur.Append(rfc6962.DefaultHasher.HashLeaf(w.buf), nil); err != nil {
+		return fmt.Errorf("auditlog: append: %w", err)
+	}
+	return nil
+}
+
+// closeSegment checks the tree so far against the next trusted
+// checkpoint; on a mismatch it localises the segment's rows and goes on
+// from the stored tree at the checkpoint's size when that is the signed
+// one, else from a placeholder.
+func (w *rowWalk) closeSegment(ctx context.Context) error {
+	t := w.good[w.ti]
+	w.ti++
+	root, err := w.cur.GetRootHash(nil)
+	if err != nil {
+		return fmt.Errorf("auditlog: root: %w", err)
+	}
+	if w.cur.End() == t.size && bytes.Equal(root, t.root) {
+		w.lo = t.size
+		return nil
+	}
+	n, err := w.l.localise(ctx, w.tenant, int64(w.lo), int64(t.size), w.acc)
+	if err != nil {
+		return err
+	}
+	// Continue from the stored tree at this size when it is the signed
+	// one, so that later segments are checked on their own.
+	next, nextOK := w.signedStoredRange(ctx, t)
+	if n == 0 || !nextOK {
+		w.acc.out = append(w.acc.out, Finding{Kind: FindingRootMismatch, Size: i64(int64(t.size)),
+			Detail: fmt.Sprintf("rows %d..%d and the stored tree do not hash to the signed root", w.lo, t.size-1)})
+	}
+	if nextOK {
+		w.cur = next
+	} else if w.cur, err = w.l.placeholderRange(t.size); err != nil {
+		return err
+	}
+	w.lo = t.size
+	return nil
+}
+
+// signedStoredRange loads the stored tree at t's size and reports whether
+// it hashes to t's signed root.
+func (w *rowWalk) signedStoredRange(ctx context.Context, t trusted) (*compact.Range, bool) {
+	next, err := w.l.storedRange(ctx, w.l.db, w.tenant, t.size)
+	if err != nil {
+		return nil, false
+	}
+	r, err := next.GetRootHash(nil)
+	return next, err == nil && bytes.Equal(r, t.root)
+}
+
+// placeholderRange keeps positions aligned with a tree of zero hashes of
+// size; roots beyond this point cannot match and are reported in turn.
+func (l *Log) placeholderRange(size uint64) (*compact.Range, error) {
+	zeros := make([][]byte, bits.OnesCount64(size))
+	for i := range zeros {
+		zeros[i] = make([]byte, HashSize)
+	}
+	r, err := l.rf.NewRange(0, size, zeros)
+	if err != nil {
+		return nil, fmt.Errorf("auditlog: placeholder range: %w", err)
+	}
+	return r, nil
 }
 
 type leaf struct {
@@ -326,27 +415,13 @@ func (a *rowAcc) merge() []Finding {
 // event has no row is deleted, and a row whose leaf (at its stored position)
 // differs is edited. It returns how many differences it found.
 func (l *Log) localise(ctx context.Context, tenant string, lo, hi int64, acc *rowAcc) (int, error) {
-	rs, err := scanRows(l.db.QueryContext(ctx, `SELECT `+rowCols+` FROM audit_events WHERE tenant_id = $1 AND seq >= $2 AND seq < $3 ORDER BY seq`, tenant, lo, hi))
+	rs, err := audit.RowsBetween(ctx, l.db, tenant, lo, hi, 0)
 	if err != nil {
 		return 0, fmt.Errorf("auditlog: read rows: %w", err)
 	}
-	stored := map[string]leaf{}
-	rows, err := l.db.QueryContext(ctx, `SELECT idx, hash, event_id FROM audit_log_nodes WHERE tenant_id = $1 AND level = 0 AND idx >= $2 AND idx < $3`, tenant, lo, hi)
+	stored, err := l.readLeaves(ctx, tenant, lo, hi)
 	if err != nil {
-		return 0, fmt.Errorf("auditlog: read leaves: %w", err)
-	}
-	for rows.Next() {
-		var lf leaf
-		var ev string
-		if err := rows.Scan(&lf.idx, &lf.hash, &ev); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("auditlog: read leaves: %w", err)
-		}
-		stored[ev] = lf
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("auditlog: read leaves: %w", err)
+		return 0, err
 	}
 	n := 0
 	for _, r := range rs {
@@ -373,23 +448,6 @@ func (l *Log) localise(ctx context.Context, tenant string, lo, hi int64, acc *ro
 		n++
 	}
 	return n, nil
-}
-
-func (l *Log) readCheckpoints(ctx context.Context, tenant string) ([]storedCheckpoint, error) {
-	rows, err := l.db.QueryContext(ctx, `SELECT size, prev_size, note, consistency FROM audit_checkpoints WHERE tenant_id = $1 ORDER BY size`, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("auditlog: read checkpoints: %w", err)
-	}
-	defer rows.Close()
-	var out []storedCheckpoint
-	for rows.Next() {
-		var c storedCheckpoint
-		if err := rows.Scan(&c.size, &c.prev, &c.note, &c.cons); err != nil {
-			return nil, fmt.Errorf("auditlog: read checkpoints: %w", err)
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
 }
 
 func splitHashes(b []byte) ([][]byte, bool) {

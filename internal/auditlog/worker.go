@@ -2,13 +2,13 @@ package auditlog
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
 )
 
@@ -58,13 +58,11 @@ type Unsealed struct {
 func (l *Log) CheckUnsealed(ctx context.Context, maxAge time.Duration) (Unsealed, error) {
 	var u Unsealed
 	cutoff := l.clk.Now().Add(-maxAge).UnixMilli()
-	var oldest sql.NullInt64
-	if err := l.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM audit_events WHERE seq IS NULL AND at < $1`, cutoff).Scan(&u.Stale); err != nil {
+	stale, oldest, err := audit.UnnumberedAge(ctx, l.db, cutoff)
+	if err != nil {
 		return u, fmt.Errorf("auditlog: self-check: %w", err)
 	}
-	if err := l.db.QueryRowContext(ctx, `SELECT MIN(at) FROM audit_events WHERE seq IS NULL`).Scan(&oldest); err != nil {
-		return u, fmt.Errorf("auditlog: self-check: %w", err)
-	}
+	u.Stale = stale
 	if oldest.Valid {
 		u.Oldest = time.UnixMilli(oldest.Int64).UTC()
 	}

@@ -68,7 +68,7 @@ func (s *Service) CreateTenant(ctx context.Context, actor audit.Entry, parent, n
 	now := s.clk.Now()
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		var st string
-		if err := tx.QueryRowContext(ctx, `SELECT state FROM tenants WHERE id = $1`, parent).Scan(&st); err != nil {
+		if err := tx.QueryRowContext(ctx, qTenantState, parent).Scan(&st); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return errs.New(errs.InvalidInput, "parent_id: no such tenant")
 			}
@@ -77,8 +77,7 @@ func (s *Service) CreateTenant(ctx context.Context, actor audit.Entry, parent, n
 		if st != StateActive {
 			return errs.New(errs.InvalidState, "parent_id: the parent tenant is not active")
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO tenants (id, parent_id, name, state, created_at) VALUES ($1, $2, $3, $4, $5)`,
-			t.ID, parent, name, StateActive, now.UnixMilli()); err != nil {
+		if _, err := tx.ExecContext(ctx, qInsertTenant, t.ID, parent, name, StateActive, now.UnixMilli()); err != nil {
 			return fmt.Errorf("iam: insert tenant: %w", err)
 		}
 		actor.Action, actor.Resource, actor.Outcome = "compute:tenants:create", "tenant/"+t.ID, "allowed"
@@ -101,18 +100,17 @@ func (s *Service) SetTenantState(ctx context.Context, actor audit.Entry, id, sta
 	now := s.clk.Now()
 	var t Tenant
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		var parent sql.NullString
-		if err := tx.QueryRowContext(ctx, `SELECT id, parent_id, name, state FROM tenants WHERE id = $1`, id).Scan(&t.ID, &parent, &t.Name, &t.State); err != nil {
+		var err error
+		if t, err = scanTenant(tx.QueryRowContext(ctx, qTenant, id)); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return errs.New(errs.NotFound, "tenant not found")
 			}
 			return fmt.Errorf("iam: read tenant: %w", err)
 		}
-		t.ParentID = parent.String
 		if t.State == StateDeleted {
 			return errs.New(errs.InvalidState, "the tenant is deleted")
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE tenants SET state = $1 WHERE id = $2`, state, id); err != nil {
+		if _, err := tx.ExecContext(ctx, qSetTenantState, state, id); err != nil {
 			return fmt.Errorf("iam: set state: %w", err)
 		}
 		t.State = state
@@ -125,30 +123,25 @@ func (s *Service) SetTenantState(ctx context.Context, actor audit.Entry, id, sta
 // Chain returns the tenant and its ancestors up to the root, nearest first.
 // An unknown tenant returns an empty chain.
 func (s *Service) Chain(ctx context.Context, tenant string) ([]Tenant, error) {
-	st, err := s.db.Stmt(ctx, `WITH RECURSIVE chain(id, parent_id, name, state, depth) AS (
-			SELECT id, parent_id, name, state, 0 FROM tenants WHERE id = $1
-			UNION ALL
-			SELECT t.id, t.parent_id, t.name, t.state, c.depth + 1 FROM tenants t JOIN chain c ON t.id = c.parent_id WHERE c.depth < 32
-		) SELECT id, parent_id, name, state FROM chain ORDER BY depth`)
+	st, err := s.db.Stmt(ctx, qChain)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := st.QueryContext(ctx, tenant)
+	rows, err := st.QueryContext(ctx, tenant, chainDepth)
 	if err != nil {
 		return nil, fmt.Errorf("iam: tenant chain: %w", err)
 	}
-	defer rows.Close()
-	var out []Tenant
-	for rows.Next() {
-		var t Tenant
-		var parent sql.NullString
-		if err := rows.Scan(&t.ID, &parent, &t.Name, &t.State); err != nil {
-			return nil, fmt.Errorf("iam: scan chain: %w", err)
-		}
-		t.ParentID = parent.String
-		out = append(out, t)
+	return scanTenants(rows, "chain")
+}
+
+// ChainIn is Chain read through q (a transaction, for a module that
+// decides inside one), walking at most depth levels above tenant.
+func ChainIn(ctx context.Context, q Querier, tenant string, depth int) ([]Tenant, error) {
+	rows, err := q.QueryContext(ctx, qChain, tenant, depth)
+	if err != nil {
+		return nil, fmt.Errorf("iam: tenant chain: %w", err)
 	}
-	return out, rows.Err()
+	return scanTenants(rows, "chain")
 }
 
 // EffectiveState is the tenant's state as calls see it: deleted if it or
@@ -191,26 +184,15 @@ func (s *Service) Within(ctx context.Context, ancestor, tenant string) (bool, er
 
 // ListTenants returns the tenants below (and including) under.
 func (s *Service) ListTenants(ctx context.Context, under string) ([]Tenant, error) {
-	rows, err := s.db.QueryContext(ctx, `WITH RECURSIVE sub(id, parent_id, name, state, depth) AS (
-			SELECT id, parent_id, name, state, 0 FROM tenants WHERE id = $1
-			UNION ALL
-			SELECT t.id, t.parent_id, t.name, t.state, s.depth + 1 FROM tenants t JOIN sub s ON t.parent_id = s.id WHERE s.depth < 32
-		) SELECT id, parent_id, name, state FROM sub ORDER BY depth, name`, under)
+	rows, err := s.db.QueryContext(ctx, qSubtree, under)
 	if err != nil {
 		return nil, fmt.Errorf("iam: list tenants: %w", err)
 	}
-	defer rows.Close()
-	out := []Tenant{}
-	for rows.Next() {
-		var t Tenant
-		var parent sql.NullString
-		if err := rows.Scan(&t.ID, &parent, &t.Name, &t.State); err != nil {
-			return nil, fmt.Errorf("iam: scan tenant: %w", err)
-		}
-		t.ParentID = parent.String
-		out = append(out, t)
+	out, err := scanTenants(rows, "tenant")
+	if out == nil && err == nil {
+		out = []Tenant{}
 	}
-	return out, rows.Err()
+	return out, err
 }
 
 // Identity is a person or an agent in a tenant.
@@ -235,8 +217,7 @@ func (s *Service) CreateIdentity(ctx context.Context, actor audit.Entry, tenant,
 	id := Identity{ID: ids.New("i"), TenantID: tenant, Name: name, Kind: kind}
 	now := s.clk.Now()
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO identities (id, tenant_id, name, kind, created_at) VALUES ($1, $2, $3, $4, $5)`,
-			id.ID, tenant, name, kind, now.UnixMilli()); err != nil {
+		if _, err := tx.ExecContext(ctx, qInsertIdentity, id.ID, tenant, name, kind, now.UnixMilli()); err != nil {
 			if store.IsUniqueViolation(err) {
 				return errs.New(errs.Conflict, "name: an identity of that name exists in the tenant")
 			}
@@ -251,8 +232,8 @@ func (s *Service) CreateIdentity(ctx context.Context, actor audit.Entry, tenant,
 
 // DeleteIdentity removes an identity of tenant with its bindings, and
 // revokes its API keys and sessions, and every key and session they made
-// (apikeys.RevokeMadeBy), in the same transaction, so nothing it held or
-// made still authenticates. An identity cannot delete itself
+// (apikeys.RevokeForIdentityTx), in the same transaction, so nothing it
+// held or made still authenticates. An identity cannot delete itself
 // (INVALID_STATE); NOT_FOUND when tenant has no such identity.
 func (s *Service) DeleteIdentity(ctx context.Context, actor audit.Entry, tenant, id string) error {
 	if id == actor.Actor {
@@ -260,63 +241,55 @@ func (s *Service) DeleteIdentity(ctx context.Context, actor audit.Entry, tenant,
 	}
 	now := s.clk.Now()
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
-		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM identities WHERE id = $1 AND tenant_id = $2`, id, tenant).Scan(&n); err != nil {
-			return fmt.Errorf("iam: read identity: %w", err)
+		ok, err := s.IdentityInTenantTx(ctx, tx, id, tenant)
+		if err != nil {
+			return err
 		}
-		if n != 1 {
+		if !ok {
 			return errs.New(errs.NotFound, "identity not found")
 		}
-		at := now.UnixMilli()
+		if _, err := tx.ExecContext(ctx, qDeleteBindingsOfIdentity, id); err != nil {
+			return fmt.Errorf("iam: delete identity: %w", err)
+		}
 		// Its keys and sessions, and then everything they made (keys it
 		// made for other identities included), are revoked.
-		var made []string
-		for _, q := range []string{
-			`SELECT id FROM api_keys WHERE identity = $1 AND revoked_at IS NULL`,
-			`SELECT id FROM sessions WHERE identity_id = $1 AND revoked_at IS NULL`,
-		} {
-			rows, err := tx.QueryContext(ctx, q, id)
-			if err != nil {
-				return fmt.Errorf("iam: read credentials: %w", err)
-			}
-			for rows.Next() {
-				var c string
-				if err := rows.Scan(&c); err != nil {
-					rows.Close()
-					return fmt.Errorf("iam: read credentials: %w", err)
-				}
-				made = append(made, c)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("iam: read credentials: %w", err)
-			}
-		}
-		for _, st := range []struct {
-			q    string
-			args []any
-		}{
-			{`DELETE FROM bindings WHERE identity_id = $1`, []any{id}},
-			{`UPDATE api_keys SET revoked_at = $1 WHERE identity = $2 AND revoked_at IS NULL`, []any{at, id}},
-			{`UPDATE sessions SET revoked_at = $1 WHERE identity_id = $2 AND revoked_at IS NULL`, []any{at, id}},
-			{`DELETE FROM identities WHERE id = $1`, []any{id}},
-		} {
-			if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
-				return fmt.Errorf("iam: delete identity: %w", err)
-			}
-		}
-		if _, _, err := apikeys.RevokeMadeBy(ctx, tx, s.db.Dialect, at, made); err != nil {
+		if err := apikeys.RevokeForIdentityTx(ctx, tx, s.db.Dialect, id, now.UnixMilli()); err != nil {
 			return err
+		}
+		if _, err := tx.ExecContext(ctx, qDeleteIdentity, id); err != nil {
+			return fmt.Errorf("iam: delete identity: %w", err)
 		}
 		actor.Action, actor.Resource, actor.Outcome = "compute:identities:delete", "identity/"+id, "allowed"
 		return audit.Record(ctx, tx, now, actor)
 	})
 }
 
+// IdentityInTenant reports whether identity id exists in tenant (the
+// apikeys module asks it on every authentication).
+func (s *Service) IdentityInTenant(ctx context.Context, id, tenant string) (bool, error) {
+	st, err := s.db.Stmt(ctx, qIdentityInTenant)
+	if err != nil {
+		return false, err
+	}
+	return identityInTenant(st.QueryRowContext(ctx, id, tenant))
+}
+
+// IdentityInTenantTx is IdentityInTenant read inside tx.
+func (s *Service) IdentityInTenantTx(ctx context.Context, tx *sql.Tx, id, tenant string) (bool, error) {
+	return identityInTenant(tx.QueryRowContext(ctx, qIdentityInTenant, id, tenant))
+}
+
+func identityInTenant(row *sql.Row) (bool, error) {
+	var n int
+	if err := row.Scan(&n); err != nil {
+		return false, fmt.Errorf("iam: read identity: %w", err)
+	}
+	return n == 1, nil
+}
+
 // Identity reads an identity; NOT_FOUND when absent.
 func (s *Service) Identity(ctx context.Context, id string) (Identity, error) {
-	var i Identity
-	err := s.db.QueryRowContext(ctx, `SELECT id, tenant_id, name, kind FROM identities WHERE id = $1`, id).Scan(&i.ID, &i.TenantID, &i.Name, &i.Kind)
+	i, err := scanIdentity(s.db.QueryRowContext(ctx, qIdentity, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Identity{}, errs.New(errs.NotFound, "identity not found")
 	}
@@ -328,15 +301,15 @@ func (s *Service) Identity(ctx context.Context, id string) (Identity, error) {
 
 // ListIdentities returns a tenant's identities.
 func (s *Service) ListIdentities(ctx context.Context, tenant string) ([]Identity, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, tenant_id, name, kind FROM identities WHERE tenant_id = $1 ORDER BY name`, tenant)
+	rows, err := s.db.QueryContext(ctx, qListIdentities, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("iam: list identities: %w", err)
 	}
 	defer rows.Close()
 	out := []Identity{}
 	for rows.Next() {
-		var i Identity
-		if err := rows.Scan(&i.ID, &i.TenantID, &i.Name, &i.Kind); err != nil {
+		i, err := scanIdentity(rows)
+		if err != nil {
 			return nil, fmt.Errorf("iam: scan identity: %w", err)
 		}
 		out = append(out, i)
@@ -393,8 +366,7 @@ func (s *Service) CreateRole(ctx context.Context, actor audit.Entry, tenant, nam
 	b, _ := json.Marshal(st)
 	now := s.clk.Now()
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO roles (id, tenant_id, name, statements, created_at) VALUES ($1, $2, $3, $4, $5)`,
-			r.ID, tenant, name, string(b), now.UnixMilli()); err != nil {
+		if _, err := tx.ExecContext(ctx, qInsertRole, r.ID, tenant, name, string(b), now.UnixMilli()); err != nil {
 			if store.IsUniqueViolation(err) {
 				return errs.New(errs.Conflict, "name: a role of that name exists in the tenant")
 			}
@@ -416,24 +388,13 @@ func (s *Service) ListRoles(ctx context.Context, tenant string) ([]Role, error) 
 	}
 	out := []Role{}
 	for _, t := range chain {
-		rows, err := s.db.QueryContext(ctx, `SELECT id, tenant_id, name, statements FROM roles WHERE tenant_id = $1 ORDER BY name`, t.ID)
+		rows, err := s.db.QueryContext(ctx, qRolesOf, t.ID)
 		if err != nil {
 			return nil, fmt.Errorf("iam: list roles: %w", err)
 		}
-		for rows.Next() {
-			var r Role
-			var st string
-			if err := rows.Scan(&r.ID, &r.TenantID, &r.Name, &st); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("iam: scan role: %w", err)
-			}
-			if err := json.Unmarshal([]byte(st), &r.Statements); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("iam: decode role: %w", err)
-			}
-			out = append(out, r)
+		if out, err = scanRoles(rows, out); err != nil {
+			return nil, err
 		}
-		rows.Close()
 	}
 	return out, nil
 }
@@ -449,20 +410,12 @@ func (s *Service) Bind(ctx context.Context, actor audit.Entry, tenant, identityI
 	if err != nil {
 		return "", err
 	}
-	inChain := func(t string) bool {
-		for _, c := range chain {
-			if c.ID == t {
-				return true
-			}
-		}
-		return false
-	}
 	var roleTenant, idTenant string
-	if err := s.db.QueryRowContext(ctx, `SELECT tenant_id FROM roles WHERE id = $1`, roleID).Scan(&roleTenant); err != nil || !inChain(roleTenant) {
+	if err := s.db.QueryRowContext(ctx, qRoleTenant, roleID).Scan(&roleTenant); err != nil || !tenantSet(chain)[roleTenant] {
 		return "", errs.New(errs.InvalidInput, "role_id: no such role in this tenant")
 	}
 	noIdentity := errs.New(errs.InvalidInput, "identity_id: no such identity in this tenant")
-	if err := s.db.QueryRowContext(ctx, `SELECT tenant_id FROM identities WHERE id = $1`, identityID).Scan(&idTenant); err != nil {
+	if err := s.db.QueryRowContext(ctx, qIdentityTenant, identityID).Scan(&idTenant); err != nil {
 		if !errors.Is(err, sql.ErrNoRows) {
 			return "", fmt.Errorf("iam: read identity: %w", err)
 		}
@@ -476,8 +429,7 @@ func (s *Service) Bind(ctx context.Context, actor audit.Entry, tenant, identityI
 	id := ids.New("b")
 	now := s.clk.Now()
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO bindings (id, tenant_id, identity_id, role_id, created_at) VALUES ($1, $2, $3, $4, $5)`,
-			id, tenant, identityID, roleID, now.UnixMilli()); err != nil {
+		if _, err := tx.ExecContext(ctx, qInsertBinding, id, tenant, identityID, roleID, now.UnixMilli()); err != nil {
 			if store.IsUniqueViolation(err) {
 				return errs.New(errs.Conflict, "the binding exists")
 			}
@@ -507,25 +459,17 @@ type Binding struct {
 // below it, so a parent (root included) finds every binding that can
 // affect its subtree.
 func (s *Service) ListBindings(ctx context.Context, tenant string) ([]Binding, error) {
-	rows, err := s.db.QueryContext(ctx, `WITH RECURSIVE sub(id, depth) AS (
-			SELECT id, 0 FROM tenants WHERE id = $1
-			UNION ALL
-			SELECT t.id, s.depth + 1 FROM tenants t JOIN sub s ON t.parent_id = s.id WHERE s.depth < 32
-		) SELECT b.id, b.tenant_id, b.identity_id, i.name, i.tenant_id, b.role_id, r.name, b.created_at
-		FROM bindings b JOIN sub ON sub.id = b.tenant_id JOIN identities i ON i.id = b.identity_id JOIN roles r ON r.id = b.role_id
-		ORDER BY sub.depth, b.tenant_id, i.name, r.name, b.id`, tenant)
+	rows, err := s.db.QueryContext(ctx, qListBindings, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("iam: list bindings: %w", err)
 	}
 	defer rows.Close()
 	out := []Binding{}
 	for rows.Next() {
-		var b Binding
-		var created int64
-		if err := rows.Scan(&b.ID, &b.TenantID, &b.IdentityID, &b.IdentityName, &b.IdentityTenant, &b.RoleID, &b.RoleName, &created); err != nil {
+		b, err := scanBinding(rows)
+		if err != nil {
 			return nil, fmt.Errorf("iam: scan binding: %w", err)
 		}
-		b.CreatedAt = time.UnixMilli(created).UTC()
 		out = append(out, b)
 	}
 	return out, rows.Err()
@@ -535,7 +479,7 @@ func (s *Service) ListBindings(ctx context.Context, tenant string) ([]Binding, e
 func (s *Service) Unbind(ctx context.Context, actor audit.Entry, tenant, bindingID string) error {
 	now := s.clk.Now()
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM bindings WHERE id = $1 AND tenant_id = $2`, bindingID, tenant)
+		res, err := tx.ExecContext(ctx, qDeleteBinding, bindingID, tenant)
 		if err != nil {
 			return fmt.Errorf("iam: delete binding: %w", err)
 		}
@@ -552,91 +496,77 @@ func (s *Service) Unbind(ctx context.Context, actor audit.Entry, tenant, binding
 // belongs to the tenant whose chain (nearest first) is given. Bindings in
 // any tenant of the chain apply; a matching deny beats any allow; no match
 // is a deny. scopes, when not empty, further limit the actions (an API
-// key's scopes).
+// key's scopes). It reads the identity's bindings and decides with
+// Evaluate.
 func (s *Service) Decide(ctx context.Context, identity, action, resource string, chain []Tenant, scopes []string) (bool, error) {
-	if len(chain) == 0 {
+	req := Request{Action: action, Resource: resource, Scopes: scopes}
+	if !req.possible(chain) {
 		return false, nil
 	}
-	if len(scopes) > 0 && !matchAny(scopes, action) {
-		return false, nil
-	}
-	// The identity's bindings anywhere in the chain: read them all (an
-	// identity has few) and keep those whose tenant is in the chain.
-	st, err := s.db.Stmt(ctx, `SELECT b.tenant_id, r.statements, i.tenant_id FROM bindings b JOIN roles r ON r.id = b.role_id JOIN identities i ON i.id = b.identity_id WHERE b.identity_id = $1`)
+	grants, idChain, err := s.grants(ctx, identity, chain)
 	if err != nil {
 		return false, err
 	}
+	return Evaluate(req, chain, idChain, grants), nil
+}
+
+// grants reads the identity's bindings that apply in chain, with their
+// roles' statements, and the identity's own tenant chain when a binding
+// is made outside the identity's tenant (nil otherwise).
+func (s *Service) grants(ctx context.Context, identity string, chain []Tenant) ([]Grant, []Tenant, error) {
+	rows, err := s.grantRows(ctx, identity, tenantSet(chain))
+	if err != nil {
+		return nil, nil, err
+	}
+	var idChain []Tenant
+	for _, r := range rows {
+		if r.tenant != r.idTenant {
+			// Every row names the same identity, so one chain serves all.
+			if idChain, err = s.Chain(ctx, r.idTenant); err != nil {
+				return nil, nil, err
+			}
+			break
+		}
+	}
+	inChain, ids := tenantSet(chain), tenantSet(idChain)
+	var out []Grant
+	for _, r := range rows {
+		if !grantApplies(r.tenant, r.idTenant, inChain, ids) {
+			continue
+		}
+		g := Grant{Tenant: r.tenant, IdentityTenant: r.idTenant}
+		if err := json.Unmarshal([]byte(r.raw), &g.Statements); err != nil {
+			return nil, nil, fmt.Errorf("iam: decode role: %w", err)
+		}
+		out = append(out, g)
+	}
+	return out, idChain, nil
+}
+
+// grantRows reads the identity's bindings (an identity has few) and keeps
+// those made in a tenant of inChain.
+func (s *Service) grantRows(ctx context.Context, identity string, inChain map[string]bool) ([]grantRow, error) {
+	st, err := s.db.Stmt(ctx, qGrantsOf)
+	if err != nil {
+		return nil, err
+	}
 	rows, err := st.QueryContext(ctx, identity)
 	if err != nil {
-		return false, fmt.Errorf("iam: read bindings: %w", err)
-	}
-	inChain := make(map[string]bool, len(chain))
-	for _, t := range chain {
-		inChain[t.ID] = true
+		return nil, fmt.Errorf("iam: read bindings: %w", err)
 	}
 	defer rows.Close()
-	allowed := false
-	type binding struct{ tenant, raw, idTenant string }
-	var bs []binding
+	var out []grantRow
 	for rows.Next() {
-		var b binding
-		if err := rows.Scan(&b.tenant, &b.raw, &b.idTenant); err != nil {
-			return false, fmt.Errorf("iam: scan role: %w", err)
+		g, err := scanGrantRow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("iam: scan role: %w", err)
 		}
-		if inChain[b.tenant] {
-			bs = append(bs, b)
+		if inChain[g.tenant] {
+			out = append(out, g)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return false, fmt.Errorf("iam: read bindings: %w", err)
+		return nil, fmt.Errorf("iam: read bindings: %w", err)
 	}
-	rows.Close()
-	// A binding counts only in a tenant at or above its identity's own
-	// tenant (the rule Bind enforces), so a binding that names an identity
-	// of an ancestor, made before that rule or written around it, never
-	// applies: no tenant can deny root's admin in its own tenant.
-	var idChain map[string]bool
-	for _, b := range bs {
-		if b.tenant != b.idTenant {
-			if idChain == nil {
-				c, err := s.Chain(ctx, b.idTenant)
-				if err != nil {
-					return false, err
-				}
-				idChain = make(map[string]bool, len(c))
-				for _, t := range c {
-					idChain[t.ID] = true
-				}
-			}
-			if !idChain[b.tenant] {
-				continue
-			}
-		}
-		var st []Statement
-		if err := json.Unmarshal([]byte(b.raw), &st); err != nil {
-			return false, fmt.Errorf("iam: decode role: %w", err)
-		}
-		for _, x := range st {
-			if !matchAny(x.Actions, action) || !matchAny(x.Resources, resource) {
-				continue
-			}
-			if x.Effect == "deny" {
-				return false, nil
-			}
-			allowed = true
-		}
-	}
-	return allowed, nil
-}
-
-func matchAny(patterns []string, s string) bool {
-	for _, p := range patterns {
-		if p == "*" || p == s {
-			return true
-		}
-		if ok, _ := path.Match(p, s); ok {
-			return true
-		}
-	}
-	return false
+	return out, nil
 }

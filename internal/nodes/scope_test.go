@@ -28,7 +28,7 @@ func TestScopeAndTenantsOf(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := New(db, clk, audit.NewEvents(db, clk), bus.New(), slog.New(slog.DiscardHandler), quota.New(db, clk, quota.Defaults()), Config{})
+		s := New(db, clk, audit.NewEvents(db, clk, iam.RootTenant), bus.New(), slog.New(slog.DiscardHandler), quota.New(db, clk, quota.Defaults()), Config{})
 		for id, owner := range map[string]string{"n-root": iam.RootTenant, "n-acme": tenant.ID} {
 			if _, err := db.ExecContext(ctx, sqlInsertNode, id, owner, id, "node", clk.Now().UnixMilli()); err != nil {
 				t.Fatal(err)

@@ -32,6 +32,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
 
@@ -135,11 +136,8 @@ const MaxDepth = 64
 
 // InSubtree is an SQL condition on a row's tenant_id: the tenant $1 or
 // any tenant under it (down to MaxDepth levels).
-const InSubtree = `tenant_id IN (WITH RECURSIVE quota_sub(id, depth) AS (
-		SELECT id, 0 FROM tenants WHERE id = $1
-		UNION ALL
-		SELECT t.id, q.depth + 1 FROM tenants t JOIN quota_sub q ON t.parent_id = q.id WHERE q.depth < 64
-	) SELECT id FROM quota_sub)`
+// The tenant tree is iam's: the condition is iam.SubtreeCondition.
+const InSubtree = iam.SubtreeCondition
 
 // errTooDeep refuses an admission for a tenant whose top-level tenant is
 // not found within MaxDepth levels.
@@ -152,30 +150,27 @@ func TopLevel(ctx context.Context, tx *sql.Tx, tenant string) (string, error) {
 	if Exempt(tenant) {
 		return tenant, nil
 	}
-	rows, err := tx.QueryContext(ctx, `WITH RECURSIVE quota_up(id, parent_id, depth) AS (
-			SELECT id, parent_id, 0 FROM tenants WHERE id = $1
-			UNION ALL
-			SELECT t.id, t.parent_id, u.depth + 1 FROM tenants t JOIN quota_up u ON t.id = u.parent_id WHERE u.depth < $2
-		) SELECT id, COALESCE(parent_id, '') FROM quota_up ORDER BY depth`, tenant, MaxDepth)
+	chain, err := iam.ChainIn(ctx, tx, tenant, MaxDepth)
 	if err != nil {
 		return "", fmt.Errorf("quota: read tenant chain: %w", err)
 	}
-	defer rows.Close()
-	seen := false
-	for rows.Next() {
-		var id, parent string
-		if err := rows.Scan(&id, &parent); err != nil {
-			return "", fmt.Errorf("quota: read tenant chain: %w", err)
-		}
-		seen = true
-		if parent == "root" {
-			return id, nil
+	return topLevelOf(tenant, chain)
+}
+
+// topLevelOf is TopLevel's decision on tenant's chain (nearest first, at
+// most MaxDepth+1 tenants): the tenant of the chain whose parent is the
+// root tenant; tenant itself when the chain is empty (a tenant not in the
+// tenant table); errTooDeep when no tenant of the chain is a root's child.
+func topLevelOf(tenant string, chain []iam.Tenant) (string, error) {
+	if iam.IsRoot(tenant) {
+		return tenant, nil
+	}
+	for _, t := range chain {
+		if iam.IsRoot(t.ParentID) {
+			return t.ID, nil
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("quota: read tenant chain: %w", err)
-	}
-	if !seen {
+	if len(chain) == 0 {
 		return tenant, nil
 	}
 	return "", errTooDeep
@@ -200,7 +195,7 @@ func New(db *store.DB, clk clock.Clock, defaults Limits) *Service {
 }
 
 // Exempt reports whether tenant is outside quotas (the root tenant).
-func Exempt(tenant string) bool { return tenant == "root" }
+func Exempt(tenant string) bool { return iam.IsRoot(tenant) }
 
 // Admit decides, inside tx, whether tenant may take want more of quota k:
 // it takes the lock of tenant's top-level tenant for k for the rest of tx,
@@ -264,8 +259,8 @@ func (s *Service) AdmitTracked(ctx context.Context, tx *sql.Tx, tenant string, k
 	}
 	now := s.clk.Now()
 	var used, counted int64
-	err = tx.QueryRowContext(ctx, `SELECT used, counted_at FROM quota_usage WHERE tenant_id = $1 AND kind = $2`, tenant, string(k)).Scan(&used, &counted)
-	fresh := err == nil && now.Sub(time.UnixMilli(counted)) < RecountEvery
+	err = tx.QueryRowContext(ctx, qUsage, tenant, string(k)).Scan(&used, &counted)
+	fresh := err == nil && usageFresh(counted, now)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("quota: read usage: %w", err)
 	}
@@ -293,11 +288,18 @@ func (s *Service) AdmitTracked(ctx context.Context, tx *sql.Tx, tenant string, k
 		s.noteRefusal(tenant, k, now, used)
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO quota_usage (tenant_id, kind, used, counted_at) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (tenant_id, kind) DO UPDATE SET used = $3, counted_at = $4`, tenant, string(k), used+take, counted); err != nil {
+	if _, err := tx.ExecContext(ctx, qUpsertUsage, tenant, string(k), used+take, counted); err != nil {
 		return fmt.Errorf("quota: record usage: %w", err)
 	}
 	return nil
+}
+
+// usageFresh reports whether a tracked usage counted at counted (unix ms)
+// may be decided on at now without a recount: it is younger than
+// RecountEvery (a clock that stepped back counts as fresh, as the age is
+// negative).
+func usageFresh(counted int64, now time.Time) bool {
+	return now.Sub(time.UnixMilli(counted)) < RecountEvery
 }
 
 type usageKey struct {
@@ -341,7 +343,7 @@ func lock(ctx context.Context, tx *sql.Tx, d store.Dialect, tenant string, k Kin
 	if d != store.Postgres {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, LockKey(tenant, k)); err != nil {
+	if _, err := tx.ExecContext(ctx, qLock, LockKey(tenant, k)); err != nil {
 		return fmt.Errorf("quota: lock: %w", err)
 	}
 	return nil
@@ -371,23 +373,12 @@ func (s *Service) Limits(ctx context.Context, tenant string) (Limits, error) {
 }
 
 func (s *Service) limits(ctx context.Context, tx *sql.Tx, tenant string) (Limits, error) {
-	l := s.defaults
-	var jt, sb, wm, cf sql.NullInt64
-	err := tx.QueryRowContext(ctx, `SELECT join_tokens, sandboxes, warm_memory_mb, commands_in_flight FROM tenant_quotas WHERE tenant_id = $1`, tenant).
-		Scan(&jt, &sb, &wm, &cf)
+	l, err := scanLimits(tx.QueryRowContext(ctx, qLimits, tenant), s.defaults)
 	if errors.Is(err, sql.ErrNoRows) {
-		return l, nil
+		return s.defaults, nil
 	}
 	if err != nil {
 		return Limits{}, fmt.Errorf("quota: read limits: %w", err)
-	}
-	for _, o := range []struct {
-		v   sql.NullInt64
-		dst *int64
-	}{{jt, &l.JoinTokens}, {sb, &l.Sandboxes}, {wm, &l.WarmMemoryMB}, {cf, &l.CommandsInFlight}} {
-		if o.v.Valid {
-			*o.dst = o.v.Int64
-		}
 	}
 	return l, nil
 }
@@ -430,18 +421,10 @@ func (s *Service) Set(ctx context.Context, actor audit.Entry, tenant string, o O
 				args = append(args, nil)
 			}
 		}
-		keep := func(col string, i int) string {
-			if reset {
-				return fmt.Sprintf("%s = $%d", col, i)
-			}
-			return fmt.Sprintf("%s = COALESCE($%d, tenant_quotas.%s)", col, i, col)
-		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO tenant_quotas (tenant_id, updated_at, join_tokens, sandboxes, warm_memory_mb, commands_in_flight)
-			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id) DO UPDATE SET updated_at = $2, `+
-			keep("join_tokens", 3)+", "+keep("sandboxes", 4)+", "+keep("warm_memory_mb", 5)+", "+keep("commands_in_flight", 6), args...)
-		if err != nil {
+		if _, err := tx.ExecContext(ctx, upsertLimits(reset), args...); err != nil {
 			return fmt.Errorf("quota: set: %w", err)
 		}
+		var err error
 		if out, err = s.limits(ctx, tx, tenant); err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 )
@@ -74,7 +75,9 @@ func TestAdmitTrackedRecounts(t *testing.T) {
 			t.Fatalf("tracked usage %d (%v), want 2", used, err)
 		}
 		// Another tenant and the root tenant are apart.
-		if err := db.Tx(ctx, func(tx *sql.Tx) error { return s.AdmitTracked(ctx, tx, "root", JoinTokens, 1<<40, 1<<40, count) }); err != nil {
+		if err := db.Tx(ctx, func(tx *sql.Tx) error {
+			return s.AdmitTracked(ctx, tx, iam.RootTenant, JoinTokens, 1<<40, 1<<40, count)
+		}); err != nil {
 			t.Fatalf("root: %v", err)
 		}
 	})

@@ -29,7 +29,7 @@ import (
 // the line above it.
 func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 	b := o.Bundle
-	cp.Events = audit.NewEvents(o.DB, o.Clock)
+	cp.Events = audit.NewEvents(o.DB, o.Clock, iam.RootTenant)
 	cp.Quotas = quota.New(o.DB, o.Clock, o.Quotas)
 	cp.Nodes = nodes.New(o.DB, o.Clock, cp.Events, cp.Bus, o.Log, cp.Quotas, nodes.Config{TrustDomain: b.TrustDomain, NodeCA: b.NodeCA,
 		CertLifetime: o.NodeCertLifetime, RenewInterval: o.RenewInterval, JoinPublicKey: b.JoinKey, JoinPin: pki.JoinKeyPin(b.JoinKey),
@@ -39,8 +39,8 @@ func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 	if cp.Quorum, err = quorum.New(o.DB, o.Clock, cp.Bus, cp.Nodes, b.Deployment, tb.Approvers, b.Threshold, o.Log); err != nil {
 		return err
 	}
-	cp.APIKeys = apikeys.New(o.DB, o.Clock)
 	cp.IAM = iam.New(o.DB, o.Clock)
+	cp.APIKeys = apikeys.New(o.DB, o.Clock, cp.IAM)
 	if r.api {
 		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, liveCommands{o.DB}, cp.Events, o.Log)
 	}
