@@ -204,15 +204,15 @@ func Methods(m Modules) []Method {
 				return m.Commands.Create(ctx, c.Actor(), in.NodeID, in.Kind, in.Payload, time.Duration(in.TTLSeconds)*time.Second)
 			}),
 		Def("commands.get", "compute:commands:get", false, byID("command"), func(ctx context.Context, c *Caller, in idIn) (any, error) {
-			return m.Commands.Get(ctx, c.ActingTenant, in.ID)
+			return m.Commands.Get(ctx, iam.ScopeOf(c.ActingTenant), in.ID)
 		}),
 		// The attestation is public evidence (signed bytes, signature and
 		// certificate), read with the same permission as the command.
 		Def("commands.attestation", "compute:commands:get", false, byID("command"), func(ctx context.Context, c *Caller, in idIn) (any, error) {
-			return m.Commands.Attestation(ctx, c.ActingTenant, in.ID)
+			return m.Commands.Attestation(ctx, iam.ScopeOf(c.ActingTenant), in.ID)
 		}),
 		Def("commands.list", "compute:commands:list", false, byTenant[listIn], func(ctx context.Context, c *Caller, in listIn) (any, error) {
-			cs, err := m.Commands.List(ctx, c.ActingTenant, commands.Filter{NodeID: in.NodeID, State: in.State, Limit: in.Limit})
+			cs, err := m.Commands.List(ctx, iam.ScopeOf(c.ActingTenant), commands.Filter{NodeID: in.NodeID, State: in.State, Limit: in.Limit})
 			if err != nil {
 				return nil, err
 			}

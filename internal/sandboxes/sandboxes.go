@@ -31,6 +31,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/kinds"
 	"github.com/bettercompute/bettercompute/internal/nodes"
@@ -648,13 +649,13 @@ func (s *Service) wait(ctx context.Context, id string, within time.Duration) (js
 	poll := time.NewTicker(time.Second)
 	defer poll.Stop()
 	for {
-		c, err := s.commands.Get(ctx, "root", id)
+		c, err := s.commands.Get(ctx, iam.RootScope(), id)
 		if err != nil {
 			return nil, err
 		}
 		if commands.Terminal(c.State) {
 			if c.State != commands.StateSucceeded {
-				return nil, errs.Wrap(errs.InvalidState, "the host refused: "+c.Reason, &commandError{state: c.State, reason: c.Reason})
+				return nil, errs.Wrap(errs.InvalidState, "the host refused: "+c.Reason, &commandError{state: string(c.State), reason: c.Reason})
 			}
 			return c.Result, nil
 		}
@@ -730,7 +731,7 @@ func (s *Service) Exec(ctx context.Context, actor audit.Entry, tenant, id string
 	if err := json.Unmarshal(res, &out.ExecResult); err != nil {
 		return ExecResult{}, fmt.Errorf("sandboxes: exec result: %w", err)
 	}
-	got, err := s.commands.Get(ctx, "root", c.ID)
+	got, err := s.commands.Get(ctx, iam.RootScope(), c.ID)
 	if err == nil {
 		out.Attested = got.Attested
 	}

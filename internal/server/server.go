@@ -211,13 +211,16 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	}
 	ncfg.JoinPin = pki.JoinKeyPin(b.JoinKey)
 	cp.Nodes = nodes.New(o.DB, o.Clock, cp.Events, cp.Bus, o.Log, ncfg)
-	cp.Commands = commands.New(o.DB, o.Clock, cp.Bus, cp.Nodes, o.Log)
+	if o.Quotas == (quota.Limits{}) {
+		o.Quotas = quota.Defaults()
+	}
+	cp.Quotas = quota.New(o.DB, o.Clock, o.Quotas)
 	var err error
 	if cp.Quorum, err = quorum.New(o.DB, o.Clock, cp.Bus, cp.Nodes, b.Deployment, b.TrustBundle(now).Approvers, b.Threshold, o.Log); err != nil {
 		return nil, err
 	}
-	cp.Commands.UseBatches(cp.Quorum)
-	cp.Commands.UseSecrets(secretRefs{cp})
+	cp.Commands = commands.New(commands.Deps{Store: commands.NewStore(o.DB), Clock: o.Clock, Bus: cp.Bus, Nodes: cp.Nodes, Batches: cp.Quorum,
+		Quotas: cp.Quotas, Secrets: secretRefs{cp}, Log: o.Log})
 	cp.APIKeys = apikeys.New(o.DB, o.Clock)
 	cp.IAM = iam.New(o.DB, o.Clock)
 	if hasAPI {
@@ -233,12 +236,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	if err := cp.startSandboxes(rctx, o); err != nil {
 		return fail(err)
 	}
-	if o.Quotas == (quota.Limits{}) {
-		o.Quotas = quota.Defaults()
-	}
-	cp.Quotas = quota.New(o.DB, o.Clock, o.Quotas)
 	cp.Nodes.UseQuotas(cp.Quotas)
-	cp.Commands.UseQuotas(cp.Quotas)
 	cp.Sandboxes.UseQuotas(cp.Quotas)
 
 	bridgePokes(rctx, o.DB, cp.Bus, o.Log)
@@ -248,8 +246,8 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		if err != nil {
 			return fail(errs.Wrap(errs.InvalidConfig, "the command-signing root key does not unseal", err))
 		}
-		cp.Signer = signing.New(o.DB, o.Clock, o.KEK, b.CommandRoot, rootKey, b.TrustDomain, cp.Bus, o.Log)
-		cp.Signer.HoldBatchesUntilApproved(cp.Quorum)
+		cp.Signer = signing.New(signing.Deps{DB: o.DB, Commands: cp.Commands.Store(), Clock: o.Clock, KEK: o.KEK, Root: b.CommandRoot, RootKey: rootKey,
+			TrustDomain: b.TrustDomain, Bus: cp.Bus, Batches: cp.Quorum, Log: o.Log})
 		cp.wg.Add(2)
 		go func() { defer cp.wg.Done(); cp.Signer.Run(rctx, time.Second) }()
 		go func() { defer cp.wg.Done(); cp.sweep(rctx, o.Clock, o.Log) }()

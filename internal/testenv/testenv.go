@@ -32,6 +32,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
@@ -483,7 +484,7 @@ func (e *Env) WaitCommand(t testing.TB, id string) commands.Command {
 	defer tick.Stop()
 	timeout := time.After(WaitTimeout)
 	for {
-		c, err := e.CP.Commands.Get(context.Background(), "root", id)
+		c, err := e.CP.Commands.Get(context.Background(), iam.RootScope(), id)
 		if err != nil {
 			t.Fatalf("get command: %v", err)
 		}
