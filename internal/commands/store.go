@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,7 +46,7 @@ const (
 	sqlPendingForRn  = `)) q
 			WHERE rn <= `
 	sqlPendingForTail = ` ORDER BY node_id, rn`
-	// sqlMarkSent is built as: set, now, where-state, from, ids, ")".
+	// sqlMarkSent is built as: set, sent, at, now, where, queued, ids, ")".
 	sqlMarkSentSet   = `UPDATE commands SET state = `
 	sqlMarkSentAt    = `, updated_at = `
 	sqlMarkSentWhere = ` WHERE state = `
@@ -59,7 +60,9 @@ const (
 		WHERE (state = $4 AND expires_at < $5) OR (state = $6 AND expires_at < $7)`
 	sqlAttestation = `SELECT tenant_id, attested, update_body, node_sig, update_cert_serial FROM commands WHERE id = $1`
 	sqlLivePayload = `SELECT payload, tenant_id FROM commands WHERE id = $1 AND node_id = $2 AND state IN ($3, $4, $5) AND expires_at > $6`
-	sqlUnsigned    = `SELECT id, node_id, kind, payload, expires_at, batch_id FROM commands WHERE state = $1 AND body IS NULL ORDER BY created_at LIMIT $2`
+	// sqlUnsigned is followed by its limit, a number (not a parameter,
+	// so PostgreSQL plans it as it always did).
+	sqlUnsigned = `SELECT id, node_id, kind, payload, expires_at, batch_id FROM commands WHERE state = $1 AND body IS NULL ORDER BY created_at LIMIT `
 
 	// sqlApplyHead is followed by one row of typed values per update,
 	// then sqlApplySet, now, sqlApplyWhere, the terminal states and ")
@@ -222,7 +225,7 @@ func (s *Store) list(ctx context.Context, scope iam.Scope, f Filter) ([]Command,
 	if f.State != "" {
 		where = append(where, "state = "+a.Add(f.State))
 	}
-	q := sqlSelect + "WHERE " + strings.Join(where, " AND ") + " ORDER BY created_at DESC, id LIMIT " + a.Add(f.Limit)
+	q := sqlSelect + "WHERE " + strings.Join(where, " AND ") + " ORDER BY created_at DESC, id LIMIT " + strconv.Itoa(f.Limit)
 	rows, err := s.db.QueryContext(ctx, q, a.Values()...)
 	if err != nil {
 		return nil, fmt.Errorf("commands: read: %w", err)
@@ -510,7 +513,10 @@ type Unsigned struct {
 
 // Unsigned returns up to limit queued, unsigned commands, oldest first.
 func (s *Store) Unsigned(ctx context.Context, limit int) ([]Unsigned, error) {
-	rows, err := s.db.QueryContext(ctx, sqlUnsigned, string(wire.StateQueued), limit)
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.db.QueryContext(ctx, sqlUnsigned+strconv.Itoa(limit), string(wire.StateQueued))
 	if err != nil {
 		return nil, fmt.Errorf("commands: list unsigned: %w", err)
 	}
