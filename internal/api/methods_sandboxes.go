@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 )
 
@@ -77,7 +78,7 @@ func sandboxMethods(m Modules) []Method {
 				return s.CommitImage(ctx, c.Actor(), c.ActingTenant, in.UploadID, in.Name, in.Digest)
 			}),
 		Def("images.list", "compute:images:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
-			is, err := s.ListImages(ctx, c.ActingTenant)
+			is, err := s.ListImages(ctx, iam.ScopeOf(c.ActingTenant))
 			if err != nil {
 				return nil, err
 			}
@@ -88,7 +89,7 @@ func sandboxMethods(m Modules) []Method {
 				return s.CreateTemplate(ctx, c.Actor(), c.ActingTenant, in.TemplateIn)
 			}),
 		Def("templates.list", "compute:templates:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
-			ts, err := s.ListTemplates(ctx, c.ActingTenant)
+			ts, err := s.ListTemplates(ctx, iam.ScopeOf(c.ActingTenant))
 			if err != nil {
 				return nil, err
 			}
@@ -96,7 +97,7 @@ func sandboxMethods(m Modules) []Method {
 		}),
 		Def("templates.get", "compute:templates:get", false, func(in templateRef) Target { return Target{Kind: "template", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in templateRef) (any, error) {
-				return s.Template(ctx, c.ActingTenant, in.ID)
+				return s.Template(ctx, iam.ScopeOf(c.ActingTenant), in.ID)
 			}),
 		Def("templates.delete", "compute:templates:delete", true, func(in templateRef) Target { return Target{Kind: "template", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in templateRef) (any, error) {
@@ -106,10 +107,10 @@ func sandboxMethods(m Modules) []Method {
 			return s.Create(ctx, c.Actor(), c.ActingTenant, in.Template)
 		}),
 		Def("sandboxes.get", "compute:sandboxes:get", false, sbx, func(ctx context.Context, c *Caller, in sandboxRef) (any, error) {
-			return s.Get(ctx, c.ActingTenant, in.ID)
+			return s.Get(ctx, iam.ScopeOf(c.ActingTenant), in.ID)
 		}),
 		Def("sandboxes.list", "compute:sandboxes:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
-			xs, err := s.List(ctx, c.ActingTenant)
+			xs, err := s.List(ctx, iam.ScopeOf(c.ActingTenant))
 			if err != nil {
 				return nil, err
 			}
@@ -117,17 +118,17 @@ func sandboxMethods(m Modules) []Method {
 		}),
 		Def("sandboxes.extend", "compute:sandboxes:extend", true, func(in extendIn) Target { return Target{Kind: "sandbox", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in extendIn) (any, error) {
-				return s.Extend(ctx, c.Actor(), c.ActingTenant, in.ID, time.Duration(in.Seconds)*time.Second)
+				return s.Extend(ctx, c.Actor(), iam.ScopeOf(c.ActingTenant), in.ID, time.Duration(in.Seconds)*time.Second)
 			}),
 		Def("sandboxes.delete", "compute:sandboxes:delete", true, sbx, func(ctx context.Context, c *Caller, in sandboxRef) (any, error) {
-			return s.Delete(ctx, c.Actor(), c.ActingTenant, in.ID)
+			return s.Delete(ctx, c.Actor(), iam.ScopeOf(c.ActingTenant), in.ID)
 		}),
 		Def("sandboxes.exec", "compute:sandboxes:exec", true, func(in execIn) Target { return Target{Kind: "sandbox", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in execIn) (any, error) {
 				if in.TimeoutSeconds < 0 || in.TimeoutSeconds > 600 {
 					return nil, errs.New(errs.InvalidInput, "timeout_seconds: 0 (30) to 600")
 				}
-				return s.Exec(ctx, c.Actor(), c.ActingTenant, in.ID, in.Argv, time.Duration(in.TimeoutSeconds)*time.Second)
+				return s.Exec(ctx, c.Actor(), iam.ScopeOf(c.ActingTenant), in.ID, in.Argv, time.Duration(in.TimeoutSeconds)*time.Second)
 			}),
 	}
 }

@@ -8,9 +8,7 @@ package daemon
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
 	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -101,6 +99,25 @@ type Node struct {
 // (and journals) commands interrupted by a crash as failed, so they are not
 // run again and their result reaches the control plane.
 func Open(cfg Config) (*Node, error) {
+	cfg, err := withDefaults(cfg)
+	if err != nil {
+		return nil, err
+	}
+	n, err := load(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if sf, ok := cfg.Driver.(SandboxFailures); ok {
+		sf.OnSandboxFailed(n.ReportSandboxFailed)
+	}
+	if err := n.failInterrupted(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// withDefaults fills in cfg's zero fields; a driver is required.
+func withDefaults(cfg Config) (Config, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
@@ -123,17 +140,33 @@ func Open(cfg Config) (*Node, error) {
 		cfg.WorkerChains = pki.NewWorkerChainCache(0)
 	}
 	if cfg.Driver == nil {
-		return nil, errors.New("daemon: no driver")
+		return cfg, errors.New("daemon: no driver")
 	}
+	return cfg, nil
+}
+
+// readJoin reads the join record in dir and verifies its trust bundle
+// under the join-key pin it holds.
+func readJoin(dir string) (*JoinRecord, pki.TrustBundle, error) {
 	var rec JoinRecord
-	if err := readJSON(cfg.DataDir, joinFile, &rec); err != nil {
-		return nil, ErrNotJoined
+	if err := readJSON(dir, joinFile, &rec); err != nil {
+		return nil, pki.TrustBundle{}, ErrNotJoined
 	}
 	var pin [32]byte
 	copy(pin[:], rec.Pin)
 	tb, err := pki.VerifyTrustBundle(rec.BundleBody, rec.BundleSig, ed25519.PublicKey(rec.JoinPublicKey), pin)
 	if err != nil {
-		return nil, fmt.Errorf("daemon: join record's trust bundle does not verify: %w", err)
+		return nil, pki.TrustBundle{}, fmt.Errorf("daemon: join record's trust bundle does not verify: %w", err)
+	}
+	return &rec, tb, nil
+}
+
+// load reads the node's files under cfg.DataDir (join record, identity,
+// approver sets, state, journal) into a Node.
+func load(cfg Config) (*Node, error) {
+	rec, tb, err := readJoin(cfg.DataDir)
+	if err != nil {
+		return nil, err
 	}
 	var id identity
 	if err := readJSON(cfg.DataDir, identityFile, &id); err != nil {
@@ -164,23 +197,25 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.Gateway == "" {
 		cfg.Gateway = rec.Gateway
 	}
-	n := &Node{cfg: cfg, rec: &rec, bundle: tb, journal: j, key: key, chain: chain, highestMS: st.HighestServerTimeMS, approvers: ap,
+	return &Node{cfg: cfg, rec: rec, bundle: tb, journal: j, key: key, chain: chain, highestMS: st.HighestServerTimeMS, approvers: ap,
 		verify: &Verifier{NodeID: rec.NodeID, Role: nid.Role, TrustDomain: tb.TrustDomain, CommandRoots: roots,
-			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains}, reports: newReports()}
-	if sf, ok := cfg.Driver.(SandboxFailures); ok {
-		sf.OnSandboxFailed(n.ReportSandboxFailed)
-	}
-	for _, r := range j.Interrupted() {
-		upd, err := n.signUpdate(&nodev1.UpdateBody{CommandId: r.ID, State: "failed", Reason: "interrupted", Kind: r.Kind, PayloadSha256: r.PayloadSHA256})
+			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains}, reports: newReports()}, nil
+}
+
+// failInterrupted reports (and journals) every command a crash
+// interrupted as failed, reason interrupted.
+func (n *Node) failInterrupted() error {
+	for _, r := range n.journal.Interrupted() {
+		upd, err := n.signUpdate(&nodev1.UpdateBody{CommandId: r.ID, State: string(wire.StateFailed), Reason: "interrupted", Kind: r.Kind, PayloadSha256: r.PayloadSHA256})
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if err := j.Done(r.ID, time.UnixMilli(r.ExpiresMS), upd); err != nil {
-			return nil, err
+		if err := n.journal.Done(r.ID, time.UnixMilli(r.ExpiresMS), upd); err != nil {
+			return err
 		}
-		cfg.Log.Warn("command interrupted by restart", "command_id", r.ID)
+		n.cfg.Log.Warn("command interrupted by restart", "command_id", r.ID)
 	}
-	return n, nil
+	return nil
 }
 
 // NodeID returns this node's id.
@@ -276,23 +311,16 @@ func boundTo(u *nodev1.UpdateBody, body *nodev1.CommandBody) *nodev1.UpdateBody 
 	return u
 }
 
-// signBytes signs SHA-256(sigContext || body) with the current node key
-// and names the certificate it belongs to. Every statement a node makes
-// (updates, sandbox reports) is signed here, each under its own context,
-// so that one kind's signature is never taken for another's.
-func (n *Node) signBytes(sigContext string, body []byte) (sig []byte, serial string, err error) {
+// sign signs body under sigContext with the current node key
+// (wire.SignNode) and names the certificate it belongs to. Every statement
+// a node makes (updates, sandbox reports, secret requests, renewal
+// proofs) is signed here, each under its own context, so that one kind's
+// signature is never taken for another's.
+func (n *Node) sign(sigContext string, body []byte) (sig []byte, serial string, err error) {
 	n.mu.Lock()
 	key, serial := n.key, pki.SerialHex(n.chain[0])
 	n.mu.Unlock()
-	digest := sha256.Sum256(append([]byte(sigContext), body...))
-	switch k := key.(type) {
-	case *ecdsa.PrivateKey:
-		sig, err = ecdsa.SignASN1(rand.Reader, k, digest[:])
-	case ed25519.PrivateKey:
-		sig = ed25519.Sign(k, digest[:])
-	default:
-		err = errors.New("unsupported node key")
-	}
+	sig, err = wire.SignNode(key, sigContext, body)
 	return sig, serial, err
 }
 
@@ -304,7 +332,7 @@ func (n *Node) signUpdate(b *nodev1.UpdateBody) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("daemon: encode update: %w", err)
 	}
-	sig, serial, err := n.signBytes(wire.UpdateSigContext, body)
+	sig, serial, err := n.sign(wire.UpdateSigContext, body)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: sign update: %w", err)
 	}
@@ -351,7 +379,10 @@ func (n *Node) Dial() (*grpc.ClientConn, error) {
 
 // Run keeps a session with the gateway until ctx ends, reconnecting with
 // full-jitter exponential back-off and renewing the certificate before it
-// expires.
+// expires. The back-off is wall time, not Config.Clock: it paces real
+// network retries, and a node on a fake clock that a test does not move
+// must still reconnect (certificate lifetimes and the running delay are
+// what the clock governs).
 func (n *Node) Run(ctx context.Context) error {
 	backoff := n.cfg.MinBackoff
 	for {
@@ -398,7 +429,7 @@ func (n *Node) Renew(ctx context.Context, conn *grpc.ClientConn) error {
 	}
 	// The chain is public; this signature by the current key proves that
 	// the node itself asks for this CSR.
-	proof, _, err := n.signBytes(wire.RenewSigContext, csr)
+	proof, _, err := n.sign(wire.RenewSigContext, csr)
 	if err != nil {
 		return fmt.Errorf("daemon: renew proof: %w", err)
 	}
@@ -440,39 +471,16 @@ func (n *Node) Renew(ctx context.Context, conn *grpc.ClientConn) error {
 
 // session runs one session: Hello, Welcome, pending reports, then commands.
 func (n *Node) session(ctx context.Context) error {
-	conn, err := n.Dial()
+	conn, err := n.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if time.Now().After(n.renewAt()) {
-		if err := n.Renew(ctx, conn); err != nil {
-			n.cfg.Log.Warn("renew failed", "err", err)
-		} else {
-			conn.Close()
-			if conn, err = n.Dial(); err != nil {
-				return err
-			}
-			defer conn.Close()
-		}
-	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := nodev1.NewGatewayClient(conn).Session(sctx)
+	stream, w, err := n.hello(sctx, conn)
 	if err != nil {
 		return err
-	}
-	if err := stream.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{
-		NodeId: n.rec.NodeID, BootId: n.cfg.BootID, Version: Version, Labels: helloLabels(n.cfg.Labels, n.cfg.Driver), Inventory: n.cfg.Driver.Inventory()}}}); err != nil {
-		return err
-	}
-	first, err := stream.Recv()
-	if err != nil {
-		return err
-	}
-	w := first.GetWelcome()
-	if w == nil {
-		return errors.New("daemon: first message is not a Welcome")
 	}
 	rewound := n.acceptWelcome(w)
 	n.applyApproverSets(w.ApproverSets)
@@ -480,26 +488,14 @@ func (n *Node) session(ctx context.Context) error {
 	if len(w.AllowedKinds) > 0 {
 		allowed = w.AllowedKinds
 	}
-	var sendMu sync.Mutex
-	send := func(m *nodev1.NodeMessage) error {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		return stream.Send(m)
-	}
+	send := lockedSend(stream)
 	n.mu.Lock()
 	n.sessionID = w.SessionId
 	n.mu.Unlock()
 	n.setConnected(true)
 	defer n.setConnected(false)
 	n.cfg.Log.Info("session up", "node_id", n.rec.NodeID, "session_id", w.SessionId)
-
-	// Results made while disconnected (or before a crash) go first.
-	for _, r := range n.journal.Unacked() {
-		if err := n.sendUpdate(send, r.Update); err != nil {
-			return err
-		}
-	}
-	if err := n.sendReports(send, true); err != nil {
+	if err := n.resend(send); err != nil {
 		return err
 	}
 	work := make(chan *nodev1.SignedCommand, 64)
@@ -508,8 +504,78 @@ func (n *Node) session(ctx context.Context) error {
 		return n.FetchSecret(ctx, conn, commandID, ref)
 	}
 	go n.execute(sctx, work, send, allowed, rewound, fetch)
-	renew := time.NewTimer(time.Until(n.renewAt()))
-	defer renew.Stop()
+	recvd, recvErr := recvLoop(sctx, stream)
+	return n.serve(ctx, sessionIO{send: send, work: work, recvd: recvd, recvErr: recvErr,
+		renew: func(ctx context.Context) error { return n.Renew(ctx, conn) }})
+}
+
+// connect dials the gateway. When the certificate is due for renewal (by
+// the node's clock) it renews over that connection first and dials again
+// with the new certificate; a failed renewal is logged and the session
+// goes on with the current one.
+func (n *Node) connect(ctx context.Context) (*grpc.ClientConn, error) {
+	conn, err := n.Dial()
+	if err != nil {
+		return nil, err
+	}
+	if !n.cfg.Clock.Now().After(n.renewAt()) {
+		return conn, nil
+	}
+	if err := n.Renew(ctx, conn); err != nil {
+		n.cfg.Log.Warn("renew failed", "err", err)
+		return conn, nil
+	}
+	conn.Close()
+	return n.Dial()
+}
+
+// hello opens the session stream, sends Hello and returns the stream and
+// the Welcome, which must be the gateway's first message.
+func (n *Node) hello(ctx context.Context, conn *grpc.ClientConn) (nodev1.Gateway_SessionClient, *nodev1.Welcome, error) {
+	stream, err := nodev1.NewGatewayClient(conn).Session(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := stream.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{
+		NodeId: n.rec.NodeID, BootId: n.cfg.BootID, Version: Version, Labels: helloLabels(n.cfg.Labels, n.cfg.Driver), Inventory: n.cfg.Driver.Inventory()}}}); err != nil {
+		return nil, nil, err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return nil, nil, err
+	}
+	w := first.GetWelcome()
+	if w == nil {
+		return nil, nil, errors.New("daemon: first message is not a Welcome")
+	}
+	return stream, w, nil
+}
+
+// lockedSend returns a send function that several goroutines (the
+// session loop, the executor) may call at once.
+func lockedSend(stream nodev1.Gateway_SessionClient) func(*nodev1.NodeMessage) error {
+	var mu sync.Mutex
+	return func(m *nodev1.NodeMessage) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return stream.Send(m)
+	}
+}
+
+// resend sends, at the start of a session, the results made while
+// disconnected (or before a crash), then the pending sandbox reports.
+func (n *Node) resend(send func(*nodev1.NodeMessage) error) error {
+	for _, r := range n.journal.Unacked() {
+		if err := n.sendUpdate(send, r.Update); err != nil {
+			return err
+		}
+	}
+	return n.sendReports(send, true)
+}
+
+// recvLoop reads the stream in a goroutine until it fails (the error goes
+// on the second channel) or ctx ends.
+func recvLoop(ctx context.Context, stream nodev1.Gateway_SessionClient) (<-chan *nodev1.ServerMessage, <-chan error) {
 	recvd := make(chan *nodev1.ServerMessage)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -521,48 +587,81 @@ func (n *Node) session(ctx context.Context) error {
 			}
 			select {
 			case recvd <- m:
-			case <-sctx.Done():
+			case <-ctx.Done():
 				return
 			}
 		}
 	}()
+	return recvd, recvErr
+}
+
+// sessionIO is what the session loop works with: the send function, the
+// executor's queue, the received messages and the receive error, and the
+// renewal over the session's connection.
+type sessionIO struct {
+	send    func(*nodev1.NodeMessage) error
+	work    chan<- *nodev1.SignedCommand
+	recvd   <-chan *nodev1.ServerMessage
+	recvErr <-chan error
+	renew   func(ctx context.Context) error
+}
+
+// serve is the session loop: it hands commands to the executor, applies
+// acks and approver sets, sends sandbox reports as they come, and renews
+// the certificate when renewAt comes by the node's clock (Config.Clock).
+// A renewal ends the session (nil) so the next connects with the new
+// certificate; a failed one is retried a minute later. It returns nil when
+// ctx ends, and the receive error when the stream fails.
+func (n *Node) serve(ctx context.Context, sio sessionIO) error {
+	renew := n.cfg.Clock.NewTimer(n.renewAt().Sub(n.cfg.Clock.Now()))
+	defer renew.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case err := <-recvErr:
+		case err := <-sio.recvErr:
 			return err
 		case <-n.reports.wake:
-			if err := n.sendReports(send, false); err != nil {
+			if err := n.sendReports(sio.send, false); err != nil {
 				return err
 			}
-		case <-renew.C:
-			if err := n.Renew(ctx, conn); err != nil {
+		case <-renew.C():
+			if err := sio.renew(ctx); err != nil {
 				n.cfg.Log.Warn("renew failed", "err", err)
 				renew.Reset(time.Minute)
 				continue
 			}
 			return nil // reconnect with the new certificate
-		case m := <-recvd:
-			switch msg := m.Msg.(type) {
-			case *nodev1.ServerMessage_Command:
-				select {
-				case work <- msg.Command:
-				case <-ctx.Done():
-					return nil
-				}
-			case *nodev1.ServerMessage_Ack:
-				if err := n.acknowledge(msg.Ack); err != nil {
-					return err
-				}
-			case *nodev1.ServerMessage_SandboxAck:
-				n.ackReport(msg.SandboxAck)
-			case *nodev1.ServerMessage_ApproverSets:
-				n.applyApproverSets(msg.ApproverSets.GetSets())
-			case *nodev1.ServerMessage_Ping, *nodev1.ServerMessage_Welcome:
+		case m := <-sio.recvd:
+			if stop, err := n.dispatch(ctx, m, sio.work); stop {
+				return err
 			}
 		}
 	}
+}
+
+// dispatch acts on one server message. It reports stop when the session
+// must end: with the ack's journaling error, or nil when ctx ended while a
+// command waited for the executor.
+func (n *Node) dispatch(ctx context.Context, m *nodev1.ServerMessage, work chan<- *nodev1.SignedCommand) (stop bool, err error) {
+	switch msg := m.Msg.(type) {
+	case *nodev1.ServerMessage_Command:
+		select {
+		case work <- msg.Command:
+		case <-ctx.Done():
+			return true, nil
+		}
+	case *nodev1.ServerMessage_Ack:
+		if err := n.acknowledge(msg.Ack); err != nil {
+			return true, err
+		}
+	case *nodev1.ServerMessage_SandboxAck:
+		n.ackReport(msg.SandboxAck)
+	case *nodev1.ServerMessage_ApproverSets:
+		n.applyApproverSets(msg.ApproverSets.GetSets())
+	case *nodev1.ServerMessage_Ping, *nodev1.ServerMessage_Welcome:
+	}
+	return false, nil
 }
 
 // acceptWelcome applies the Welcome's signed time statement; the
@@ -619,8 +718,7 @@ func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
 // result was sent, and a result lost with the session would then never be
 // sent again.
 func (n *Node) acknowledge(a *nodev1.UpdateAck) error {
-	switch a.GetState() {
-	case "succeeded", "failed", "cancelled":
+	if wire.State(a.GetState()).Terminal() {
 		return n.journal.Ack(a.GetCommandId())
 	}
 	return nil
@@ -693,7 +791,7 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 			}
 			return nil
 		}
-		upd, err := n.signUpdate(boundTo(&nodev1.UpdateBody{CommandId: c.Id, State: "cancelled", Reason: reason}, body))
+		upd, err := n.signUpdate(boundTo(&nodev1.UpdateBody{CommandId: c.Id, State: string(wire.StateCancelled), Reason: reason}, body))
 		if err != nil {
 			return err
 		}
@@ -709,9 +807,9 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 		return err
 	}
 	result, runErr := n.run(ctx, c.Id, body, send)
-	ub := boundTo(&nodev1.UpdateBody{CommandId: c.Id, State: "succeeded", Result: result}, body)
+	ub := boundTo(&nodev1.UpdateBody{CommandId: c.Id, State: string(wire.StateSucceeded), Result: result}, body)
 	if runErr != nil {
-		ub.State, ub.Reason, ub.Result = "failed", runErr.Error(), nil
+		ub.State, ub.Reason, ub.Result = string(wire.StateFailed), runErr.Error(), nil
 	}
 	upd, err := n.signUpdate(ub)
 	if err != nil {
@@ -757,14 +855,14 @@ func (n *Node) run(ctx context.Context, id string, body *nodev1.CommandBody, sen
 		r, err := n.cfg.Driver.Run(ctx, body.Kind, body.Payload)
 		done <- outcome{r, err}
 	}()
-	// clock.Clock only tells the time (it has no timers), so the delay is
-	// a real timer, as the session's renewal timer is.
-	t := time.NewTimer(n.cfg.RunningAfter)
+	// The delay runs on the node's clock (Config.Clock), as the session's
+	// renewal timer does, so a test moves it with a fake clock.
+	t := n.cfg.Clock.NewTimer(n.cfg.RunningAfter)
 	defer t.Stop()
 	var o outcome
 	select {
 	case o = <-done:
-	case <-t.C:
+	case <-t.C():
 		n.reportRunning(id, body, send)
 		o = <-done
 	case <-ctx.Done():
@@ -778,12 +876,10 @@ func (n *Node) run(ctx context.Context, id string, body *nodev1.CommandBody, sen
 // reportRunning signs and sends a "running" update for id. It is advisory
 // (the final update is what counts), so a failure is only logged.
 func (n *Node) reportRunning(id string, body *nodev1.CommandBody, send func(*nodev1.NodeMessage) error) {
-	running, err := n.signUpdate(boundTo(&nodev1.UpdateBody{CommandId: id, State: "running"}, body))
+	running, err := n.signUpdate(boundTo(&nodev1.UpdateBody{CommandId: id, State: string(wire.StateRunning)}, body))
 	if err != nil {
 		n.cfg.Log.Warn("sign running update", "command_id", id, "err", err)
 		return
 	}
 	_ = n.sendUpdate(send, running)
 }
-
-func pkiSerial(c *x509.Certificate) string { return pki.SerialHex(c) }

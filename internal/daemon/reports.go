@@ -16,6 +16,11 @@ type SandboxFailures interface {
 	OnSandboxFailed(f func(sandboxID, reason string))
 }
 
+// sandboxFailed is the sandbox state a report carries: the only one a node
+// reports (the control plane's sandboxes.StateFailed; a sandbox state,
+// not a command state).
+const sandboxFailed = "failed"
+
 // reports holds the sandbox reports not yet acknowledged by the control
 // plane. Each is sent once per session (again after a reconnect) until
 // its ack arrives; it lives in memory only, as the host's record of the
@@ -39,7 +44,7 @@ func newReports() *reports {
 // reason and wakes the session to send it.
 func (n *Node) ReportSandboxFailed(id, reason string) {
 	n.reports.mu.Lock()
-	n.reports.pending[id] = &pendingReport{body: &nodev1.SandboxReportBody{SandboxId: id, State: "failed", Reason: reason, AtMs: n.now().UnixMilli()}}
+	n.reports.pending[id] = &pendingReport{body: &nodev1.SandboxReportBody{SandboxId: id, State: sandboxFailed, Reason: reason, AtMs: n.now().UnixMilli()}}
 	n.reports.mu.Unlock()
 	n.cfg.Log.Info("sandbox failure to report", "sandbox_id", id, "reason", reason)
 	select {
@@ -104,7 +109,7 @@ func (n *Node) signReport(in *nodev1.SandboxReportBody) (*nodev1.SandboxReport, 
 	if err != nil {
 		return nil, fmt.Errorf("daemon: encode report: %w", err)
 	}
-	sig, serial, err := n.signBytes(wire.SandboxReportSigContext, body)
+	sig, serial, err := n.sign(wire.SandboxReportSigContext, body)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: sign report: %w", err)
 	}

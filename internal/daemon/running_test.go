@@ -164,6 +164,17 @@ func receive[T any](t *testing.T, ch <-chan T) T {
 	}
 }
 
+// waitTimers waits until at least n timers wait on clk, so that the test
+// moves the clock only once the node waits on it.
+func waitTimers(t *testing.T, clk *clock.Fake, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := clk.BlockUntil(ctx, n); err != nil {
+		t.Fatalf("%d timers did not start within %v", n, waitLimit)
+	}
+}
+
 func noSecrets(context.Context, string, string) ([]byte, error) {
 	return nil, errors.New("no secrets in this test")
 }
@@ -183,7 +194,9 @@ func wantUpdate(t *testing.T, b *nodev1.UpdateBody, id, state, reason string) {
 // "running": a command whose driver returns within Config.RunningAfter
 // sends exactly one update, its final one; a command still running then
 // sends "running" and later its final state, in that order, with its
-// journal "start" durable before the driver began; a negative RunningAfter
+// journal "start" durable before the driver began (the delay runs on the
+// node's injected clock, a fake here, so no test waits on wall time); a
+// negative RunningAfter
 // reports running at once; and a command whose context ends while the
 // driver runs is not reported running but still finishes with its final
 // update. Commands go through the node's own execute loop (verification,
@@ -192,9 +205,10 @@ func wantUpdate(t *testing.T, b *nodev1.UpdateBody, id, state, reason string) {
 func TestRunningOnlyAfterRunningAfter(t *testing.T) {
 	t.Run("fast command sends only its final update", func(t *testing.T) {
 		f := newFixture(t)
-		// An hour: the sim's diag.run returns long before, however slow the
-		// machine running the test.
-		n, sim, key := openTestNode(t, f, time.Hour)
+		// The node's clock is a fake that this test never moves, so the
+		// running delay cannot pass, however slow the machine running the
+		// test: the sim's diag.run returns first.
+		n, sim, key := openTestNode(t, f, DefaultRunningAfter)
 		e := startExecutor(t, n, key, noSecrets)
 		e.work <- command(f, "c-fast", kinds.DiagRun, []byte("{}"))
 		wantUpdate(t, e.next(), "c-fast", "succeeded", "")
@@ -209,7 +223,8 @@ func TestRunningOnlyAfterRunningAfter(t *testing.T) {
 
 	t.Run("slow command sends running then its final update", func(t *testing.T) {
 		f := newFixture(t)
-		n, _, key := openTestNode(t, f, time.Millisecond)
+		n, _, key := openTestNode(t, f, time.Minute)
+		clk := n.cfg.Clock.(*clock.Fake)
 		entered, release := make(chan string, 1), make(chan struct{})
 		e := startExecutor(t, n, key, func(ctx context.Context, commandID, ref string) ([]byte, error) {
 			// The driver is running: its start must be journaled already.
@@ -232,6 +247,15 @@ func TestRunningOnlyAfterRunningAfter(t *testing.T) {
 		if id := receive(t, entered); id != "c-slow" {
 			t.Fatalf("fetch for %s", id)
 		}
+		// The running delay waits on the node's (fake) clock: it has not
+		// passed a nanosecond early, and it passes when the clock reaches
+		// it, with no wall time spent.
+		waitTimers(t, clk, 1)
+		clk.Advance(time.Minute - time.Nanosecond)
+		if clk.Waiters() != 1 {
+			t.Fatal("the running delay passed before RunningAfter")
+		}
+		clk.Advance(time.Nanosecond)
 		// The driver cannot return before release, so the first update is
 		// the running one, sent once RunningAfter passed.
 		wantUpdate(t, e.next(), "c-slow", "running", "")

@@ -5,7 +5,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -48,26 +47,24 @@ func (n *Node) FetchSecret(ctx context.Context, conn *grpc.ClientConn, commandID
 }
 
 // openSecretAnswer opens the broker's JWE with the request's one-time key
-// and returns the value. It refuses an answer that is not an
-// ECDH-ES+A256KW/A256GCM JWE to that key, names another reference or
-// request, or has expired at now (in its protected header or its sealed
-// payload).
+// and returns the value. It refuses an answer that is not a compact
+// ECDH-ES+A256KW/A256GCM JWE of type wire.SecretReleaseType to that key,
+// names another reference or request, or has expired at now (in its
+// protected header or its sealed payload).
 func openSecretAnswer(jwe string, otk *ecdsa.PrivateKey, ref, reqID string, now time.Time) ([]byte, error) {
-	obj, err := jose.ParseEncrypted(jwe, []jose.KeyAlgorithm{jose.ECDH_ES_A256KW}, []jose.ContentEncryption{jose.A256GCM})
+	obj, err := jose.ParseEncryptedCompact(jwe, []jose.KeyAlgorithm{jose.ECDH_ES_A256KW}, []jose.ContentEncryption{jose.A256GCM})
 	if err != nil {
 		return nil, fmt.Errorf("daemon: secret answer: %w", err)
+	}
+	if typ, _ := obj.Header.ExtraHeaders[jose.HeaderType].(string); typ != wire.SecretReleaseType {
+		return nil, errors.New("daemon: secret answer is not a secret release")
 	}
 	plain, err := obj.Decrypt(otk)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: secret answer does not open: %w", err)
 	}
 	defer clear(plain)
-	var p struct {
-		Ref     string `json:"ref"`
-		Value   string `json:"value"`
-		Exp     int64  `json:"exp"`
-		Request string `json:"request_id"`
-	}
+	var p wire.SecretRelease
 	if err := json.Unmarshal(plain, &p); err != nil {
 		return nil, fmt.Errorf("daemon: secret answer: %w", err)
 	}
@@ -88,27 +85,9 @@ func (n *Node) SignSecretRequest(b *nodev1.SecretRequestBody) (*nodev1.SecretReq
 	if err != nil {
 		return nil, fmt.Errorf("daemon: encode secret request: %w", err)
 	}
-	sig, serial, err := n.signWithNodeKey(wire.SecretRequestSigContext, body)
+	sig, serial, err := n.sign(wire.SecretRequestSigContext, body)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("daemon: sign secret request: %w", err)
 	}
 	return &nodev1.SecretRequest{Body: body, NodeSig: sig, CertSerial: serial}, nil
-}
-
-// signWithNodeKey signs SHA-256(context || body) with the node key and
-// returns the signature and the signing certificate's serial.
-func (n *Node) signWithNodeKey(context string, body []byte) ([]byte, string, error) {
-	n.mu.Lock()
-	key, serial := n.key, pkiSerial(n.chain[0])
-	n.mu.Unlock()
-	k, ok := key.(*ecdsa.PrivateKey)
-	if !ok {
-		return nil, "", errors.New("daemon: node key is not ECDSA")
-	}
-	digest := sha256.Sum256(append([]byte(context), body...))
-	sig, err := ecdsa.SignASN1(rand.Reader, k, digest[:])
-	if err != nil {
-		return nil, "", fmt.Errorf("daemon: sign: %w", err)
-	}
-	return sig, serial, nil
 }

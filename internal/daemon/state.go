@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/bettercompute/bettercompute/internal/atomicfile"
 	"github.com/bettercompute/bettercompute/internal/pki"
 )
 
@@ -47,7 +48,7 @@ func writeJSON(dir, name string, v any) error {
 	if err != nil {
 		return fmt.Errorf("daemon: encode %s: %w", name, err)
 	}
-	if err := pki.WriteFileAtomic(filepath.Join(dir, name), b, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, name), b, 0o600); err != nil {
 		return fmt.Errorf("daemon: write %s: %w", name, err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/imagetar"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
@@ -50,18 +51,18 @@ func sandboxDriver(ctx context.Context, inner driver.Driver, nodeDir, store, run
 // seedSandboxes imports the default busybox image and a "default"
 // template into the root tenant, once, and says what to run.
 func seedSandboxes(ctx context.Context, cp *server.ControlPlane, runtime string) string {
-	actor := audit.Entry{TenantID: "root", Actor: "dev"}
-	if _, err := cp.Sandboxes.Template(ctx, "root", "default"); err == nil {
+	actor := audit.Entry{TenantID: iam.RootTenant, Actor: "dev"}
+	if _, err := cp.Sandboxes.Template(ctx, iam.RootScope(), "default"); err == nil {
 		return sandboxHint(runtime)
 	}
 	tarball, err := imagetar.Busybox()
 	if err != nil {
 		return "Sandboxes: " + err.Error() + ", then:\n  better-compute templates create default --image NAME --runtime " + runtime + "\n"
 	}
-	if _, err := cp.Sandboxes.ImportBytes(ctx, actor, "root", "busybox", tarball); err != nil {
+	if _, err := cp.Sandboxes.ImportBytes(ctx, actor, iam.RootTenant, "busybox", tarball); err != nil {
 		return "Sandboxes: importing the default image failed: " + err.Error() + "\n"
 	}
-	_, err = cp.Sandboxes.CreateTemplate(ctx, actor, "root", sandboxes.TemplateIn{Name: "default", Image: "busybox", Runtime: runtime,
+	_, err = cp.Sandboxes.CreateTemplate(ctx, actor, iam.RootTenant, sandboxes.TemplateIn{Name: "default", Image: "busybox", Runtime: runtime,
 		Limits: spec.Limits{CPUMillis: 1000, MemoryMB: 256, Pids: 128, DiskMB: 128}})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return "Sandboxes: the default template failed: " + err.Error() + "\n"

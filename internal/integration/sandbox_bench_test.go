@@ -14,6 +14,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/imagetar"
@@ -143,7 +144,7 @@ func BenchmarkSandboxLatency(b *testing.B) {
 	// during them (on one host a refill's create would queue ahead of the
 	// next claim, since bcd runs commands one at a time).
 	sb.HoldWarmRefill(true)
-	tpl, _ := sb.Template(ctx, tenant, "warm")
+	tpl, _ := sb.Template(ctx, iam.ScopeOf(tenant), "warm")
 	var claimed []string
 	for len(warm) < n {
 		for {

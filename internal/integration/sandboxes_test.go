@@ -17,6 +17,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/imagetar"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
@@ -229,7 +230,7 @@ func TestSandboxExpiryEnforcedByDisconnectedHost(t *testing.T) {
 func TestSandboxWarmClaim(t *testing.T) {
 	s := startSandboxes(t, storetest.NewTestSQLite(t), nil, 2)
 	ctx := context.Background()
-	tpl, err := s.CP.Sandboxes.Template(ctx, s.tenant, "small")
+	tpl, err := s.CP.Sandboxes.Template(ctx, iam.ScopeOf(s.tenant), "small")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -481,7 +481,7 @@ func TestSecretBrokerOwnRefusals(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			obj, err := jose.ParseEncrypted(resp.Jwe, []jose.KeyAlgorithm{jose.ECDH_ES_A256KW}, []jose.ContentEncryption{jose.A256GCM})
+			obj, err := jose.ParseEncryptedCompact(resp.Jwe, []jose.KeyAlgorithm{jose.ECDH_ES_A256KW}, []jose.ContentEncryption{jose.A256GCM})
 			if err != nil {
 				t.Fatalf("answer is not an ECDH-ES+A256KW/A256GCM JWE: %v", err)
 			}

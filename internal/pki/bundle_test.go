@@ -15,11 +15,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bettercompute/bettercompute/internal/clock"
 )
 
-type fixedClock time.Time
-
-func (c fixedClock) Now() time.Time { return time.Time(c) }
+// fixedClock is a clock stopped at t.
+func fixedClock(t time.Time) clock.Clock { return clock.NewFake(t) }
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 

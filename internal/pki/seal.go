@@ -9,8 +9,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/bettercompute/bettercompute/internal/atomicfile"
 )
 
 // KEK is a 32-byte key-encryption key. It seals the control plane's private
@@ -148,46 +149,11 @@ func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
 	return writeFileAtomic(path, data, mode, false)
 }
 
-// writeFileAtomic is WriteFileAtomic; with noReplace it publishes the temp
-// file with link(2), which fails if path exists, instead of rename(2).
+// writeFileAtomic is WriteFileAtomic; with noReplace it fails if path
+// exists (atomicfile.WriteNew).
 func writeFileAtomic(path string, data []byte, mode os.FileMode, noReplace bool) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("pki: write %s: %w", path, err)
+	if noReplace {
+		return atomicfile.WriteNew(path, data, mode)
 	}
-	defer os.Remove(tmp.Name()) // no-op once renamed; removes the extra link otherwise
-	err = tmp.Chmod(mode)
-	if err == nil {
-		_, err = tmp.Write(data)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && noReplace {
-		if err = os.Link(tmp.Name(), path); err == nil {
-			err = os.Remove(tmp.Name()) // before the dir fsync, so the unlink is durable too
-		}
-	} else if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		return fmt.Errorf("pki: write %s: %w", path, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.Write(path, data, mode)
 }

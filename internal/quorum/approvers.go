@@ -3,11 +3,11 @@ package quorum
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/bus"
@@ -33,57 +33,34 @@ func view(deployment string, s quorumwire.ApproverSet) ApproverSetView {
 	return v
 }
 
-type setRow struct {
-	generation uint64
-	threshold  int
-	keys       [][]byte
-	sigs       []quorumwire.Signature
-}
-
-func splitKeys(b []byte) [][]byte {
-	var out [][]byte
-	for len(b) >= ed25519.PublicKeySize {
-		out, b = append(out, b[:ed25519.PublicKeySize]), b[ed25519.PublicKeySize:]
-	}
-	return out
-}
-
 // chain reads the recorded approver-set changes and replays them from the
 // pinned set, as a node does: a change that does not verify against the
 // set before it ends the chain (and is logged), so a row written straight
 // into the database cannot move the control plane's idea of the set. It
 // returns the set in force and every row as stored.
 func (s *Service) chain(ctx context.Context) (quorumwire.ApproverSet, []setRow, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT generation, threshold, keys, signatures FROM approver_sets ORDER BY generation`)
+	rows, err := s.db.QueryContext(ctx, sqlApproverSets)
 	if err != nil {
 		return quorumwire.ApproverSet{}, nil, fmt.Errorf("quorum: read approver sets: %w", err)
 	}
 	defer rows.Close()
 	var all []setRow
 	for rows.Next() {
-		var r setRow
-		var keys []byte
-		var sigs string
-		if err := rows.Scan(&r.generation, &r.threshold, &keys, &sigs); err != nil {
+		r, sigErr, err := scanSetRow(rows)
+		if err != nil {
 			return quorumwire.ApproverSet{}, nil, fmt.Errorf("quorum: scan approver set: %w", err)
 		}
-		r.keys = splitKeys(keys)
-		if err := json.Unmarshal([]byte(sigs), &r.sigs); err != nil {
-			s.log.Error("approver set change unreadable", "generation", r.generation, "err", err)
+		if sigErr != nil {
+			s.log.Error("approver set change unreadable", "generation", r.generation, "err", sigErr)
 		}
 		all = append(all, r)
 	}
 	if err := rows.Err(); err != nil {
 		return quorumwire.ApproverSet{}, nil, fmt.Errorf("quorum: read approver sets: %w", err)
 	}
-	cur := s.pinned
-	for _, r := range all {
-		next, err := quorumwire.NextApproverSet(cur, s.deployment, s.deployment, r.generation, r.threshold, r.keys, r.sigs)
-		if err != nil {
-			s.log.Error("approver set change does not verify", "generation", r.generation, "err", err)
-			break
-		}
-		cur = next
+	cur, broken, err := replayChain(s.pinned, s.deployment, all)
+	if broken >= 0 {
+		s.log.Error("approver set change does not verify", "generation", all[broken].generation, "err", err)
 	}
 	return cur, all, nil
 }
@@ -143,64 +120,28 @@ func (s *Service) SignApproverSet(ctx context.Context, actor audit.Entry, genera
 	if err != nil {
 		return SetChangeStatus{}, err
 	}
-	if cur.Threshold == 0 {
-		return SetChangeStatus{}, errs.New(errs.InvalidState, "no approvers are pinned; pin a set with `approvers pin` before nodes join")
-	}
-	if generation != cur.Generation+1 {
-		return SetChangeStatus{}, errs.New(errs.InvalidInput, fmt.Sprintf("generation must be %d", cur.Generation+1))
-	}
-	next, err := quorumwire.NewApproverSet(generation, threshold, keys)
+	next, msg, err := checkSetSignature(cur, s.deployment, generation, threshold, keys, approverKey, sig)
 	if err != nil {
-		return SetChangeStatus{}, errs.Wrap(errs.InvalidInput, "the new approver set is not valid", err)
-	}
-	if !cur.Contains(approverKey) {
-		return SetChangeStatus{}, errs.New(errs.AccessDenied, "the key is not a current approver")
-	}
-	msg := quorumwire.ApproverSetMessage(s.deployment, next)
-	if !ed25519.Verify(ed25519.PublicKey(approverKey), msg, sig) {
-		return SetChangeStatus{}, errs.New(errs.InvalidInput, "the signature does not verify over this approver set")
+		return SetChangeStatus{}, err
 	}
 	now := s.clk.Now()
 	st := SetChangeStatus{Proposed: view(s.deployment, next), Needed: cur.Threshold, Approver: base64.StdEncoding.EncodeToString(approverKey)}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO approver_set_signatures (generation, message, approver_key, signature, threshold, keys, submitted_by, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, int64(generation), msg, approverKey, sig, threshold, bytes.Join(next.RawKeys(), nil), actor.Actor, now.UnixMilli()); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlInsertSetSignature, int64(generation), msg, approverKey, sig, threshold, bytes.Join(next.RawKeys(), nil), actor.Actor, now.UnixMilli()); err != nil {
 			if store.IsUniqueViolation(err) {
 				return errs.New(errs.Conflict, "this approver already signed this approver set")
 			}
 			return fmt.Errorf("quorum: insert approver-set signature: %w", err)
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT approver_key, signature FROM approver_set_signatures WHERE generation = $1 AND message = $2 ORDER BY created_at`, int64(generation), msg)
+		sigs, err := setSignatures(ctx, tx, generation, msg)
 		if err != nil {
-			return fmt.Errorf("quorum: read approver-set signatures: %w", err)
+			return err
 		}
-		var sigs []quorumwire.Signature
-		for rows.Next() {
-			var sg quorumwire.Signature
-			if err := rows.Scan(&sg.PublicKey, &sg.Signature); err != nil {
-				rows.Close()
-				return fmt.Errorf("quorum: scan approver-set signature: %w", err)
+		st.Signed, st.Applied = setChangeOutcome(cur, s.deployment, next, msg, sigs)
+		if st.Applied {
+			if err := s.insertApproverSet(ctx, tx, next, sigs, now); err != nil {
+				return err
 			}
-			sigs = append(sigs, sg)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("quorum: read approver-set signatures: %w", err)
-		}
-		st.Signed = countValid(cur, msg, sigs)
-		if _, err := quorumwire.NextApproverSet(cur, s.deployment, s.deployment, generation, threshold, next.RawKeys(), sigs); err == nil {
-			enc, err := json.Marshal(sigs)
-			if err != nil {
-				return fmt.Errorf("quorum: encode signatures: %w", err)
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO approver_sets (generation, deployment, threshold, keys, signatures, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
-				int64(generation), s.deployment, threshold, bytes.Join(next.RawKeys(), nil), string(enc), now.UnixMilli()); err != nil {
-				if store.IsUniqueViolation(err) {
-					return errs.New(errs.Conflict, "another approver set took this generation")
-				}
-				return fmt.Errorf("quorum: insert approver set: %w", err)
-			}
-			st.Applied = true
 		}
 		actor.Action, actor.Resource, actor.Outcome = "compute:approvers:sign", fmt.Sprintf("approver-set/%d", generation), "allowed"
 		actor.Details = map[string]any{"approver_key": st.Approver, "threshold": threshold, "keys": st.Proposed.Keys, "applied": st.Applied}
@@ -214,4 +155,42 @@ func (s *Service) SignApproverSet(ctx context.Context, actor audit.Entry, genera
 		s.bus.Publish(bus.TopicApprovers)
 	}
 	return st, nil
+}
+
+// setSignatures reads the signatures recorded over one proposed set.
+func setSignatures(ctx context.Context, tx *sql.Tx, generation uint64, msg []byte) ([]quorumwire.Signature, error) {
+	rows, err := tx.QueryContext(ctx, sqlSetSignatures, int64(generation), msg)
+	if err != nil {
+		return nil, fmt.Errorf("quorum: read approver-set signatures: %w", err)
+	}
+	defer rows.Close()
+	var sigs []quorumwire.Signature
+	for rows.Next() {
+		var sg quorumwire.Signature
+		if err := rows.Scan(&sg.PublicKey, &sg.Signature); err != nil {
+			return nil, fmt.Errorf("quorum: scan approver-set signature: %w", err)
+		}
+		sigs = append(sigs, sg)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("quorum: read approver-set signatures: %w", err)
+	}
+	return sigs, nil
+}
+
+// insertApproverSet records next, with the signatures that carried it, in
+// the chain nodes receive.
+func (s *Service) insertApproverSet(ctx context.Context, tx *sql.Tx, next quorumwire.ApproverSet, sigs []quorumwire.Signature, now time.Time) error {
+	enc, err := json.Marshal(sigs)
+	if err != nil {
+		return fmt.Errorf("quorum: encode signatures: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, sqlInsertApproverSet,
+		int64(next.Generation), s.deployment, next.Threshold, bytes.Join(next.RawKeys(), nil), string(enc), now.UnixMilli()); err != nil {
+		if store.IsUniqueViolation(err) {
+			return errs.New(errs.Conflict, "another approver set took this generation")
+		}
+		return fmt.Errorf("quorum: insert approver set: %w", err)
+	}
+	return nil
 }

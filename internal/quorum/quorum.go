@@ -12,9 +12,7 @@
 package quorum
 
 import (
-	"bytes"
 	"context"
-	"crypto/ed25519"
 	"database/sql"
 	"encoding/base64"
 	"encoding/hex"
@@ -29,8 +27,8 @@ import (
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
-	"github.com/bettercompute/bettercompute/internal/kinds"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/quorum/quorumwire"
 	"github.com/bettercompute/bettercompute/internal/store"
@@ -41,6 +39,10 @@ const (
 	StateProposed = "proposed" // waiting for approvals
 	StateApproved = "approved" // the threshold of pinned approvers signed
 )
+
+// detailRoot is the audit detail holding a batch's Merkle root (hex): a
+// hash, not a tenant.
+const detailRoot = "root"
 
 // DefaultLifetime is a batch's lifetime when the proposer gives none.
 const DefaultLifetime = time.Hour
@@ -157,193 +159,125 @@ func proposerText(by, agent, agentFor string) string {
 // (default DefaultLifetime, at most quorumwire.MaxBatchLifetime) and its
 // audit row, in one transaction.
 func (s *Service) Create(ctx context.Context, actor audit.Entry, in []LeafInput, ttl time.Duration) (Batch, error) {
-	if len(in) == 0 || len(in) > quorumwire.MaxLeaves {
-		return Batch{}, errs.New(errs.InvalidInput, fmt.Sprintf("leaves: a batch holds 1..%d leaves", quorumwire.MaxLeaves))
-	}
-	if ttl == 0 {
-		ttl = DefaultLifetime
-	}
-	if ttl < 0 || ttl > quorumwire.MaxBatchLifetime {
-		return Batch{}, errs.New(errs.InvalidInput, "expires: between 1 second and 7 days")
-	}
-	leaves := make([]quorumwire.Leaf, len(in))
-	payloads := make([][]byte, len(in))
-	seen := map[string]bool{}
-	tenant := ""
-	for i, li := range in {
-		if !kinds.Known(li.Kind) {
-			return Batch{}, errs.New(errs.InvalidInput, fmt.Sprintf("leaves[%d].kind: unknown command kind", i))
-		}
-		t, err := s.nodes.TenantOf(ctx, li.NodeID)
-		if err != nil {
-			return Batch{}, err
-		}
-		if actor.TenantID != "root" && actor.TenantID != t {
-			return Batch{}, errs.New(errs.NotFound, "node not found")
-		}
-		if tenant == "" {
-			tenant = t
-		}
-		if li.Unbound {
-			if len(li.Payload) > 0 {
-				return Batch{}, errs.New(errs.InvalidInput, fmt.Sprintf("leaves[%d]: an unbound leaf takes no payload", i))
-			}
-			leaves[i] = quorumwire.UnboundLeaf(li.NodeID, li.Kind)
-		} else {
-			p, err := quorumwire.CanonicalPayload(li.Payload)
-			if err != nil {
-				return Batch{}, errs.Wrap(errs.InvalidInput, fmt.Sprintf("leaves[%d].payload: not valid JSON of at most 64 KiB", i), err)
-			}
-			payloads[i] = p
-			leaves[i] = quorumwire.BoundLeaf(li.NodeID, li.Kind, p)
-		}
-		if err := leaves[i].Validate(); err != nil {
-			return Batch{}, errs.Wrap(errs.InvalidInput, fmt.Sprintf("leaves[%d]: not a valid leaf", i), err)
-		}
-		enc := string(leaves[i].Encode())
-		if seen[enc] {
-			return Batch{}, errs.New(errs.InvalidInput, fmt.Sprintf("leaves[%d]: the same leaf twice", i))
-		}
-		seen[enc] = true
-	}
-	root, err := quorumwire.Root(leaves)
+	ttl, err := checkShape(len(in), ttl)
 	if err != nil {
-		return Batch{}, errs.Wrap(errs.InvalidInput, "leaves: no Merkle root", err)
+		return Batch{}, err
+	}
+	tenants, tenantErr := s.leafTenants(ctx, in)
+	p, err := planLeaves(iam.ScopeOf(actor.TenantID), in, tenants, tenantErr)
+	if err != nil {
+		return Batch{}, err
 	}
 	now := s.clk.Now()
 	id := ids.New("b")
 	agent, agentFor := ParseAgent(actor.Actor, actor.TenantID)
 	expires := now.Add(ttl).UnixMilli()
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO batches (id, tenant_id, deployment, root, leaf_count, state, proposed_by, agent, agent_for, created_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-			id, tenant, s.deployment, root, len(leaves), StateProposed, actor.Actor, agent, agentFor, now.UnixMilli(), expires); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlInsertBatch,
+			id, p.tenant, s.deployment, p.root, len(p.leaves), StateProposed, actor.Actor, agent, agentFor, now.UnixMilli(), expires); err != nil {
 			return fmt.Errorf("quorum: insert batch: %w", err)
 		}
-		for i, l := range leaves {
-			unbound := 0
-			if l.Unbound {
-				unbound = 1
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO batch_leaves (batch_id, idx, node_id, kind, unbound, payload_sha256, payload) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-				id, i, l.NodeID, l.Kind, unbound, l.PayloadSHA256[:], payloads[i]); err != nil {
+		for i, l := range p.leaves {
+			if _, err := tx.ExecContext(ctx, sqlInsertLeaf, id, i, l.NodeID, l.Kind, leafUnbound(l), l.PayloadSHA256[:], p.payloads[i]); err != nil {
 				return fmt.Errorf("quorum: insert leaf: %w", err)
 			}
 		}
 		actor.Action, actor.Resource, actor.Outcome = "compute:batches:create", "batch/"+id, "allowed"
-		actor.Details = map[string]any{"root": hex.EncodeToString(root), "leaves": len(leaves), "agent": agent, "agent_for": agentFor}
+		actor.Details = map[string]any{detailRoot: hex.EncodeToString(p.root), "leaves": len(p.leaves), "agent": agent, "agent_for": agentFor}
 		return audit.Record(ctx, tx, now, actor)
 	})
 	if err != nil {
 		return Batch{}, err
 	}
-	s.log.Info("batch proposed", "batch_id", id, "leaves", len(leaves), "proposed_by", actor.Actor)
+	s.log.Info("batch proposed", "batch_id", id, "leaves", len(p.leaves), "proposed_by", actor.Actor)
 	return s.Get(ctx, actor.TenantID, id)
+}
+
+// leafTenants reads the tenant of each leaf's node, in order, stopping at
+// the first that cannot be read (err is that failure).
+func (s *Service) leafTenants(ctx context.Context, in []LeafInput) ([]string, error) {
+	tenants := make([]string, 0, len(in))
+	for _, li := range in {
+		t, err := s.nodes.TenantOf(ctx, li.NodeID)
+		if err != nil {
+			return tenants, err
+		}
+		tenants = append(tenants, t)
+	}
+	return tenants, nil
 }
 
 // ErrNotFound is returned for a batch that does not exist (or is outside
 // the caller's tenant).
 var ErrNotFound = errs.New(errs.NotFound, "batch not found")
 
-type batchRow struct {
-	Batch
-	root        []byte
-	expiresMS   int64
-	leaves      []quorumwire.Leaf
-	payloads    [][]byte
-	approvals   []quorumwire.Signature
-	leafCount   int
-	approvedAtN sql.NullInt64
-}
-
-func (s *Service) load(ctx context.Context, q interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}, tenant, id string) (*batchRow, error) {
-	var r batchRow
-	var created int64
-	err := q.QueryRowContext(ctx, `SELECT id, tenant_id, deployment, root, leaf_count, state, proposed_by, agent, agent_for, created_at, expires_at, approved_at
-		FROM batches WHERE id = $1`, id).Scan(&r.ID, &r.TenantID, &r.Deployment, &r.root, &r.leafCount, &r.State, &r.ProposedBy, &r.Agent, &r.AgentFor,
-		&created, &r.expiresMS, &r.approvedAtN)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && tenant != "root" && r.TenantID != tenant {
+// load reads batch id with its leaves and approvals: ErrNotFound when it
+// does not exist or scope does not see it.
+func (s *Service) load(ctx context.Context, q querier, scope iam.Scope, id string) (*batchRow, error) {
+	r, err := scanBatch(q.QueryRowContext(ctx, sqlBatch, id))
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !scope.Sees(r.TenantID) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("quorum: read batch: %w", err)
 	}
-	r.Root = hex.EncodeToString(r.root)
-	r.CreatedAt, r.ExpiresAt, r.ExpiresMS = time.UnixMilli(created).UTC(), time.UnixMilli(r.expiresMS).UTC(), r.expiresMS
-	if r.approvedAtN.Valid {
-		t := time.UnixMilli(r.approvedAtN.Int64).UTC()
-		r.ApprovedAt = &t
+	if err := loadLeaves(ctx, q, r); err != nil {
+		return nil, err
 	}
-	r.Proposer = proposerText(r.ProposedBy, r.Agent, r.AgentFor)
-	rows, err := q.QueryContext(ctx, `SELECT idx, node_id, kind, unbound, payload_sha256, payload FROM batch_leaves WHERE batch_id = $1 ORDER BY idx`, id)
+	if err := loadApprovals(ctx, q, r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// loadLeaves reads r's leaves, in order.
+func loadLeaves(ctx context.Context, q querier, r *batchRow) error {
+	rows, err := q.QueryContext(ctx, sqlLeaves, r.ID)
 	if err != nil {
-		return nil, fmt.Errorf("quorum: read leaves: %w", err)
+		return fmt.Errorf("quorum: read leaves: %w", err)
 	}
+	defer rows.Close()
 	for rows.Next() {
-		var v LeafView
-		var unbound int
-		var digest, payload []byte
-		if err := rows.Scan(&v.Index, &v.NodeID, &v.Kind, &unbound, &digest, &payload); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("quorum: scan leaf: %w", err)
+		l, payload, v, err := scanLeaf(rows)
+		if err != nil {
+			return fmt.Errorf("quorum: scan leaf: %w", err)
 		}
-		l := quorumwire.Leaf{NodeID: v.NodeID, Kind: v.Kind, Unbound: unbound != 0}
-		copy(l.PayloadSHA256[:], digest)
-		v.Unbound = l.Unbound
-		if l.Unbound {
-			v.Flag = UnboundFlag
-			r.Unbound = true
-		} else {
-			v.PayloadSHA256 = hex.EncodeToString(digest)
-			if len(payload) > 0 {
-				v.Payload = json.RawMessage(payload)
-			}
-		}
+		r.Unbound = r.Unbound || l.Unbound
 		r.leaves = append(r.leaves, l)
 		r.payloads = append(r.payloads, payload)
 		r.Leaves = append(r.Leaves, v)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("quorum: read leaves: %w", err)
+		return fmt.Errorf("quorum: read leaves: %w", err)
 	}
-	arows, err := q.QueryContext(ctx, `SELECT approver_key, signature, submitted_by, created_at FROM batch_approvals WHERE batch_id = $1 ORDER BY created_at, approver_key`, id)
+	return nil
+}
+
+// loadApprovals reads r's approvals, oldest first.
+func loadApprovals(ctx context.Context, q querier, r *batchRow) error {
+	rows, err := q.QueryContext(ctx, sqlApprovals, r.ID)
 	if err != nil {
-		return nil, fmt.Errorf("quorum: read approvals: %w", err)
+		return fmt.Errorf("quorum: read approvals: %w", err)
 	}
-	defer arows.Close()
-	for arows.Next() {
-		var sig quorumwire.Signature
-		var v ApprovalView
-		var at int64
-		if err := arows.Scan(&sig.PublicKey, &sig.Signature, &v.SubmittedBy, &at); err != nil {
-			return nil, fmt.Errorf("quorum: scan approval: %w", err)
+	defer rows.Close()
+	for rows.Next() {
+		sig, v, err := scanApproval(rows)
+		if err != nil {
+			return fmt.Errorf("quorum: scan approval: %w", err)
 		}
-		v.ApproverKey = base64.StdEncoding.EncodeToString(sig.PublicKey)
-		v.Signature = base64.StdEncoding.EncodeToString(sig.Signature)
-		v.CreatedAt = time.UnixMilli(at).UTC()
 		r.approvals = append(r.approvals, sig)
 		r.Approvals = append(r.Approvals, v)
 	}
-	if err := arows.Err(); err != nil {
-		return nil, fmt.Errorf("quorum: read approvals: %w", err)
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("quorum: read approvals: %w", err)
 	}
-	if r.Approvals == nil {
-		r.Approvals = []ApprovalView{}
-	}
-	if r.Leaves == nil {
-		r.Leaves = []LeafView{}
-	}
-	return &r, nil
+	return nil
 }
 
 // Get returns a batch with its leaves and approvals as stored. Reviewers
 // must not trust Root: `batch approve` recomputes it from the leaves.
 func (s *Service) Get(ctx context.Context, tenant, id string) (Batch, error) {
-	r, err := s.load(ctx, s.db, tenant, id)
+	r, err := s.load(ctx, s.db, iam.ScopeOf(tenant), id)
 	if err != nil {
 		return Batch{}, err
 	}
@@ -357,7 +291,8 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Batch, error) {
 
 // List returns the newest batches (at most 100) without their leaves.
 func (s *Service) List(ctx context.Context, tenant string) ([]Batch, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id FROM batches WHERE tenant_id = $1 OR $1 = 'root' ORDER BY created_at DESC, id LIMIT 100`, tenant)
+	a := s.db.NewArgs()
+	rows, err := s.db.QueryContext(ctx, sqlListBatchIDs+iam.ScopeOf(tenant).Filter(a, "tenant_id")+sqlListBatchIDsEnd, a.Values()...)
 	if err != nil {
 		return nil, fmt.Errorf("quorum: list: %w", err)
 	}
@@ -403,44 +338,30 @@ func (s *Service) Approve(ctx context.Context, actor audit.Entry, id string, key
 	now := s.clk.Now()
 	approved := false
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		r, err := s.load(ctx, tx, actor.TenantID, id)
+		r, err := s.load(ctx, tx, iam.ScopeOf(actor.TenantID), id)
 		if err != nil {
 			return err
 		}
-		if now.UnixMilli() >= r.expiresMS {
-			return errs.New(errs.InvalidState, "the batch has expired")
-		}
-		root, err := quorumwire.Root(r.leaves)
-		if err != nil || !bytes.Equal(root, r.root) {
+		approved, err = checkApproval(set, r, key, sig, now.UnixMilli())
+		if err == errRootMismatch {
 			s.log.Error("batch leaves do not match their root", "batch_id", id)
-			return errs.New(errs.InvalidState, "the batch's leaves do not match its root")
 		}
-		if !ed25519.Verify(ed25519.PublicKey(key), quorumwire.ApprovalMessage(r.Deployment, r.ID, r.root, r.expiresMS), sig) {
-			return errs.New(errs.InvalidInput, "the signature does not verify over this batch")
+		if err != nil {
+			return err
 		}
-		for _, a := range r.approvals {
-			if bytes.Equal(a.PublicKey, key) {
-				return errs.New(errs.Conflict, "this approver already approved the batch")
-			}
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO batch_approvals (batch_id, approver_key, signature, submitted_by, created_at) VALUES ($1, $2, $3, $4, $5)`,
-			id, key, sig, actor.Actor, now.UnixMilli()); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlInsertApproval, id, key, sig, actor.Actor, now.UnixMilli()); err != nil {
 			if store.IsUniqueViolation(err) {
 				return errs.New(errs.Conflict, "this approver already approved the batch")
 			}
 			return fmt.Errorf("quorum: insert approval: %w", err)
 		}
-		sigs := append(r.approvals, quorumwire.Signature{PublicKey: key, Signature: sig})
-		msg := quorumwire.ApprovalMessage(r.Deployment, r.ID, r.root, r.expiresMS)
-		if r.State == StateProposed && countValid(set, msg, sigs) >= set.Threshold {
-			if _, err := tx.ExecContext(ctx, `UPDATE batches SET state = $1, approved_at = $2 WHERE id = $3 AND state = $4`,
-				StateApproved, now.UnixMilli(), id, StateProposed); err != nil {
+		if approved {
+			if _, err := tx.ExecContext(ctx, sqlMarkApproved, StateApproved, now.UnixMilli(), id, StateProposed); err != nil {
 				return fmt.Errorf("quorum: mark approved: %w", err)
 			}
-			approved = true
 		}
 		actor.Action, actor.Resource, actor.Outcome = "compute:batches:approve", "batch/"+id, "allowed"
-		actor.Details = map[string]any{"approver_key": base64.StdEncoding.EncodeToString(key), "root": r.Root, "quorum_reached": approved}
+		actor.Details = map[string]any{"approver_key": base64.StdEncoding.EncodeToString(key), detailRoot: r.Root, "quorum_reached": approved}
 		return audit.Record(ctx, tx, now, actor)
 	})
 	if err != nil {
@@ -453,41 +374,22 @@ func (s *Service) Approve(ctx context.Context, actor audit.Entry, id string, key
 	return s.Get(ctx, actor.TenantID, id)
 }
 
-// countValid counts distinct keys of set with a valid signature over msg.
-func countValid(set quorumwire.ApproverSet, msg []byte, sigs []quorumwire.Signature) int {
-	seen := map[string]bool{}
-	for _, s := range sigs {
-		if set.Contains(s.PublicKey) && !seen[string(s.PublicKey)] && ed25519.Verify(ed25519.PublicKey(s.PublicKey), msg, s.Signature) {
-			seen[string(s.PublicKey)] = true
-		}
-	}
-	return len(seen)
-}
-
 // Admits checks that batchID exists for the caller's tenant, has not
 // expired, and has a leaf for (nodeID, kind, payload): NOT_FOUND,
 // INVALID_STATE or INVALID_INPUT otherwise. payload is canonical.
 func (s *Service) Admits(ctx context.Context, tenant, batchID, nodeID, kind string, payload []byte) error {
-	r, err := s.load(ctx, s.db, tenant, batchID)
+	r, err := s.load(ctx, s.db, iam.ScopeOf(tenant), batchID)
 	if err != nil {
 		return err
 	}
-	if s.clk.Now().UnixMilli() >= r.expiresMS {
-		return errs.New(errs.InvalidState, "the batch has expired")
-	}
-	for _, l := range r.leaves {
-		if l.Admits(nodeID, kind, payload) {
-			return nil
-		}
-	}
-	return errs.New(errs.InvalidInput, "the batch has no leaf for this node, kind and payload")
+	return admits(r, s.clk.Now().UnixMilli(), nodeID, kind, payload)
 }
 
 // Approved reports whether batchID has reached its quorum and not expired.
 func (s *Service) Approved(ctx context.Context, batchID string) (bool, error) {
 	var state string
 	var expires int64
-	err := s.db.QueryRowContext(ctx, `SELECT state, expires_at FROM batches WHERE id = $1`, batchID).Scan(&state, &expires)
+	err := s.db.QueryRowContext(ctx, sqlBatchState, batchID).Scan(&state, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -503,7 +405,7 @@ func (s *Service) Approved(ctx context.Context, batchID string) (bool, error) {
 // preferring a bound leaf. With no such leaf the proof is nil. The node
 // checks both; nothing here is trusted.
 func (s *Service) Delivery(ctx context.Context, batchID, nodeID, kind string, payload []byte) (*nodev1.BatchApproval, *nodev1.InclusionProof, error) {
-	r, err := s.load(ctx, s.db, "root", batchID)
+	r, err := s.load(ctx, s.db, iam.RootScope(), batchID)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -511,12 +413,7 @@ func (s *Service) Delivery(ctx context.Context, batchID, nodeID, kind string, pa
 	for _, a := range r.approvals {
 		ap.Signatures = append(ap.Signatures, &nodev1.ApproverSignature{PublicKey: a.PublicKey, Signature: a.Signature})
 	}
-	idx := -1
-	for i, l := range r.leaves {
-		if l.Admits(nodeID, kind, payload) && (idx < 0 || r.leaves[idx].Unbound && !l.Unbound) {
-			idx = i
-		}
-	}
+	idx := pickLeaf(r.leaves, nodeID, kind, payload)
 	if idx < 0 {
 		return ap, nil, nil
 	}

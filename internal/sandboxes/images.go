@@ -12,6 +12,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
@@ -43,8 +44,7 @@ func (s *Service) BeginUpload(ctx context.Context, actor audit.Entry, tenant str
 	id := ids.New("upl")
 	now := s.clk.Now()
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO sandbox_uploads (id, tenant_id, identity_id, next_offset, created_at) VALUES ($1, $2, $3, 0, $4)`,
-			id, tenant, actor.Actor, now.UnixMilli()); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlBeginUpload, id, tenant, actor.Actor, now.UnixMilli()); err != nil {
 			return fmt.Errorf("sandboxes: begin upload: %w", err)
 		}
 		actor.Action, actor.Resource, actor.Outcome = "compute:images:create", "image-upload/"+id, "allowed"
@@ -59,7 +59,7 @@ func (s *Service) BeginUpload(ctx context.Context, actor audit.Entry, tenant str
 // UploadTenantOf resolves an upload's tenant; NOT_FOUND when unknown.
 func (s *Service) UploadTenantOf(ctx context.Context, id string) (string, error) {
 	var t string
-	err := s.db.QueryRowContext(ctx, `SELECT tenant_id FROM sandbox_uploads WHERE id = $1`, id).Scan(&t)
+	err := s.db.QueryRowContext(ctx, sqlUploadTenant, id).Scan(&t)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", errs.New(errs.NotFound, "upload not found")
 	}
@@ -79,20 +79,18 @@ func (s *Service) PutChunk(ctx context.Context, actor audit.Entry, upload string
 	if offset+int64(len(data)) > spec.MaxImageBytes {
 		return 0, errs.New(errs.PayloadTooLarge, "the image is larger than the limit")
 	}
-	var next int64
-	var done sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, `SELECT next_offset, done_at FROM sandbox_uploads WHERE id = $1`, upload).Scan(&next, &done); err != nil {
+	u, err := scanUpload(s.db.QueryRowContext(ctx, sqlUploadOffset, upload))
+	if err != nil {
 		return 0, fmt.Errorf("sandboxes: read upload: %w", err)
 	}
-	if done.Valid || offset != next {
-		return 0, errs.New(errs.Conflict, fmt.Sprintf("offset: the upload expects %d", next))
+	if u.done || offset != u.next {
+		return 0, errs.New(errs.Conflict, fmt.Sprintf("offset: the upload expects %d", u.next))
 	}
 	if err := s.images.WriteAll(ctx, stagingKey(upload, offset), data, nil); err != nil {
 		return 0, fmt.Errorf("sandboxes: stage chunk: %w", err)
 	}
-	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE sandbox_uploads SET next_offset = $1 WHERE id = $2 AND next_offset = $3 AND done_at IS NULL`,
-			offset+int64(len(data)), upload, offset)
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, sqlAdvanceUpload, offset+int64(len(data)), upload, offset)
 		if err != nil {
 			return fmt.Errorf("sandboxes: advance upload: %w", err)
 		}
@@ -118,12 +116,12 @@ func (s *Service) CommitImage(ctx context.Context, actor audit.Entry, tenant, up
 	if !spec.ValidDigest(digest) {
 		return Image{}, errs.New(errs.InvalidInput, "digest: sha256:<64 lowercase hex>")
 	}
-	var next int64
-	var done sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, `SELECT next_offset, done_at FROM sandbox_uploads WHERE id = $1`, upload).Scan(&next, &done); err != nil {
+	u, err := scanUpload(s.db.QueryRowContext(ctx, sqlUploadOffset, upload))
+	if err != nil {
 		return Image{}, fmt.Errorf("sandboxes: read upload: %w", err)
 	}
-	if done.Valid || next == 0 {
+	next := u.next
+	if u.done || next == 0 {
 		return Image{}, errs.New(errs.InvalidState, "the upload is empty or already imported")
 	}
 	key := spec.ImageKey(digest)
@@ -162,14 +160,13 @@ func (s *Service) CommitImage(ctx context.Context, actor audit.Entry, tenant, up
 	now := s.clk.Now()
 	img := Image{ID: ids.New("img"), TenantID: tenant, Name: name, Digest: digest, SizeBytes: next, CreatedBy: actor.Actor, CreatedAt: now.UTC()}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `UPDATE sandbox_uploads SET done_at = $1 WHERE id = $2`, now.UnixMilli(), upload); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlFinishUpload, now.UnixMilli(), upload); err != nil {
 			return fmt.Errorf("sandboxes: finish upload: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM sandbox_images WHERE tenant_id = $1 AND name = $2`, tenant, name); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlDeleteImageAt, tenant, name); err != nil {
 			return fmt.Errorf("sandboxes: replace image name: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO sandbox_images (id, tenant_id, name, digest, size_bytes, created_by, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-			img.ID, tenant, name, digest, next, actor.Actor, now.UnixMilli()); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlInsertImage, imageArgs(img)...); err != nil {
 			return fmt.Errorf("sandboxes: insert image: %w", err)
 		}
 		actor.TenantID, actor.Action, actor.Resource, actor.Outcome = tenant, "compute:images:create", "image/"+img.ID, "allowed"
@@ -182,21 +179,20 @@ func (s *Service) CommitImage(ctx context.Context, actor audit.Entry, tenant, up
 	return img, nil
 }
 
-// ListImages returns a tenant's images by name.
-func (s *Service) ListImages(ctx context.Context, tenant string) ([]Image, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, tenant_id, name, digest, size_bytes, created_by, created_at FROM sandbox_images WHERE tenant_id = $1 ORDER BY name`, tenant)
+// ListImages returns the images of the scope's tenant by name (images
+// are listed per tenant: the root tenant's scope lists its own).
+func (s *Service) ListImages(ctx context.Context, scope iam.Scope) ([]Image, error) {
+	rows, err := s.db.QueryContext(ctx, sqlListImages, scope.Tenant)
 	if err != nil {
 		return nil, fmt.Errorf("sandboxes: list images: %w", err)
 	}
 	defer rows.Close()
 	out := []Image{}
 	for rows.Next() {
-		var i Image
-		var at int64
-		if err := rows.Scan(&i.ID, &i.TenantID, &i.Name, &i.Digest, &i.SizeBytes, &i.CreatedBy, &at); err != nil {
-			return nil, fmt.Errorf("sandboxes: scan image: %w", err)
+		i, err := scanImage(rows)
+		if err != nil {
+			return nil, err
 		}
-		i.CreatedAt = time.UnixMilli(at).UTC()
 		out = append(out, i)
 	}
 	return out, rows.Err()

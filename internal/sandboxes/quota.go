@@ -9,32 +9,10 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/kinds"
 	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
-)
-
-// UseQuotas sets the quota service (the server wires the configured one);
-// without it the default limits apply.
-func (s *Service) UseQuotas(q *quota.Service) { s.quotas = q }
-
-func (s *Service) quotaService() *quota.Service {
-	if s.quotas == nil {
-		return quota.New(s.db, s.clk, quota.Defaults())
-	}
-	return s.quotas
-}
-
-// The quota counts, each over the rows of a top-level tenant ($1) and
-// every tenant under it.
-const (
-	// countLive: sandboxes the tenants hold outside their warm pools (a
-	// warm one being claimed counts).
-	countLive = `SELECT COUNT(*) FROM sandboxes WHERE ` + quota.InSubtree + ` AND (state IN ($2, $3) OR (state = $4 AND claimed <> 0))`
-	// sumWarmHeld: memory of the tenants' unclaimed warm sandboxes.
-	sumWarmHeld = `SELECT COALESCE(SUM(memory_mb), 0) FROM sandboxes WHERE ` + quota.InSubtree + ` AND claimed = 0 AND state IN ($2, $3)`
-	// sumWarmConfigured: warm × memory over the tenants' templates.
-	sumWarmConfigured = `SELECT COALESCE(SUM(warm * memory_mb), 0) FROM sandbox_templates WHERE ` + quota.InSubtree
 )
 
 // count is a quota.Counter running q with the top-level tenant as $1 and
@@ -50,7 +28,7 @@ func count(q string, args ...any) quota.Counter {
 // admitWarmPools admits a new template whose pool holds mb MiB against
 // the tenant's warm_memory_mb quota (the sum over its templates).
 func (s *Service) admitWarmPools(ctx context.Context, tx *sql.Tx, tenant string, mb int64) error {
-	return s.quotaService().Admit(ctx, tx, tenant, quota.WarmMemoryMB, mb, count(sumWarmConfigured))
+	return s.quotas.Admit(ctx, tx, tenant, quota.WarmMemoryMB, mb, count(sumWarmConfigured))
 }
 
 // admitSandbox admits one more sandbox of t: a warm one against the
@@ -59,9 +37,9 @@ func (s *Service) admitWarmPools(ctx context.Context, tx *sql.Tx, tenant string,
 // against the tenant's live sandboxes.
 func (s *Service) admitSandbox(ctx context.Context, tx *sql.Tx, t Template, warm bool) error {
 	if warm {
-		return s.quotaService().Admit(ctx, tx, t.TenantID, quota.WarmMemoryMB, t.Limits.MemoryMB, count(sumWarmHeld, StateStarting, StateWarm))
+		return s.quotas.Admit(ctx, tx, t.TenantID, quota.WarmMemoryMB, t.Limits.MemoryMB, count(sumWarmHeld, StateStarting, StateWarm))
 	}
-	return s.quotaService().Admit(ctx, tx, t.TenantID, quota.Sandboxes, 1, count(countLive, StateRunning, StateClaiming, StateStarting))
+	return s.quotas.Admit(ctx, tx, t.TenantID, quota.Sandboxes, 1, count(countLive, StateRunning, StateClaiming, StateStarting))
 }
 
 // takeWarm marks warm sandbox id of t as being claimed, if the tenant's
@@ -72,7 +50,7 @@ func (s *Service) takeWarm(ctx context.Context, t Template, id string, now time.
 		if err := s.admitSandbox(ctx, tx, t, false); err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = $1, updated_at = $2 WHERE id = $3 AND state = $4`, StateClaiming, now.UnixMilli(), id, StateWarm)
+		res, err := tx.ExecContext(ctx, sqlTakeWarm, StateClaiming, now.UnixMilli(), id, StateWarm)
 		if err != nil {
 			return fmt.Errorf("sandboxes: claim warm: %w", err)
 		}
@@ -83,27 +61,27 @@ func (s *Service) takeWarm(ctx context.Context, t Template, id string, now time.
 	return won, err
 }
 
-// DeleteTemplate deletes a tenant's template and drains its warm pool: its
+// DeleteTemplate deletes a template of tenant and drains its warm pool: its
 // unclaimed sandboxes are marked deleted at once (so their host capacity
 // and the tenant's warm-pool quota are free for others) and their hosts
 // get a signed delete; it waits up to a bound for the hosts' answers.
 // Running sandboxes made from the template keep running to their expiry.
 func (s *Service) DeleteTemplate(ctx context.Context, actor audit.Entry, tenant, idOrName string) (map[string]any, error) {
-	t, err := s.Template(ctx, tenant, idOrName)
+	t, err := s.Template(ctx, iam.ScopeOf(tenant), idOrName)
 	if err != nil {
 		return nil, err
 	}
 	now := s.clk.Now()
 	var drained []Sandbox
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM sandbox_templates WHERE id = $1 AND tenant_id = $2`, t.ID, t.TenantID)
+		res, err := tx.ExecContext(ctx, sqlDeleteTemplate, t.ID, t.TenantID)
 		if err != nil {
 			return fmt.Errorf("sandboxes: delete template: %w", err)
 		}
 		if n, _ := res.RowsAffected(); n != 1 {
 			return errs.New(errs.NotFound, "template not found")
 		}
-		if drained, err = drainWarm(ctx, tx, `template_id = $1`, t.ID); err != nil {
+		if drained, err = drainWarm(ctx, tx, poolOfTemplate, t.ID); err != nil {
 			return err
 		}
 		a := actor
@@ -118,10 +96,11 @@ func (s *Service) DeleteTemplate(ctx context.Context, actor audit.Entry, tenant,
 	return map[string]any{"id": t.ID, "deleted": true, "drained": len(drained), "freed": freed}, nil
 }
 
-// drainWarm marks the unclaimed sandboxes matching where (its one
-// argument is arg) deleted, inside tx, and returns them.
-func drainWarm(ctx context.Context, tx *sql.Tx, where string, arg any) ([]Sandbox, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT id, node_id FROM sandboxes WHERE `+where+` AND claimed = 0 AND state IN ($2, $3)`, arg, StateStarting, StateWarm)
+// drainWarm marks the unclaimed sandboxes of pool (poolOfTemplate or
+// poolOrphans; its one argument is arg) deleted, inside tx, and returns
+// them.
+func drainWarm(ctx context.Context, tx *sql.Tx, pool string, arg any) ([]Sandbox, error) {
+	rows, err := tx.QueryContext(ctx, fmt.Sprintf(sqlWarmPool, pool), arg, StateStarting, StateWarm)
 	if err != nil {
 		return nil, fmt.Errorf("sandboxes: read warm pool: %w", err)
 	}
@@ -139,8 +118,7 @@ func drainWarm(ctx context.Context, tx *sql.Tx, where string, arg any) ([]Sandbo
 		return nil, fmt.Errorf("sandboxes: read warm pool: %w", err)
 	}
 	for _, x := range out {
-		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = $1, reason = $2 WHERE id = $3 AND claimed = 0 AND state IN ($4, $5)`,
-			StateDeleted, "template-deleted", x.ID, StateStarting, StateWarm); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlDrainWarm, StateDeleted, "template-deleted", x.ID, StateStarting, StateWarm); err != nil {
 			return nil, fmt.Errorf("sandboxes: drain warm pool: %w", err)
 		}
 	}
@@ -153,14 +131,14 @@ func (s *Service) drainOrphans(ctx context.Context) error {
 	var drained []Sandbox
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		var err error
-		drained, err = drainWarm(ctx, tx, `template_id NOT IN (SELECT id FROM sandbox_templates WHERE id <> $1)`, "")
+		drained, err = drainWarm(ctx, tx, poolOrphans, "")
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	if len(drained) > 0 {
-		s.deleteManyOnHosts(ctx, audit.Entry{TenantID: "root", Actor: "sandboxes:warm-pool"}, drained, 0)
+		s.deleteManyOnHosts(ctx, audit.Entry{TenantID: iam.RootTenant, Actor: "sandboxes:warm-pool"}, drained, 0)
 	}
 	return nil
 }

@@ -2,9 +2,6 @@ package sandboxes
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"regexp"
@@ -42,7 +39,7 @@ func (s *Service) ApplyReport(ctx context.Context, nodeID, serial string, r *nod
 		return "", errs.New(code, "sandbox report refused: "+reason)
 	}
 	var b nodev1.SandboxReportBody
-	if err := proto.Unmarshal(r.GetBody(), &b); err != nil || b.State != StateFailed || !reasonRE.MatchString(b.Reason) || b.SandboxId == "" {
+	if err := proto.Unmarshal(r.GetBody(), &b); err != nil || State(b.State) != StateFailed || !reasonRE.MatchString(b.Reason) || b.SandboxId == "" {
 		return refuse(errs.InvalidInput, "report-malformed")
 	}
 	if b.NodeId != nodeID {
@@ -57,7 +54,7 @@ func (s *Service) ApplyReport(ctx context.Context, nodeID, serial string, r *nod
 		return refuse(errs.AccessDenied, why)
 	}
 	var tenant, host, state string
-	err := s.db.QueryRowContext(ctx, `SELECT tenant_id, node_id, state FROM sandboxes WHERE id = $1`, b.SandboxId).Scan(&tenant, &host, &state)
+	err := s.db.QueryRowContext(ctx, sqlReportRow, b.SandboxId).Scan(&tenant, &host, &state)
 	if errors.Is(err, sql.ErrNoRows) {
 		return refuse(errs.NotFound, "sandbox-unknown")
 	}
@@ -70,8 +67,7 @@ func (s *Service) ApplyReport(ctx context.Context, nodeID, serial string, r *nod
 	now := s.clk.Now()
 	changed := false
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND node_id = $5 AND state IN ($6, $7)`,
-			StateFailed, b.Reason, now.UnixMilli(), b.SandboxId, nodeID, StateRunning, StateWarm)
+		res, err := tx.ExecContext(ctx, sqlReportFail, StateFailed, b.Reason, now.UnixMilli(), b.SandboxId, nodeID, StateRunning, StateWarm)
 		if err != nil {
 			return err
 		}
@@ -112,16 +108,8 @@ func (s *Service) checkReportSig(ctx context.Context, nodeID string, r *nodev1.S
 	case s.clk.Now().After(st.NotAfter):
 		return "cert-expired", nil
 	}
-	digest := sha256.Sum256(append([]byte(wire.SandboxReportSigContext), r.GetBody()...))
-	switch pub := st.Cert.PublicKey.(type) {
-	case *ecdsa.PublicKey:
-		if ecdsa.VerifyASN1(pub, digest[:], r.GetNodeSig()) {
-			return "", nil
-		}
-	case ed25519.PublicKey:
-		if ed25519.Verify(pub, digest[:], r.GetNodeSig()) {
-			return "", nil
-		}
+	if !wire.VerifyNode(st.Cert.PublicKey, wire.SandboxReportSigContext, r.GetBody(), r.GetNodeSig()) {
+		return "bad-signature", nil
 	}
-	return "bad-signature", nil
+	return "", nil
 }

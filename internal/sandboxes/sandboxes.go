@@ -18,9 +18,6 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"sort"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -35,13 +32,16 @@ import (
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/kinds"
 	"github.com/bettercompute/bettercompute/internal/nodes"
-	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
 
-// States of a sandbox.
+// State is a sandbox's state: one of the State constants.
+type State string
+
+// States of a sandbox. They are untyped so that the wire and API types,
+// which carry them as strings, take them as they are.
 const (
 	StateStarting = "starting"
 	StateWarm     = "warm"     // started, unclaimed, no tenant environment
@@ -52,8 +52,23 @@ const (
 	StateFailed   = "failed"
 )
 
-// live are the states that hold a host's resources.
-var live = []string{StateStarting, StateWarm, StateClaiming, StateRunning}
+// Live reports whether a sandbox in state s holds its host's resources.
+func (s State) Live() bool {
+	switch s {
+	case StateStarting, StateWarm, StateClaiming, StateRunning:
+		return true
+	}
+	return false
+}
+
+// Final reports whether state s is one a sandbox never leaves.
+func (s State) Final() bool {
+	switch s {
+	case StateDeleted, StateExpired, StateFailed:
+		return true
+	}
+	return false
+}
 
 // ExecRefuseWithin is how close to its expiry a sandbox refuses exec.
 const ExecRefuseWithin = time.Minute
@@ -87,7 +102,7 @@ type Service struct {
 	// holdRefill stops the background refill (benchmarks measure claims
 	// without refills queued on the same host).
 	holdRefill atomic.Bool
-	quotas     *quota.Service // nil: the default limits
+	quotas     *quota.Service
 }
 
 // HoldWarmRefill stops (true) or resumes the background warm-pool refill;
@@ -95,9 +110,13 @@ type Service struct {
 func (s *Service) HoldWarmRefill(hold bool) { s.holdRefill.Store(hold) }
 
 // New returns the sandboxes module. images may be nil (image methods then
-// answer INVALID_CONFIG).
-func New(db *store.DB, clk clock.Clock, b *bus.Bus, cmds *commands.Service, n NodeLister, images *blob.Bucket, log *slog.Logger) *Service {
-	return &Service{db: db, clk: clk, bus: b, commands: cmds, nodes: n, images: images, log: log}
+// answer INVALID_CONFIG). q admits templates' warm pools and sandboxes
+// against the tenants' quotas; nil means quota.Defaults().
+func New(db *store.DB, clk clock.Clock, b *bus.Bus, cmds *commands.Service, n NodeLister, q *quota.Service, images *blob.Bucket, log *slog.Logger) *Service {
+	if q == nil {
+		q = quota.New(db, clk, quota.Defaults())
+	}
+	return &Service{db: db, clk: clk, bus: b, commands: cmds, nodes: n, quotas: q, images: images, log: log}
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
@@ -108,7 +127,7 @@ func validName(n string) bool { return nameRE.MatchString(n) }
 // sandbox hosts are fleet nodes of the root tenant, so the command is the
 // root tenant's, created on behalf of the caller named in its audit row.
 func system(actor audit.Entry) audit.Entry {
-	return audit.Entry{TenantID: "root", Actor: "sandboxes:" + actor.Actor, RequestID: actor.RequestID, Caller: actor.Caller}
+	return audit.Entry{TenantID: iam.RootTenant, Actor: "sandboxes:" + actor.Actor, RequestID: actor.RequestID, Caller: actor.Caller}
 }
 
 // Template is a tenant's recipe for sandboxes.
@@ -151,84 +170,23 @@ const MaxWarm = 32
 
 // CreateTemplate validates and stores a template of tenant.
 func (s *Service) CreateTemplate(ctx context.Context, actor audit.Entry, tenant string, in TemplateIn) (Template, error) {
-	t := Template{ID: ids.New("tpl"), TenantID: tenant, Name: in.Name, Image: in.Image, Runtime: in.Runtime, Limits: in.Limits,
-		Lifetime: in.Lifetime, MaxLifetime: in.MaxLifetime, Network: in.Network, Root: in.Root, Env: in.Env, Labels: in.Labels, Warm: in.Warm,
-		CreatedBy: actor.Actor, CreatedAt: s.clk.Now().UTC()}
-	def := func(p *int64, v int64) {
-		if *p == 0 {
-			*p = v
-		}
+	t, envJSON, labelsJSON, err := newTemplate(in, ids.New("tpl"), tenant, actor.Actor, s.clk.Now())
+	if err != nil {
+		return Template{}, err
 	}
-	def(&t.Limits.CPUMillis, 1000)
-	def(&t.Limits.MemoryMB, 256)
-	def(&t.Limits.Pids, 256)
-	def(&t.Limits.DiskMB, 256)
-	def(&t.Lifetime, 3600)
-	def(&t.MaxLifetime, 86400)
-	if t.Runtime == "" {
-		t.Runtime = spec.RuntimeRunc
-	}
-	if t.Network == "" {
-		t.Network = spec.NetworkNone
-	}
-	if t.Env == nil {
-		t.Env = map[string]string{}
-	}
-	if t.Labels == nil {
-		t.Labels = map[string]string{}
-	}
-	bad := func(msg string) (Template, error) { return Template{}, errs.New(errs.InvalidInput, msg) }
-	switch {
-	case !validName(t.Name):
-		return bad("name: 1 to 63 of a-z 0-9 . _ -")
-	case t.Runtime != spec.RuntimeRunc && t.Runtime != spec.RuntimeRunsc && t.Runtime != spec.RuntimeSim:
-		return bad("runtime: runc, runsc or sim")
-	case t.Network != spec.NetworkNone && t.Network != spec.NetworkEgress:
-		return bad("network: none or egress")
-	case t.Network == spec.NetworkEgress && t.Runtime == spec.RuntimeRunsc:
-		return bad("network: egress is not available on runsc (use runc, or network none)")
-	case t.Lifetime < 120 || t.MaxLifetime < t.Lifetime || t.MaxLifetime > 7*86400:
-		return bad("lifetime_seconds: at least 120, and at most max_lifetime_seconds (at most 7 days)")
-	case t.Warm < 0 || t.Warm > MaxWarm:
-		return bad("warm: 0 to 32")
-	}
-	if err := t.Limits.Validate(); err != nil {
-		return bad(err.Error())
-	}
-	if err := spec.ValidEnv(t.Env); err != nil {
-		return bad(err.Error())
-	}
-	envJSON, _ := json.Marshal(t.Env)
-	if len(envJSON) > 16<<10 {
-		return bad("env: at most 16 KiB")
-	}
-	for k, v := range t.Labels {
-		if strings.HasPrefix(k, spec.LabelPrefix) || k == "" || len(k) > 63 || len(v) > 63 {
-			return bad("labels: keys under runtime. are bcd's; keys and values up to 63 bytes")
-		}
-	}
-	labelsJSON, _ := json.Marshal(t.Labels)
-	err := s.db.QueryRowContext(ctx, `SELECT digest FROM sandbox_images WHERE tenant_id = $1 AND name = $2`, tenant, t.Image).Scan(&t.ImageDigest)
+	err = s.db.QueryRowContext(ctx, sqlImageDigest, tenant, t.Image).Scan(&t.ImageDigest)
 	if errors.Is(err, sql.ErrNoRows) {
-		return bad("image: no image of that name in the tenant")
+		return Template{}, errs.New(errs.InvalidInput, "image: no image of that name in the tenant")
 	}
 	if err != nil {
 		return Template{}, fmt.Errorf("sandboxes: read image: %w", err)
 	}
 	now := s.clk.Now()
-	root := 0
-	if t.Root {
-		root = 1
-	}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		if err := s.admitWarmPools(ctx, tx, tenant, int64(t.Warm)*t.Limits.MemoryMB); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO sandbox_templates (id, tenant_id, name, image_name, image_digest, runtime, cpu_millis, memory_mb, pids, disk_mb,
-			lifetime_ms, max_lifetime_ms, network, run_as_root, env, labels, warm, created_by, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
-			t.ID, tenant, t.Name, t.Image, t.ImageDigest, t.Runtime, t.Limits.CPUMillis, t.Limits.MemoryMB, t.Limits.Pids, t.Limits.DiskMB,
-			t.Lifetime*1000, t.MaxLifetime*1000, t.Network, root, string(envJSON), string(labelsJSON), t.Warm, actor.Actor, now.UnixMilli())
+		_, err := tx.ExecContext(ctx, sqlInsertTemplate, templateArgs(t, envJSON, labelsJSON, now)...)
 		if store.IsUniqueViolation(err) {
 			return errs.New(errs.Conflict, "a template of that name exists")
 		}
@@ -246,45 +204,34 @@ func (s *Service) CreateTemplate(ctx context.Context, actor audit.Entry, tenant 
 	return t, nil
 }
 
-const templateColumns = `SELECT id, tenant_id, name, image_name, image_digest, runtime, cpu_millis, memory_mb, pids, disk_mb, lifetime_ms, max_lifetime_ms,
-	network, run_as_root, env, labels, warm, created_by, created_at FROM sandbox_templates`
-
 func (s *Service) templates(ctx context.Context, where string, args ...any) ([]Template, error) {
-	rows, err := s.db.QueryContext(ctx, templateColumns+" "+where, args...)
+	rows, err := s.db.QueryContext(ctx, sqlSelectTemplates+" "+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sandboxes: templates: %w", err)
 	}
 	defer rows.Close()
 	out := []Template{}
 	for rows.Next() {
-		var t Template
-		var root int
-		var env, labels string
-		var life, maxLife, at int64
-		if err := rows.Scan(&t.ID, &t.TenantID, &t.Name, &t.Image, &t.ImageDigest, &t.Runtime, &t.Limits.CPUMillis, &t.Limits.MemoryMB, &t.Limits.Pids,
-			&t.Limits.DiskMB, &life, &maxLife, &t.Network, &root, &env, &labels, &t.Warm, &t.CreatedBy, &at); err != nil {
-			return nil, fmt.Errorf("sandboxes: scan template: %w", err)
-		}
-		t.Root, t.Lifetime, t.MaxLifetime, t.CreatedAt = root == 1, life/1000, maxLife/1000, time.UnixMilli(at).UTC()
-		if err := json.Unmarshal([]byte(env), &t.Env); err != nil {
-			return nil, fmt.Errorf("sandboxes: template env: %w", err)
-		}
-		if err := json.Unmarshal([]byte(labels), &t.Labels); err != nil {
-			return nil, fmt.Errorf("sandboxes: template labels: %w", err)
+		t, err := scanTemplate(rows)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, t)
 	}
 	return out, rows.Err()
 }
 
-// ListTemplates returns a tenant's templates by name.
-func (s *Service) ListTemplates(ctx context.Context, tenant string) ([]Template, error) {
-	return s.templates(ctx, `WHERE tenant_id = $1 ORDER BY name`, tenant)
+// ListTemplates returns the templates of the scope's tenant by name
+// (templates are listed per tenant: the root tenant's scope lists its own).
+func (s *Service) ListTemplates(ctx context.Context, scope iam.Scope) ([]Template, error) {
+	return s.templates(ctx, whereTemplatesOf, scope.Tenant)
 }
 
-// Template returns a tenant's template by id or name; NOT_FOUND otherwise.
-func (s *Service) Template(ctx context.Context, tenant, idOrName string) (Template, error) {
-	ts, err := s.templates(ctx, `WHERE tenant_id = $1 AND (id = $2 OR name = $2)`, tenant, idOrName)
+// Template returns a template of the scope's tenant by id or name;
+// NOT_FOUND otherwise (the root tenant's scope finds its own only, as a
+// name is unique only within a tenant).
+func (s *Service) Template(ctx context.Context, scope iam.Scope, idOrName string) (Template, error) {
+	ts, err := s.templates(ctx, whereTemplateRef, scope.Tenant, idOrName)
 	if err != nil {
 		return Template{}, err
 	}
@@ -297,7 +244,7 @@ func (s *Service) Template(ctx context.Context, tenant, idOrName string) (Templa
 // TemplateTenantOf resolves a template's tenant.
 func (s *Service) TemplateTenantOf(ctx context.Context, id string) (string, error) {
 	var t string
-	err := s.db.QueryRowContext(ctx, `SELECT tenant_id FROM sandbox_templates WHERE id = $1`, id).Scan(&t)
+	err := s.db.QueryRowContext(ctx, sqlTemplateTenant, id).Scan(&t)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", errs.New(errs.NotFound, "template not found")
 	}
@@ -314,7 +261,7 @@ type Sandbox struct {
 	TemplateID string    `json:"template_id"`
 	NodeID     string    `json:"node_id"`
 	Runtime    string    `json:"runtime"`
-	State      string    `json:"state"`
+	State      State     `json:"state"`
 	Reason     string    `json:"reason,omitempty"`
 	FromWarm   bool      `json:"from_warm"`
 	CreatedBy  string    `json:"created_by"`
@@ -325,25 +272,18 @@ type Sandbox struct {
 	memoryMB int64
 }
 
-const sandboxColumns = `SELECT id, tenant_id, template_id, node_id, runtime, memory_mb, state, reason, claimed, created_by, created_at, expires_at, max_expires_at FROM sandboxes`
-
 func (s *Service) sandboxes(ctx context.Context, where string, args ...any) ([]Sandbox, error) {
-	rows, err := s.db.QueryContext(ctx, sandboxColumns+" "+where, args...)
+	rows, err := s.db.QueryContext(ctx, sqlSelectSandboxes+" "+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sandboxes: list: %w", err)
 	}
 	defer rows.Close()
 	out := []Sandbox{}
 	for rows.Next() {
-		var x Sandbox
-		var claimed int
-		var created, exp, maxExp int64
-		if err := rows.Scan(&x.ID, &x.TenantID, &x.TemplateID, &x.NodeID, &x.Runtime, &x.memoryMB, &x.State, &x.Reason, &claimed, &x.CreatedBy,
-			&created, &exp, &maxExp); err != nil {
-			return nil, fmt.Errorf("sandboxes: scan: %w", err)
+		x, err := scanSandbox(rows)
+		if err != nil {
+			return nil, err
 		}
-		x.FromWarm = claimed == 2
-		x.CreatedAt, x.ExpiresAt, x.MaxExpires = time.UnixMilli(created).UTC(), time.UnixMilli(exp).UTC(), time.UnixMilli(maxExp).UTC()
 		out = append(out, x)
 	}
 	return out, rows.Err()
@@ -357,7 +297,7 @@ var ErrNotFound = errs.New(errs.NotFound, "sandbox not found")
 // (warm, starting warm, or being claimed) sandbox is NOT_FOUND, as one
 // that does not exist.
 func (s *Service) TenantOf(ctx context.Context, id string) (string, error) {
-	xs, err := s.sandboxes(ctx, `WHERE id = $1 AND claimed <> 0 AND state NOT IN ($2, $3)`, id, StateWarm, StateClaiming)
+	xs, err := s.sandboxes(ctx, whereClaimedID, id, StateWarm, StateClaiming)
 	if err != nil {
 		return "", err
 	}
@@ -367,102 +307,65 @@ func (s *Service) TenantOf(ctx context.Context, id string) (string, error) {
 	return xs[0].TenantID, nil
 }
 
-// Get returns a sandbox of tenant (any for root).
-func (s *Service) Get(ctx context.Context, tenant, id string) (Sandbox, error) {
-	xs, err := s.sandboxes(ctx, `WHERE id = $1 AND claimed <> 0 AND state NOT IN ($2, $3)`, id, StateWarm, StateClaiming)
+// Get returns a sandbox visible in scope.
+func (s *Service) Get(ctx context.Context, scope iam.Scope, id string) (Sandbox, error) {
+	xs, err := s.sandboxes(ctx, whereClaimedID, id, StateWarm, StateClaiming)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	if len(xs) != 1 || tenant != "root" && xs[0].TenantID != tenant {
+	if len(xs) != 1 || !scope.Sees(xs[0].TenantID) {
 		return Sandbox{}, ErrNotFound
 	}
 	return xs[0], nil
 }
 
-// List returns a tenant's sandboxes that are not deleted or expired,
-// newest first.
-func (s *Service) List(ctx context.Context, tenant string) ([]Sandbox, error) {
-	return s.sandboxes(ctx, `WHERE tenant_id = $1 AND claimed <> 0 AND state IN ($2, $3) ORDER BY created_at DESC, id`, tenant, StateStarting, StateRunning)
+// List returns the sandboxes of the scope's tenant that are starting or
+// running, newest first (sandboxes are listed per tenant: the root
+// tenant's scope lists its own).
+func (s *Service) List(ctx context.Context, scope iam.Scope) ([]Sandbox, error) {
+	return s.sandboxes(ctx, whereListed, scope.Tenant, StateStarting, StateRunning)
 }
 
-// host is a candidate for placement.
-type host struct {
-	id       string
-	slots    int
-	memoryMB int64
-	used     int
-	usedMB   int64
-}
-
-// place picks a connected fleet host of role node whose bcd-set labels
-// advertise the runtime, whose other labels match the template's, and
-// that has a free slot and memory; the least loaded wins.
+// place loads the fleet and its hosts' load and picks a host for t
+// (placeHost).
 func (s *Service) place(ctx context.Context, t Template) (string, error) {
-	ns, err := s.nodes.List(ctx, "root")
+	ns, err := s.nodes.List(ctx, iam.RootTenant)
 	if err != nil {
 		return "", err
 	}
-	var cands []*host
-	byID := map[string]*host{}
-	for _, n := range ns {
-		if !n.Connected || n.Role != pki.RoleNode || n.TenantID != "root" || n.Labels[spec.RuntimeLabel(t.Runtime)] != "true" {
-			continue
-		}
-		// An egress sandbox needs a host that wires the egress proxy.
-		ok := t.Network != spec.NetworkEgress || n.Labels[spec.EgressLabel] == "true"
-		for k, v := range t.Labels {
-			if n.Labels[k] != v {
-				ok = false
-			}
-		}
-		slots, _ := strconv.Atoi(n.Labels[spec.LabelPrefix+"sandbox.slots"])
-		mem, _ := strconv.ParseInt(n.Labels[spec.LabelPrefix+"sandbox.memory_mb"], 10, 64)
-		if !ok || slots <= 0 || mem <= 0 {
-			continue
-		}
-		h := &host{id: n.ID, slots: slots, memoryMB: mem}
-		cands = append(cands, h)
-		byID[n.ID] = h
-	}
-	if len(cands) == 0 {
-		return "", errs.New(errs.InvalidState, "no connected host has the "+t.Runtime+" runtime and the template's labels")
-	}
-	rows, err := s.db.QueryContext(ctx, `SELECT node_id, COUNT(*), SUM(memory_mb) FROM sandboxes WHERE state IN ($1, $2, $3, $4) GROUP BY node_id`,
-		StateStarting, StateWarm, StateClaiming, StateRunning)
+	load, err := s.hostLoads(ctx)
 	if err != nil {
-		return "", fmt.Errorf("sandboxes: load: %w", err)
+		return "", err
 	}
+	return placeHost(ns, load, t)
+}
+
+// hostLoads reads what each host's live sandboxes hold.
+func (s *Service) hostLoads(ctx context.Context) (map[string]hostLoad, error) {
+	rows, err := s.db.QueryContext(ctx, sqlHostLoad, StateStarting, StateWarm, StateClaiming, StateRunning)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxes: load: %w", err)
+	}
+	defer rows.Close()
+	load := map[string]hostLoad{}
 	for rows.Next() {
 		var id string
-		var n int
-		var mb int64
-		if err := rows.Scan(&id, &n, &mb); err != nil {
-			rows.Close()
-			return "", fmt.Errorf("sandboxes: load: %w", err)
+		var l hostLoad
+		if err := rows.Scan(&id, &l.count, &l.memoryMB); err != nil {
+			return nil, fmt.Errorf("sandboxes: load: %w", err)
 		}
-		if h := byID[id]; h != nil {
-			h.used, h.usedMB = n, mb
-		}
+		load[id] = l
 	}
-	rows.Close()
-	sort.Slice(cands, func(i, j int) bool {
-		if cands[i].used != cands[j].used {
-			return cands[i].used < cands[j].used
-		}
-		return cands[i].id < cands[j].id
-	})
-	for _, h := range cands {
-		if h.used < h.slots && h.usedMB+t.Limits.MemoryMB <= h.memoryMB {
-			return h.id, nil
-		}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sandboxes: load: %w", err)
 	}
-	return "", errs.New(errs.InvalidState, "no host has capacity for the template")
+	return load, nil
 }
 
 // Create makes a sandbox of template for tenant and returns once it runs:
 // it claims a warm one when it can, else starts one cold.
 func (s *Service) Create(ctx context.Context, actor audit.Entry, tenant, template string) (Sandbox, error) {
-	t, err := s.Template(ctx, tenant, template)
+	t, err := s.Template(ctx, iam.ScopeOf(tenant), template)
 	if err != nil {
 		return Sandbox{}, errs.New(errs.InvalidInput, "template: no template of that name or id in the tenant")
 	}
@@ -487,29 +390,12 @@ func (s *Service) start(ctx context.Context, actor audit.Entry, t Template, warm
 		return Sandbox{}, err
 	}
 	now := s.clk.Now()
-	x := Sandbox{ID: ids.New("sbx"), TenantID: t.TenantID, TemplateID: t.ID, NodeID: node, Runtime: t.Runtime, State: StateStarting,
-		CreatedBy: actor.Actor, CreatedAt: now.UTC(), ExpiresAt: now.Add(time.Duration(t.Lifetime) * time.Second).UTC(),
-		MaxExpires: now.Add(time.Duration(t.MaxLifetime) * time.Second).UTC(), memoryMB: t.Limits.MemoryMB}
-	c := spec.Create{SandboxID: x.ID, ImageDigest: t.ImageDigest, Runtime: t.Runtime, Limits: t.Limits, Network: t.Network, Root: t.Root,
-		Env: t.Env, DeadlineMS: x.ExpiresAt.UnixMilli()}
-	claimed := 1
-	if warm {
-		// A warm sandbox lives until the template's maximum and holds no
-		// tenant environment; a claim sets both.
-		c.Env, c.Warm, claimed = nil, true, 0
-		x.ExpiresAt = x.MaxExpires
-		c.DeadlineMS = x.ExpiresAt.UnixMilli()
-	}
-	if len(c.Env) == 0 {
-		c.Env = nil
-	}
+	x, c, claimed := newSandbox(t, ids.New("sbx"), node, actor.Actor, warm, now)
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		if err := s.admitSandbox(ctx, tx, t, warm); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (id, tenant_id, template_id, node_id, runtime, memory_mb, state, claimed, created_by, created_at, updated_at, expires_at, max_expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12)`,
-			x.ID, x.TenantID, t.ID, node, t.Runtime, t.Limits.MemoryMB, StateStarting, claimed, actor.Actor, now.UnixMilli(), x.ExpiresAt.UnixMilli(), x.MaxExpires.UnixMilli()); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlInsertSandbox, sandboxArgs(x, claimed, now)...); err != nil {
 			return fmt.Errorf("sandboxes: insert: %w", err)
 		}
 		a := actor
@@ -539,19 +425,19 @@ func (s *Service) start(ctx context.Context, actor audit.Entry, t Template, warm
 // the tenant's environment and lifetime, and returns it. It answers an
 // error only when the tenant's sandboxes quota refuses the claim.
 func (s *Service) claim(ctx context.Context, actor audit.Entry, t Template) (Sandbox, bool, error) {
-	xs, err := s.sandboxes(ctx, `WHERE template_id = $1 AND state = $2 ORDER BY created_at, id`, t.ID, StateWarm)
+	xs, err := s.sandboxes(ctx, whereWarmOf, t.ID, StateWarm)
 	if err != nil || len(xs) == 0 {
 		return Sandbox{}, false, nil
 	}
 	connected := map[string]bool{}
-	if ns, err := s.nodes.List(ctx, "root"); err == nil {
+	if ns, err := s.nodes.List(ctx, iam.RootTenant); err == nil {
 		for _, n := range ns {
 			connected[n.ID] = n.Connected
 		}
 	}
 	now := s.clk.Now()
 	for _, x := range xs {
-		if !connected[x.NodeID] || x.MaxExpires.Sub(now) < time.Duration(t.Lifetime)*time.Second {
+		if !claimable(x, connected[x.NodeID], t, now) {
 			continue
 		}
 		won, err := s.takeWarm(ctx, t, x.ID, now)
@@ -574,8 +460,7 @@ func (s *Service) claim(ctx context.Context, actor audit.Entry, t Template) (San
 			continue
 		}
 		err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = $1, claimed = 2, created_by = $2, created_at = $3, updated_at = $3, expires_at = $4,
-				max_expires_at = $5 WHERE id = $6 AND state = $7`, StateRunning, actor.Actor, now.UnixMilli(), deadline.UnixMilli(),
+			if _, err := tx.ExecContext(ctx, sqlClaimed, StateRunning, actor.Actor, now.UnixMilli(), deadline.UnixMilli(),
 				now.Add(time.Duration(t.MaxLifetime)*time.Second).UnixMilli(), x.ID, StateClaiming); err != nil {
 				return fmt.Errorf("sandboxes: claim: %w", err)
 			}
@@ -588,15 +473,14 @@ func (s *Service) claim(ctx context.Context, actor audit.Entry, t Template) (San
 			s.log.Error("record warm claim", "sandbox_id", x.ID, "err", err)
 			return Sandbox{}, false, nil
 		}
-		got, err := s.Get(ctx, "root", x.ID)
+		got, err := s.Get(ctx, iam.RootScope(), x.ID)
 		return got, err == nil, nil
 	}
 	return Sandbox{}, false, nil
 }
 
-func (s *Service) setState(ctx context.Context, id, from, to, reason string) bool {
-	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND state = $5`,
-		to, reason, s.clk.Now().UnixMilli(), id, from)
+func (s *Service) setState(ctx context.Context, id string, from, to State, reason string) bool {
+	res, err := s.db.ExecContext(ctx, sqlSetState, string(to), reason, s.clk.Now().UnixMilli(), id, string(from))
 	if err != nil {
 		s.log.Error("sandbox state", "sandbox_id", id, "err", err)
 		return false
@@ -678,20 +562,17 @@ type ExecResult struct {
 	Attested  bool   `json:"attested"`
 }
 
-// Exec runs argv in a running sandbox of tenant and returns its streams
-// and exit code. A sandbox that expires within ExecRefuseWithin is
-// refused (INVALID_STATE).
-func (s *Service) Exec(ctx context.Context, actor audit.Entry, tenant, id string, argv []string, timeout time.Duration) (ExecResult, error) {
-	x, err := s.Get(ctx, tenant, id)
+// Exec runs argv in a running sandbox visible in scope and returns its
+// streams and exit code. A sandbox that expires within ExecRefuseWithin
+// is refused (INVALID_STATE).
+func (s *Service) Exec(ctx context.Context, actor audit.Entry, scope iam.Scope, id string, argv []string, timeout time.Duration) (ExecResult, error) {
+	x, err := s.Get(ctx, scope, id)
 	if err != nil {
 		return ExecResult{}, err
 	}
-	if x.State != StateRunning {
-		return ExecResult{}, errs.New(errs.InvalidState, "the sandbox is "+x.State)
-	}
 	now := s.clk.Now()
-	if x.ExpiresAt.Sub(now) < ExecRefuseWithin {
-		return ExecResult{}, errs.New(errs.InvalidState, "the sandbox expires within a minute")
+	if err := checkExec(x, now); err != nil {
+		return ExecResult{}, err
 	}
 	if timeout <= 0 {
 		timeout = 30 * time.Second
@@ -739,27 +620,24 @@ func (s *Service) Exec(ctx context.Context, actor audit.Entry, tenant, id string
 	return out, nil
 }
 
-// Extend moves a running sandbox's expiry to now + by, within the
-// template's maximum; the host gets the new deadline signed.
-func (s *Service) Extend(ctx context.Context, actor audit.Entry, tenant, id string, by time.Duration) (Sandbox, error) {
-	x, err := s.Get(ctx, tenant, id)
+// Extend moves the expiry of a running sandbox visible in scope to now +
+// by, within the template's maximum; the host gets the new deadline
+// signed.
+func (s *Service) Extend(ctx context.Context, actor audit.Entry, scope iam.Scope, id string, by time.Duration) (Sandbox, error) {
+	x, err := s.Get(ctx, scope, id)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	if x.State != StateRunning {
-		return Sandbox{}, errs.New(errs.InvalidState, "the sandbox is "+x.State)
-	}
 	now := s.clk.Now()
-	deadline := now.Add(by)
-	if by < time.Minute || deadline.After(x.MaxExpires) {
-		return Sandbox{}, errs.New(errs.InvalidInput, "seconds: at least 60, and not past the template's maximum lifetime ("+x.MaxExpires.Format(time.RFC3339)+")")
+	deadline, err := extendTo(x, by, now)
+	if err != nil {
+		return Sandbox{}, err
 	}
 	if _, err := s.run(ctx, actor, x.NodeID, kinds.SandboxUpdate, spec.Update{SandboxID: id, DeadlineMS: deadline.UnixMilli()}, StartTimeout); err != nil {
 		return Sandbox{}, err
 	}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET expires_at = $1, updated_at = $2 WHERE id = $3 AND state = $4`,
-			deadline.UnixMilli(), now.UnixMilli(), id, StateRunning); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlExtend, deadline.UnixMilli(), now.UnixMilli(), id, StateRunning); err != nil {
 			return fmt.Errorf("sandboxes: extend: %w", err)
 		}
 		a := actor
@@ -774,22 +652,22 @@ func (s *Service) Extend(ctx context.Context, actor audit.Entry, tenant, id stri
 	return x, nil
 }
 
-// Delete marks a sandbox deleted at once (its tenant no longer sees it
-// running) and has its host stop and remove it, waiting up to a bound for
-// the host's answer; an offline host gets the signed delete when it
-// reconnects and removes the sandbox at its deadline regardless.
-func (s *Service) Delete(ctx context.Context, actor audit.Entry, tenant, id string) (map[string]any, error) {
-	x, err := s.Get(ctx, tenant, id)
+// Delete marks a sandbox visible in scope deleted at once (its tenant no
+// longer sees it running) and has its host stop and remove it, waiting up
+// to a bound for the host's answer; an offline host gets the signed
+// delete when it reconnects and removes the sandbox at its deadline
+// regardless.
+func (s *Service) Delete(ctx context.Context, actor audit.Entry, scope iam.Scope, id string) (map[string]any, error) {
+	x, err := s.Get(ctx, scope, id)
 	if err != nil {
 		return nil, err
 	}
-	switch x.State {
-	case StateDeleted, StateExpired, StateFailed:
+	if x.State.Final() {
 		return map[string]any{"id": id, "state": x.State, "freed": true}, nil
 	}
 	now := s.clk.Now()
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = $1, updated_at = $2 WHERE id = $3`, StateDeleted, now.UnixMilli(), id); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlMarkDelete, StateDeleted, now.UnixMilli(), id); err != nil {
 			return fmt.Errorf("sandboxes: delete: %w", err)
 		}
 		a := actor
@@ -821,7 +699,7 @@ func (s *Service) deleteOnHost(ctx context.Context, actor audit.Entry, node, id 
 // own as well). It returns how many it expired.
 func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 	now := s.clk.Now()
-	xs, err := s.sandboxes(ctx, `WHERE state IN ($1, $2, $3, $4) AND expires_at <= $5`, StateStarting, StateWarm, StateClaiming, StateRunning, now.UnixMilli())
+	xs, err := s.sandboxes(ctx, whereExpiredNow, StateStarting, StateWarm, StateClaiming, StateRunning, now.UnixMilli())
 	if err != nil {
 		return 0, err
 	}
@@ -832,7 +710,7 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 		}
 		n++
 		raw, _ := json.Marshal(spec.Delete{SandboxID: x.ID})
-		if _, err := s.commands.CreateOwned(ctx, kinds.ModuleSandboxes, audit.Entry{TenantID: "root", Actor: "sandboxes:expiry"}, x.NodeID, kinds.SandboxDelete, raw, 24*time.Hour); err != nil {
+		if _, err := s.commands.CreateOwned(ctx, kinds.ModuleSandboxes, audit.Entry{TenantID: iam.RootTenant, Actor: "sandboxes:expiry"}, x.NodeID, kinds.SandboxDelete, raw, 24*time.Hour); err != nil {
 			s.log.Warn("expired sandbox delete command", "sandbox_id", x.ID, "err", err)
 		}
 	}
@@ -845,14 +723,14 @@ func (s *Service) ReconcileWarm(ctx context.Context) (int, error) {
 	if err := s.drainOrphans(ctx); err != nil {
 		return 0, err
 	}
-	ts, err := s.templates(ctx, `WHERE warm > 0 ORDER BY id`)
+	ts, err := s.templates(ctx, whereWarmPools)
 	if err != nil {
 		return 0, err
 	}
 	started := 0
 	for _, t := range ts {
 		var have int
-		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE template_id = $1 AND state IN ($2, $3)`, t.ID, StateWarm, StateStarting).Scan(&have); err != nil {
+		if err := s.db.QueryRowContext(ctx, sqlCountPool, t.ID, StateWarm, StateStarting).Scan(&have); err != nil {
 			return started, fmt.Errorf("sandboxes: count warm: %w", err)
 		}
 		// Starting rows of a cold create count too; they are few and brief.
@@ -895,6 +773,6 @@ func (s *Service) Run(ctx context.Context, interval time.Duration) {
 // WarmCount returns how many warm sandboxes template id holds (tests).
 func (s *Service) WarmCount(ctx context.Context, templateID string) (int, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE template_id = $1 AND state = $2`, templateID, StateWarm).Scan(&n)
+	err := s.db.QueryRowContext(ctx, sqlCountWarm, templateID, StateWarm).Scan(&n)
 	return n, err
 }

@@ -21,7 +21,7 @@ func (s *Service) SecretExists(ctx context.Context, scopeTenant, ref string) (bo
 		ref = ""
 	}
 	var one int
-	err := s.db.QueryRowContext(ctx, `SELECT 1 FROM secrets WHERE ref = $1 AND tenant_id = $2 AND deleted_at IS NULL LIMIT 1`, ref, scopeTenant).Scan(&one)
+	err := s.db.QueryRowContext(ctx, sqlExists, ref, scopeTenant).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}

@@ -5,11 +5,12 @@ import (
 	"testing"
 
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 )
 
 func TestParseRef(t *testing.T) {
 	good := map[string][2]string{
-		"secret://root/demo":          {"root", "demo"},
+		"secret://root/demo":          {iam.RootTenant, "demo"},
 		"secret://tabcdefgh/bmc-pass": {"tabcdefgh", "bmc-pass"},
 	}
 	for in, want := range good {
@@ -56,7 +57,7 @@ func TestTenantOfReadsNothing(t *testing.T) {
 	for ref, want := range map[string]string{
 		"secret://tabc/db-password": "tabc",
 		"secret://tnobody/x":        "tnobody",
-		"secret://root/site-bmc":    "root",
+		"secret://root/site-bmc":    iam.RootTenant,
 	} {
 		got, err := s.TenantOf(context.Background(), ref)
 		if err != nil || got != want {

@@ -24,6 +24,6 @@ func (cp *ControlPlane) startSandboxes(ctx context.Context, o Options) error {
 		bucket = b
 		cp.closers = append(cp.closers, func() { _ = b.Close() })
 	}
-	cp.Sandboxes = sandboxes.New(o.DB, o.Clock, cp.Bus, cp.Commands, cp.Nodes, bucket, o.Log)
+	cp.Sandboxes = sandboxes.New(o.DB, o.Clock, cp.Bus, cp.Commands, cp.Nodes, cp.Quotas, bucket, o.Log)
 	return nil
 }

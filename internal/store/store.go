@@ -3,18 +3,17 @@
 // SQLite (pure Go, modernc.org/sqlite) is the embedded default; PostgreSQL
 // (pgx) is the production store. Queries are written once with $N
 // placeholders, which both dialects accept; the few places where the
-// dialects differ go through Dialect. Migrations are embedded and versioned.
+// dialects differ go through Dialect. Each module owns its tables and keeps
+// its schema changes in its own migrations package; Migrate applies them
+// (migrate.go).
 package store
 
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,9 +23,6 @@ import (
 	"modernc.org/sqlite"               // registers the "sqlite" driver
 	sqlite3 "modernc.org/sqlite/lib"
 )
-
-//go:embed migrations/*.sql
-var migrationFS embed.FS
 
 // Dialect names the database engine behind a DB.
 type Dialect string
@@ -51,6 +47,11 @@ type DB struct {
 	reader *sql.DB
 
 	stmts sync.Map // query text -> *sql.Stmt, for hot paths
+
+	// path is the SQLite database file ("" on PostgreSQL); Migrate locks
+	// path+".migrate-lock" so that processes starting together migrate
+	// one at a time.
+	path string
 }
 
 // QueryContext runs a read outside any transaction (on SQLite, on a
@@ -162,58 +163,10 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 			sqldb.Close()
 			return nil, fmt.Errorf("store: ping sqlite readers: %w", err)
 		}
-		return &DB{DB: sqldb, Dialect: SQLite, reader: reader}, nil
+		return &DB{DB: sqldb, Dialect: SQLite, reader: reader, path: path}, nil
 	default:
 		return nil, errors.New("store: DSN must start with sqlite: or postgres://")
 	}
-}
-
-// Migrate applies every embedded migration not yet applied, each in its own
-// transaction, and records it in schema_migrations.
-func (db *DB) Migrate(ctx context.Context) error {
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)`); err != nil {
-		return fmt.Errorf("store: migrations table: %w", err)
-	}
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
-	if err != nil {
-		return fmt.Errorf("store: list migrations: %w", err)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		base := strings.TrimPrefix(name, "migrations/")
-		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-		if err != nil {
-			return fmt.Errorf("store: migration %s: bad version: %w", base, err)
-		}
-		var n int
-		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = $1`, version).Scan(&n); err != nil {
-			return fmt.Errorf("store: migration %d: %w", version, err)
-		}
-		if n > 0 {
-			continue
-		}
-		raw, err := migrationFS.ReadFile(name)
-		if err != nil {
-			return fmt.Errorf("store: read %s: %w", base, err)
-		}
-		text := string(raw)
-		if db.Dialect == Postgres {
-			text = strings.ReplaceAll(text, "BLOB", "BYTEA")
-		}
-		err = db.Tx(ctx, func(tx *sql.Tx) error {
-			for _, stmt := range splitStatements(text) {
-				if _, err := tx.ExecContext(ctx, stmt); err != nil {
-					return fmt.Errorf("exec %q: %w", firstLine(stmt), err)
-				}
-			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version) VALUES ($1)`, version)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("store: migration %s: %w", base, err)
-		}
-	}
-	return nil
 }
 
 // Tx runs fn in a transaction, committing when it returns nil.
@@ -230,36 +183,6 @@ func (db *DB) Tx(ctx context.Context, fn func(*sql.Tx) error) error {
 		return fmt.Errorf("store: commit: %w", err)
 	}
 	return nil
-}
-
-// splitStatements splits a migration on semicolons at line ends, dropping
-// comment-only lines. Migrations hold no semicolons inside literals.
-func splitStatements(text string) []string {
-	var out []string
-	var cur strings.Builder
-	for _, line := range strings.Split(text, "\n") {
-		trim := strings.TrimSpace(line)
-		if trim == "" || strings.HasPrefix(trim, "--") {
-			continue
-		}
-		cur.WriteString(line)
-		cur.WriteString("\n")
-		if strings.HasSuffix(trim, ";") {
-			out = append(out, strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"))
-			cur.Reset()
-		}
-	}
-	if s := strings.TrimSpace(cur.String()); s != "" {
-		out = append(out, s)
-	}
-	return out
-}
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
 }
 
 // IsUniqueViolation reports whether err is a unique-constraint or

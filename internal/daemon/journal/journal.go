@@ -24,15 +24,16 @@ package journal
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/bettercompute/bettercompute/internal/atomicfile"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 )
 
@@ -149,20 +150,15 @@ func (j *Journal) apply(e Entry) {
 }
 
 // rewrite writes the current records to a temp file and renames it over
-// the journal, so a crash leaves either the old or the new file.
+// the journal (atomicfile), so a crash leaves either the old or the new file.
 func (j *Journal) rewrite() error {
-	tmp := j.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("journal: compact: %w", err)
-	}
-	w := bufio.NewWriter(f)
 	ids := make([]string, 0, len(j.records))
 	for id := range j.records {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	enc := json.NewEncoder(w)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	for _, id := range ids {
 		r := j.records[id]
 		if r.Started {
@@ -175,24 +171,8 @@ func (j *Journal) rewrite() error {
 			_ = enc.Encode(Entry{Op: "ack", ID: id})
 		}
 	}
-	if err := w.Flush(); err != nil {
-		f.Close()
+	if err := atomicfile.Write(j.path, buf.Bytes(), 0o600); err != nil {
 		return fmt.Errorf("journal: compact: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("journal: compact sync: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("journal: compact close: %w", err)
-	}
-	if err := os.Rename(tmp, j.path); err != nil {
-		return fmt.Errorf("journal: compact rename: %w", err)
-	}
-	d, err := os.Open(filepath.Dir(j.path))
-	if err == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }

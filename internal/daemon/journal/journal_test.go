@@ -69,6 +69,13 @@ func TestJournalCompactsAckedExpired(t *testing.T) {
 	if !j.Seen("old-unacked") {
 		t.Fatal("unacked command was compacted")
 	}
+	// The compaction replaced the file atomically: 0600, no temp file left.
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("compacted journal mode %v (%v), want 0600", st.Mode().Perm(), err)
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(path)); len(entries) != 1 {
+		t.Fatalf("directory holds %v after compaction, want only the journal", entries)
+	}
 }
 
 func TestJournalTornTail(t *testing.T) {

@@ -203,25 +203,62 @@ func (h *Host) save(st *State) error {
 	return nil
 }
 
-// Create runs sandbox.create.
+// Create runs sandbox.create: it checks the signed spec, reserves a slot,
+// memory, an egress link and an id range, writes the state, then has the
+// runtime start the sandbox.
 func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
-	var c spec.Create
-	if err := strictJSON(payload, &c); err != nil || c.Validate() != nil {
-		return nil, errors.New("payload-invalid")
-	}
-	if c.Runtime != h.cfg.Runtime.Name() {
-		return nil, errors.New("runtime-unavailable")
-	}
-	if c.Network == spec.NetworkEgress && !h.egress() {
-		return nil, errors.New("network-unavailable")
+	c, err := h.checkCreate(payload)
+	if err != nil {
+		return nil, err
 	}
 	now := h.cfg.Clock.Now()
 	if c.DeadlineMS <= now.UnixMilli() {
 		return nil, errors.New("deadline-passed")
 	}
+	st, err := h.reserve(c, now)
+	if err != nil {
+		return nil, err
+	}
+	// The state is written before anything starts, so the sweep removes
+	// whatever a crash in the middle leaves behind.
+	if err := h.save(st); err != nil {
+		h.forget(c.SandboxID)
+		return nil, err
+	}
+	if err := h.launch(ctx, c, st); err != nil {
+		return nil, err
+	}
 	h.mu.Lock()
+	st.started = true
+	h.mu.Unlock()
+	h.cfg.Log.Info("sandbox started", "sandbox_id", c.SandboxID, "runtime", c.Runtime, "deadline_ms", c.DeadlineMS, "warm", c.Warm)
+	return json.Marshal(map[string]any{"sandbox_id": c.SandboxID, "runtime": c.Runtime, "deadline_ms": c.DeadlineMS})
+}
+
+// checkCreate decodes a sandbox.create payload and checks that this host
+// offers its runtime and network.
+func (h *Host) checkCreate(payload []byte) (spec.Create, error) {
+	var c spec.Create
+	if err := strictJSON(payload, &c); err != nil || c.Validate() != nil {
+		return spec.Create{}, errors.New("payload-invalid")
+	}
+	if c.Runtime != h.cfg.Runtime.Name() {
+		return spec.Create{}, errors.New("runtime-unavailable")
+	}
+	if c.Network == spec.NetworkEgress && !h.egress() {
+		return spec.Create{}, errors.New("network-unavailable")
+	}
+	return c, nil
+}
+
+// reserve records sandbox c, made at now, under the host's lock when it
+// is new and fits: a slot, its memory, an egress link when it asks for
+// one, and (runc) a block of host ids. Every refusal is no-capacity
+// except a duplicate's (sandbox-exists).
+func (h *Host) reserve(c spec.Create, now time.Time) (*State, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if _, dup := h.sbx[c.SandboxID]; dup {
-		h.mu.Unlock()
 		return nil, errors.New("sandbox-exists")
 	}
 	var mem int64
@@ -229,7 +266,6 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 		mem += s.Limits.MemoryMB
 	}
 	if len(h.sbx) >= h.cfg.Slots || mem+c.Limits.MemoryMB > h.cfg.MemoryMB {
-		h.mu.Unlock()
 		return nil, errors.New("no-capacity")
 	}
 	st := &State{ID: c.SandboxID, Runtime: c.Runtime, ImageDigest: c.ImageDigest, Limits: c.Limits, Root: c.Root,
@@ -243,7 +279,6 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 		}
 		l, err := h.cfg.Egress.Plan(c.SandboxID, taken)
 		if err != nil {
-			h.mu.Unlock()
 			h.cfg.Log.Warn("sandbox egress link refused", "sandbox_id", c.SandboxID, "err", err)
 			return nil, errors.New("no-capacity")
 		}
@@ -258,25 +293,27 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 		}
 		ids, err := allocIDRange(h.cfg.IDBase, h.cfg.IDSize, h.cfg.Slots, used)
 		if err != nil {
-			h.mu.Unlock()
 			h.cfg.Log.Warn("sandbox id range refused", "sandbox_id", c.SandboxID, "err", err)
 			return nil, errors.New("no-capacity")
 		}
 		st.IDs = ids
 	}
 	h.sbx[c.SandboxID] = st
-	h.mu.Unlock()
-	// The state is written before anything starts, so the sweep removes
-	// whatever a crash in the middle leaves behind.
-	if err := h.save(st); err != nil {
-		h.forget(c.SandboxID)
-		return nil, err
+	return st, nil
+}
+
+// launch fetches the image, makes the sandbox's user namespace and egress
+// link, and starts it on the runtime. On failure it removes the sandbox
+// and answers the reason the command fails with.
+func (h *Host) launch(ctx context.Context, c spec.Create, st *State) error {
+	fail := func(reason error) error {
+		_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
+		return reason
 	}
 	lower, err := h.cfg.Images.Ensure(ctx, c.ImageDigest)
 	if err != nil {
 		h.cfg.Log.Warn("sandbox image refused", "sandbox_id", c.SandboxID, "digest", c.ImageDigest, "err", err)
-		_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
-		return nil, imageReason(err)
+		return fail(imageReason(err))
 	}
 	place := Placement{Lower: lower, IDs: st.IDs}
 	nsPID := 0
@@ -284,8 +321,7 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 		ns, err := un.NewUserNS(c.SandboxID, st.IDs)
 		if err != nil {
 			h.cfg.Log.Error("sandbox user namespace failed", "sandbox_id", c.SandboxID, "err", err)
-			_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
-			return nil, errors.New("start-failed")
+			return fail(errors.New("start-failed"))
 		}
 		if ns != nil {
 			defer ns.Close() // the sandbox holds the namespaces once started
@@ -295,21 +331,15 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 	if st.Link != nil {
 		if err := h.cfg.Egress.Setup(ctx, c.SandboxID, *st.Link, nsPID); err != nil {
 			h.cfg.Log.Error("sandbox egress link failed", "sandbox_id", c.SandboxID, "err", err)
-			_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
-			return nil, errors.New("start-failed")
+			return fail(errors.New("start-failed"))
 		}
 		place.NetNS = st.Link.NetNSPath()
 	}
 	if err := h.cfg.Runtime.Start(ctx, c, place); err != nil {
 		h.cfg.Log.Error("sandbox start failed", "sandbox_id", c.SandboxID, "err", err)
-		_ = h.remove(context.WithoutCancel(ctx), c.SandboxID)
-		return nil, errors.New("start-failed")
+		return fail(errors.New("start-failed"))
 	}
-	h.mu.Lock()
-	st.started = true
-	h.mu.Unlock()
-	h.cfg.Log.Info("sandbox started", "sandbox_id", c.SandboxID, "runtime", c.Runtime, "deadline_ms", c.DeadlineMS, "warm", c.Warm)
-	return json.Marshal(map[string]any{"sandbox_id": c.SandboxID, "runtime": c.Runtime, "deadline_ms": c.DeadlineMS})
+	return nil
 }
 
 func imageReason(err error) error {

@@ -144,11 +144,9 @@ func Unpack(r io.Reader, dir string) error {
 		return fmt.Errorf("sandbox: open unpack root: %w", err)
 	}
 	defer root.Close()
-	tr := tar.NewReader(r)
-	var total int64
-	regular := map[string]bool{}
+	u := &unpacker{root: root, tr: tar.NewReader(r), regular: map[string]bool{}}
 	for n := 0; ; n++ {
-		h, err := tr.Next()
+		h, err := u.tr.Next()
 		if err == io.EOF {
 			return nil
 		}
@@ -158,80 +156,122 @@ func Unpack(r io.Reader, dir string) error {
 		if n >= MaxImageEntries {
 			return fmt.Errorf("%w: more than %d entries", ErrUnsafeImage, MaxImageEntries)
 		}
-		name, err := cleanName(h.Name)
-		if err != nil {
+		if err := u.entry(h); err != nil {
 			return err
 		}
-		if name == "." {
-			continue
-		}
-		mode := fs.FileMode(h.Mode) & (fs.ModePerm | fs.ModeSticky)
-		if h.Mode&0o1000 != 0 {
-			mode |= fs.ModeSticky
-		}
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := root.MkdirAll(name, 0o755); err != nil {
-				return fmt.Errorf("%w: %s: %v", ErrUnsafeImage, name, err)
-			}
-			if err := root.Chmod(name, mode|fs.ModeDir); err != nil {
-				return fmt.Errorf("sandbox: chmod %s: %w", name, err)
-			}
-		case tar.TypeReg:
-			total += h.Size
-			if total > MaxUnpackedBytes {
-				return fmt.Errorf("%w: unpacks to more than %d bytes", ErrUnsafeImage, int64(MaxUnpackedBytes))
-			}
-			if err := mkParent(root, name); err != nil {
-				return err
-			}
-			f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-			if err != nil {
-				return fmt.Errorf("%w: %s: %v", ErrUnsafeImage, name, err)
-			}
-			_, cerr := io.Copy(f, io.LimitReader(tr, h.Size))
-			if err := f.Close(); cerr == nil {
-				cerr = err
-			}
-			if cerr != nil {
-				return fmt.Errorf("sandbox: write %s: %w", name, cerr)
-			}
-			if err := root.Chmod(name, mode); err != nil {
-				return fmt.Errorf("sandbox: chmod %s: %w", name, err)
-			}
-			regular[name] = true
-		case tar.TypeSymlink:
-			if escapes(name, h.Linkname) {
-				return fmt.Errorf("%w: symlink %s -> %s leaves the root", ErrUnsafeImage, name, h.Linkname)
-			}
-			if err := mkParent(root, name); err != nil {
-				return err
-			}
-			if err := root.Symlink(h.Linkname, name); err != nil {
-				return fmt.Errorf("%w: %s: %v", ErrUnsafeImage, name, err)
-			}
-			continue // ownership of a link is not applied
-		case tar.TypeLink:
-			target, err := cleanName(h.Linkname)
-			if err != nil || !regular[target] {
-				return fmt.Errorf("%w: hard link %s -> %s is not to an earlier file", ErrUnsafeImage, name, h.Linkname)
-			}
-			if err := mkParent(root, name); err != nil {
-				return err
-			}
-			if err := root.Link(target, name); err != nil {
-				return fmt.Errorf("%w: %s: %v", ErrUnsafeImage, name, err)
-			}
-			continue
-		default:
-			return fmt.Errorf("%w: %s has type %q (devices, FIFOs and others are refused)", ErrUnsafeImage, name, string(h.Typeflag))
-		}
-		if h.Uid >= 0 && h.Gid >= 0 && h.Uid < 1<<31 && h.Gid < 1<<31 {
-			if err := root.Lchown(name, h.Uid, h.Gid); err != nil && !errors.Is(err, fs.ErrPermission) {
-				return fmt.Errorf("sandbox: chown %s: %w", name, err)
-			}
+	}
+}
+
+// unpacker is one Unpack: the root it writes through, the tar, the bytes
+// of regular files so far and the regular files an entry may hard-link.
+type unpacker struct {
+	root    *os.Root
+	tr      *tar.Reader
+	total   int64
+	regular map[string]bool
+}
+
+// entry extracts one tar entry, then applies its owner (not a link's).
+func (u *unpacker) entry(h *tar.Header) error {
+	name, err := cleanName(h.Name)
+	if err != nil {
+		return err
+	}
+	if name == "." {
+		return nil
+	}
+	mode := fs.FileMode(h.Mode) & (fs.ModePerm | fs.ModeSticky)
+	if h.Mode&0o1000 != 0 {
+		mode |= fs.ModeSticky
+	}
+	switch h.Typeflag {
+	case tar.TypeDir:
+		err = u.dir(name, mode)
+	case tar.TypeReg:
+		err = u.file(name, mode, h.Size)
+	case tar.TypeSymlink:
+		return u.symlink(name, h.Linkname) // ownership of a link is not applied
+	case tar.TypeLink:
+		return u.hardlink(name, h.Linkname)
+	default:
+		return fmt.Errorf("%w: %s has type %q (devices, FIFOs and others are refused)", ErrUnsafeImage, name, string(h.Typeflag))
+	}
+	if err != nil {
+		return err
+	}
+	if h.Uid >= 0 && h.Gid >= 0 && h.Uid < 1<<31 && h.Gid < 1<<31 {
+		if err := u.root.Lchown(name, h.Uid, h.Gid); err != nil && !errors.Is(err, fs.ErrPermission) {
+			return fmt.Errorf("sandbox: chown %s: %w", name, err)
 		}
 	}
+	return nil
+}
+
+func (u *unpacker) dir(name string, mode fs.FileMode) error {
+	if err := u.root.MkdirAll(name, 0o755); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrUnsafeImage, name, err)
+	}
+	if err := u.root.Chmod(name, mode|fs.ModeDir); err != nil {
+		return fmt.Errorf("sandbox: chmod %s: %w", name, err)
+	}
+	return nil
+}
+
+// file writes a regular file of size bytes from the tar, within
+// MaxUnpackedBytes over the whole image.
+func (u *unpacker) file(name string, mode fs.FileMode, size int64) error {
+	u.total += size
+	if u.total > MaxUnpackedBytes {
+		return fmt.Errorf("%w: unpacks to more than %d bytes", ErrUnsafeImage, int64(MaxUnpackedBytes))
+	}
+	if err := mkParent(u.root, name); err != nil {
+		return err
+	}
+	f, err := u.root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrUnsafeImage, name, err)
+	}
+	_, cerr := io.Copy(f, io.LimitReader(u.tr, size))
+	if err := f.Close(); cerr == nil {
+		cerr = err
+	}
+	if cerr != nil {
+		return fmt.Errorf("sandbox: write %s: %w", name, cerr)
+	}
+	if err := u.root.Chmod(name, mode); err != nil {
+		return fmt.Errorf("sandbox: chmod %s: %w", name, err)
+	}
+	u.regular[name] = true
+	return nil
+}
+
+// symlink makes a symbolic link whose target stays in the root.
+func (u *unpacker) symlink(name, target string) error {
+	if escapes(name, target) {
+		return fmt.Errorf("%w: symlink %s -> %s leaves the root", ErrUnsafeImage, name, target)
+	}
+	if err := mkParent(u.root, name); err != nil {
+		return err
+	}
+	if err := u.root.Symlink(target, name); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrUnsafeImage, name, err)
+	}
+	return nil
+}
+
+// hardlink links name to an earlier regular file of the image.
+func (u *unpacker) hardlink(name, linkname string) error {
+	target, err := cleanName(linkname)
+	if err != nil || !u.regular[target] {
+		return fmt.Errorf("%w: hard link %s -> %s is not to an earlier file", ErrUnsafeImage, name, linkname)
+	}
+	if err := mkParent(u.root, name); err != nil {
+		return err
+	}
+	if err := u.root.Link(target, name); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrUnsafeImage, name, err)
+	}
+	return nil
 }
 
 // cleanName turns a tar name into a relative slash path, refusing
@@ -242,6 +282,7 @@ func cleanName(n string) (string, error) {
 	}
 	for _, el := range strings.Split(strings.TrimSuffix(n, "/"), "/") {
 		if el == ".." {
+			//lint:ignore ST1005 ".." is the path element refused, not punctuation
 			return "", fmt.Errorf("%w: name %q has ..", ErrUnsafeImage, n)
 		}
 	}

@@ -208,7 +208,9 @@ func (o *OCI) runWith(ctx context.Context, globals []string, args ...string) err
 	return nil
 }
 
-// Start prepares the bundle and runs `runc run -d`.
+// Start prepares the bundle and runs `runc run -d`: the writable layer,
+// the image beneath it (id-mapped for a sandbox with its own ids), the
+// overlay root, the init, the OCI config, then the runtime.
 func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 	if err := spec.ValidSandboxID(c.SandboxID); err != nil {
 		return err
@@ -220,40 +222,11 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 		ids, usernsPath = IDRange{}, ""
 	}
 	b := o.bundle(c.SandboxID)
-	rw, rootfs := filepath.Join(b, "rw"), filepath.Join(b, "rootfs")
-	for _, d := range []string{rw, rootfs} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return fmt.Errorf("sandbox: bundle: %w", err)
-		}
+	rw := filepath.Join(b, "rw")
+	if err := writableLayer(b, c.Limits.DiskMB, ids); err != nil {
+		return err
 	}
 	if ids.Valid() {
-		// Searchable by the sandbox's root (see runBundles).
-		if err := os.Chmod(b, 0o701); err != nil {
-			return fmt.Errorf("sandbox: bundle: %w", err)
-		}
-	}
-	// The writable layer is a tmpfs the size of the disk limit; its pages
-	// are charged to the sandbox's memory cgroup as they are written.
-	if err := unix.Mount("tmpfs", rw, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%dm,mode=0755", c.Limits.DiskMB)); err != nil {
-		return fmt.Errorf("sandbox: writable layer: %w", err)
-	}
-	for _, d := range []string{"upper", "work"} {
-		if err := os.Mkdir(filepath.Join(rw, d), 0o755); err != nil {
-			return fmt.Errorf("sandbox: writable layer: %w", err)
-		}
-	}
-	if ids.Valid() {
-		// The sandbox's root owns its writable layer, and sees the image
-		// through an idmapped mount as its own root's files.
-		for _, d := range []string{rw, filepath.Join(rw, "upper"), filepath.Join(rw, "work")} {
-			if err := os.Chown(d, ids.Host(0), ids.Host(0)); err != nil {
-				return fmt.Errorf("sandbox: writable layer: %w", err)
-			}
-		}
-		mapped := filepath.Join(b, "lower")
-		if err := os.Mkdir(mapped, 0o700); err != nil {
-			return fmt.Errorf("sandbox: id-mapped image: %w", err)
-		}
 		if usernsPath == "" {
 			ns, err := o.NewUserNS(c.SandboxID, ids)
 			if err != nil {
@@ -267,73 +240,21 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 			defer ns.Close()
 			usernsPath = ns.Path
 		}
-		if err := idmappedMount(lower, mapped, usernsPath); err != nil {
+		if err := idmappedImage(b, lower, usernsPath); err != nil {
 			return err
 		}
-	} else {
-		// The image is bound into the bundle too, so that the overlay
-		// names no path outside it.
-		if err := os.Mkdir(filepath.Join(b, "lower"), 0o700); err != nil {
-			return fmt.Errorf("sandbox: image bind: %w", err)
-		}
-		if err := unix.Mount(lower, filepath.Join(b, "lower"), "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("sandbox: image bind: %w", err)
-		}
-		if err := unix.Mount("", filepath.Join(b, "lower"), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-			return fmt.Errorf("sandbox: image bind: %w", err)
-		}
+	} else if err := bindImage(b, lower); err != nil {
+		return err
 	}
 	if err := mountOverlayIn(b); err != nil {
 		return err
 	}
-	// Each bundle gets its own copy of the init, owned by the sandbox's
-	// user and executable by it alone.
-	initHost := ""
-	if o.init != nil {
-		// In the writable layer's tmpfs, beside (not in) the overlay's
-		// directories: the bind's root in the sandbox's mountinfo is then
-		// "/bc-init" on a tmpfs, no host path.
-		initHost = filepath.Join(rw, "bc-init")
-		if err := os.WriteFile(initHost, o.init, 0o500); err != nil {
-			return fmt.Errorf("sandbox: write init: %w", err)
-		}
-		u := user(c.Root)
-		uid, gid := int(u.UID), int(u.GID)
-		if ids.Valid() {
-			uid, gid = ids.Host(u.UID), ids.Host(u.GID)
-		}
-		if err := os.Chown(initHost, uid, gid); err != nil {
-			return fmt.Errorf("sandbox: own init: %w", err)
-		}
-	}
-	cfg := Config(c, initHost, []string{"/bin/sleep", "2147483647"}, netns, ids)
-	if o.name == spec.RuntimeRunsc {
-		// gVisor mounts a tmpfs of its own, in the Sentry's memory and
-		// bounded by nothing, over /tmp unless the spec mounts one: bind
-		// a directory of the writable layer, so /tmp counts against the
-		// disk limit like the rest of the root.
-		tmp := filepath.Join(rw, "tmp")
-		if err := os.Mkdir(tmp, 0o777); err != nil {
-			return fmt.Errorf("sandbox: /tmp: %w", err)
-		}
-		if err := os.Chmod(tmp, 0o1777); err != nil {
-			return fmt.Errorf("sandbox: /tmp: %w", err)
-		}
-		cfg.Mounts = append(cfg.Mounts, specs.Mount{Destination: "/tmp", Type: "bind", Source: tmp, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
-	}
-	if usernsPath != "" {
-		for i, n := range cfg.Linux.Namespaces {
-			if n.Type == specs.UserNamespace {
-				cfg.Linux.Namespaces[i].Path = usernsPath
-			}
-		}
-	}
-	raw, err := json.MarshalIndent(cfg, "", "  ")
+	initHost, err := o.placeInit(rw, c.Root, ids)
 	if err != nil {
-		return fmt.Errorf("sandbox: encode config: %w", err)
+		return err
 	}
-	if err := os.WriteFile(filepath.Join(b, "config.json"), raw, 0o600); err != nil {
-		return fmt.Errorf("sandbox: write config: %w", err)
+	if err := o.writeConfig(c, b, initHost, netns, ids, usernsPath); err != nil {
+		return err
 	}
 	if o.name == spec.RuntimeRunc {
 		// gVisor's sockets are the Sentry's own memory, under the memory
@@ -356,6 +277,130 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 		}
 	}
 	return o.runDetached(ctx, b, globals, append(args, c.SandboxID)...)
+}
+
+// writableLayer makes bundle b's rootfs directory and its writable layer
+// rw: a tmpfs the size of the disk limit, whose pages are charged to the
+// sandbox's memory cgroup as they are written, holding the overlay's
+// upper and work directories (owned by the sandbox's root when it has its
+// own ids).
+func writableLayer(b string, diskMB int64, ids IDRange) error {
+	rw, rootfs := filepath.Join(b, "rw"), filepath.Join(b, "rootfs")
+	for _, d := range []string{rw, rootfs} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("sandbox: bundle: %w", err)
+		}
+	}
+	if ids.Valid() {
+		// Searchable by the sandbox's root (see runBundles).
+		if err := os.Chmod(b, 0o701); err != nil {
+			return fmt.Errorf("sandbox: bundle: %w", err)
+		}
+	}
+	if err := unix.Mount("tmpfs", rw, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%dm,mode=0755", diskMB)); err != nil {
+		return fmt.Errorf("sandbox: writable layer: %w", err)
+	}
+	for _, d := range []string{"upper", "work"} {
+		if err := os.Mkdir(filepath.Join(rw, d), 0o755); err != nil {
+			return fmt.Errorf("sandbox: writable layer: %w", err)
+		}
+	}
+	if !ids.Valid() {
+		return nil
+	}
+	// The sandbox's root owns its writable layer.
+	for _, d := range []string{rw, filepath.Join(rw, "upper"), filepath.Join(rw, "work")} {
+		if err := os.Chown(d, ids.Host(0), ids.Host(0)); err != nil {
+			return fmt.Errorf("sandbox: writable layer: %w", err)
+		}
+	}
+	return nil
+}
+
+// idmappedImage mounts the image at bundle b's lower through an idmapped
+// mount of the user namespace at usernsPath, so that the sandbox sees
+// the image as its own root's files.
+func idmappedImage(b, lower, usernsPath string) error {
+	mapped := filepath.Join(b, "lower")
+	if err := os.Mkdir(mapped, 0o700); err != nil {
+		return fmt.Errorf("sandbox: id-mapped image: %w", err)
+	}
+	return idmappedMount(lower, mapped, usernsPath)
+}
+
+// bindImage binds the image read-only into bundle b too, so that the
+// overlay names no path outside it.
+func bindImage(b, lower string) error {
+	if err := os.Mkdir(filepath.Join(b, "lower"), 0o700); err != nil {
+		return fmt.Errorf("sandbox: image bind: %w", err)
+	}
+	if err := unix.Mount(lower, filepath.Join(b, "lower"), "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("sandbox: image bind: %w", err)
+	}
+	if err := unix.Mount("", filepath.Join(b, "lower"), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("sandbox: image bind: %w", err)
+	}
+	return nil
+}
+
+// placeInit gives the bundle its own copy of the init, owned by the
+// sandbox's user and executable by it alone, and returns its host path
+// ("" without an init).
+func (o *OCI) placeInit(rw string, root bool, ids IDRange) (string, error) {
+	if o.init == nil {
+		return "", nil
+	}
+	// In the writable layer's tmpfs, beside (not in) the overlay's
+	// directories: the bind's root in the sandbox's mountinfo is then
+	// "/bc-init" on a tmpfs, no host path.
+	initHost := filepath.Join(rw, "bc-init")
+	if err := os.WriteFile(initHost, o.init, 0o500); err != nil {
+		return "", fmt.Errorf("sandbox: write init: %w", err)
+	}
+	u := user(root)
+	uid, gid := int(u.UID), int(u.GID)
+	if ids.Valid() {
+		uid, gid = ids.Host(u.UID), ids.Host(u.GID)
+	}
+	if err := os.Chown(initHost, uid, gid); err != nil {
+		return "", fmt.Errorf("sandbox: own init: %w", err)
+	}
+	return initHost, nil
+}
+
+// writeConfig writes bundle b's config.json: the sandbox's OCI spec, its
+// /tmp on runsc, and the user namespace it joins.
+func (o *OCI) writeConfig(c spec.Create, b, initHost, netns string, ids IDRange, usernsPath string) error {
+	cfg := Config(c, initHost, []string{"/bin/sleep", "2147483647"}, netns, ids)
+	if o.name == spec.RuntimeRunsc {
+		// gVisor mounts a tmpfs of its own, in the Sentry's memory and
+		// bounded by nothing, over /tmp unless the spec mounts one: bind
+		// a directory of the writable layer, so /tmp counts against the
+		// disk limit like the rest of the root.
+		tmp := filepath.Join(b, "rw", "tmp")
+		if err := os.Mkdir(tmp, 0o777); err != nil {
+			return fmt.Errorf("sandbox: /tmp: %w", err)
+		}
+		if err := os.Chmod(tmp, 0o1777); err != nil {
+			return fmt.Errorf("sandbox: /tmp: %w", err)
+		}
+		cfg.Mounts = append(cfg.Mounts, specs.Mount{Destination: "/tmp", Type: "bind", Source: tmp, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+	}
+	if usernsPath != "" {
+		for i, n := range cfg.Linux.Namespaces {
+			if n.Type == specs.UserNamespace {
+				cfg.Linux.Namespaces[i].Path = usernsPath
+			}
+		}
+	}
+	raw, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return fmt.Errorf("sandbox: encode config: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(b, "config.json"), raw, 0o600); err != nil {
+		return fmt.Errorf("sandbox: write config: %w", err)
+	}
+	return nil
 }
 
 // mountOverlayIn mounts the sandbox's root filesystem at bundle/rootfs:

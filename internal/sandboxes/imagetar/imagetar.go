@@ -93,6 +93,10 @@ func FromDir(dir string, w io.Writer) error {
 	return tw.Close()
 }
 
+// rootHome is the image's /root, the home directory of its uid 0 (a
+// path, not a tenant).
+const rootHome = "root" // archtest:not-tenant
+
 // BusyboxPath returns the host's static busybox, or an error saying how
 // to get one.
 func BusyboxPath() (string, error) {
@@ -133,7 +137,7 @@ func Busybox() ([]byte, error) {
 		return nil, fmt.Errorf("imagetar: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	for _, d := range []string{"bin", "etc", "tmp", "root", "proc", "sys", "dev", "home", "usr/bin"} {
+	for _, d := range []string{"bin", "etc", "tmp", rootHome, "proc", "sys", "dev", "home", "usr/bin"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("imagetar: %w", err)
 		}

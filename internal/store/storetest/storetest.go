@@ -30,21 +30,36 @@ func ForEachDialect(t *testing.T, fn func(t *testing.T, db *store.DB)) {
 // NewTestSQLite opens a migrated SQLite database in t.TempDir().
 func NewTestSQLite(t testing.TB) *store.DB {
 	t.Helper()
-	ctx := context.Background()
-	db, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "control.db"))
-	if err != nil {
-		t.Fatalf("open sqlite: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if err := db.Migrate(ctx); err != nil {
-		t.Fatalf("migrate sqlite: %v", err)
-	}
-	return db
+	return migrated(t, FreshSQLite(t))
 }
 
 // NewTestPostgres makes a fresh schema on the test PostgreSQL server and
 // returns a migrated DB bound to it; the schema is dropped at cleanup.
 func NewTestPostgres(t testing.TB) *store.DB {
+	t.Helper()
+	return migrated(t, FreshPostgres(t))
+}
+
+// ForEachFreshDialect runs fn as a subtest once with the DSN of an empty,
+// unmigrated SQLite database and once with that of an empty PostgreSQL
+// schema (skipped or failed as in ForEachDialect), for tests of migration
+// itself. fn opens the DSN as often as it likes.
+func ForEachFreshDialect(t *testing.T, fn func(t *testing.T, dsn string)) {
+	t.Helper()
+	t.Run("sqlite", func(t *testing.T) { fn(t, FreshSQLite(t)) })
+	t.Run("postgres", func(t *testing.T) { fn(t, FreshPostgres(t)) })
+}
+
+// FreshSQLite returns the DSN of a new, empty SQLite database in
+// t.TempDir().
+func FreshSQLite(t testing.TB) string {
+	t.Helper()
+	return "sqlite:" + filepath.Join(t.TempDir(), "control.db")
+}
+
+// FreshPostgres makes a fresh, empty schema on the test PostgreSQL server
+// and returns a DSN bound to it; the schema is dropped at cleanup.
+func FreshPostgres(t testing.TB) string {
 	t.Helper()
 	ctx := context.Background()
 	dsn := os.Getenv("BC_TEST_POSTGRES_DSN")
@@ -73,13 +88,20 @@ func NewTestPostgres(t testing.TB) *store.DB {
 	if containsByte(dsn, '?') {
 		sep = "&"
 	}
-	db, err := store.Open(ctx, fmt.Sprintf("%s%ssearch_path=%s", dsn, sep, schema))
+	return fmt.Sprintf("%s%ssearch_path=%s", dsn, sep, schema)
+}
+
+// migrated opens dsn, migrates it and closes it at cleanup.
+func migrated(t testing.TB, dsn string) *store.DB {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, dsn)
 	if err != nil {
-		t.Fatalf("open schema: %v", err)
+		t.Fatalf("open test database: %v", err)
 	}
 	t.Cleanup(func() { db.Close() })
 	if err := db.Migrate(ctx); err != nil {
-		t.Fatalf("migrate postgres: %v", err)
+		t.Fatalf("migrate %s: %v", db.Dialect, err)
 	}
 	return db
 }

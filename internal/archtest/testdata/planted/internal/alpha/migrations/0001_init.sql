@@ -1,0 +1,1 @@
+CREATE TABLE alpha_rows (id TEXT PRIMARY KEY);

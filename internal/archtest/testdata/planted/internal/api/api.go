@@ -1,0 +1,2 @@
+// Package api is a planted transport.
+package api

@@ -1,0 +1,1 @@
+CREATE TABLE beta_rows (id TEXT PRIMARY KEY);
