@@ -8,6 +8,7 @@ require (
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2
+	github.com/spiffe/go-spiffe/v2 v2.9.0
 	github.com/transparency-dev/merkle v0.0.2
 	github.com/vishvananda/netlink v1.3.1
 	gocloud.dev v0.49.0

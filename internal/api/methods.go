@@ -119,14 +119,14 @@ func Methods(m Modules) []Method {
 	}
 	return append([]Method{
 		Def("nodes.list", "compute:nodes:list", false, byTenant[tenantIn], func(ctx context.Context, c *Caller, _ tenantIn) (any, error) {
-			ns, err := m.Nodes.List(ctx, c.ActingTenant)
+			ns, err := m.Nodes.List(ctx, iam.ScopeOf(c.ActingTenant))
 			if err != nil {
 				return nil, err
 			}
 			return map[string]any{"nodes": ns}, nil
 		}),
 		Def("nodes.get", "compute:nodes:get", false, byID("node"), func(ctx context.Context, c *Caller, in idIn) (any, error) {
-			return m.Nodes.Get(ctx, c.ActingTenant, in.ID)
+			return m.Nodes.Get(ctx, iam.ScopeOf(c.ActingTenant), in.ID)
 		}),
 		Def("nodes.revoke", "compute:nodes:revoke", true, func(in revokeIn) Target { return Target{Kind: "node", ID: in.NodeID} },
 			func(ctx context.Context, c *Caller, in revokeIn) (any, error) {
@@ -166,7 +166,7 @@ func Methods(m Modules) []Method {
 			}
 			ids := in.NodeIDs
 			if len(in.Labels) > 0 {
-				ns, err := m.Nodes.List(ctx, c.ActingTenant)
+				ns, err := m.Nodes.List(ctx, iam.ScopeOf(c.ActingTenant))
 				if err != nil {
 					return nil, err
 				}

@@ -17,8 +17,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -27,7 +25,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/bettercompute/bettercompute/internal/bus"
@@ -152,77 +149,12 @@ type Gateway struct {
 	svc  Services
 	poke Poker
 
-	// mu guards sessions and the delivery state below (see dispatch).
+	// mu guards sessions.
 	mu       sync.Mutex
 	sessions map[string]*session // by node id
-	inflight map[string]bool     // command ids handed to a session and not yet recorded as sent
-	sent     []string            // ids sessions sent since dispatch last recorded them
-	want     map[string]bool     // nodes to fetch commands for in dispatch's next round
 
-	dpoke   chan struct{}       // wakes dispatch; coalesced
+	disp    *dispatcher         // command delivery to the sessions
 	updates chan *pendingUpdate // to the update batcher
-}
-
-// pendingUpdate is one update waiting for the batcher, and where its
-// result goes.
-type pendingUpdate struct {
-	item wire.UpdateItem
-	done chan wire.UpdateResult
-}
-
-// maxUpdateBatch bounds how many updates go into one transaction.
-const maxUpdateBatch = 1024
-
-// batchUpdates writes updates from every session in shared transactions:
-// it takes what is waiting (up to maxUpdateBatch) as soon as one arrives,
-// so a quiet gateway adds no delay and a busy one amortises each commit.
-func (g *Gateway) batchUpdates(ctx context.Context) {
-	for {
-		var batch []*pendingUpdate
-		select {
-		case <-ctx.Done():
-			return
-		case p := <-g.updates:
-			batch = append(batch, p)
-		}
-	fill:
-		for len(batch) < maxUpdateBatch {
-			select {
-			case p := <-g.updates:
-				batch = append(batch, p)
-			default:
-				break fill
-			}
-		}
-		items := make([]wire.UpdateItem, len(batch))
-		for i, p := range batch {
-			items[i] = p.item
-		}
-		res := g.cmds.ApplyUpdates(ctx, items)
-		for i, p := range batch {
-			p.done <- res[i]
-		}
-	}
-}
-
-type session struct {
-	id     string
-	nodeID string
-	serial string
-	cancel context.CancelCauseFunc
-	poke   chan struct{} // wakes deliver; coalesced
-
-	// Guarded by Gateway.mu: commands dispatch handed over and deliver has
-	// not taken yet.
-	outbox []*nodev1.SignedCommand
-}
-
-// wake wakes a session's deliver loop without blocking.
-func (s *session) wake() {
-	select {
-	case s.poke <- struct{}{}:
-	default:
-	}
 }
 
 // ErrInvalidConfig is wrapped by New for a gateway without node-CA roots or
@@ -254,7 +186,7 @@ func New(cfg Config, svc Services, reg Registry, cmds Commands, poke Poker) (*Ga
 		cfg.Heartbeat = 10 * time.Second
 	}
 	return &Gateway{cfg: cfg, reg: reg, cmds: cmds, svc: svc, poke: poke, sessions: map[string]*session{},
-		inflight: map[string]bool{}, want: map[string]bool{}, dpoke: make(chan struct{}, 1), updates: make(chan *pendingUpdate, maxUpdateBatch)}, nil
+		disp: newDispatcher(cmds, cfg.Log), updates: make(chan *pendingUpdate, maxUpdateBatch)}, nil
 }
 
 // TLSConfig is the server side: TLS 1.3 only; a client certificate is
@@ -267,7 +199,8 @@ func (g *Gateway) TLSConfig() *tls.Config {
 	}
 }
 
-// GRPCServer returns a gRPC server with the gateway registered on TLS.
+// GRPCServer returns a gRPC server with the gateway registered on TLS,
+// behind the authenticating interceptors (see PublicMethods).
 func (g *Gateway) GRPCServer() *grpc.Server {
 	s := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(g.TLSConfig())),
@@ -275,6 +208,10 @@ func (g *Gateway) GRPCServer() *grpc.Server {
 		grpc.MaxSendMsgSize(nodev1.MaxMessageBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Every method but PublicMethods is authenticated before its
+		// handler runs, so a new method cannot forget to.
+		grpc.ChainUnaryInterceptor(g.unaryAuth),
+		grpc.ChainStreamInterceptor(g.streamAuth),
 	)
 	nodev1.RegisterGatewayServer(s, g)
 	return s
@@ -375,6 +312,16 @@ func (g *Gateway) closeMoved(ctx context.Context, since time.Time) (time.Time, e
 	return next, nil
 }
 
+// dispatch runs the dispatcher, woken by every batch signed in this
+// process or another (PostgreSQL NOTIFY), until ctx ends.
+func (g *Gateway) dispatch(ctx context.Context) {
+	local, stopLocal := g.poke.Subscribe(bus.TopicSigned)
+	defer stopLocal()
+	remote, stopRemote := g.poke.Subscribe(bus.RemoteTopic(bus.TopicSigned))
+	defer stopRemote()
+	g.disp.run(ctx, g.cfg.CommandPoll, local, remote)
+}
+
 // heartbeat refreshes this gateway's sessions in the registry every
 // Heartbeat, so that other gateways can tell a live session from one whose
 // gateway went away.
@@ -392,12 +339,6 @@ func (g *Gateway) heartbeat(ctx context.Context) {
 		}
 	}
 }
-
-var (
-	errRevoked    = errors.New("certificate revoked")
-	errSuperseded = errors.New("session superseded")
-	errExpired    = errors.New("certificate expired")
-)
 
 // Connected reports whether nodeID has a live session on this gateway.
 func (g *Gateway) Connected(nodeID string) bool {
@@ -427,52 +368,6 @@ func toStatus(err error) error {
 	}
 }
 
-var errUnauthenticated = status.Error(codes.Unauthenticated, string(errs.Unauthenticated))
-
-// reasonSuperseded is the revocation reason of a certificate a renewal
-// replaced (nodes.ReasonSuperseded; the gateway does not import nodes).
-const reasonSuperseded = "superseded"
-
-// authenticate checks the caller's client certificate: chain to the node
-// CA, trust domain, role and expiry, then revocation and role in the
-// registry. Any failure is UNAUTHENTICATED with a reason for the log and
-// the event log.
-func (g *Gateway) authenticate(ctx context.Context) (pki.NodeIdentity, CertInfo, string, error) {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return pki.NodeIdentity{}, CertInfo{}, "no-peer", errUnauthenticated
-	}
-	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(ti.State.PeerCertificates) == 0 {
-		return pki.NodeIdentity{}, CertInfo{}, "no-client-certificate", errUnauthenticated
-	}
-	id, err := pki.VerifyNodeChain(ti.State.PeerCertificates, g.cfg.NodeRoots, g.cfg.TrustDomain, g.cfg.Clock.Now())
-	if err != nil {
-		g.cfg.Log.Info("node certificate does not verify", "peer", p.Addr.String(), "err", err)
-		return pki.NodeIdentity{}, CertInfo{}, "certificate-invalid", errUnauthenticated
-	}
-	ci, err := g.reg.CertInfo(ctx, id.Serial)
-	switch {
-	case err != nil:
-		g.cfg.Log.Info("node certificate unknown", "node_id", id.NodeID, "err", err)
-		return id, ci, "certificate-unknown", errUnauthenticated
-	case ci.Revoked && ci.RevokeReason == reasonSuperseded && ci.NodeID == id.NodeID:
-		// The node renewed and uses its new certificate: whoever still
-		// holds the old one holds a copy of the identity.
-		if q, err := g.reg.SupersededCertificateUsed(ctx, id.NodeID, id.Serial); err != nil {
-			g.cfg.Log.Error("record superseded certificate", "node_id", id.NodeID, "err", err)
-		} else if q {
-			g.cfg.Log.Warn("node quarantined", "node_id", id.NodeID, "serial", id.Serial)
-		}
-		return id, ci, "certificate-superseded", errUnauthenticated
-	case ci.Revoked:
-		return id, ci, "certificate-revoked", errUnauthenticated
-	case ci.NodeID != id.NodeID || ci.Role != id.Role:
-		return id, ci, "certificate-mismatch", errUnauthenticated
-	}
-	return id, ci, "", nil
-}
-
 // Bundle returns the join-key-signed trust bundle (no client cert needed).
 func (g *Gateway) Bundle(ctx context.Context, _ *nodev1.BundleRequest) (*nodev1.SignedTrustBundle, error) {
 	b, err := g.svc.Bundle(ctx)
@@ -481,23 +376,6 @@ func (g *Gateway) Bundle(ctx context.Context, _ *nodev1.BundleRequest) (*nodev1.
 		return nil, status.Error(codes.Unavailable, string(errs.Internal))
 	}
 	return b, nil
-}
-
-// peerChain returns the DER of the client certificate chain on ctx.
-func peerChain(ctx context.Context) [][]byte {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return nil
-	}
-	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok {
-		return nil
-	}
-	var out [][]byte
-	for _, c := range ti.State.PeerCertificates {
-		out = append(out, c.Raw)
-	}
-	return out
 }
 
 // Join relays a join to the identity services; it is the only call that
@@ -522,13 +400,11 @@ func (g *Gateway) Join(ctx context.Context, req *nodev1.JoinRequest) (*nodev1.Jo
 // and the node's proof of possession of that certificate's key, which the
 // services verify.
 func (g *Gateway) Renew(ctx context.Context, req *nodev1.RenewRequest) (*nodev1.RenewResponse, error) {
-	id, _, reason, err := g.authenticate(ctx)
+	c, err := mustCaller(ctx, nodev1.Gateway_Renew_FullMethodName)
 	if err != nil {
-		g.cfg.Log.Info("renew refused", "node_id", id.NodeID, "reason", reason)
-		g.svc.Refused(ctx, "security.renew.refused", reason, id.NodeID)
-		return nil, status.Error(codes.PermissionDenied, string(errs.AccessDenied))
+		return nil, err
 	}
-	chain, err := g.svc.Renew(ctx, id, peerChain(ctx), req.GetCsrDer(), req.GetProof())
+	chain, err := g.svc.Renew(ctx, c.id, peerChain(ctx), req.GetCsrDer(), req.GetProof())
 	if err != nil {
 		if errs.CodeOf(err) == errs.Internal {
 			g.cfg.Log.Error("renew failed", "err", err)
@@ -546,11 +422,11 @@ func (g *Gateway) Renew(ctx context.Context, req *nodev1.RenewRequest) (*nodev1.
 // Secret relays a secret request from an authenticated node to the broker
 // and returns its JWE. Any refusal is one generic ACCESS_DENIED.
 func (g *Gateway) Secret(ctx context.Context, req *nodev1.SecretRequest) (*nodev1.SecretResponse, error) {
-	id, _, reason, err := g.authenticate(ctx)
+	c, err := mustCaller(ctx, nodev1.Gateway_Secret_FullMethodName)
 	if err != nil {
-		g.svc.Refused(ctx, "security.secret.refused", reason, id.NodeID)
-		return nil, status.Error(codes.PermissionDenied, string(errs.AccessDenied))
+		return nil, err
 	}
+	id := c.id
 	jwe, err := g.svc.Secret(ctx, id, peerChain(ctx), req)
 	if err != nil {
 		if errs.CodeOf(err) == errs.Internal {
@@ -560,406 +436,6 @@ func (g *Gateway) Secret(ctx context.Context, req *nodev1.SecretRequest) (*nodev
 		return nil, status.Error(codes.PermissionDenied, string(errs.AccessDenied))
 	}
 	return &nodev1.SecretResponse{Jwe: jwe}, nil
-}
-
-// Session holds a node's stream: Hello, Welcome, then commands out and
-// updates in, until the node leaves, a newer boot supersedes it, or its
-// certificate is revoked.
-func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
-	ctx := stream.Context()
-	id, ci, reason, err := g.authenticate(ctx)
-	if err != nil {
-		g.cfg.Log.Info("session refused", "node_id", id.NodeID, "reason", reason)
-		g.svc.Refused(ctx, "security.session.refused", reason, id.NodeID)
-		return err
-	}
-	first, err := stream.Recv()
-	if err != nil {
-		return err
-	}
-	hello := first.GetHello()
-	if hello == nil || hello.NodeId != id.NodeID || hello.BootId == "" || len(hello.BootId) > 64 {
-		g.cfg.Log.Info("node refused", "node_id", id.NodeID, "why", "first message is not a Hello for this node")
-		return status.Error(codes.PermissionDenied, string(errs.AccessDenied))
-	}
-	inv, err := inventoryJSON(hello.Inventory)
-	if err != nil {
-		return status.Error(codes.InvalidArgument, string(errs.InvalidInput))
-	}
-	sctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	s := &session{id: ids.New("s"), nodeID: id.NodeID, serial: id.Serial, cancel: cancel, poke: make(chan struct{}, 1)}
-	bootTag := BootTag(hello.BootId)
-	res, err := g.reg.OpenSession(ctx, HelloInfo{NodeID: id.NodeID, BootID: bootTag, Serial: id.Serial, SessionID: s.id,
-		GatewayID: g.cfg.GatewayID, Version: hello.Version, Labels: hello.Labels, Inventory: inv})
-	if err != nil {
-		g.cfg.Log.Error("open session", "node_id", id.NodeID, "err", err)
-		return status.Error(codes.Internal, string(errs.Internal))
-	}
-	if res.Quarantined {
-		g.cfg.Log.Warn("node quarantined", "node_id", id.NodeID, "serial", id.Serial)
-		g.dropSessions(id.NodeID, errRevoked)
-		return errUnauthenticated
-	}
-	// Before the session can be handed commands: none of a kind its
-	// certificate does not allow may reach its outbox.
-	if n, err := g.cmds.CancelDisallowed(ctx, id.NodeID, ci.Role, ci.AllowedKinds); err != nil {
-		g.cfg.Log.Error("cancel disallowed kinds", "node_id", id.NodeID, "err", err)
-		return status.Error(codes.Internal, string(errs.Internal))
-	} else if n > 0 {
-		g.cfg.Log.Info("cancelled commands not allowed for certificate", "node_id", id.NodeID, "count", n)
-	}
-	g.mu.Lock()
-	if old := g.sessions[id.NodeID]; old != nil {
-		old.cancel(errSuperseded)
-	}
-	g.sessions[id.NodeID] = s
-	g.mu.Unlock()
-	defer func() {
-		g.mu.Lock()
-		if g.sessions[id.NodeID] == s {
-			delete(g.sessions, id.NodeID)
-		}
-		// What was handed to this session and not sent goes back to the
-		// queue: dispatch fetches it again for the node's next session.
-		for _, c := range s.outbox {
-			delete(g.inflight, c.Id)
-		}
-		s.outbox = nil
-		g.mu.Unlock()
-		if err := g.reg.CloseSession(context.WithoutCancel(ctx), id.NodeID, s.id); err != nil {
-			g.cfg.Log.Error("close session", "node_id", id.NodeID, "err", err)
-		}
-	}()
-
-	var sendMu sync.Mutex
-	send := func(m *nodev1.ServerMessage) error {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		return stream.Send(m)
-	}
-	sets, err := g.svc.ApproverSets(ctx)
-	if err != nil {
-		g.cfg.Log.Error("read approver sets", "node_id", id.NodeID, "err", err)
-		return status.Error(codes.Internal, string(errs.Internal))
-	}
-	// A statement that cannot be read leaves the node on its own clock.
-	st, err := g.svc.TimeStatement(ctx)
-	if err != nil {
-		g.cfg.Log.Error("read time statement", "node_id", id.NodeID, "err", err)
-		st = nil
-	}
-	if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Welcome{Welcome: &nodev1.Welcome{
-		ServerTimeMs: g.cfg.Clock.Now().UnixMilli(), SessionId: s.id, AllowedKinds: ci.AllowedKinds, ApproverSets: sets, Time: st}}}); err != nil {
-		return err
-	}
-	g.cfg.Log.Info("session open", "node_id", id.NodeID, "session_id", s.id, "boot_id", bootTag)
-
-	// A session lives no longer than its certificate: the node renews
-	// before expiry and reconnects with the new one.
-	expiry := time.AfterFunc(id.NotAfter.Sub(g.cfg.Clock.Now()), func() { cancel(errExpired) })
-	defer expiry.Stop()
-	recvErr := make(chan error, 1)
-	go func() { recvErr <- g.receive(sctx, stream, id.NodeID, id.Serial, send) }()
-	go g.deliver(sctx, s, send)
-	go g.deliverApproverSets(sctx, id.NodeID, send)
-
-	select {
-	case err := <-recvErr:
-		cancel(err)
-		return nil
-	case <-sctx.Done():
-		cause := context.Cause(sctx)
-		g.cfg.Log.Info("session closed", "node_id", id.NodeID, "session_id", s.id, "why", cause)
-		if errors.Is(cause, errRevoked) || errors.Is(cause, errExpired) {
-			return errUnauthenticated
-		}
-		return status.Error(codes.Aborted, "session closed")
-	}
-}
-
-// dropSessions cancels the node's live session on this gateway.
-func (g *Gateway) dropSessions(nodeID string, cause error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if s := g.sessions[nodeID]; s != nil {
-		s.cancel(cause)
-	}
-}
-
-func (g *Gateway) receive(ctx context.Context, stream nodev1.Gateway_SessionServer, nodeID, serial string, send func(*nodev1.ServerMessage) error) error {
-	for {
-		m, err := stream.Recv()
-		if err != nil {
-			return err
-		}
-		switch msg := m.Msg.(type) {
-		case *nodev1.NodeMessage_Update:
-			p := &pendingUpdate{item: wire.UpdateItem{NodeID: nodeID, Update: msg.Update}, done: make(chan wire.UpdateResult, 1)}
-			select {
-			case g.updates <- p:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			var r wire.UpdateResult
-			select {
-			case r = <-p.done:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			if r.Err != nil {
-				g.cfg.Log.Warn("update refused", "node_id", nodeID, "err", r.Err)
-				continue
-			}
-			if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Ack{Ack: &nodev1.UpdateAck{CommandId: r.CommandID, State: r.State}}}); err != nil {
-				return err
-			}
-		case *nodev1.NodeMessage_SandboxReport:
-			// Relayed as is: the sandboxes module checks the signature and
-			// that the sandbox is this node's.
-			id, err := g.svc.SandboxReport(ctx, nodeID, serial, msg.SandboxReport)
-			if err != nil {
-				g.cfg.Log.Warn("sandbox report refused", "node_id", nodeID, "err", err)
-				continue
-			}
-			if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_SandboxAck{SandboxAck: &nodev1.SandboxReportAck{SandboxId: id}}}); err != nil {
-				return err
-			}
-		case *nodev1.NodeMessage_Ping:
-			if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Ping{Ping: &nodev1.Ping{TimeMs: g.cfg.Clock.Now().UnixMilli()}}}); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("gateway: unexpected message %T", m.Msg)
-		}
-	}
-}
-
-// deliverApproverSets sends the approver-set chain again whenever it
-// changes (poked on the bus; other processes' changes reach a node at its
-// next session).
-func (g *Gateway) deliverApproverSets(ctx context.Context, nodeID string, send func(*nodev1.ServerMessage) error) {
-	poke, stop := g.poke.Subscribe(bus.TopicApprovers)
-	defer stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-poke:
-		}
-		sets, err := g.svc.ApproverSets(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				g.cfg.Log.Error("read approver sets", "node_id", nodeID, "err", err)
-			}
-			continue
-		}
-		if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_ApproverSets{ApproverSets: &nodev1.ApproverSets{Sets: sets}}}); err != nil {
-			return
-		}
-	}
-}
-
-// perNodeBatch bounds how many commands dispatch hands one session per
-// round; a session that sends a full batch asks for the next.
-const perNodeBatch = 64
-
-// deliver sends what dispatch put in the session's outbox, in order, and
-// reports what it sent. A poke on the node's bus topic (this process
-// signed something for it) asks dispatch to fetch for this node.
-func (g *Gateway) deliver(ctx context.Context, s *session, send func(*nodev1.ServerMessage) error) {
-	busPoke, stop := g.poke.Subscribe(bus.NodeTopic(s.nodeID))
-	defer stop()
-	g.wantNode(s.nodeID) // what was queued before the session came up
-	for {
-		g.mu.Lock()
-		batch := s.outbox
-		s.outbox = nil
-		g.mu.Unlock()
-		for i, c := range batch {
-			if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Command{Command: c}}); err != nil {
-				g.release(batch[i:])
-				return
-			}
-			g.mu.Lock()
-			g.sent = append(g.sent, c.Id)
-			g.mu.Unlock()
-		}
-		switch {
-		case len(batch) >= perNodeBatch:
-			g.wantNode(s.nodeID) // there may be more
-		case len(batch) > 0:
-			g.pokeDispatch() // record what was sent
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-busPoke:
-			g.wantNode(s.nodeID)
-		case <-s.poke:
-		}
-	}
-}
-
-// release returns commands a session took but could not send to the
-// queue (they stay queued in the database; dispatch fetches them again).
-func (g *Gateway) release(cmds []*nodev1.SignedCommand) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, c := range cmds {
-		delete(g.inflight, c.Id)
-	}
-}
-
-// wantNode asks dispatch to fetch nodeID's queued commands.
-func (g *Gateway) wantNode(nodeID string) {
-	g.mu.Lock()
-	g.want[nodeID] = true
-	g.mu.Unlock()
-	g.pokeDispatch()
-}
-
-func (g *Gateway) pokeDispatch() {
-	select {
-	case g.dpoke <- struct{}{}:
-	default:
-	}
-}
-
-// dispatch moves signed commands from the database to the sessions, for
-// the whole gateway at once: each round it first records in one statement
-// what the sessions sent since the last round, then fetches in one query
-// the queued commands of the nodes that asked (a new session, a poke) or,
-// every CommandPoll and whenever a batch was signed here or in another
-// process (PostgreSQL NOTIFY), of every node with work waiting, and puts
-// them in the sessions' outboxes. A command is in flight from the moment
-// it is handed to a session until its sent state is recorded, and is never
-// handed out twice meanwhile; because recording comes before fetching in
-// the same goroutine, a fetch never sees a command as queued that a
-// session already sent and dispatch already forgot. That holds within one
-// gateway: a node that moves to another gateway before its last commands
-// were recorded as sent (one round) gets them again there, and answers
-// the copies as replays with the results it journaled, which changes
-// nothing.
-func (g *Gateway) dispatch(ctx context.Context) {
-	t := time.NewTicker(g.cfg.CommandPoll)
-	defer t.Stop()
-	local, stopLocal := g.poke.Subscribe(bus.TopicSigned)
-	defer stopLocal()
-	remote, stopRemote := g.poke.Subscribe(bus.RemoteTopic(bus.TopicSigned))
-	defer stopRemote()
-	for {
-		all := false
-		select {
-		case <-ctx.Done():
-			// Record what was sent before the stop, so the next gateway does
-			// not send it again (the node would answer a copy as a replay).
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			g.recordSent(fctx)
-			cancel()
-			return
-		case <-t.C:
-			all = true
-		case <-local:
-			all = true
-		case <-remote:
-			all = true
-		case <-g.dpoke:
-		}
-		g.recordSent(ctx)
-		g.fetch(ctx, all)
-	}
-}
-
-// recordSent marks what the sessions sent; on failure the ids stay in
-// flight and are tried again next round.
-func (g *Gateway) recordSent(ctx context.Context) {
-	g.mu.Lock()
-	ids := g.sent
-	g.sent = nil
-	g.mu.Unlock()
-	if len(ids) == 0 {
-		return
-	}
-	if err := g.cmds.MarkSent(ctx, ids); err != nil {
-		if ctx.Err() == nil {
-			g.cfg.Log.Error("mark commands sent", "count", len(ids), "err", err)
-		}
-		g.mu.Lock()
-		g.sent = append(g.sent, ids...)
-		g.mu.Unlock()
-		return
-	}
-	g.mu.Lock()
-	for _, id := range ids {
-		delete(g.inflight, id)
-	}
-	g.mu.Unlock()
-}
-
-// fetch hands queued commands to the sessions of the wanted nodes (and,
-// when all, of every node with work waiting) whose outbox is empty.
-func (g *Gateway) fetch(ctx context.Context, all bool) {
-	g.mu.Lock()
-	want := g.want
-	g.want = map[string]bool{}
-	g.mu.Unlock()
-	if all {
-		ids, err := g.cmds.PendingNodes(ctx)
-		if err != nil && ctx.Err() == nil {
-			g.cfg.Log.Error("read nodes with pending commands", "err", err)
-		}
-		for _, id := range ids {
-			want[id] = true
-		}
-	}
-	g.mu.Lock()
-	var nodes []string
-	for id := range want {
-		switch s := g.sessions[id]; {
-		case s == nil:
-		case len(s.outbox) == 0:
-			nodes = append(nodes, id)
-		default:
-			g.want[id] = true // still sending its last batch: next round
-		}
-	}
-	g.mu.Unlock()
-	if len(nodes) == 0 {
-		return
-	}
-	pending, err := g.cmds.PendingFor(ctx, nodes, perNodeBatch)
-	if err != nil {
-		if ctx.Err() == nil {
-			g.cfg.Log.Error("read pending commands", "nodes", len(nodes), "err", err)
-		}
-		g.mu.Lock()
-		for _, id := range nodes {
-			g.want[id] = true
-		}
-		g.mu.Unlock()
-		return
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for nodeID, cmds := range pending {
-		s := g.sessions[nodeID] // a session in the map has not ended
-		if s == nil {
-			continue
-		}
-		added := false
-		for _, c := range cmds {
-			if g.inflight[c.Id] {
-				continue
-			}
-			g.inflight[c.Id] = true
-			s.outbox = append(s.outbox, c)
-			added = true
-		}
-		if added {
-			s.wake()
-		}
-	}
 }
 
 // BootTag is what the control plane keeps and shows of a node's boot id: a

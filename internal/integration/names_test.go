@@ -13,6 +13,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/store"
@@ -73,7 +74,7 @@ func TestNodesListShowsRevokedAndQuarantined(t *testing.T) {
 		}
 		check := func() {
 			t.Helper()
-			ns, err := e.CP.Nodes.List(ctx, "root")
+			ns, err := e.CP.Nodes.List(ctx, iam.RootScope())
 			if err != nil {
 				t.Fatal(err)
 			}

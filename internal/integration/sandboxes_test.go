@@ -434,7 +434,7 @@ func TestSandboxPlacement(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	node, err := e.CP.Nodes.Get(ctx, "root", e.Nodes[0].NodeID())
+	node, err := e.CP.Nodes.Get(ctx, iam.RootScope(), e.Nodes[0].NodeID())
 	if err != nil || node.Labels["runtime.sim"] != "true" || node.Labels["runtime.runc"] != "" {
 		t.Fatalf("the sim host advertises %v", node.Labels)
 	}
@@ -477,7 +477,7 @@ func waitDisconnectedInRegistry(t *testing.T, e *testenv.Env, id string) {
 	defer stop()
 	timeout := time.After(testenv.WaitTimeout)
 	for {
-		n, err := e.CP.Nodes.Get(context.Background(), "root", id)
+		n, err := e.CP.Nodes.Get(context.Background(), iam.RootScope(), id)
 		if err == nil && !n.Connected {
 			return
 		}

@@ -343,7 +343,7 @@ func TestCloneCannotReuseShownBootID(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		e := testenv.Start(t, db, testenv.Options{Nodes: 1})
 		a := e.Nodes[0]
-		shown, err := e.CP.Nodes.Get(context.Background(), "root", a.NodeID())
+		shown, err := e.CP.Nodes.Get(context.Background(), iam.RootScope(), a.NodeID())
 		if err != nil || shown.BootID == "" {
 			t.Fatalf("nodes.get: %+v %v", shown, err)
 		}

@@ -8,10 +8,6 @@ package nodes
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/sha256"
-	"crypto/subtle"
 	"crypto/x509"
 	"database/sql"
 	"encoding/json"
@@ -26,6 +22,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/jointoken"
 	"github.com/bettercompute/bettercompute/internal/pki"
@@ -85,18 +82,22 @@ type Service struct {
 	bus    *bus.Bus
 	log    *slog.Logger
 	cfg    Config
-	quotas *quota.Service // nil: the default limits (see quotaService)
+	quotas *quota.Service
 }
 
-// New returns the nodes module.
-func New(db *store.DB, clk clock.Clock, events *audit.Events, b *bus.Bus, log *slog.Logger, cfg Config) *Service {
+// New returns the nodes module; quotas (required) admits join tokens: the
+// server passes the configured service.
+func New(db *store.DB, clk clock.Clock, events *audit.Events, b *bus.Bus, log *slog.Logger, quotas *quota.Service, cfg Config) *Service {
+	if quotas == nil {
+		panic("nodes: New needs a quota service")
+	}
 	if cfg.CertLifetime == 0 {
 		cfg.CertLifetime = 24 * time.Hour
 	}
 	if cfg.RenewInterval == 0 {
 		cfg.RenewInterval = DefaultRenewInterval
 	}
-	return &Service{db: db, clk: clk, events: events, bus: b, log: log, cfg: cfg}
+	return &Service{db: db, clk: clk, events: events, bus: b, log: log, quotas: quotas, cfg: cfg}
 }
 
 // Node is a node as the API shows it.
@@ -199,8 +200,7 @@ func (s *Service) CreateJoinToken(ctx context.Context, actor audit.Entry, role, 
 		if err := s.admitTokens(ctx, tx, actor.TenantID, 1, 1, now); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO join_tokens (id, tenant_id, hash, role, name, created_by, created_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, t.ID, actor.TenantID, jointoken.HashSecret(t.Secret), role, name, actor.Actor, now.UnixMilli(), exp.UnixMilli()); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlInsertToken, t.ID, actor.TenantID, jointoken.HashSecret(t.Secret), role, name, actor.Actor, now.UnixMilli(), exp.UnixMilli()); err != nil {
 			return fmt.Errorf("nodes: insert token: %w", err)
 		}
 		actor.Action, actor.Resource, actor.Outcome = "compute:join-tokens:create", "join-token/"+t.ID, "allowed"
@@ -259,77 +259,35 @@ func (s *Service) TrustBundle() (body, sig, joinPub []byte) {
 // Join spends a token and certifies the CSR's key as a new node. Every
 // refusal is one generic ACCESS_DENIED; the reason goes to the event log.
 func (s *Service) Join(ctx context.Context, token string, csrDER []byte, name string) (nodeID string, chain [][]byte, err error) {
-	t, err := jointoken.Parse(token)
-	if err != nil {
-		return "", nil, s.refuse(ctx, EventJoinRefused, "token-malformed", "", nil)
+	t, parsed, reason := checkJoinRequest(token, s.cfg.JoinPin, name)
+	if !parsed {
+		return "", nil, s.refuse(ctx, EventJoinRefused, reason, "", nil)
 	}
-	if subtle.ConstantTimeCompare(t.Pin[:], s.cfg.JoinPin[:]) != 1 {
-		return "", nil, s.refuse(ctx, EventJoinRefused, "token-pin-mismatch", "", map[string]any{"token_id": t.ID})
-	}
-	if name != "" && !ValidateName(name) {
-		// The name is shown to operators; one that could carry terminal
-		// controls or pass for another node is refused, token unspent.
-		return "", nil, s.refuse(ctx, EventJoinRefused, "name-invalid", "", map[string]any{"token_id": t.ID})
+	if reason != "" {
+		return "", nil, s.refuse(ctx, EventJoinRefused, reason, "", map[string]any{"token_id": t.ID})
 	}
 	now := s.clk.Now()
 	nodeID = ids.New("n")
-	var reason string
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		var hash []byte
-		var tenant, role, tokName string
-		var expires int64
-		var used sql.NullInt64
-		row := tx.QueryRowContext(ctx, `SELECT hash, tenant_id, role, name, expires_at, used_at FROM join_tokens WHERE id = $1`, t.ID)
-		if err := row.Scan(&hash, &tenant, &role, &tokName, &expires, &used); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				reason = "token-unknown"
-				return errRefused
-			}
+		row, err := scanToken(tx.QueryRowContext(ctx, sqlReadToken, t.ID))
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("nodes: read token: %w", err)
 		}
-		switch {
-		case subtle.ConstantTimeCompare(hash, jointoken.HashSecret(t.Secret)) != 1:
-			reason = "token-unknown"
-			return errRefused
-		case used.Valid:
-			reason = "token-used"
-			return errRefused
-		case now.UnixMilli() >= expires:
-			reason = "token-expired"
+		if reason = decideJoin(row, err == nil, t.Secret, now); reason != "" {
 			return errRefused
 		}
-		if name == "" {
-			name = tokName
-		}
-		if name == "" {
-			name = nodeID
-		}
+		name = joinName(name, row.name, nodeID)
 		if s.cfg.NodeCAKey == nil {
 			return errs.New(errs.Internal, "this process holds no node CA key")
 		}
-		leaf, err := pki.IssueNodeCert(s.cfg.NodeCA, s.cfg.NodeCAKey, csrDER, s.cfg.TrustDomain, nodeID, role, s.cfg.CertLifetime, now)
+		leaf, err := pki.IssueNodeCert(s.cfg.NodeCA, s.cfg.NodeCAKey, csrDER, s.cfg.TrustDomain, nodeID, row.role, s.cfg.CertLifetime, now)
 		if err != nil {
-			reason = "csr-invalid"
+			reason = reasonCSRInvalid
 			return errRefused
-		}
-		res, err := tx.ExecContext(ctx, `UPDATE join_tokens SET used_at = $1, node_id = $2 WHERE id = $3 AND used_at IS NULL`, now.UnixMilli(), nodeID, t.ID)
-		if err != nil {
-			return fmt.Errorf("nodes: spend token: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			reason = "token-used"
-			return errRefused
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO nodes (id, tenant_id, name, role, created_at) VALUES ($1, $2, $3, $4, $5)`,
-			nodeID, tenant, name, role, now.UnixMilli()); err != nil {
-			return fmt.Errorf("nodes: insert node: %w", err)
-		}
-		if err := insertCert(ctx, tx, nodeID, role, leaf, now); err != nil {
-			return err
 		}
 		chain = [][]byte{leaf}
-		return audit.Record(ctx, tx, now, audit.Entry{TenantID: tenant, Actor: "node/" + nodeID, Action: "compute:nodes:join",
-			Resource: "node/" + nodeID, Outcome: "allowed", Details: map[string]any{"token_id": t.ID, "role": role, "name": name}})
+		reason, err = writeJoin(ctx, tx, t.ID, nodeID, name, row, leaf, now)
+		return err
 	})
 	if errors.Is(err, errRefused) {
 		return "", nil, s.refuse(ctx, EventJoinRefused, reason, "", map[string]any{"token_id": t.ID})
@@ -343,6 +301,27 @@ func (s *Service) Join(ctx context.Context, token string, csrDER []byte, name st
 	return nodeID, chain, nil
 }
 
+// writeJoin spends token tokenID for nodeID and records the node, its
+// certificate leaf and the audit row. A token another join spent first
+// refuses (errRefused with the reason).
+func writeJoin(ctx context.Context, tx *sql.Tx, tokenID, nodeID, name string, tok tokenRow, leaf []byte, now time.Time) (string, error) {
+	res, err := tx.ExecContext(ctx, sqlSpendToken, now.UnixMilli(), nodeID, tokenID)
+	if err != nil {
+		return "", fmt.Errorf("nodes: spend token: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return reasonTokenUsed, errRefused
+	}
+	if _, err := tx.ExecContext(ctx, sqlInsertNode, nodeID, tok.tenant, name, tok.role, now.UnixMilli()); err != nil {
+		return "", fmt.Errorf("nodes: insert node: %w", err)
+	}
+	if err := insertCert(ctx, tx, nodeID, tok.role, leaf, now); err != nil {
+		return "", err
+	}
+	return "", audit.Record(ctx, tx, now, audit.Entry{TenantID: tok.tenant, Actor: "node/" + nodeID, Action: "compute:nodes:join",
+		Resource: "node/" + nodeID, Outcome: "allowed", Details: map[string]any{"token_id": tokenID, "role": tok.role, "name": name}})
+}
+
 var errRefused = errors.New("refused")
 
 func insertCert(ctx context.Context, tx *sql.Tx, nodeID, role string, leaf []byte, now time.Time) error {
@@ -351,8 +330,7 @@ func insertCert(ctx context.Context, tx *sql.Tx, nodeID, role string, leaf []byt
 		return fmt.Errorf("nodes: parse issued cert: %w", err)
 	}
 	serial := pki.SerialHex(cert)
-	_, err = tx.ExecContext(ctx, `INSERT INTO node_certs (serial, node_id, role, cert_der, not_before, not_after, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`, serial, nodeID, role, leaf, cert.NotBefore.UnixMilli(), cert.NotAfter.UnixMilli(), now.UnixMilli())
+	_, err = tx.ExecContext(ctx, sqlInsertCert, serial, nodeID, role, leaf, cert.NotBefore.UnixMilli(), cert.NotAfter.UnixMilli(), now.UnixMilli())
 	if err != nil {
 		return fmt.Errorf("nodes: insert cert: %w", err)
 	}
@@ -367,17 +345,7 @@ const ReasonRenewProofInvalid = "renew-proof-invalid"
 // presenting certificate's key, ECDSA ASN.1 or Ed25519) over
 // SHA-256(wire.RenewSigContext || csrDER).
 func VerifyRenewProof(pub crypto.PublicKey, csrDER, proof []byte) bool {
-	if len(proof) == 0 {
-		return false
-	}
-	digest := sha256.Sum256(append([]byte(wire.RenewSigContext), csrDER...))
-	switch k := pub.(type) {
-	case *ecdsa.PublicKey:
-		return ecdsa.VerifyASN1(k, digest[:], proof)
-	case ed25519.PublicKey:
-		return ed25519.Verify(k, digest[:], proof)
-	}
-	return false
+	return len(proof) > 0 && wire.VerifyNode(pub, wire.RenewSigContext, csrDER, proof)
 }
 
 // CheckRenewProof refuses (ACCESS_DENIED, recorded as
@@ -417,7 +385,7 @@ func (s *Service) Renew(ctx context.Context, id pki.NodeIdentity, csrDER []byte)
 	if err != nil {
 		return nil, s.refuse(ctx, EventRenewRefused, "csr-invalid", id.NodeID, nil)
 	}
-	limited, revoked := false, false
+	var refusal string // decideRenew's, under the node's lock
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		// One renewal per node per RenewInterval, decided under the node's
 		// lock so that concurrent renewals cannot all pass.
@@ -428,48 +396,42 @@ func (s *Service) Renew(ctx context.Context, id pki.NodeIdentity, csrDER []byte)
 		// any revocation) that committed since must not be outlived by a
 		// fresh certificate, so it is read again under the lock.
 		var revokedAt sql.NullInt64
-		if err := tx.QueryRowContext(ctx, `SELECT revoked_at FROM node_certs WHERE serial = $1`, id.Serial).Scan(&revokedAt); err != nil {
+		if err := tx.QueryRowContext(ctx, sqlCertRevokedAt, id.Serial).Scan(&revokedAt); err != nil {
 			return fmt.Errorf("nodes: reread certificate: %w", err)
 		}
-		if revokedAt.Valid {
-			revoked = true
-			return errRefused
-		}
 		var recent int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM node_certs WHERE node_id = $1 AND renewed_from IS NOT NULL AND created_at > $2`,
-			id.NodeID, now.Add(-s.cfg.RenewInterval).UnixMilli()).Scan(&recent); err != nil {
-			return fmt.Errorf("nodes: count renewals: %w", err)
+		if !revokedAt.Valid {
+			if err := tx.QueryRowContext(ctx, sqlCountRecentRenewals,
+				id.NodeID, renewWindowStart(now, s.cfg.RenewInterval).UnixMilli()).Scan(&recent); err != nil {
+				return fmt.Errorf("nodes: count renewals: %w", err)
+			}
 		}
-		if recent > 0 {
-			limited = true
+		if refusal = decideRenew(revokedAt.Valid, recent); refusal != "" {
 			return errRefused
 		}
 		if err := insertCert(ctx, tx, id.NodeID, st.Role, leaf, now); err != nil {
 			return err
 		}
 		cert, _ := x509.ParseCertificate(leaf)
-		if _, err := tx.ExecContext(ctx, `UPDATE node_certs SET renewed_from = $1 WHERE serial = $2`, id.Serial, pki.SerialHex(cert)); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlChainRenewal, id.Serial, pki.SerialHex(cert)); err != nil {
 			return fmt.Errorf("nodes: chain renewal: %w", err)
 		}
 		if st.AllowedKinds != nil {
 			b, _ := json.Marshal(st.AllowedKinds)
 			cert, _ := x509.ParseCertificate(leaf)
-			if _, err := tx.ExecContext(ctx, `UPDATE node_certs SET allowed_kinds = $1 WHERE serial = $2`, string(b), pki.SerialHex(cert)); err != nil {
+			if _, err := tx.ExecContext(ctx, sqlSetAllowedKinds, string(b), pki.SerialHex(cert)); err != nil {
 				return fmt.Errorf("nodes: copy allowed kinds: %w", err)
 			}
 		}
 		var tenant string
-		if err := tx.QueryRowContext(ctx, `SELECT tenant_id FROM nodes WHERE id = $1`, id.NodeID).Scan(&tenant); err != nil {
+		if err := tx.QueryRowContext(ctx, sqlNodeTenant, id.NodeID).Scan(&tenant); err != nil {
 			return fmt.Errorf("nodes: read node: %w", err)
 		}
 		return audit.Record(ctx, tx, now, audit.Entry{TenantID: tenant, Actor: "node/" + id.NodeID, Action: "compute:nodes:renew",
 			Resource: "node/" + id.NodeID, Outcome: "allowed", Details: map[string]any{"previous_serial": id.Serial}})
 	})
-	if revoked {
-		return nil, s.refuse(ctx, EventRenewRefused, "certificate-revoked", id.NodeID, map[string]any{"serial": id.Serial})
-	}
-	if limited {
-		return nil, s.refuse(ctx, EventRenewRefused, "renew-rate-limited", id.NodeID, map[string]any{"serial": id.Serial})
+	if refusal != "" {
+		return nil, s.refuse(ctx, EventRenewRefused, refusal, id.NodeID, map[string]any{"serial": id.Serial})
 	}
 	if err != nil {
 		return nil, err
@@ -492,11 +454,9 @@ type CertState struct {
 // ErrCertUnknown is returned by CertState for a serial never issued.
 var ErrCertUnknown = errors.New("nodes: certificate unknown")
 
-const certStateColumns = `serial, node_id, role, cert_der, not_after, revoked_at, allowed_kinds, revoke_reason`
-
 // CertState reads a certificate's record.
 func (s *Service) CertState(ctx context.Context, serial string) (CertState, error) {
-	st, err := scanCertState(s.db.QueryRowContext(ctx, `SELECT `+certStateColumns+` FROM node_certs WHERE serial = $1`, serial))
+	st, err := scanCertState(s.db.QueryRowContext(ctx, sqlCertState, serial))
 	if errors.Is(err, sql.ErrNoRows) {
 		return CertState{}, ErrCertUnknown
 	}
@@ -510,7 +470,7 @@ func (s *Service) CertStates(ctx context.Context, serials []string) (map[string]
 	out := make(map[string]CertState, len(serials))
 	for chunk := range slices.Chunk(serials, store.InChunk) {
 		a := s.db.NewArgs()
-		rows, err := s.db.QueryContext(ctx, `SELECT `+certStateColumns+` FROM node_certs WHERE serial IN (`+a.Strings(chunk)+`)`, a.Values()...)
+		rows, err := s.db.QueryContext(ctx, sqlCertStatesPrefix+a.Strings(chunk)+`)`, a.Values()...)
 		if err != nil {
 			return nil, fmt.Errorf("nodes: read certs: %w", err)
 		}
@@ -533,41 +493,6 @@ func (s *Service) CertStates(ctx context.Context, serials []string) (map[string]
 	return out, nil
 }
 
-func scanCertState(row interface{ Scan(...any) error }) (CertState, error) {
-	var st CertState
-	var der []byte
-	var notAfter int64
-	var revoked sql.NullInt64
-	var allowed, reason sql.NullString
-	if err := row.Scan(&st.Serial, &st.NodeID, &st.Role, &der, &notAfter, &revoked, &allowed, &reason); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return CertState{}, err
-		}
-		return CertState{}, fmt.Errorf("nodes: read cert: %w", err)
-	}
-	st.Revoked = revoked.Valid
-	if st.Revoked {
-		st.RevokeReason = reason.String
-	}
-	st.NotAfter = time.UnixMilli(notAfter)
-	if allowed.Valid {
-		if err := json.Unmarshal([]byte(allowed.String), &st.AllowedKinds); err != nil {
-			return CertState{}, fmt.Errorf("nodes: decode allowed kinds: %w", err)
-		}
-		if st.AllowedKinds == nil {
-			st.AllowedKinds = []string{}
-		}
-	}
-	var err error
-	if st.Cert, err = x509.ParseCertificate(der); err != nil {
-		return CertState{}, fmt.Errorf("nodes: parse stored cert: %w: %w", errUnparsable, err)
-	}
-	return st, nil
-}
-
-// errUnparsable marks a stored certificate record that does not parse.
-var errUnparsable = errors.New("unparsable certificate record")
-
 // SetAllowedKinds narrows a certificate to kinds (nil removes the narrowing).
 // It takes effect at the node's next Hello.
 func (s *Service) SetAllowedKinds(ctx context.Context, actor audit.Entry, serial string, kinds []string) error {
@@ -578,7 +503,7 @@ func (s *Service) SetAllowedKinds(ctx context.Context, actor audit.Entry, serial
 	}
 	now := s.clk.Now()
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE node_certs SET allowed_kinds = $1 WHERE serial = $2`, v, serial)
+		res, err := tx.ExecContext(ctx, sqlSetAllowedKinds, v, serial)
 		if err != nil {
 			return fmt.Errorf("nodes: set allowed kinds: %w", err)
 		}
@@ -610,11 +535,9 @@ func (s *Service) Revoke(ctx context.Context, actor audit.Entry, nodeID, serial,
 		if err != nil {
 			return err
 		}
-		q := `UPDATE node_certs SET revoked_at = $1, revoke_reason = $2 WHERE revoked_at IS NULL AND node_id = $3`
-		args := []any{now.UnixMilli(), reason, nodeID}
+		q, args := sqlRevokeNodeCerts, []any{now.UnixMilli(), reason, nodeID}
 		if serial != "" {
-			q += ` AND serial = $4`
-			args = append(args, serial)
+			q, args = sqlRevokeNodeCert, append(args, serial)
 		}
 		res, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
@@ -636,7 +559,7 @@ func (s *Service) Revoke(ctx context.Context, actor audit.Entry, nodeID, serial,
 // RevokedSince returns the serials revoked at or after since, and the time
 // to ask from next. Gateways poll it, so a revocation reaches every gateway.
 func (s *Service) RevokedSince(ctx context.Context, since time.Time) ([]string, time.Time, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT serial, revoked_at FROM node_certs WHERE revoked_at >= $1`, since.UnixMilli())
+	rows, err := s.db.QueryContext(ctx, sqlRevokedSince, since.UnixMilli())
 	if err != nil {
 		return nil, since, fmt.Errorf("nodes: revoked since: %w", err)
 	}
@@ -657,23 +580,12 @@ func (s *Service) RevokedSince(ctx context.Context, since time.Time) ([]string, 
 	return out, next, rows.Err()
 }
 
-const nodeColumns = `SELECT n.id, n.name, n.tenant_id, n.role, n.boot_id, n.version, n.labels, n.inventory, n.created_at, n.last_seen_at,
-		(SELECT COUNT(*) FROM node_sessions s WHERE s.node_id = n.id AND s.closed_at IS NULL),
-		(SELECT MAX(c.not_after) FROM node_certs c WHERE c.node_id = n.id AND c.revoked_at IS NULL),
-		(SELECT c.revoke_reason FROM node_certs c WHERE c.node_id = n.id AND c.revoked_at IS NOT NULL ORDER BY c.revoked_at DESC, c.serial LIMIT 1)
-		FROM nodes n`
-
-// List returns the nodes of tenant (every node for the root tenant), in
-// name order.
-func (s *Service) List(ctx context.Context, tenant string) ([]Node, error) {
-	q := nodeColumns
-	var args []any
-	if tenant != "" && tenant != "root" {
-		q += ` WHERE n.tenant_id = $1`
-		args = append(args, tenant)
-	}
-	q += ` ORDER BY n.name, n.id`
-	return s.query(ctx, q, args...)
+// List returns the nodes visible in scope (every node for the root
+// tenant), in name order.
+func (s *Service) List(ctx context.Context, scope iam.Scope) ([]Node, error) {
+	a := s.db.NewArgs()
+	q := nodeColumns + ` WHERE ` + scope.Filter(a, "n.tenant_id") + ` ORDER BY n.name, n.id`
+	return s.query(ctx, q, a.Values()...)
 }
 
 func (s *Service) query(ctx context.Context, q string, args ...any) ([]Node, error) {
@@ -688,38 +600,22 @@ func (s *Service) query(ctx context.Context, q string, args ...any) ([]Node, err
 	defer rows.Close()
 	out := []Node{}
 	for rows.Next() {
-		var n Node
-		var labels, inv string
-		var created int64
-		var seen, validUntil sql.NullInt64
-		var live int
-		var lastRevoke sql.NullString
-		if err := rows.Scan(&n.ID, &n.Name, &n.TenantID, &n.Role, &n.BootID, &n.Version, &labels, &inv, &created, &seen, &live, &validUntil, &lastRevoke); err != nil {
-			return nil, fmt.Errorf("nodes: scan: %w", err)
+		n, err := scanNode(rows, s.clk.Now())
+		if err != nil {
+			return nil, err
 		}
-		n.Connected = live > 0
-		n.State, n.StateReason = certState(s.clk.Now(), validUntil, lastRevoke)
-		n.CreatedAt = time.UnixMilli(created).UTC()
-		if seen.Valid {
-			t := time.UnixMilli(seen.Int64).UTC()
-			n.LastSeenAt = &t
-		}
-		if err := json.Unmarshal([]byte(labels), &n.Labels); err != nil {
-			return nil, fmt.Errorf("nodes: decode labels: %w", err)
-		}
-		n.Inventory = json.RawMessage(inv)
 		out = append(out, n)
 	}
 	return out, rows.Err()
 }
 
-// Get returns one node; NOT_FOUND when it does not exist in tenant's view.
-func (s *Service) Get(ctx context.Context, tenant, id string) (Node, error) {
-	ns, err := s.query(ctx, nodeColumns+` WHERE n.id = $1`, id)
+// Get returns one node; NOT_FOUND when it does not exist in scope.
+func (s *Service) Get(ctx context.Context, scope iam.Scope, id string) (Node, error) {
+	ns, err := s.query(ctx, sqlNodeByID, id)
 	if err != nil {
 		return Node{}, err
 	}
-	if len(ns) != 1 || tenant != "root" && ns[0].TenantID != tenant {
+	if len(ns) != 1 || !scope.Sees(ns[0].TenantID) {
 		return Node{}, errs.New(errs.NotFound, "node not found")
 	}
 	return ns[0], nil
@@ -728,7 +624,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Node, error) {
 // TenantOf returns a node's tenant; NOT_FOUND when unknown.
 func (s *Service) TenantOf(ctx context.Context, nodeID string) (string, error) {
 	var t string
-	err := s.db.QueryRowContext(ctx, `SELECT tenant_id FROM nodes WHERE id = $1`, nodeID).Scan(&t)
+	err := s.db.QueryRowContext(ctx, sqlNodeTenant, nodeID).Scan(&t)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", errs.New(errs.NotFound, "node not found")
 	}
@@ -736,6 +632,33 @@ func (s *Service) TenantOf(ctx context.Context, nodeID string) (string, error) {
 		return "", fmt.Errorf("nodes: tenant of: %w", err)
 	}
 	return t, nil
+}
+
+// TenantsOf returns the tenant of each node of nodeIDs that exists, in one
+// query per store.InChunk ids (fan-out over many nodes); an unknown id is
+// absent from the map.
+func (s *Service) TenantsOf(ctx context.Context, nodeIDs []string) (map[string]string, error) {
+	out := make(map[string]string, len(nodeIDs))
+	for chunk := range slices.Chunk(nodeIDs, store.InChunk) {
+		a := s.db.NewArgs()
+		rows, err := s.db.QueryContext(ctx, sqlNodeTenantsPrefix+a.Strings(chunk)+`)`, a.Values()...)
+		if err != nil {
+			return nil, fmt.Errorf("nodes: tenants of: %w", err)
+		}
+		for rows.Next() {
+			var id, tenant string
+			if err := rows.Scan(&id, &tenant); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("nodes: tenants of: %w", err)
+			}
+			out[id] = tenant
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("nodes: tenants of: %w", err)
+		}
+	}
+	return out, nil
 }
 
 // NameRule says in words what ValidateName accepts.

@@ -27,8 +27,7 @@ type rowQuerier interface {
 // applies this rule, so a serial never reaches another tenant's
 // certificate.
 func certOfNode(ctx context.Context, q rowQuerier, nodeID, serial string) (tenant string, err error) {
-	err = q.QueryRowContext(ctx, `SELECT n.tenant_id FROM node_certs c JOIN nodes n ON n.id = c.node_id WHERE c.serial = $1 AND c.node_id = $2`,
-		serial, nodeID).Scan(&tenant)
+	err = q.QueryRowContext(ctx, sqlCertOfNode, serial, nodeID).Scan(&tenant)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", ErrNotNodeCert
 	}
@@ -41,7 +40,7 @@ func certOfNode(ctx context.Context, q rowQuerier, nodeID, serial string) (tenan
 // nodeTenant returns the tenant that owns nodeID; NOT_FOUND when unknown.
 func nodeTenant(ctx context.Context, q rowQuerier, nodeID string) (string, error) {
 	var t string
-	err := q.QueryRowContext(ctx, `SELECT tenant_id FROM nodes WHERE id = $1`, nodeID).Scan(&t)
+	err := q.QueryRowContext(ctx, sqlNodeTenant, nodeID).Scan(&t)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", errs.New(errs.NotFound, "node not found")
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/bus"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
@@ -56,7 +57,7 @@ func (s *Service) lockNode(ctx context.Context, tx *sql.Tx, nodeID string) error
 		return nil
 	}
 	var id string
-	if err := tx.QueryRowContext(ctx, `SELECT id FROM nodes WHERE id = $1 FOR UPDATE`, nodeID).Scan(&id); err != nil {
+	if err := tx.QueryRowContext(ctx, sqlLockNode, nodeID).Scan(&id); err != nil {
 		return fmt.Errorf("nodes: lock node: %w", err)
 	}
 	return nil
@@ -87,74 +88,26 @@ func (s *Service) OpenSession(ctx context.Context, h Hello) (SessionOutcome, err
 	if inv == "" {
 		inv = "{}"
 	}
-	var moved, revoked bool
+	var d sessionDecision
+	var revoked bool
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		if err := s.lockNode(ctx, tx, h.NodeID); err != nil {
 			return err
 		}
-		var prevSession, prevBoot, prevGateway string
-		var closed, heartbeat sql.NullInt64
-		var connected int64
-		err := tx.QueryRowContext(ctx, `SELECT session_id, boot_id, gateway_id, connected_at, closed_at, heartbeat_at FROM node_sessions WHERE node_id = $1`, h.NodeID).
-			Scan(&prevSession, &prevBoot, &prevGateway, &connected, &closed, &heartbeat)
+		prev, err := scanSession(tx.QueryRowContext(ctx, sqlReadSession, h.NodeID))
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("nodes: read session: %w", err)
 		}
-		open := err == nil && !closed.Valid
-		beat := connected
-		if heartbeat.Valid {
-			beat = heartbeat.Int64
-		}
-		live := open && beat >= now.Add(-SessionQuietAfter).UnixMilli()
-		if open {
-			out.Superseded = prevSession
-			moved = prevGateway != h.GatewayID
-		}
-		if live && prevBoot != h.BootID {
-			var q bool
-			out.FlipCount, q, err = s.flip(ctx, tx, now, h.NodeID, h.Serial, prevBoot, h.BootID, nil)
-			if err != nil {
+		d = decideSession(prev, err == nil, h.BootID, h.GatewayID, now)
+		out.Superseded = d.Superseded
+		if d.Flip {
+			out.FlipCount, out.Quarantined, err = s.flip(ctx, tx, now, h.NodeID, h.Serial, prev.boot, h.BootID, nil)
+			if err != nil || out.Quarantined {
 				return err
 			}
-			if q {
-				out.Quarantined = true
-				return nil
-			}
 		}
-		// The certificate in use supersedes every older one of the node.
-		res, err := tx.ExecContext(ctx, `UPDATE node_certs SET revoked_at = $1, revoke_reason = $2
-			WHERE node_id = $3 AND revoked_at IS NULL AND serial <> $4
-			AND created_at <= (SELECT created_at FROM node_certs WHERE serial = $4)`, now.UnixMilli(), ReasonSuperseded, h.NodeID, h.Serial)
-		if err != nil {
-			return fmt.Errorf("nodes: supersede older certificates: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n > 0 {
-			revoked = true
-		}
-		if s.db.Dialect == store.Postgres {
-			_, err = tx.ExecContext(ctx, `INSERT INTO node_sessions (node_id, session_id, gateway_id, boot_id, cert_serial, connected_at, closed_at, heartbeat_at)
-				VALUES ($1, $2, $3, $4, $5, $6, NULL, $6)
-				ON CONFLICT (node_id) DO UPDATE SET session_id = EXCLUDED.session_id, gateway_id = EXCLUDED.gateway_id,
-				boot_id = EXCLUDED.boot_id, cert_serial = EXCLUDED.cert_serial, connected_at = EXCLUDED.connected_at, closed_at = NULL,
-				heartbeat_at = EXCLUDED.heartbeat_at`,
-				h.NodeID, h.SessionID, h.GatewayID, h.BootID, h.Serial, now.UnixMilli())
-		} else {
-			_, err = tx.ExecContext(ctx, `INSERT INTO node_sessions (node_id, session_id, gateway_id, boot_id, cert_serial, connected_at, closed_at, heartbeat_at)
-				VALUES ($1, $2, $3, $4, $5, $6, NULL, $6)
-				ON CONFLICT (node_id) DO UPDATE SET session_id = excluded.session_id, gateway_id = excluded.gateway_id,
-				boot_id = excluded.boot_id, cert_serial = excluded.cert_serial, connected_at = excluded.connected_at, closed_at = NULL,
-				heartbeat_at = excluded.heartbeat_at`,
-				h.NodeID, h.SessionID, h.GatewayID, h.BootID, h.Serial, now.UnixMilli())
-		}
-		if err != nil {
-			return fmt.Errorf("nodes: upsert session: %w", err)
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE nodes SET boot_id = $1, version = $2, labels = $3, inventory = $4, last_seen_at = $5 WHERE id = $6`,
-			h.BootID, h.Version, string(labels), inv, now.UnixMilli(), h.NodeID)
-		if err != nil {
-			return fmt.Errorf("nodes: update node: %w", err)
-		}
-		return nil
+		revoked, err = writeSession(ctx, tx, h, string(labels), inv, now)
+		return err
 	})
 	if err != nil {
 		return SessionOutcome{}, err
@@ -162,10 +115,31 @@ func (s *Service) OpenSession(ctx context.Context, h Hello) (SessionOutcome, err
 	if out.Quarantined || revoked {
 		s.bus.Publish(bus.TopicRevoked)
 	}
-	if moved {
+	if d.Moved {
 		s.bus.Publish(bus.TopicSessions)
 	}
 	return out, nil
+}
+
+// writeSession records h as the node's session: the certificate in use
+// supersedes every older one of the node (revoked reports whether any
+// was), and the node row takes the Hello's boot, version, labels and
+// inventory.
+func writeSession(ctx context.Context, tx *sql.Tx, h Hello, labels, inv string, now time.Time) (revoked bool, err error) {
+	res, err := tx.ExecContext(ctx, sqlSupersedeOlderCerts, now.UnixMilli(), ReasonSuperseded, h.NodeID, h.Serial)
+	if err != nil {
+		return false, fmt.Errorf("nodes: supersede older certificates: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		revoked = true
+	}
+	if _, err := tx.ExecContext(ctx, sqlUpsertSession, h.NodeID, h.SessionID, h.GatewayID, h.BootID, h.Serial, now.UnixMilli()); err != nil {
+		return false, fmt.Errorf("nodes: upsert session: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, sqlUpdateNodeSeen, h.BootID, h.Version, labels, inv, now.UnixMilli(), h.NodeID); err != nil {
+		return false, fmt.Errorf("nodes: update node: %w", err)
+	}
+	return revoked, nil
 }
 
 // flip records one alternation of nodeID's identity (the Hello's or the
@@ -174,20 +148,20 @@ func (s *Service) OpenSession(ctx context.Context, h Hello) (SessionOutcome, err
 // FlipLimit it quarantines the node and reports so; otherwise it publishes
 // security.node.duplicate-session.
 func (s *Service) flip(ctx context.Context, tx *sql.Tx, now time.Time, nodeID, serial, fromBoot, toBoot string, extra map[string]any) (int, bool, error) {
-	if _, err := tx.ExecContext(ctx, `INSERT INTO session_flips (id, cert_serial, node_id, from_boot, to_boot, at) VALUES ($1, $2, $3, $4, $5, $6)`,
+	if _, err := tx.ExecContext(ctx, sqlInsertFlip,
 		ids.New("fl_"), serial, nodeID, fromBoot, toBoot, now.UnixMilli()); err != nil {
 		return 0, false, fmt.Errorf("nodes: record flip: %w", err)
 	}
 	var count int
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM session_flips WHERE node_id = $1 AND at > $2`,
-		nodeID, now.Add(-FlipWindow).UnixMilli()).Scan(&count); err != nil {
+	if err := tx.QueryRowContext(ctx, sqlCountFlips,
+		nodeID, flipWindowStart(now).UnixMilli()).Scan(&count); err != nil {
 		return 0, false, fmt.Errorf("nodes: count flips: %w", err)
 	}
 	details := map[string]any{"previous_boot_id": fromBoot, "boot_id": toBoot, "count": count, "serial": serial}
 	for k, v := range extra {
 		details[k] = v
 	}
-	if count <= FlipLimit {
+	if !quarantines(count) {
 		return count, false, s.events.PublishTx(ctx, tx, EventDuplicateSession, nodeID, details)
 	}
 	if err := s.quarantine(ctx, tx, now, nodeID, details); err != nil {
@@ -200,7 +174,7 @@ func (s *Service) flip(ctx context.Context, tx *sql.Tx, now time.Time, nodeID, s
 // (each clone may hold a different one after renewals), closes its
 // session, and records the event and the audit row.
 func (s *Service) quarantine(ctx context.Context, tx *sql.Tx, now time.Time, nodeID string, details map[string]any) error {
-	rows, err := tx.QueryContext(ctx, `SELECT serial FROM node_certs WHERE node_id = $1 AND revoked_at IS NULL ORDER BY serial`, nodeID)
+	rows, err := tx.QueryContext(ctx, sqlActiveSerials, nodeID)
 	if err != nil {
 		return fmt.Errorf("nodes: read certificates to quarantine: %w", err)
 	}
@@ -217,18 +191,18 @@ func (s *Service) quarantine(ctx context.Context, tx *sql.Tx, now time.Time, nod
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("nodes: read certificates to quarantine: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE node_certs SET revoked_at = $1, revoke_reason = $2 WHERE node_id = $3 AND revoked_at IS NULL`,
+	if _, err := tx.ExecContext(ctx, sqlRevokeNodeCerts,
 		now.UnixMilli(), ReasonDuplicateIdentity, nodeID); err != nil {
 		return fmt.Errorf("nodes: quarantine: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE node_sessions SET closed_at = $1 WHERE node_id = $2 AND closed_at IS NULL`, now.UnixMilli(), nodeID); err != nil {
+	if _, err := tx.ExecContext(ctx, sqlCloseNodeSessions, now.UnixMilli(), nodeID); err != nil {
 		return fmt.Errorf("nodes: close quarantined session: %w", err)
 	}
 	details["revoked_serials"] = serials
 	if err := s.events.PublishTx(ctx, tx, EventQuarantined, nodeID, details); err != nil {
 		return err
 	}
-	return audit.Record(ctx, tx, now, audit.Entry{TenantID: "root", Actor: "system", Action: "compute:nodes:quarantine",
+	return audit.Record(ctx, tx, now, audit.Entry{TenantID: iam.RootTenant, Actor: "system", Action: "compute:nodes:quarantine",
 		Resource: "node/" + nodeID, Outcome: "allowed", Details: details})
 }
 
@@ -247,19 +221,19 @@ func (s *Service) SupersededCertificateUsed(ctx context.Context, nodeID, serial 
 		}
 		var reason sql.NullString
 		var owner string
-		err := tx.QueryRowContext(ctx, `SELECT node_id, revoke_reason FROM node_certs WHERE serial = $1`, serial).Scan(&owner, &reason)
+		err := tx.QueryRowContext(ctx, sqlCertOwnerReason, serial).Scan(&owner, &reason)
 		if err != nil || owner != nodeID || reason.String != ReasonSuperseded {
 			return err
 		}
 		var active int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM node_certs WHERE node_id = $1 AND revoked_at IS NULL`, nodeID).Scan(&active); err != nil {
+		if err := tx.QueryRowContext(ctx, sqlCountActiveCerts, nodeID).Scan(&active); err != nil {
 			return fmt.Errorf("nodes: count certificates: %w", err)
 		}
 		if active == 0 {
 			return nil
 		}
 		var boot string
-		if err := tx.QueryRowContext(ctx, `SELECT boot_id FROM node_sessions WHERE node_id = $1`, nodeID).Scan(&boot); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		if err := tx.QueryRowContext(ctx, sqlSessionBoot, nodeID).Scan(&boot); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("nodes: read session: %w", err)
 		}
 		_, quarantined, err = s.flip(ctx, tx, now, nodeID, serial, boot, "", map[string]any{"reason": "superseded-certificate"})
@@ -280,11 +254,11 @@ func (s *Service) SupersededCertificateUsed(ctx context.Context, nodeID, serial 
 // CloseSession marks sessionID closed if it is still the node's session.
 func (s *Service) CloseSession(ctx context.Context, nodeID, sessionID string) error {
 	now := s.clk.Now().UnixMilli()
-	_, err := s.db.ExecContext(ctx, `UPDATE node_sessions SET closed_at = $1 WHERE node_id = $2 AND session_id = $3 AND closed_at IS NULL`, now, nodeID, sessionID)
+	_, err := s.db.ExecContext(ctx, sqlCloseSession, now, nodeID, sessionID)
 	if err != nil {
 		return fmt.Errorf("nodes: close session: %w", err)
 	}
-	_, err = s.db.ExecContext(ctx, `UPDATE nodes SET last_seen_at = $1 WHERE id = $2`, now, nodeID)
+	_, err = s.db.ExecContext(ctx, sqlTouchNode, now, nodeID)
 	if err != nil {
 		return fmt.Errorf("nodes: touch node: %w", err)
 	}
@@ -294,7 +268,7 @@ func (s *Service) CloseSession(ctx context.Context, nodeID, sessionID string) er
 // CloseGatewaySessions marks every session of gatewayID closed (a gateway
 // starting or stopping).
 func (s *Service) CloseGatewaySessions(ctx context.Context, gatewayID string) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE node_sessions SET closed_at = $1 WHERE gateway_id = $2 AND closed_at IS NULL`, s.clk.Now().UnixMilli(), gatewayID)
+	_, err := s.db.ExecContext(ctx, sqlCloseGatewaySessions, s.clk.Now().UnixMilli(), gatewayID)
 	if err != nil {
 		return fmt.Errorf("nodes: close gateway sessions: %w", err)
 	}
@@ -304,7 +278,7 @@ func (s *Service) CloseGatewaySessions(ctx context.Context, gatewayID string) er
 // Heartbeat refreshes the heartbeat of every open session gatewayID holds
 // (one statement per gateway per SessionHeartbeat).
 func (s *Service) Heartbeat(ctx context.Context, gatewayID string) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE node_sessions SET heartbeat_at = $1 WHERE gateway_id = $2 AND closed_at IS NULL`, s.clk.Now().UnixMilli(), gatewayID)
+	_, err := s.db.ExecContext(ctx, sqlHeartbeat, s.clk.Now().UnixMilli(), gatewayID)
 	if err != nil {
 		return fmt.Errorf("nodes: heartbeat: %w", err)
 	}
@@ -316,7 +290,7 @@ func (s *Service) Heartbeat(ctx context.Context, gatewayID string) error {
 // the time to ask from next. A gateway holding another session of such a
 // node closes it: the node's session is now elsewhere.
 func (s *Service) SessionsMovedSince(ctx context.Context, gatewayID string, since time.Time) (map[string]string, time.Time, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT node_id, session_id, connected_at FROM node_sessions WHERE connected_at >= $1 AND gateway_id <> $2`,
+	rows, err := s.db.QueryContext(ctx, sqlSessionsMovedSince,
 		since.UnixMilli(), gatewayID)
 	if err != nil {
 		return nil, since, fmt.Errorf("nodes: sessions moved: %w", err)

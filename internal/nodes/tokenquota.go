@@ -23,27 +23,12 @@ const MaxBulkTokens = 10000
 // holds the database (SQLite's one writer) away from the others for long.
 const TokenChunk = 500
 
-// UseQuotas sets the quota service (the server wires the configured one);
-// without it the default limits apply.
-func (s *Service) UseQuotas(q *quota.Service) { s.quotas = q }
-
-func (s *Service) quotaService() *quota.Service {
-	if s.quotas == nil {
-		return quota.New(s.db, s.clk, quota.Defaults())
-	}
-	return s.quotas
-}
-
-// countOutstanding counts the unused, unexpired join tokens of a
-// top-level tenant ($1) and every tenant under it.
-const countOutstanding = `SELECT COUNT(*) FROM join_tokens WHERE ` + quota.InSubtree + ` AND used_at IS NULL AND expires_at > $2`
-
 // admitTokens admits want more outstanding join tokens to tenant inside tx,
 // of which tx inserts take (the join_tokens quota).
 func (s *Service) admitTokens(ctx context.Context, tx *sql.Tx, tenant string, want, take int64, now time.Time) error {
-	return s.quotaService().AdmitTracked(ctx, tx, tenant, quota.JoinTokens, want, take, func(ctx context.Context, tx *sql.Tx, top string) (int64, error) {
+	return s.quotas.AdmitTracked(ctx, tx, tenant, quota.JoinTokens, want, take, func(ctx context.Context, tx *sql.Tx, top string) (int64, error) {
 		var n int64
-		err := tx.QueryRowContext(ctx, countOutstanding, top, now.UnixMilli()).Scan(&n)
+		err := tx.QueryRowContext(ctx, sqlCountOutstandingTokens, top, now.UnixMilli()).Scan(&n)
 		return n, err
 	})
 }
@@ -70,7 +55,7 @@ func (s *Service) insertTokens(ctx context.Context, actor audit.Entry, role stri
 				return err
 			}
 			var q strings.Builder
-			q.WriteString(`INSERT INTO join_tokens (id, tenant_id, hash, role, name, created_by, created_at, expires_at) VALUES `)
+			q.WriteString(sqlInsertTokensPrefix)
 			a := s.db.NewArgs()
 			for i := done; i < end; i++ {
 				if i > done {
@@ -107,7 +92,7 @@ func (s *Service) dropTokens(ctx context.Context, ts []CreatedToken) {
 		for i, t := range chunk {
 			idList[i] = t.ID
 		}
-		if _, err := s.db.ExecContext(ctx, `DELETE FROM join_tokens WHERE used_at IS NULL AND id IN (`+a.Strings(idList)+`)`, a.Values()...); err != nil {
+		if _, err := s.db.ExecContext(ctx, sqlDropUnusedTokensPrefix+a.Strings(idList)+`)`, a.Values()...); err != nil {
 			s.log.Warn("drop tokens of a failed bulk call", "err", err)
 			return
 		}

@@ -99,7 +99,7 @@ func TestPinApprovers(t *testing.T) {
 // TestDecodeTrustBundleApproversStrict: the approver part of a trust bundle
 // is decoded as strictly as the rest.
 func TestDecodeTrustBundleApproversStrict(t *testing.T) {
-	b, _, dir := newBundle(t)
+	_, _, dir := newBundle(t)
 	keys := approverKeys(t, 2)
 	if _, err := PinApprovers(dir, keys, 2); err != nil {
 		t.Fatal(err)

@@ -47,7 +47,11 @@ func privateSecrets(t *testing.T, b *Bundle, kek KEK) map[string][]byte {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		out[name] = k.D.FillBytes(make([]byte, 32))
+		d, err := k.Bytes()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out[name] = d
 	}
 	for name, f := range map[string]func(KEK) (ed25519.PrivateKey, error){"command-root": b.CommandRootKey, "join-key": b.JoinSigningKey, "audit-key": b.AuditSigningKey} {
 		k, err := f(kek)

@@ -15,6 +15,9 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 )
 
 // Files `pki issue-gateway` writes for a gateway process: the bundle's
@@ -26,7 +29,7 @@ const (
 
 // ControlSPIFFEID is the identity of the api role on the control plane's
 // internal channel: spiffe://<td>/control.
-func ControlSPIFFEID(trustDomain string) *url.URL { return spiffeID(trustDomain, "/control") }
+func ControlSPIFFEID(trustDomain string) *url.URL { return spiffeID(trustDomain, "control") }
 
 // IssueGatewayCert makes a fresh ECDSA P-256 key and a certificate for a
 // gateway process from the internal CA: URI SAN GatewaySPIFFEID, the given
@@ -93,7 +96,12 @@ func VerifyInternalPeer(rawCerts [][]byte, internalCA *x509.Certificate, want *u
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
 		return fmt.Errorf("pki: peer certificate does not verify: %w", err)
 	}
-	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != want.String() {
+	// An X.509-SVID carries exactly one URI SAN, a SPIFFE ID (x509svid).
+	got, err := x509svid.IDFromCert(leaf)
+	if err != nil {
+		return fmt.Errorf("pki: peer is not %s: %w", want, err)
+	}
+	if wantID, err := spiffeid.FromURI(want); err != nil || got != wantID {
 		return fmt.Errorf("pki: peer is not %s", want)
 	}
 	return nil

@@ -3,7 +3,8 @@
 // worker certificates, the signed trust bundle handed to nodes at join, and
 // sealing of private keys at rest under a key-encryption key (KEK).
 //
-// Everything is built on the standard library only. Time is always injected
+// Everything is built on the standard library and go-spiffe's spiffeid
+// (the SPIFFE ID syntax). Time is always injected
 // (a Clock or an explicit time.Time) so that issuance and verification are
 // deterministic and testable. The package holds no mutable global state.
 package pki
@@ -19,6 +20,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
 // Roles a node certificate can carry. The role is bound into the certificate
@@ -81,27 +84,42 @@ func ValidateTrustDomain(td string) error {
 	return nil
 }
 
-func spiffeID(td, path string) *url.URL {
-	return &url.URL{Scheme: "spiffe", Host: td, Path: path}
+// spiffeID forms spiffe://<td>/<segments...> with go-spiffe's spiffeid,
+// which checks the SPIFFE syntax. Every issuer validates td and the id
+// first; for input that is not a SPIFFE ID it returns an empty URL, which
+// no certificate carries and nothing accepts.
+func spiffeID(td string, segments ...string) *url.URL {
+	d, err := spiffeid.TrustDomainFromString(td)
+	if err != nil {
+		return &url.URL{}
+	}
+	id, err := spiffeid.FromSegments(d, segments...)
+	if err != nil {
+		return &url.URL{}
+	}
+	return id.URL()
 }
 
 // NodeSPIFFEID is the identity of a node: spiffe://<td>/node/<node-id>.
 func NodeSPIFFEID(trustDomain, nodeID string) *url.URL {
-	return spiffeID(trustDomain, "/node/"+nodeID)
+	return spiffeID(trustDomain, "node", nodeID)
 }
 
 // GatewaySPIFFEID is the identity of the gateway: spiffe://<td>/gateway.
-func GatewaySPIFFEID(trustDomain string) *url.URL { return spiffeID(trustDomain, "/gateway") }
+func GatewaySPIFFEID(trustDomain string) *url.URL { return spiffeID(trustDomain, "gateway") }
 
 // WorkerSPIFFEID is the identity of a command-signing worker:
 // spiffe://<td>/worker/<worker-id>.
 func WorkerSPIFFEID(trustDomain, workerID string) *url.URL {
-	return spiffeID(trustDomain, "/worker/"+workerID)
+	return spiffeID(trustDomain, "worker", workerID)
 }
 
-// parseSPIFFEID splits a SPIFFE URI of the form spiffe://<td>/<kind>/<id>
-// and checks that it is in canonical form (no userinfo, port, query,
-// fragment or escaping), so that string comparison of IDs is meaningful.
+// parseSPIFFEID splits a SPIFFE URI of the form spiffe://<td>/<kind>/<id>.
+// This PKI's own rules come first, each with its named refusal: the spiffe
+// scheme, the kind, a trust domain of [a-z0-9.-] and an id of ValidNodeID.
+// go-spiffe's spiffeid then parses it, and it must be exactly the ID
+// spiffeid forms from td, kind and id (no userinfo, port, query, fragment
+// or escaping), so that string comparison of IDs is meaningful.
 func parseSPIFFEID(u *url.URL, kind string) (td, id string, err error) {
 	if u == nil || u.Scheme != "spiffe" {
 		return "", "", errors.New("pki: URI SAN is not a spiffe ID")
@@ -116,10 +134,11 @@ func parseSPIFFEID(u *url.URL, kind string) (td, id string, err error) {
 	if !ValidNodeID(rest) {
 		return "", "", fmt.Errorf("pki: spiffe ID %q has an invalid %s id", u.String(), kind)
 	}
-	if u.String() != spiffeID(u.Host, "/"+kind+"/"+rest).String() {
+	parsed, err := spiffeid.FromURI(u)
+	if err != nil || parsed.String() != spiffeID(u.Host, kind, rest).String() || parsed.String() != u.String() {
 		return "", "", fmt.Errorf("pki: spiffe ID %q is not canonical", u.String())
 	}
-	return u.Host, rest, nil
+	return parsed.TrustDomain().Name(), rest, nil
 }
 
 // NodeIdentity is what a verified node certificate says about its holder.

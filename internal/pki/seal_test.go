@@ -152,10 +152,7 @@ func TestLoadKEK(t *testing.T) {
 					t.Fatalf("err = %v, want %v", err, tt.wantIs)
 				}
 			case tt.wantErr != "":
-				want := tt.wantErr
-				if strings.Contains(want, "%s") {
-					want = strings.Replace(want, "%s", path, 1)
-				}
+				want := strings.Replace(tt.wantErr, "%s", path, 1)
 				if err == nil || err.Error() != want {
 					t.Fatalf("err = %v, want %q", err, want)
 				}

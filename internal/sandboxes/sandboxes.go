@@ -82,7 +82,7 @@ const TopicWarm = "sandboxes.warm"
 // NodeLister reads nodes and their certificates, and records refusals
 // (the nodes module implements it).
 type NodeLister interface {
-	List(ctx context.Context, tenant string) ([]nodes.Node, error)
+	List(ctx context.Context, scope iam.Scope) ([]nodes.Node, error)
 	// CertState reads a certificate's record (nodes.ErrCertUnknown for
 	// one never issued): a sandbox report's signature is checked with it.
 	CertState(ctx context.Context, serial string) (nodes.CertState, error)
@@ -329,7 +329,7 @@ func (s *Service) List(ctx context.Context, scope iam.Scope) ([]Sandbox, error) 
 // place loads the fleet and its hosts' load and picks a host for t
 // (placeHost).
 func (s *Service) place(ctx context.Context, t Template) (string, error) {
-	ns, err := s.nodes.List(ctx, iam.RootTenant)
+	ns, err := s.nodes.List(ctx, iam.RootScope())
 	if err != nil {
 		return "", err
 	}
@@ -430,7 +430,7 @@ func (s *Service) claim(ctx context.Context, actor audit.Entry, t Template) (San
 		return Sandbox{}, false, nil
 	}
 	connected := map[string]bool{}
-	if ns, err := s.nodes.List(ctx, iam.RootTenant); err == nil {
+	if ns, err := s.nodes.List(ctx, iam.RootScope()); err == nil {
 		for _, n := range ns {
 			connected[n.ID] = n.Connected
 		}

@@ -210,11 +210,11 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		ncfg.NodeCAKey, ncfg.BundleBody, ncfg.BundleSig = nodeCAKey, tbBody, pki.SignTrustBundle(joinKey, tbBody)
 	}
 	ncfg.JoinPin = pki.JoinKeyPin(b.JoinKey)
-	cp.Nodes = nodes.New(o.DB, o.Clock, cp.Events, cp.Bus, o.Log, ncfg)
 	if o.Quotas == (quota.Limits{}) {
 		o.Quotas = quota.Defaults()
 	}
 	cp.Quotas = quota.New(o.DB, o.Clock, o.Quotas)
+	cp.Nodes = nodes.New(o.DB, o.Clock, cp.Events, cp.Bus, o.Log, cp.Quotas, ncfg)
 	var err error
 	if cp.Quorum, err = quorum.New(o.DB, o.Clock, cp.Bus, cp.Nodes, b.Deployment, b.TrustBundle(now).Approvers, b.Threshold, o.Log); err != nil {
 		return nil, err
@@ -236,7 +236,6 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	if err := cp.startSandboxes(rctx, o); err != nil {
 		return fail(err)
 	}
-	cp.Nodes.UseQuotas(cp.Quotas)
 
 	bridgePokes(rctx, o.DB, cp.Bus, o.Log)
 

@@ -1,0 +1,133 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+)
+
+// fakeQueue is an in-memory command queue with the behaviour the gateway
+// relies on from Commands: commands are queued per node in order, sent
+// once MarkSent records them, acknowledged by updates, and cancelled when
+// their kind is not allowed. Failures can be injected per call.
+type fakeQueue struct {
+	mu       sync.Mutex
+	cmds     []*fakeCmd
+	failMark int // the next failMark MarkSent calls fail
+	failRead int // the next failRead PendingFor calls fail
+	marks    int // MarkSent calls that succeeded
+	reads    [][]string
+}
+
+type fakeCmd struct {
+	id, node, kind string
+	state          wire.State
+}
+
+var errInjected = errors.New("injected failure")
+
+func newFakeQueue() *fakeQueue { return &fakeQueue{} }
+
+// add queues a command of kind for node.
+func (q *fakeQueue) add(node, id, kind string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.cmds = append(q.cmds, &fakeCmd{id: id, node: node, kind: kind, state: wire.StateQueued})
+}
+
+// state returns command id's state ("" when unknown).
+func (q *fakeQueue) state(id string) wire.State {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, c := range q.cmds {
+		if c.id == id {
+			return c.state
+		}
+	}
+	return ""
+}
+
+func (q *fakeQueue) PendingFor(_ context.Context, nodeIDs []string, perNode int) (map[string][]*nodev1.SignedCommand, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.reads = append(q.reads, slices.Sorted(slices.Values(nodeIDs)))
+	if q.failRead > 0 {
+		q.failRead--
+		return nil, errInjected
+	}
+	out := map[string][]*nodev1.SignedCommand{}
+	for _, c := range q.cmds {
+		if c.state == wire.StateQueued && slices.Contains(nodeIDs, c.node) && len(out[c.node]) < perNode {
+			out[c.node] = append(out[c.node], &nodev1.SignedCommand{Id: c.id, Body: []byte(c.kind)})
+		}
+	}
+	return out, nil
+}
+
+func (q *fakeQueue) MarkSent(_ context.Context, ids []string) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.failMark > 0 {
+		q.failMark--
+		return errInjected
+	}
+	q.marks++
+	for _, c := range q.cmds {
+		if c.state == wire.StateQueued && slices.Contains(ids, c.id) {
+			c.state = wire.StateSent
+		}
+	}
+	return nil
+}
+
+// ApplyUpdates takes an update's body as the id of the command it
+// finishes: a live command of the node (its sent state may not be
+// recorded yet) succeeds; any other is refused.
+func (q *fakeQueue) ApplyUpdates(_ context.Context, items []wire.UpdateItem) []wire.UpdateResult {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make([]wire.UpdateResult, len(items))
+	for i, it := range items {
+		id := string(it.Update.GetBody())
+		out[i] = wire.UpdateResult{CommandID: id, Err: errors.New("unknown command")}
+		for _, c := range q.cmds {
+			if c.id == id && c.node == it.NodeID && !c.state.Terminal() {
+				c.state = wire.StateSucceeded
+				out[i] = wire.UpdateResult{CommandID: id, State: string(c.state)}
+			}
+		}
+	}
+	return out
+}
+
+func (q *fakeQueue) CancelDisallowed(_ context.Context, nodeID, _ string, allowed []string) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if allowed == nil {
+		return 0, nil
+	}
+	n := 0
+	for _, c := range q.cmds {
+		if c.node == nodeID && c.state == wire.StateQueued && !slices.Contains(allowed, c.kind) {
+			c.state = wire.StateCancelled
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (q *fakeQueue) PendingNodes(context.Context) ([]string, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []string
+	for _, c := range q.cmds {
+		if c.state == wire.StateQueued && !slices.Contains(out, c.node) {
+			out = append(out, c.node)
+		}
+	}
+	return out, nil
+}
