@@ -4,6 +4,7 @@ package bcdcli
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -248,38 +249,7 @@ func simulateCmd() *cobra.Command {
 					fmt.Fprintf(cmd.ErrOrStderr(), "\rjoined %d/%d", n, o.Nodes)
 				}
 			}
-			f, rep, err := fleetsim.Start(ctx, o)
-			if tty {
-				fmt.Fprintln(cmd.ErrOrStderr())
-			}
-			if err != nil {
-				return err
-			}
-			defer f.Stop()
-			start := time.Now()
-			if err := f.WaitConnected(ctx, o.Nodes); err != nil {
-				return err
-			}
-			rep.Connected = f.Connected()
-			out := map[string]any{"event": "connected", "report": rep, "connect_seconds": time.Since(start).Seconds()}
-			if renewAll {
-				rate, err := f.RenewAll(ctx, 64)
-				if err != nil {
-					return err
-				}
-				out["renewals_per_second"] = rate
-			}
-			b, _ := json.Marshal(out)
-			fmt.Fprintln(cmd.OutOrStdout(), string(b))
-			if hold > 0 {
-				select {
-				case <-ctx.Done():
-				case <-time.After(hold):
-				}
-			} else {
-				<-ctx.Done()
-			}
-			return nil
+			return simulate(ctx, cmd, o, renewAll, hold)
 		},
 	}
 	c.Flags().IntVar(&o.Nodes, "nodes", 100, "number of simulated nodes")
@@ -293,6 +263,45 @@ func simulateCmd() *cobra.Command {
 	c.Flags().StringVar(&level, "log-level", "error", "log level")
 	c.Flags().StringVar(&pprofAddr, "pprof", "", "serve Go profiles (net/http/pprof) on this loopback address, for profiling only")
 	return c
+}
+
+// simulate runs the fleet of o, prints the connected report (with the
+// renewal rate when renewAll) and holds the sessions for hold, or until
+// ctx ends when hold is 0.
+func simulate(ctx context.Context, cmd *cobra.Command, o fleetsim.Options, renewAll bool, hold time.Duration) error {
+	tty := isTTY(cmd.ErrOrStderr())
+	f, rep, err := fleetsim.Start(ctx, o)
+	if tty {
+		fmt.Fprintln(cmd.ErrOrStderr())
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Stop()
+	start := time.Now()
+	if err := f.WaitConnected(ctx, o.Nodes); err != nil {
+		return err
+	}
+	rep.Connected = f.Connected()
+	out := map[string]any{"event": "connected", "report": rep, "connect_seconds": time.Since(start).Seconds()}
+	if renewAll {
+		rate, err := f.RenewAll(ctx, 64)
+		if err != nil {
+			return err
+		}
+		out["renewals_per_second"] = rate
+	}
+	b, _ := json.Marshal(out)
+	fmt.Fprintln(cmd.OutOrStdout(), string(b))
+	if hold > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(hold):
+		}
+	} else {
+		<-ctx.Done()
+	}
+	return nil
 }
 
 func isTTY(w io.Writer) bool {

@@ -24,6 +24,12 @@ import (
 // or dev deployment, pin them into a fresh PKI bundle, show the set in force.
 func approversCmd() *cobra.Command {
 	c := &cobra.Command{Use: "approvers", Short: "Destructive-batch approvers: keys held off the control plane"}
+	c.AddCommand(approversInitCmd(), approversPinCmd(), approversShowCmd())
+	return c
+}
+
+// approversInitCmd makes approver key files for a test or dev deployment.
+func approversInitCmd() *cobra.Command {
 	var count, threshold int
 	var out string
 	initC := &cobra.Command{
@@ -53,7 +59,11 @@ func approversCmd() *cobra.Command {
 	initC.Flags().IntVar(&count, "count", 3, "number of approvers")
 	initC.Flags().IntVar(&threshold, "threshold", 2, "approvals a destructive batch needs")
 	initC.Flags().StringVar(&out, "out", "", "directory for the key files (created 0700)")
+	return initC
+}
 
+// approversPinCmd pins approver public keys into a fresh PKI bundle.
+func approversPinCmd() *cobra.Command {
 	var pkiDir string
 	var keyPaths []string
 	var pinThreshold int
@@ -80,7 +90,11 @@ func approversCmd() *cobra.Command {
 	pin.Flags().StringVar(&pkiDir, "pki", "pki", "PKI bundle directory")
 	pin.Flags().StringSliceVar(&keyPaths, "keys", nil, "approver public keys: a directory of .pub files, or .pub/.key files (repeatable)")
 	pin.Flags().IntVar(&pinThreshold, "threshold", 0, "approvals a destructive batch needs")
+	return pin
+}
 
+// approversShowCmd shows the approver set in force.
+func approversShowCmd() *cobra.Command {
 	var asJSON bool
 	show := &cobra.Command{
 		Use:   "show",
@@ -107,8 +121,7 @@ func approversCmd() *cobra.Command {
 		},
 	}
 	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.AddCommand(initC, pin, show)
-	return c
+	return show
 }
 
 // batchCmd is `better-compute batch`: propose, review, approve destructive
@@ -270,7 +283,7 @@ func showBatch(w io.Writer, b client.Batch, asJSON bool) error {
 	fmt.Fprintf(w, "%s %s\n", pad("proposer", 11), b.Proposer)
 	fmt.Fprintf(w, "%s %s\n", pad("deployment", 11), b.Deployment)
 	fmt.Fprintf(w, "%s %s (%d ms)\n", pad("expires", 11), b.ExpiresAt.Format(time.RFC3339), b.ExpiresMS)
-	fmt.Fprintf(w, "%s %s %s\n", pad("root", 11), b.Root, check)
+	fmt.Fprintf(w, "%s %s %s\n", pad("root", 11), b.Root, check) // archtest:not-tenant (the batch's Merkle root)
 	fmt.Fprintf(w, "%s %d of %d\n", pad("approvals", 11), len(b.Approvals), b.Threshold)
 	for _, a := range b.Approvals {
 		fmt.Fprintf(w, "  %s (submitted by %s)\n", a.ApproverKey, a.SubmittedBy)

@@ -125,6 +125,13 @@ func joinTokensCmd() *cobra.Command {
 
 func commandsCmd() *cobra.Command {
 	c := &cobra.Command{Use: "commands", Short: "Signed commands to nodes"}
+	c.AddCommand(commandsRunCmd(), commandsShowCmd(), commandsListCmd(), fanoutCmd(), attestationCmd(), verifyAttestationCmd())
+	return c
+}
+
+// commandsRunCmd queues a command for a node and, with --wait, waits for
+// its result.
+func commandsRunCmd() *cobra.Command {
 	var node, kind, payload, batch string
 	var wait, asJSON bool
 	var timeout time.Duration
@@ -186,6 +193,11 @@ func commandsCmd() *cobra.Command {
 	run.Flags().BoolVar(&wait, "wait", false, "wait for the result")
 	run.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long --wait waits")
 	run.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return run
+}
+
+// commandsShowCmd shows one command.
+func commandsShowCmd() *cobra.Command {
 	var showJSON bool
 	show := &cobra.Command{
 		Use:   "show ID",
@@ -204,6 +216,11 @@ func commandsCmd() *cobra.Command {
 		},
 	}
 	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
+	return show
+}
+
+// commandsListCmd lists commands, newest first.
+func commandsListCmd() *cobra.Command {
 	var lnode, lstate string
 	var llimit int
 	var ljson bool
@@ -220,8 +237,7 @@ func commandsCmd() *cobra.Command {
 	list.Flags().StringVar(&lstate, "state", "", "only in this state")
 	list.Flags().IntVar(&llimit, "limit", 100, "at most this many (up to 1000)")
 	list.Flags().BoolVar(&ljson, "json", false, "print JSON")
-	c.AddCommand(run, show, list, fanoutCmd(), attestationCmd(), verifyAttestationCmd())
-	return c
+	return list
 }
 
 // fanoutCmd queues one command of a kind for many nodes in one call

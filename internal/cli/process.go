@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/auditlog"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/config"
@@ -75,8 +74,9 @@ func devCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&o.DataDir, "data", defaultDevDir(), "directory that keeps all state (control.db, pki/, nodes/, env)")
 	c.Flags().IntVar(&o.Nodes, "nodes", 3, "number of simulated nodes")
-	c.Flags().StringVar(&o.APIListen, "api", "127.0.0.1:7780", "address of the public API")
-	c.Flags().StringVar(&o.GatewayAddr, "gateway", "127.0.0.1:7781", "address of the node gateway")
+	defaults := config.Default()
+	c.Flags().StringVar(&o.APIListen, "api", defaults.API.Listen, "address of the public API")
+	c.Flags().StringVar(&o.GatewayAddr, "gateway", defaults.Gateway.Listen, "address of the node gateway")
 	c.Flags().StringVar(&level, "log-level", "warn", "log level: debug, info, warn, error")
 	return c
 }
@@ -86,7 +86,7 @@ func serveCmd() *cobra.Command {
 	var cfgFile, pprofAddr string
 	roles := strings.Join(cfg.Roles, ",")
 	names := strings.Join(cfg.Gateway.Names, ",")
-	var trusted string
+	trusted := strings.Join(cfg.API.TrustedProxies, ",")
 	c := &cobra.Command{
 		Use:   "serve",
 		Short: "Run control plane roles (api, gateway, workers) against a database",
@@ -135,18 +135,18 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.Metrics.Listen, "metrics", cfg.Metrics.Listen, "Prometheus /metrics listen address (loopback by default; never the API listener); empty: none")
 	f.StringVar(&cfg.Gateway.Listen, "gateway", cfg.Gateway.Listen, "gateway listen address")
 	f.StringVar(&names, "gateway-names", names, "comma-separated DNS names for the gateway certificate")
-	f.StringVar(&cfg.Gateway.CertFile, "gateway-cert", "", "the gateway's certificate (pki issue-gateway); a gateway without the api role needs it")
-	f.StringVar(&cfg.Gateway.KeyFile, "gateway-key", "", "the gateway's key (0600, pki issue-gateway)")
-	f.StringVar(&cfg.Gateway.Control, "control", "", "host:port of the api's internal channel (its --internal); a gateway without the api role relays to it")
-	f.StringVar(&cfg.API.InternalListen, "internal", "", "host:port where the api serves the internal channel gateway-only processes relay to")
+	f.StringVar(&cfg.Gateway.CertFile, "gateway-cert", cfg.Gateway.CertFile, "the gateway's certificate (pki issue-gateway); a gateway without the api role needs it")
+	f.StringVar(&cfg.Gateway.KeyFile, "gateway-key", cfg.Gateway.KeyFile, "the gateway's key (0600, pki issue-gateway)")
+	f.StringVar(&cfg.Gateway.Control, "control", cfg.Gateway.Control, "host:port of the api's internal channel (its --internal); a gateway without the api role relays to it")
+	f.StringVar(&cfg.API.InternalListen, "internal", cfg.API.InternalListen, "host:port where the api serves the internal channel gateway-only processes relay to")
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log level: debug, info, warn, error")
-	f.StringVar(&trusted, "trusted-proxies", "", "comma-separated addresses or CIDRs of proxies whose X-Forwarded-For is believed")
-	f.BoolVar(&cfg.API.SessionCookies, "session-cookies", false, "accept the bc_session cookie (needs --base-url; Origin must match it exactly)")
-	f.StringVar(&cfg.API.BaseURL, "base-url", "", "the API's public URL, such as https://bc.example.com")
+	f.StringVar(&trusted, "trusted-proxies", trusted, "comma-separated addresses or CIDRs of proxies whose X-Forwarded-For is believed")
+	f.BoolVar(&cfg.API.SessionCookies, "session-cookies", cfg.API.SessionCookies, "accept the bc_session cookie (needs --base-url; Origin must match it exactly)")
+	f.StringVar(&cfg.API.BaseURL, "base-url", cfg.API.BaseURL, "the API's public URL, such as https://bc.example.com")
 	f.StringVar(&pprofAddr, "pprof", "", "serve Go profiles (net/http/pprof) on this loopback address, for profiling only")
-	f.StringVar(&cfg.Audit.Sink, "audit-sink", "", "copy sealed audit rows to this sink: a JSON-lines file path, or a bucket URL (s3://…, file:///…)")
+	f.StringVar(&cfg.Audit.Sink, "audit-sink", cfg.Audit.Sink, "copy sealed audit rows to this sink: a JSON-lines file path, or a bucket URL (s3://…, file:///…)")
 	f.StringVar(&cfg.Audit.SealInterval, "audit-seal-interval", cfg.Audit.SealInterval, "how often the workers role seals the audit log")
-	f.StringVar(&cfg.Sandboxes.Images, "sandbox-images", "", "gocloud.dev/blob URL of the sandbox image store (file:///dir, s3://…); empty: no image imports")
+	f.StringVar(&cfg.Sandboxes.Images, "sandbox-images", cfg.Sandboxes.Images, "gocloud.dev/blob URL of the sandbox image store (file:///dir, s3://…); empty: no image imports")
 	return c
 }
 
@@ -181,18 +181,11 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, db *store.D
 	if err := db.Migrate(ctx); err != nil {
 		return err
 	}
-	proxies, err := api.ParseProxies(cfg.API.TrustedProxies)
+	so, err := server.FromConfig(cfg)
 	if err != nil {
-		return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: api.trusted_proxies: %w", err)}
+		return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: %w", err)}
 	}
-	rl := cfg.API.RateLimits
-	so := server.Options{DB: db, Bundle: b, KEK: kek, Roles: cfg.Roles, Clock: clock.Real{}, Log: log, SandboxImages: cfg.Sandboxes.Images,
-		APIListen: cfg.API.Listen, MetricsListen: cfg.Metrics.Listen, GatewayListen: cfg.Gateway.Listen, GatewayNames: cfg.Gateway.Names, TrustedProxies: proxies,
-		SessionCookies: cfg.API.SessionCookies, BaseURL: cfg.API.BaseURL, AuditSealInterval: cfg.SealInterval(),
-		InternalListen: cfg.API.InternalListen, Control: cfg.Gateway.Control,
-		RateLimits: api.RateLimits{ReadPerSecond: rl.ReadPerSecond, ReadBurst: rl.ReadBurst, MutatePerSecond: rl.MutatePerSecond, MutateBurst: rl.MutateBurst,
-			FailedAuthPerSecond: rl.FailedAuthPerSecond, FailedAuthBurst: rl.FailedAuthBurst},
-		Quotas: cfg.QuotaLimits(), TenantMutates: cfg.Quotas.ConcurrentMutates}
+	so.DB, so.Bundle, so.KEK, so.Log = db, b, kek, log
 	if cfg.Gateway.CertFile != "" {
 		cert, err := pki.LoadGatewayCert(cfg.Gateway.CertFile, cfg.Gateway.KeyFile)
 		if err != nil {
@@ -206,7 +199,7 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, db *store.D
 			return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: audit.sink: %w", err)}
 		}
 		defer sink.Close()
-		so.AuditSink, so.AuditSinkName = sink, cfg.Audit.Sink
+		so.AuditSink = sink
 	}
 	cp, err := server.Start(ctx, so)
 	if err != nil {
@@ -217,8 +210,11 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, db *store.D
 	if started != nil {
 		started(cp)
 	}
-	<-ctx.Done()
-	return nil
+	select {
+	case <-ctx.Done():
+	case <-cp.Done():
+	}
+	return cp.Err()
 }
 
 func splitList(s string) []string {

@@ -21,54 +21,7 @@ func sandboxCommands() []*cobra.Command {
 
 func sandboxCmd() *cobra.Command {
 	c := &cobra.Command{Use: "sandbox", Short: "Sandboxes: isolated machines for untrusted code, made from templates"}
-	var tpl, tenant string
-	var cj bool
-	create := &cobra.Command{Use: "create --template T", Short: "Create a sandbox and wait until it runs", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if tpl == "" {
-				return &ExitError{Code: 2, Err: errors.New("--template is required")}
-			}
-			return call(cmd, "sandboxes.create", map[string]any{"tenant_id": tenant, "template": tpl}, cj,
-				func(o map[string]any) string { return fmt.Sprintf("%v\n", o["id"]) })
-		}}
-	create.Flags().StringVar(&tpl, "template", "", "template name or id")
-	create.Flags().StringVar(&tenant, "tenant", "", "tenant (default: your own)")
-	create.Flags().BoolVar(&cj, "json", false, "print JSON")
-
-	var timeout time.Duration
-	exe := &cobra.Command{Use: "exec ID -- ARGV...", Short: "Run an argument vector in a sandbox (no shell unless you run one); exits with its exit code",
-		Args: cobra.MinimumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.ArgsLenAtDash() != 1 {
-				return &ExitError{Code: 2, Err: errors.New("usage: sandbox exec ID -- ARGV...")}
-			}
-			cl, err := apiClient()
-			if err != nil {
-				return err
-			}
-			cl.HTTP.Timeout = timeout + time.Minute
-			r, err := cl.Exec(contextOf(cmd), args[0], args[1:], int64((timeout+time.Second-1)/time.Second))
-			if err != nil {
-				return apiErr(err)
-			}
-			// The program's own output, raw as ssh would pass it.
-			_, _ = clisafe.Raw(cmd.OutOrStdout()).Write(r.Stdout)
-			_, _ = clisafe.Raw(cmd.ErrOrStderr()).Write(r.Stderr)
-			for _, note := range []struct {
-				on  bool
-				why string
-			}{{r.StdoutTruncated, "stdout truncated"}, {r.StderrTruncated, "stderr truncated"}, {r.TimedOut, "timed out and killed"}} {
-				if note.on {
-					fmt.Fprintf(cmd.ErrOrStderr(), "better-compute: %s\n", note.why)
-				}
-			}
-			if r.ExitCode != 0 {
-				return &ExitError{Code: r.ExitCode}
-			}
-			return nil
-		}}
-	exe.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "kill the command after this long (at most 10m)")
-
+	create, exe := sandboxCreateCmd(), sandboxExecCmd()
 	var lt string
 	var lj bool
 	list := &cobra.Command{Use: "list", Short: "List sandboxes", Args: cobra.NoArgs,
@@ -103,6 +56,65 @@ func sandboxCmd() *cobra.Command {
 	return c
 }
 
+// sandboxCreateCmd creates a sandbox from a template and waits until it
+// runs.
+func sandboxCreateCmd() *cobra.Command {
+	var tpl, tenant string
+	var cj bool
+	create := &cobra.Command{Use: "create --template T", Short: "Create a sandbox and wait until it runs", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if tpl == "" {
+				return &ExitError{Code: 2, Err: errors.New("--template is required")}
+			}
+			return call(cmd, "sandboxes.create", map[string]any{"tenant_id": tenant, "template": tpl}, cj,
+				func(o map[string]any) string { return fmt.Sprintf("%v\n", o["id"]) })
+		}}
+	create.Flags().StringVar(&tpl, "template", "", "template name or id")
+	create.Flags().StringVar(&tenant, "tenant", "", "tenant (default: your own)")
+	create.Flags().BoolVar(&cj, "json", false, "print JSON")
+	return create
+}
+
+// sandboxExecCmd runs an argument vector in a sandbox and exits with its
+// exit code.
+func sandboxExecCmd() *cobra.Command {
+	var timeout time.Duration
+	exe := &cobra.Command{Use: "exec ID -- ARGV...", Short: "Run an argument vector in a sandbox (no shell unless you run one); exits with its exit code",
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 {
+				//lint:ignore ST1005 the usage line is printed to the user as it is, ARGV... included
+				return &ExitError{Code: 2, Err: errors.New("usage: sandbox exec ID -- ARGV...")}
+			}
+			cl, err := apiClient()
+			if err != nil {
+				return err
+			}
+			cl.HTTP.Timeout = timeout + time.Minute
+			r, err := cl.Exec(contextOf(cmd), args[0], args[1:], int64((timeout+time.Second-1)/time.Second))
+			if err != nil {
+				return apiErr(err)
+			}
+			// The program's own output, raw as ssh would pass it.
+			_, _ = clisafe.Raw(cmd.OutOrStdout()).Write(r.Stdout)
+			_, _ = clisafe.Raw(cmd.ErrOrStderr()).Write(r.Stderr)
+			for _, note := range []struct {
+				on  bool
+				why string
+			}{{r.StdoutTruncated, "stdout truncated"}, {r.StderrTruncated, "stderr truncated"}, {r.TimedOut, "timed out and killed"}} {
+				if note.on {
+					fmt.Fprintf(cmd.ErrOrStderr(), "better-compute: %s\n", note.why)
+				}
+			}
+			if r.ExitCode != 0 {
+				return &ExitError{Code: r.ExitCode}
+			}
+			return nil
+		}}
+	exe.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "kill the command after this long (at most 10m)")
+	return exe
+}
+
 func templatesCmd() *cobra.Command {
 	c := &cobra.Command{Use: "templates", Short: "Sandbox templates: image, limits, lifetime, network, environment, warm pool"}
 	var tenant, image, runtime, network string
@@ -124,7 +136,7 @@ func templatesCmd() *cobra.Command {
 			in := map[string]any{"tenant_id": tenant, "name": args[0], "image": image, "runtime": runtime, "network": network,
 				"limits":           map[string]any{"cpu_millis": cpu, "memory_mb": mem, "pids": pids, "disk_mb": disk},
 				"lifetime_seconds": int64(life / time.Second), "max_lifetime_seconds": int64(maxLife / time.Second),
-				"root": root, "env": e, "labels": l, "warm": warm}
+				"root": root, "env": e, "labels": l, "warm": warm} // archtest:not-tenant (run as uid 0 in the sandbox)
 			return call(cmd, "templates.create", in, cj, func(o map[string]any) string { return fmt.Sprintf("%v\n", o["id"]) })
 		}}
 	f := create.Flags()
@@ -138,7 +150,7 @@ func templatesCmd() *cobra.Command {
 	f.Int64Var(&disk, "disk-mb", 256, "writable layer size (MiB)")
 	f.DurationVar(&life, "lifetime", time.Hour, "lifetime of a new sandbox")
 	f.DurationVar(&maxLife, "max-lifetime", 24*time.Hour, "longest a sandbox may be extended to")
-	f.BoolVar(&root, "root", false, "run as root inside (uid 0, still without capabilities)")
+	f.BoolVar(&root, "root", false, "run as root inside (uid 0, still without capabilities)") // archtest:not-tenant (run as uid 0 in the sandbox)
 	f.StringArrayVar(&env, "env", nil, "KEY=VALUE for the sandbox's processes (repeatable; not for secrets)")
 	f.StringArrayVar(&labels, "label", nil, "key=value a host must carry (repeatable)")
 	f.IntVar(&warm, "warm", 0, "keep this many sandboxes started and unclaimed")

@@ -95,14 +95,24 @@ type Config struct {
 	} `toml:"quotas"`
 }
 
+// The roles a process can run: the values of roles.
+const (
+	RoleAPI     = "api"
+	RoleGateway = "gateway"
+	RoleWorkers = "workers"
+)
+
 // Default returns the documented defaults.
 func Default() Config {
 	var c Config
-	c.Roles = []string{"api", "gateway", "workers"}
+	c.Roles = []string{RoleAPI, RoleGateway, RoleWorkers}
 	c.LogLevel = "info"
 	c.Database.DSN = "sqlite:better-compute.db"
 	c.PKI.Dir, c.PKI.KEKFile = "pki", "kek"
 	c.API.Listen = "127.0.0.1:7780"
+	// The same as api.DefaultRateLimits (config sits below the transports
+	// and does not import api; server's TestFromConfigOfTheDefaults keeps
+	// the two equal).
 	c.API.RateLimits.ReadPerSecond, c.API.RateLimits.ReadBurst = 50, 100
 	c.API.RateLimits.MutatePerSecond, c.API.RateLimits.MutateBurst = 10, 20
 	c.API.RateLimits.FailedAuthPerSecond, c.API.RateLimits.FailedAuthBurst = 1, 10
@@ -181,92 +191,114 @@ func (c Config) SealInterval() time.Duration {
 // the sealed PKI bundle and the key-encryption key; a gateway-only process
 // needs neither.
 func (c Config) Keyed() bool {
-	return slices.Contains(c.Roles, "api") || slices.Contains(c.Roles, "workers")
+	return slices.Contains(c.Roles, RoleAPI) || slices.Contains(c.Roles, RoleWorkers)
 }
 
 // Validate reports every problem at once, each with its field path.
 func (c Config) Validate() error {
-	var probs []string
-	add := func(path, msg string) { probs = append(probs, path+": "+msg) }
+	var p problems
+	c.validateProcess(&p)
+	c.validateListeners(&p)
+	c.validateAPI(&p)
+	for _, q := range c.QuotaLimits().Validate() {
+		p = append(p, "quotas."+q)
+	}
+	if c.Quotas.ConcurrentMutates < 1 || c.Quotas.ConcurrentMutates > 1024 {
+		p.add("quotas.concurrent_mutates", "1 to 1024")
+	}
+	if d, err := time.ParseDuration(c.Audit.SealInterval); err != nil || d < time.Second {
+		p.add("audit.seal_interval", "a duration of at least 1s, such as 1h")
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	slices.Sort(p)
+	return fmt.Errorf("config: %d problem(s):\n  %s", len(p), strings.Join(p, "\n  "))
+}
+
+// problems collects Validate's findings, each "path: message".
+type problems []string
+
+func (p *problems) add(path, msg string) { *p = append(*p, path+": "+msg) }
+
+// addr adds a finding at path unless a is host:port.
+func (p *problems) addr(path, a string) {
+	if _, _, err := net.SplitHostPort(a); err != nil {
+		p.add(path, "host:port expected")
+	}
+}
+
+// validateProcess checks the roles, log level, database and PKI.
+func (c Config) validateProcess(p *problems) {
 	if len(c.Roles) == 0 {
-		add("roles", "at least one of api, gateway, workers")
+		p.add("roles", "at least one of api, gateway, workers")
 	}
 	for i, r := range c.Roles {
-		if !slices.Contains([]string{"api", "gateway", "workers"}, r) {
-			add(fmt.Sprintf("roles[%d]", i), fmt.Sprintf("%q is not api, gateway or workers", r))
+		if !slices.Contains([]string{RoleAPI, RoleGateway, RoleWorkers}, r) {
+			p.add(fmt.Sprintf("roles[%d]", i), fmt.Sprintf("%q is not api, gateway or workers", r))
 		}
 	}
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
-		add("log_level", "debug, info, warn or error")
+		p.add("log_level", "debug, info, warn or error")
 	}
 	if !strings.HasPrefix(c.Database.DSN, "sqlite:") && !strings.HasPrefix(c.Database.DSN, "postgres://") && !strings.HasPrefix(c.Database.DSN, "postgresql://") {
-		add("database.dsn", "must start with sqlite: or postgres://")
+		p.add("database.dsn", "must start with sqlite: or postgres://")
 	}
 	if c.PKI.Dir == "" {
-		add("pki.dir", "required")
+		p.add("pki.dir", "required")
 	}
 	if c.Keyed() && c.PKI.KEKFile == "" && os.Getenv("BC_KEK") == "" {
-		add("pki.kek_file", "required (or set BC_KEK)")
+		p.add("pki.kek_file", "required (or set BC_KEK)")
 	}
-	checkAddr := func(path, a string) {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			add(path, "host:port expected")
-		}
+}
+
+// validateListeners checks the addresses the roles listen on and dial.
+func (c Config) validateListeners(p *problems) {
+	hasAPI, hasGateway := slices.Contains(c.Roles, RoleAPI), slices.Contains(c.Roles, RoleGateway)
+	if hasAPI {
+		p.addr("api.listen", c.API.Listen)
 	}
-	if slices.Contains(c.Roles, "api") {
-		checkAddr("api.listen", c.API.Listen)
-	}
-	if slices.Contains(c.Roles, "gateway") && !slices.Contains(c.Roles, "api") {
+	if hasGateway && !hasAPI {
 		if c.Gateway.CertFile == "" || c.Gateway.KeyFile == "" {
-			add("gateway.cert_file", "a gateway without the api role needs cert_file and key_file (pki issue-gateway)")
+			p.add("gateway.cert_file", "a gateway without the api role needs cert_file and key_file (pki issue-gateway)")
 		}
-		checkAddr("gateway.control", c.Gateway.Control)
+		p.addr("gateway.control", c.Gateway.Control)
 	}
 	if c.API.InternalListen != "" {
-		checkAddr("api.internal_listen", c.API.InternalListen)
+		p.addr("api.internal_listen", c.API.InternalListen)
 	}
 	if c.Metrics.Listen != "" {
-		checkAddr("metrics.listen", c.Metrics.Listen)
-		if c.API.Listen == c.Metrics.Listen && slices.Contains(c.Roles, "api") {
-			add("metrics.listen", "must differ from api.listen: metrics are never served on the API listener")
+		p.addr("metrics.listen", c.Metrics.Listen)
+		if c.API.Listen == c.Metrics.Listen && hasAPI {
+			p.add("metrics.listen", "must differ from api.listen: metrics are never served on the API listener")
 		}
 	}
-	if slices.Contains(c.Roles, "gateway") {
-		checkAddr("gateway.listen", c.Gateway.Listen)
+	if hasGateway {
+		p.addr("gateway.listen", c.Gateway.Listen)
 		if len(c.Gateway.Names) == 0 {
-			add("gateway.names", "at least one DNS name")
+			p.add("gateway.names", "at least one DNS name")
 		}
 	}
-	for i, p := range c.API.TrustedProxies {
-		if _, err := netip.ParsePrefix(p); err != nil {
-			if _, err := netip.ParseAddr(p); err != nil {
-				add(fmt.Sprintf("api.trusted_proxies[%d]", i), "not an address or CIDR")
+}
+
+// validateAPI checks the API envelope's settings.
+func (c Config) validateAPI(p *problems) {
+	for i, tp := range c.API.TrustedProxies {
+		if _, err := netip.ParsePrefix(tp); err != nil {
+			if _, err := netip.ParseAddr(tp); err != nil {
+				p.add(fmt.Sprintf("api.trusted_proxies[%d]", i), "not an address or CIDR")
 			}
 		}
 	}
 	if c.API.SessionCookies && c.API.BaseURL == "" {
-		add("api.base_url", "required when api.session_cookies is true")
+		p.add("api.base_url", "required when api.session_cookies is true")
 	}
 	rl := c.API.RateLimits
 	for path, v := range map[string]float64{"api.rate_limits.read_per_second": rl.ReadPerSecond, "api.rate_limits.read_burst": rl.ReadBurst,
 		"api.rate_limits.mutate_per_second": rl.MutatePerSecond, "api.rate_limits.mutate_burst": rl.MutateBurst,
 		"api.rate_limits.failed_auth_per_second": rl.FailedAuthPerSecond, "api.rate_limits.failed_auth_burst": rl.FailedAuthBurst} {
 		if v <= 0 {
-			add(path, "must be positive")
+			p.add(path, "must be positive")
 		}
 	}
-	for _, p := range c.QuotaLimits().Validate() {
-		probs = append(probs, "quotas."+p)
-	}
-	if c.Quotas.ConcurrentMutates < 1 || c.Quotas.ConcurrentMutates > 1024 {
-		add("quotas.concurrent_mutates", "1 to 1024")
-	}
-	if d, err := time.ParseDuration(c.Audit.SealInterval); err != nil || d < time.Second {
-		add("audit.seal_interval", "a duration of at least 1s, such as 1h")
-	}
-	if len(probs) == 0 {
-		return nil
-	}
-	slices.Sort(probs)
-	return fmt.Errorf("config: %d problem(s):\n  %s", len(probs), strings.Join(probs, "\n  "))
 }

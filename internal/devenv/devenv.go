@@ -18,10 +18,13 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/quorum/approverkeys"
 	"github.com/bettercompute/bettercompute/internal/server"
@@ -36,6 +39,9 @@ type Options struct {
 	GatewayAddr string
 	Log         *slog.Logger
 	Out         io.Writer // where the ready message goes
+	// Clock is the control plane's and the nodes' clock (default the
+	// wall clock).
+	Clock clock.Clock
 }
 
 // Env is a running dev system.
@@ -55,32 +61,11 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	if o.Nodes < 0 || o.Nodes > 1000 {
 		return nil, errors.New("--nodes must be between 0 and 1000")
 	}
-	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
 	}
-	// The directory holds the key-encryption key: keep it private even when
-	// it already existed.
-	if err := os.Chmod(o.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
-	}
-	clk := clock.Real{}
-	kekPath := filepath.Join(o.DataDir, "kek")
-	kek, err := pki.LoadKEK(kekPath)
-	if errors.Is(err, os.ErrNotExist) {
-		kek, err = pki.CreateKEK(kekPath)
-	}
+	kek, b, err := openPKI(o)
 	if err != nil {
-		return nil, fmt.Errorf("key-encryption key: %w", err)
-	}
-	pkiDir := filepath.Join(o.DataDir, "pki")
-	b, err := pki.Load(pkiDir)
-	if errors.Is(err, os.ErrNotExist) {
-		b, err = pki.Init(pkiDir, "dev.bc.local", kek, clk)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pki: %w", err)
-	}
-	if b, err = pinDevApprovers(o, pkiDir, b); err != nil {
 		return nil, err
 	}
 	db, err := store.Open(ctx, "sqlite:"+filepath.Join(o.DataDir, "control.db"))
@@ -91,65 +76,119 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		db.Close()
 		return nil, err
 	}
-	store, err := imageStore(o.DataDir)
+	images, err := imageStore(o.DataDir)
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	runtime := devRuntime()
-	cp, err := server.Start(ctx, server.Options{DB: db, Bundle: b, KEK: kek, Clock: clk, Log: o.Log,
-		APIListen: o.APIListen, GatewayListen: o.GatewayAddr, SandboxImages: store})
+	cp, err := server.Start(ctx, server.Options{DB: db, Bundle: b, KEK: kek, Clock: o.Clock, Log: o.Log,
+		APIListen: o.APIListen, GatewayListen: o.GatewayAddr, SandboxImages: images})
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
 	e := &Env{CP: cp, APIURL: "http://" + cp.APIAddr, KeyFile: filepath.Join(o.DataDir, "admin.key"), EnvFile: filepath.Join(o.DataDir, "env")}
 	e.stop = append(e.stop, func() { cp.Close(); db.Close() })
-	fail := func(err error) (*Env, error) { e.Close(); return nil, err }
-
-	if _, err := os.Stat(e.KeyFile); errors.Is(err, os.ErrNotExist) {
-		_, key, err := cp.APIKeys.Create(ctx, audit.Entry{TenantID: "root", Actor: "dev"}, "root", "admin", "dev admin", 0)
-		if err != nil {
-			return fail(err)
-		}
-		if err := pki.WriteFileAtomic(e.KeyFile, []byte(key+"\n"), 0o600); err != nil {
-			return fail(fmt.Errorf("write admin key: %w", err))
-		}
+	if err := e.bringUp(ctx, o, images); err != nil {
+		e.Close()
+		return nil, err
 	}
+	return e, nil
+}
 
-	var wg sync.WaitGroup
+// bringUp makes the admin key, starts the nodes and waits for them, seeds
+// the sandboxes and writes the env file.
+func (e *Env) bringUp(ctx context.Context, o Options, images string) error {
+	if err := e.adminKey(ctx); err != nil {
+		return err
+	}
+	runtime := devRuntime()
+	up, err := e.startNodes(ctx, o, images, runtime)
+	if err != nil {
+		return err
+	}
+	if err := e.waitNodes(ctx, o.Nodes, up); err != nil {
+		return err
+	}
+	e.SandboxHint = seedSandboxes(ctx, e.CP, runtime)
+	envText := fmt.Sprintf("export BC_ADDR=%s\nexport BC_API_KEY_FILE=%s\n", shellQuote(e.APIURL), shellQuote(e.KeyFile))
+	if err := pki.WriteFileAtomic(e.EnvFile, []byte(envText), 0o600); err != nil {
+		return fmt.Errorf("write env file: %w", err)
+	}
+	return nil
+}
+
+// openPKI makes the private data directory and loads (or makes, on the
+// first run) its key-encryption key and PKI bundle, with the dev approvers
+// pinned.
+func openPKI(o Options) (pki.KEK, *pki.Bundle, error) {
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return pki.KEK{}, nil, fmt.Errorf("data dir: %w", err)
+	}
+	// The directory holds the key-encryption key: keep it private even when
+	// it already existed.
+	if err := os.Chmod(o.DataDir, 0o700); err != nil {
+		return pki.KEK{}, nil, fmt.Errorf("data dir: %w", err)
+	}
+	kekPath := filepath.Join(o.DataDir, "kek")
+	kek, err := pki.LoadKEK(kekPath)
+	if errors.Is(err, os.ErrNotExist) {
+		kek, err = pki.CreateKEK(kekPath)
+	}
+	if err != nil {
+		return pki.KEK{}, nil, fmt.Errorf("key-encryption key: %w", err)
+	}
+	pkiDir := filepath.Join(o.DataDir, "pki")
+	b, err := pki.Load(pkiDir)
+	if errors.Is(err, os.ErrNotExist) {
+		b, err = pki.Init(pkiDir, "dev.bc.local", kek, o.Clock)
+	}
+	if err != nil {
+		return pki.KEK{}, nil, fmt.Errorf("pki: %w", err)
+	}
+	if b, err = pinDevApprovers(o, pkiDir, b); err != nil {
+		return pki.KEK{}, nil, err
+	}
+	return kek, b, nil
+}
+
+// devActor is the audit actor of what dev does itself, in the root tenant.
+var devActor = audit.Entry{TenantID: iam.RootTenant, Actor: "dev"}
+
+// adminKey makes the root tenant's dev admin API key on the first run.
+func (e *Env) adminKey(ctx context.Context) error {
+	if _, err := os.Stat(e.KeyFile); !errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	_, key, err := e.CP.APIKeys.Create(ctx, devActor, iam.RootTenant, "admin", "dev admin", 0)
+	if err != nil {
+		return err
+	}
+	if err := pki.WriteFileAtomic(e.KeyFile, []byte(key+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write admin key: %w", err)
+	}
+	return nil
+}
+
+// startNodes joins the nodes not joined yet and runs every node's agent
+// until Close. The returned channel gets each node's id once its session
+// is first up.
+func (e *Env) startNodes(ctx context.Context, o Options, images, runtime string) (<-chan string, error) {
 	up := make(chan string, o.Nodes)
 	nctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(nctx)
 	var agents []*daemon.Node
 	e.stop = append([]func(){func() {
 		cancel()
-		wg.Wait()
+		_ = g.Wait()
 		for _, a := range agents {
 			_ = a.Close()
 		}
 	}}, e.stop...)
 	for i := 0; i < o.Nodes; i++ {
-		name := fmt.Sprintf("sim-%d", i)
-		dir := filepath.Join(o.DataDir, "nodes", name)
-		if !daemon.Joined(dir) {
-			tok, err := cp.Nodes.CreateJoinToken(ctx, audit.Entry{TenantID: "root", Actor: "dev"}, pki.RoleNode, name, 10*time.Minute)
-			if err != nil {
-				return fail(err)
-			}
-			if _, err := daemon.Join(ctx, daemon.JoinOptions{DataDir: dir, Gateway: cp.GatewayAddr, Token: tok.Token, Name: name}); err != nil {
-				return fail(fmt.Errorf("join %s: %w", name, err))
-			}
-		}
-		drv, closeImages, err := sandboxDriver(nctx, driver.NewSim(name), dir, store, runtime, clk, o.Log)
+		a, err := e.openNode(ctx, gctx, o, fmt.Sprintf("sim-%d", i), images, runtime)
 		if err != nil {
-			return fail(fmt.Errorf("sandbox host %s: %w", name, err))
-		}
-		e.stop = append(e.stop, closeImages)
-		a, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: cp.GatewayAddr, Driver: drv, Clock: clk, Log: o.Log,
-			Labels: map[string]string{"sim": "true"}})
-		if err != nil {
-			return fail(fmt.Errorf("open %s: %w", name, err))
+			return nil, err
 		}
 		var once sync.Once
 		a.OnState(func(c bool) {
@@ -157,29 +196,58 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 				once.Do(func() { up <- a.NodeID() })
 			}
 		})
-		mu.Lock()
 		agents = append(agents, a)
-		mu.Unlock()
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = a.Run(nctx) }()
+		g.Go(func() error { _ = a.Run(gctx); return nil })
 	}
-	deadline := time.After(60 * time.Second)
-	for len(e.NodeIDs) < o.Nodes {
+	return up, nil
+}
+
+// openNode joins node name when it has not joined yet and opens its agent
+// on a sandbox host whose sweep runs on nctx.
+func (e *Env) openNode(ctx, nctx context.Context, o Options, name, images, runtime string) (*daemon.Node, error) {
+	cp := e.CP
+	dir := filepath.Join(o.DataDir, "nodes", name)
+	if !daemon.Joined(dir) {
+		tok, err := cp.Nodes.CreateJoinToken(ctx, devActor, pki.RoleNode, name, 10*time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := daemon.Join(ctx, daemon.JoinOptions{DataDir: dir, Gateway: cp.GatewayAddr, Token: tok.Token, Name: name}); err != nil {
+			return nil, fmt.Errorf("join %s: %w", name, err)
+		}
+	}
+	drv, closeImages, err := sandboxDriver(nctx, driver.NewSim(name), dir, images, runtime, o.Clock, o.Log)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox host %s: %w", name, err)
+	}
+	e.stop = append(e.stop, closeImages)
+	a, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: cp.GatewayAddr, Driver: drv, Clock: o.Clock, Log: o.Log,
+		Labels: map[string]string{"sim": "true"}})
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	return a, nil
+}
+
+// connectTimeout bounds how long Start waits for every node's session.
+const connectTimeout = 60 * time.Second
+
+// waitNodes records the ids of the n nodes as their sessions come up, or
+// fails after connectTimeout.
+func (e *Env) waitNodes(ctx context.Context, n int, up <-chan string) error {
+	deadline := time.NewTimer(connectTimeout)
+	defer deadline.Stop()
+	for len(e.NodeIDs) < n {
 		select {
 		case id := <-up:
 			e.NodeIDs = append(e.NodeIDs, id)
-		case <-deadline:
-			return fail(fmt.Errorf("only %d of %d nodes connected within 60s", len(e.NodeIDs), o.Nodes))
+		case <-deadline.C:
+			return fmt.Errorf("only %d of %d nodes connected within 60s", len(e.NodeIDs), n)
 		case <-ctx.Done():
-			return fail(ctx.Err())
+			return ctx.Err()
 		}
 	}
-	e.SandboxHint = seedSandboxes(ctx, cp, runtime)
-	envText := fmt.Sprintf("export BC_ADDR=%s\nexport BC_API_KEY_FILE=%s\n", shellQuote(e.APIURL), shellQuote(e.KeyFile))
-	if err := pki.WriteFileAtomic(e.EnvFile, []byte(envText), 0o600); err != nil {
-		return fail(fmt.Errorf("write env file: %w", err))
-	}
-	return e, nil
+	return nil
 }
 
 // Dev approvers: DATA/approvers/approver-{1,2,3}.key, threshold 2.

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
@@ -51,7 +50,7 @@ func sandboxDriver(ctx context.Context, inner driver.Driver, nodeDir, store, run
 // seedSandboxes imports the default busybox image and a "default"
 // template into the root tenant, once, and says what to run.
 func seedSandboxes(ctx context.Context, cp *server.ControlPlane, runtime string) string {
-	actor := audit.Entry{TenantID: iam.RootTenant, Actor: "dev"}
+	actor := devActor
 	if _, err := cp.Sandboxes.Template(ctx, iam.RootScope(), "default"); err == nil {
 		return sandboxHint(runtime)
 	}

@@ -24,6 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
@@ -44,6 +46,8 @@ type Options struct {
 	Log      *slog.Logger
 	// Progress, when set, is called after every join with the count.
 	Progress func(joined int)
+	// Clock is the nodes' clock (default the wall clock).
+	Clock clock.Clock
 }
 
 // Report is what a run measured.
@@ -65,7 +69,7 @@ type Fleet struct {
 	connected    atomic.Int64
 	changed      chan struct{}
 	cancel       context.CancelFunc
-	wg           sync.WaitGroup
+	group        errgroup.Group // the nodes' session loops
 }
 
 // Start joins the nodes that are not joined yet (at the configured rate),
@@ -80,6 +84,9 @@ func Start(ctx context.Context, o Options) (*Fleet, Report, error) {
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
 	}
 	rep := Report{Nodes: o.Nodes}
 	dirs := make([]string, o.Nodes)
@@ -96,88 +103,94 @@ func Start(ctx context.Context, o Options) (*Fleet, Report, error) {
 		return nil, rep, fmt.Errorf("fleetsim: %d nodes need joining but only %d tokens were given", len(need), len(o.Tokens))
 	}
 	start := time.Now()
+	joined, err := join(ctx, o, dirs, need)
+	rep.Joined = joined
+	rep.JoinSeconds = time.Since(start).Seconds()
+	if rep.Joined > 0 {
+		rep.JoinsPerSecond = float64(rep.Joined) / rep.JoinSeconds
+	}
+	if err != nil {
+		return nil, rep, err
+	}
+	f, err := open(ctx, o, dirs)
+	return f, rep, err
+}
+
+// join joins the nodes dirs[need[k]] with o.Tokens[k], o.Parallel at a
+// time and at most o.JoinRate a second, and returns how many joined. It
+// tries every node even after one fails, and returns the first failure.
+func join(ctx context.Context, o Options, dirs []string, need []int) (int, error) {
 	var joined atomic.Int64
 	var firstErr error
 	var errMu sync.Mutex
-	work := make(chan int)
-	var jwg sync.WaitGroup
-	for w := 0; w < o.Parallel; w++ {
-		jwg.Add(1)
-		go func() {
-			defer jwg.Done()
-			for k := range work {
-				i := need[k]
-				_, err := daemon.Join(ctx, daemon.JoinOptions{DataDir: dirs[i], Gateway: o.Gateway, Token: o.Tokens[k], Name: fmt.Sprintf("sim-%05d", i)})
-				if err != nil {
-					errMu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("fleetsim: join node %d: %w", i, err)
-					}
-					errMu.Unlock()
-					continue
-				}
-				if n := joined.Add(1); o.Progress != nil {
-					o.Progress(int(n))
-				}
-			}
-		}()
-	}
+	var g errgroup.Group
+	g.SetLimit(o.Parallel)
 	var tick <-chan time.Time
 	if o.JoinRate > 0 {
 		t := time.NewTicker(time.Duration(float64(time.Second) / o.JoinRate))
 		defer t.Stop()
 		tick = t.C
 	}
-	for k := range need {
+	for k, i := range need {
 		if tick != nil {
 			<-tick
-		}
-		select {
-		case work <- k:
-		case <-ctx.Done():
 		}
 		if ctx.Err() != nil {
 			break
 		}
+		g.Go(func() error {
+			_, err := daemon.Join(ctx, daemon.JoinOptions{DataDir: dirs[i], Gateway: o.Gateway, Token: o.Tokens[k], Name: fmt.Sprintf("sim-%05d", i)})
+			if err != nil {
+				errMu.Lock()
+				if firstErr == nil {
+					firstErr = fmt.Errorf("fleetsim: join node %d: %w", i, err)
+				}
+				errMu.Unlock()
+				return nil
+			}
+			if n := joined.Add(1); o.Progress != nil {
+				o.Progress(int(n))
+			}
+			return nil
+		})
 	}
-	close(work)
-	jwg.Wait()
-	rep.Joined = int(joined.Load())
-	rep.JoinSeconds = time.Since(start).Seconds()
-	if rep.Joined > 0 {
-		rep.JoinsPerSecond = float64(rep.Joined) / rep.JoinSeconds
-	}
-	if firstErr != nil {
-		return nil, rep, firstErr
-	}
+	_ = g.Wait()
+	return int(joined.Load()), firstErr
+}
+
+// open opens every node and starts its session loop until Stop.
+func open(ctx context.Context, o Options, dirs []string) (*Fleet, error) {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	// One memo for the whole fleet: every node gets commands signed under
 	// the same worker keys (see the package comment).
 	chains := pki.NewWorkerChainCache(0)
 	f := &Fleet{WorkerChains: chains, cancel: cancel, changed: make(chan struct{}, 1)}
 	for i, dir := range dirs {
-		n, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: o.Gateway, Driver: driver.NewSim(fmt.Sprintf("sim-%05d", i)), Clock: clock.Real{},
+		n, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: o.Gateway, Driver: driver.NewSim(fmt.Sprintf("sim-%05d", i)), Clock: o.Clock,
 			Log: o.Log, Labels: map[string]string{"sim": "true", "fleet": "bench"}, MaxBackoff: 10 * time.Second, WorkerChains: chains})
 		if err != nil {
 			f.Stop()
-			return nil, rep, fmt.Errorf("fleetsim: open node %d: %w", i, err)
+			return nil, fmt.Errorf("fleetsim: open node %d: %w", i, err)
 		}
-		n.OnState(func(up bool) {
-			if up {
-				f.connected.Add(1)
-			} else {
-				f.connected.Add(-1)
-			}
-			select {
-			case f.changed <- struct{}{}:
-			default:
-			}
-		})
+		n.OnState(f.onState)
 		f.Nodes = append(f.Nodes, n)
-		f.wg.Add(1)
-		go func() { defer f.wg.Done(); _ = n.Run(rctx) }()
+		f.group.Go(func() error { _ = n.Run(rctx); return nil })
 	}
-	return f, rep, nil
+	return f, nil
+}
+
+// onState counts a node's session going up or down and wakes
+// WaitConnected.
+func (f *Fleet) onState(up bool) {
+	if up {
+		f.connected.Add(1)
+	} else {
+		f.connected.Add(-1)
+	}
+	select {
+	case f.changed <- struct{}{}:
+	default:
+	}
 }
 
 // Connected returns how many sessions are up now.
@@ -202,27 +215,24 @@ func (f *Fleet) RenewAll(ctx context.Context, parallel int) (float64, error) {
 		parallel = 64
 	}
 	start := time.Now()
-	sem := make(chan struct{}, parallel)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(parallel)
 	var failed atomic.Int64
 	for _, n := range f.Nodes {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		g.Go(func() error {
 			conn, err := n.Dial()
 			if err != nil {
 				failed.Add(1)
-				return
+				return nil
 			}
 			defer conn.Close()
 			if err := n.Renew(ctx, conn); err != nil {
 				failed.Add(1)
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	if n := failed.Load(); n > 0 {
 		return 0, fmt.Errorf("fleetsim: %d renewals failed", n)
 	}
@@ -232,7 +242,7 @@ func (f *Fleet) RenewAll(ctx context.Context, parallel int) (float64, error) {
 // Stop ends every session and waits.
 func (f *Fleet) Stop() {
 	f.cancel()
-	f.wg.Wait()
+	_ = f.group.Wait()
 	for _, n := range f.Nodes {
 		_ = n.Close()
 	}

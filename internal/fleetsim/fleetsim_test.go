@@ -4,11 +4,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/fleetsim"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 	"github.com/bettercompute/bettercompute/internal/testenv"
 )
@@ -19,7 +21,7 @@ func TestFleetJoinsAndRunsFanout(t *testing.T) {
 	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
 	ctx := context.Background()
 	const n = 20
-	toks, err := e.CP.Nodes.CreateJoinTokens(ctx, audit.Entry{TenantID: "root", Actor: "test"}, "node", n, time.Hour)
+	toks, err := e.CP.Nodes.CreateJoinTokens(ctx, audit.Entry{TenantID: iam.RootTenant, Actor: "test"}, "node", n, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +47,7 @@ func TestFleetJoinsAndRunsFanout(t *testing.T) {
 	for _, node := range f.Nodes {
 		ids = append(ids, node.NodeID())
 	}
-	cmds, err := e.CP.Commands.CreateMany(ctx, audit.Entry{TenantID: "root", Actor: "test"}, ids, "diag.run", nil, time.Hour)
+	cmds, err := e.CP.Commands.CreateMany(ctx, audit.Entry{TenantID: iam.RootTenant, Actor: "test"}, ids, "diag.run", nil, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,5 +72,25 @@ func TestFleetJoinsAndRunsFanout(t *testing.T) {
 	}
 	if _, err := fleetsim.ReadTokens(p); err == nil {
 		t.Fatal("a world-readable tokens file was accepted")
+	}
+}
+
+// The join pool tries every node even when one join fails, and reports the
+// first failure with the joins that succeeded.
+func TestFleetJoinPoolReportsAFailedJoin(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	ctx := context.Background()
+	toks, err := e.CP.Nodes.CreateJoinTokens(ctx, audit.Entry{TenantID: iam.RootTenant, Actor: "test"}, "node", 3, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := []string{toks[0].Token, "not-a-token", toks[2].Token}
+	f, rep, err := fleetsim.Start(ctx, fleetsim.Options{Nodes: 3, Gateway: e.CP.GatewayAddr, Tokens: tokens, DataDir: t.TempDir(), Parallel: 2})
+	if err == nil {
+		f.Stop()
+		t.Fatal("a fleet with a bad token started")
+	}
+	if !strings.Contains(err.Error(), "join node 1") || rep.Joined != 2 {
+		t.Fatalf("err %v, report %+v; want node 1's failure and 2 joined", err, rep)
 	}
 }

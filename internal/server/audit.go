@@ -1,8 +1,6 @@
 package server
 
 import (
-	"context"
-
 	"github.com/bettercompute/bettercompute/internal/auditlog"
 	"github.com/bettercompute/bettercompute/internal/errs"
 )
@@ -10,8 +8,9 @@ import (
 // startAudit starts the workers role's audit job: sealing every
 // AuditSealInterval (default 1h), the 3-hour unsealed-rows self-check
 // (log and metric on cp.Metrics), and, with AuditSink, copying sealed rows
-// to the sink. It runs on rctx and stops with the control plane.
-func (cp *ControlPlane) startAudit(rctx context.Context, o Options) error {
+// to the sink. It runs in the roles' group and stops with the control
+// plane.
+func (cp *ControlPlane) startAudit(o Options) error {
 	priv, err := o.Bundle.AuditSigningKey(o.KEK)
 	if err != nil {
 		return errs.Wrap(errs.InvalidConfig, "the audit key does not unseal with this key-encryption key", err)
@@ -30,10 +29,9 @@ func (cp *ControlPlane) startAudit(rctx context.Context, o Options) error {
 	}
 	w := &auditlog.Worker{Log: l, Key: key, Metrics: m, Logger: o.Log, Clock: o.Clock, SealInterval: o.AuditSealInterval}
 	if o.AuditSink != nil {
-		w.Pump = auditlog.NewPump(o.DB, o.AuditSink, orDefault(o.AuditSinkName, "default"), o.Clock, o.Log)
+		w.Pump = auditlog.NewPump(o.DB, o.AuditSink, o.AuditSinkName, o.Clock, o.Log)
 	}
 	cp.Audit = w
-	cp.wg.Add(1)
-	go func() { defer cp.wg.Done(); w.Run(rctx) }()
+	cp.runLoop(w.Run)
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/server"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
@@ -53,7 +54,7 @@ func TestWorkersRunTheAuditJob(t *testing.T) {
 		}
 	}
 	if err := db.Tx(ctx, func(tx *sql.Tx) error {
-		return audit.Record(ctx, tx, time.Now(), audit.Entry{TenantID: "root", Actor: "a", Action: "b", Resource: "c", Outcome: "allowed"})
+		return audit.Record(ctx, tx, time.Now(), audit.Entry{TenantID: iam.RootTenant, Actor: "a", Action: "b", Resource: "c", Outcome: "allowed"})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestWorkersRunTheAuditJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	var size int64
-	if err := db.QueryRowContext(ctx, `SELECT size FROM audit_checkpoints WHERE tenant_id = 'root'`).Scan(&size); err != nil || size != 1 {
+	if err := db.QueryRowContext(ctx, `SELECT size FROM audit_checkpoints WHERE tenant_id = $1`, iam.RootTenant).Scan(&size); err != nil || size != 1 {
 		t.Fatalf("checkpoint size %d (%v), want 1", size, err)
 	}
 }

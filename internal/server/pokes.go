@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/bus"
@@ -23,14 +22,16 @@ var bridged = []string{bus.TopicSigned, bus.TopicRevoked, bus.TopicSessions}
 // bridgePokes forwards the bridged topics to other processes through
 // PostgreSQL NOTIFY, and republishes what other processes send under
 // bus.RemoteTopic, so a poke never loops back. On SQLite (one process) it
-// does nothing: polling covers a second process.
-func bridgePokes(ctx context.Context, db *store.DB, b *bus.Bus, log *slog.Logger) {
-	if db.Dialect != store.Postgres {
+// does nothing: polling covers a second process. Its loops run in the
+// roles' group.
+func (cp *ControlPlane) bridgePokes(o Options) {
+	if cp.DB.Dialect != store.Postgres {
 		return
 	}
+	db, b, log := cp.DB, cp.Bus, o.Log
 	for _, topic := range bridged {
 		ch, stop := b.Subscribe(topic)
-		go func() {
+		cp.runLoop(func(ctx context.Context) {
 			defer stop()
 			for {
 				select {
@@ -42,9 +43,9 @@ func bridgePokes(ctx context.Context, db *store.DB, b *bus.Bus, log *slog.Logger
 					}
 				}
 			}
-		}()
+		})
 	}
-	go func() {
+	cp.runLoop(func(ctx context.Context) {
 		for ctx.Err() == nil {
 			err := db.Listen(ctx, pokeChannel, func(payload string) {
 				for _, t := range bridged {
@@ -63,5 +64,5 @@ func bridgePokes(ctx context.Context, db *store.DB, b *bus.Bus, log *slog.Logger
 			case <-time.After(time.Second):
 			}
 		}
-	}()
+	})
 }

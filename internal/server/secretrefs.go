@@ -4,18 +4,18 @@ import (
 	"context"
 
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/secrets"
 )
 
 // secretRefs answers the commands module's secret-reference checks from
-// the secrets module, which the control plane makes after the commands
-// module (and only in a process that serves the API, the one place
-// commands are created from callers' payloads).
-type secretRefs struct{ cp *ControlPlane }
+// the secrets module, which a process has only with the api role (the one
+// place commands are created from callers' payloads); s is nil elsewhere.
+type secretRefs struct{ s *secrets.Service }
 
 // SecretExists implements commands.SecretChecker.
-func (s secretRefs) SecretExists(ctx context.Context, scopeTenant, ref string) (bool, error) {
-	if s.cp.Secrets == nil {
+func (r secretRefs) SecretExists(ctx context.Context, scopeTenant, ref string) (bool, error) {
+	if r.s == nil {
 		return false, errs.New(errs.InvalidConfig, "the secrets module is not running")
 	}
-	return s.cp.Secrets.SecretExists(ctx, scopeTenant, ref)
+	return r.s.SecretExists(ctx, scopeTenant, ref)
 }

@@ -45,6 +45,12 @@ import (
 // WaitTimeout bounds every wait; a wait that times out fails the test.
 const WaitTimeout = 20 * time.Second
 
+// shutdownGrace is the test processes' server.Options.ShutdownGrace: a
+// node session is a stream that lasts until the listener stops, so a
+// process closed with nodes still connected waits the whole grace; tests
+// close many.
+const shutdownGrace = 250 * time.Millisecond
+
 // Options configure an environment.
 type Options struct {
 	Nodes int         // sim nodes to join and connect (role node)
@@ -126,8 +132,7 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	}
 	// The PKI is made as if two days ago, as a real deployment's CAs are
 	// older than the commands they certify.
-	b, err := pki.Init(filepath.Join(dir, "pki"), "test.bc.local", kek, clock.NewFake(o.Clock.Now().Add(-48*time.Hour)))
-	if err != nil {
+	if _, err := pki.Init(filepath.Join(dir, "pki"), "test.bc.local", kek, clock.NewFake(o.Clock.Now().Add(-48*time.Hour))); err != nil {
 		t.Fatalf("pki init: %v", err)
 	}
 	if o.Approvers == 0 {
@@ -138,7 +143,8 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	if err != nil {
 		t.Fatalf("approver keys: %v", err)
 	}
-	if b, err = pki.PinApprovers(filepath.Join(dir, "pki"), pubs, o.Threshold); err != nil {
+	b, err := pki.PinApprovers(filepath.Join(dir, "pki"), pubs, o.Threshold)
+	if err != nil {
 		t.Fatalf("pin approvers: %v", err)
 	}
 	var approverKeys []ed25519.PrivateKey
@@ -156,7 +162,7 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	// The api serves the internal channel, so that gateway-only processes
 	// (StartGateway) can relay to it.
 	so := server.Options{DB: db, Bundle: b, KEK: kek, Clock: o.Clock, Log: log,
-		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime, InternalListen: "127.0.0.1:0"}
+		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime, InternalListen: "127.0.0.1:0", ShutdownGrace: shutdownGrace}
 	// Tests make many calls quickly; rate limits are tested on their own.
 	so.RateLimits = api.RateLimits{ReadPerSecond: 1e6, ReadBurst: 1e6, MutatePerSecond: 1e6, MutateBurst: 1e6}
 	so.TenantMutates = 1 << 16
@@ -175,7 +181,7 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	e := &Env{CP: cp, Bundle: b, KEK: kek, Dir: dir, Clock: o.Clock, Log: log, ApproverDir: approverDir, ApproverKeys: approverKeys,
 		sandboxRuntime: o.SandboxRuntime, sandboxEgress: o.SandboxEgress, imageStore: imageStore}
 	t.Cleanup(e.Close)
-	_, key, err := cp.APIKeys.Create(context.Background(), audit.Entry{TenantID: "root", Actor: "testenv"}, "root", "admin", "admin", 0)
+	_, key, err := cp.APIKeys.Create(context.Background(), audit.Entry{TenantID: iam.RootTenant, Actor: "testenv"}, iam.RootTenant, "admin", "admin", 0)
 	if err != nil {
 		t.Fatalf("admin key: %v", err)
 	}
@@ -236,7 +242,7 @@ func (e *Env) GatewayOnlyOptions(t testing.TB, dir string) server.Options {
 		t.Fatalf("load gateway certificate: %v", err)
 	}
 	return server.Options{DB: e.CP.DB, Bundle: pub, GatewayCert: &cert, Control: e.CP.InternalAddr, Clock: e.Clock, Log: e.Log,
-		Roles: []string{server.RoleGateway}, RevocationPoll: time.Second}
+		Roles: []string{server.RoleGateway}, RevocationPoll: time.Second, ShutdownGrace: shutdownGrace}
 }
 
 // StartGatewayWith is StartGateway with tune applied to its options.
@@ -301,7 +307,7 @@ func (e *Env) Close() {
 func (e *Env) Join(t testing.TB, role, name string) *Node {
 	t.Helper()
 	ctx := context.Background()
-	tok, err := e.CP.Nodes.CreateJoinToken(ctx, audit.Entry{TenantID: "root", Actor: "testenv"}, role, name, time.Hour)
+	tok, err := e.CP.Nodes.CreateJoinToken(ctx, audit.Entry{TenantID: iam.RootTenant, Actor: "testenv"}, role, name, time.Hour)
 	if err != nil {
 		t.Fatalf("join token: %v", err)
 	}
@@ -465,7 +471,7 @@ func (e *Env) InjectBatchedCommand(t testing.TB, nodeID string, body *nodev1.Com
 	sig, cert := sign(raw)
 	now := e.Clock.Now().UnixMilli()
 	_, err = e.CP.DB.ExecContext(context.Background(), `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at, body, signature, signer_cert, batch_id)
-		VALUES ($1, 'root', $2, $3, $4, 'queued', 'test', $5, $5, $6, $7, $8, $9, $10)`, id, nodeID, body.Kind, body.Payload, now, body.ExpiresAtMs, raw, sig, cert, batchID)
+		VALUES ($1, $11, $2, $3, $4, 'queued', 'test', $5, $5, $6, $7, $8, $9, $10)`, id, nodeID, body.Kind, body.Payload, now, body.ExpiresAtMs, raw, sig, cert, batchID, iam.RootTenant)
 	if err != nil {
 		t.Fatalf("inject batched command: %v", err)
 	}
@@ -561,7 +567,7 @@ func (e *Env) InsertSigned(t testing.TB, id, nodeID, kind string, body, sig, cer
 		expiresMS = now + int64(10*time.Minute/time.Millisecond)
 	}
 	_, err := e.CP.DB.ExecContext(context.Background(), `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at, body, signature, signer_cert)
-		VALUES ($1, 'root', $2, $3, $4, 'queued', 'test', $5, $5, $6, $7, $8, $9)`, id, nodeID, kind, []byte("{}"), now, expiresMS, body, sig, cert)
+		VALUES ($1, $10, $2, $3, $4, 'queued', 'test', $5, $5, $6, $7, $8, $9)`, id, nodeID, kind, []byte("{}"), now, expiresMS, body, sig, cert, iam.RootTenant)
 	if err != nil {
 		t.Fatalf("inject command: %v", err)
 	}

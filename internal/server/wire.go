@@ -1,0 +1,73 @@
+package server
+
+import (
+	"fmt"
+
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/fileblob" // file:// image stores
+	_ "gocloud.dev/blob/memblob"  // mem:// image stores
+
+	"github.com/bettercompute/bettercompute/internal/apikeys"
+	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/commands"
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
+	"github.com/bettercompute/bettercompute/internal/nodes"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/quorum"
+	"github.com/bettercompute/bettercompute/internal/quota"
+	"github.com/bettercompute/bettercompute/internal/sandboxes"
+	"github.com/bettercompute/bettercompute/internal/secrets"
+	"github.com/bettercompute/bettercompute/internal/signing"
+)
+
+// buildModules is the one place the modules are made: each from its
+// constructor, in dependency order, so that what a module needs exists
+// before it (the commands table's Store before the secrets broker and the
+// signer, which read it, and the commands module, which checks references
+// with the broker).
+func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
+	b := o.Bundle
+	cp.Events = audit.NewEvents(o.DB, o.Clock)
+	cp.Quotas = quota.New(o.DB, o.Clock, o.Quotas)
+	cp.Nodes = nodes.New(o.DB, o.Clock, cp.Events, cp.Bus, o.Log, cp.Quotas, nodes.Config{TrustDomain: b.TrustDomain, NodeCA: b.NodeCA,
+		CertLifetime: o.NodeCertLifetime, RenewInterval: o.RenewInterval, JoinPublicKey: b.JoinKey, JoinPin: pki.JoinKeyPin(b.JoinKey),
+		NodeCAKey: k.nodeCA, BundleBody: k.bundleBody, BundleSig: k.bundleSig})
+	tb := b.TrustBundle(o.Clock.Now())
+	var err error
+	if cp.Quorum, err = quorum.New(o.DB, o.Clock, cp.Bus, cp.Nodes, b.Deployment, tb.Approvers, b.Threshold, o.Log); err != nil {
+		return err
+	}
+	cp.APIKeys = apikeys.New(o.DB, o.Clock)
+	cp.IAM = iam.New(o.DB, o.Clock)
+	commandStore := commands.NewStore(o.DB)
+	if r.api {
+		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, commandStore, cp.Events, o.Log)
+	}
+	cp.Commands = commands.New(commands.Deps{Store: commandStore, Clock: o.Clock, Bus: cp.Bus, Nodes: cp.Nodes, Batches: cp.Quorum,
+		Quotas: cp.Quotas, Secrets: secretRefs{s: cp.Secrets}, Log: o.Log})
+	bucket, err := cp.openImages(o)
+	if err != nil {
+		return err
+	}
+	cp.Sandboxes = sandboxes.New(o.DB, o.Clock, cp.Bus, cp.Commands, cp.Nodes, cp.Quotas, bucket, o.Log)
+	if r.workers {
+		cp.Signer = signing.New(signing.Deps{DB: o.DB, Commands: commandStore, Clock: o.Clock, KEK: o.KEK, Root: b.CommandRoot, RootKey: k.commandRoot,
+			TrustDomain: b.TrustDomain, Bus: cp.Bus, Batches: cp.Quorum, Log: o.Log})
+	}
+	return nil
+}
+
+// openImages opens the sandbox image store when one is configured (nil
+// when not); Close closes it after the roles stop.
+func (cp *ControlPlane) openImages(o Options) (*blob.Bucket, error) {
+	if o.SandboxImages == "" {
+		return nil, nil
+	}
+	b, err := blob.OpenBucket(cp.ctx, o.SandboxImages)
+	if err != nil {
+		return nil, errs.Wrap(errs.InvalidConfig, "the sandbox image store does not open", fmt.Errorf("server: %w", err))
+	}
+	cp.closers = append(cp.closers, func() { _ = b.Close() })
+	return b, nil
+}
