@@ -4,71 +4,37 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 )
 
 // BatchLeaf is one leaf of a batch as shown: a node, a kind and either a
 // payload digest (with the payload) or Unbound, which admits any payload
 // of its kind for its node and carries Flag.
-type BatchLeaf struct {
-	Index         int             `json:"index"`
-	NodeID        string          `json:"node_id"`
-	Kind          string          `json:"kind"`
-	Unbound       bool            `json:"unbound"`
-	Flag          string          `json:"flag,omitempty"`
-	PayloadSHA256 string          `json:"payload_sha256,omitempty"`
-	Payload       json.RawMessage `json:"payload,omitempty"`
-}
+type BatchLeaf = apitypes.BatchLeaf
 
 // BatchApproval is one recorded approval.
-type BatchApproval struct {
-	ApproverKey string    `json:"approver_key"`
-	Signature   string    `json:"signature"`
-	SubmittedBy string    `json:"submitted_by"`
-	CreatedAt   time.Time `json:"created_at"`
-}
+type BatchApproval = apitypes.BatchApproval
 
 // Batch is a destructive batch as the API shows it. Root is the server's
 // claim; a reviewer recomputes it from Leaves before signing.
-type Batch struct {
-	ID         string          `json:"id"`
-	TenantID   string          `json:"tenant_id"`
-	Deployment string          `json:"deployment"`
-	Root       string          `json:"root"`
-	State      string          `json:"state"`
-	Threshold  int             `json:"threshold"`
-	Approvals  []BatchApproval `json:"approvals"`
-	Leaves     []BatchLeaf     `json:"leaves"`
-	Unbound    bool            `json:"unbound"`
-	ProposedBy string          `json:"proposed_by"`
-	Agent      string          `json:"agent,omitempty"`
-	AgentFor   string          `json:"agent_for,omitempty"`
-	Proposer   string          `json:"proposer"`
-	CreatedAt  time.Time       `json:"created_at"`
-	ExpiresAt  time.Time       `json:"expires_at"`
-	ExpiresMS  int64           `json:"expires_at_ms"`
-	ApprovedAt *time.Time      `json:"approved_at,omitempty"`
-}
+type Batch = apitypes.Batch
 
 // LeafRequest asks for one leaf in a new batch.
-type LeafRequest struct {
-	NodeID  string          `json:"node_id"`
-	Kind    string          `json:"kind"`
-	Payload json.RawMessage `json:"payload,omitempty"`
-	Unbound bool            `json:"unbound,omitempty"`
-}
+type LeafRequest = apitypes.LeafIn
 
 // CreateBatch proposes a batch of leaves expiring after expires (0: the
 // server's default).
 func (c *Client) CreateBatch(ctx context.Context, leaves []LeafRequest, expires time.Duration) (Batch, error) {
 	var out Batch
-	err := c.Call(ctx, "batches.create", map[string]any{"leaves": leaves, "expires_seconds": int64(expires / time.Second)}, &out)
+	err := c.Call(ctx, "batches.create", apitypes.BatchCreateIn{Leaves: leaves, ExpiresSeconds: int64(expires / time.Second)}, &out)
 	return out, err
 }
 
 // Batch reads a batch with its leaves and approvals.
 func (c *Client) Batch(ctx context.Context, id string) (Batch, error) {
 	var out Batch
-	err := c.Call(ctx, "batches.get", map[string]any{"id": id}, &out)
+	err := c.Call(ctx, "batches.get", apitypes.IDIn{ID: id}, &out)
 	return out, err
 }
 
@@ -85,28 +51,19 @@ func (c *Client) Batches(ctx context.Context) ([]Batch, error) {
 // plane) over the batch.
 func (c *Client) ApproveBatch(ctx context.Context, id string, approverKey, sig []byte) (Batch, error) {
 	var out Batch
-	err := c.Call(ctx, "batches.approve", map[string]any{"id": id, "approver_key": approverKey, "signature": sig}, &out)
+	err := c.Call(ctx, "batches.approve", apitypes.BatchApproveIn{ID: id, ApproverKey: approverKey, Signature: sig}, &out)
 	return out, err
 }
 
 // CreateCommandInBatch queues a command that runs only under batch batchID.
 func (c *Client) CreateCommandInBatch(ctx context.Context, nodeID, kind string, payload json.RawMessage, batchID string) (Command, error) {
-	in := map[string]any{"node_id": nodeID, "kind": kind, "batch_id": batchID}
-	if len(payload) > 0 {
-		in["payload"] = payload
-	}
 	var out Command
-	err := c.Call(ctx, "commands.createInBatch", in, &out)
+	err := c.Call(ctx, "commands.createInBatch", apitypes.CommandInBatchIn{NodeID: nodeID, Kind: kind, Payload: payload, BatchID: batchID}, &out)
 	return out, err
 }
 
 // ApproverSet is the approver set in force.
-type ApproverSet struct {
-	Deployment string   `json:"deployment"`
-	Generation uint64   `json:"generation"`
-	Threshold  int      `json:"threshold"`
-	Keys       []string `json:"keys"`
-}
+type ApproverSet = apitypes.ApproverSet
 
 // Approvers reads the approver set in force.
 func (c *Client) Approvers(ctx context.Context) (ApproverSet, error) {
@@ -116,18 +73,12 @@ func (c *Client) Approvers(ctx context.Context) (ApproverSet, error) {
 }
 
 // ApproverSetStatus reports a proposed approver-set change.
-type ApproverSetStatus struct {
-	Proposed ApproverSet `json:"proposed"`
-	Signed   int         `json:"signed"`
-	Needed   int         `json:"needed"`
-	Applied  bool        `json:"applied"`
-	Approver string      `json:"approver"`
-}
+type ApproverSetStatus = apitypes.ApproverSetStatus
 
 // SignApprovers submits one current approver's signature over a new set.
 func (c *Client) SignApprovers(ctx context.Context, generation uint64, threshold int, keys [][]byte, approverKey, sig []byte) (ApproverSetStatus, error) {
 	var out ApproverSetStatus
-	err := c.Call(ctx, "approvers.sign", map[string]any{"generation": generation, "threshold": threshold, "keys": keys,
-		"approver_key": approverKey, "signature": sig}, &out)
+	err := c.Call(ctx, "approvers.sign", apitypes.ApproverSignIn{Generation: generation, Threshold: threshold, Keys: keys,
+		ApproverKey: approverKey, Signature: sig}, &out)
 	return out, err
 }

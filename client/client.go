@@ -13,6 +13,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 )
 
 // MaxAnswerBytes bounds an answer the client reads. The largest is
@@ -100,6 +102,9 @@ func FromEnv() (*Client, error) {
 	return New(addr, key), nil
 }
 
+// tenantIn names tenant as an input's tenant ("" for the caller's own).
+func tenantIn(tenant string) apitypes.TenantIn { return apitypes.TenantIn{TenantID: tenant} }
+
 // Call invokes method with in and decodes the answer into out (when not nil).
 func (c *Client) Call(ctx context.Context, method string, in, out any) error {
 	return c.CallIdempotent(ctx, method, "", in, out)
@@ -135,13 +140,7 @@ func (c *Client) CallIdempotent(ctx context.Context, method, key string, in, out
 		return fmt.Errorf("client: read answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var eb struct {
-			Error struct {
-				Code      string `json:"code"`
-				Message   string `json:"message"`
-				RequestID string `json:"request_id"`
-			} `json:"error"`
-		}
+		var eb apitypes.ErrorBody
 		if json.Unmarshal(raw, &eb) != nil || eb.Error.Code == "" {
 			return &Error{Status: resp.StatusCode, Code: "INTERNAL_ERROR", Message: "unexpected answer " + resp.Status}
 		}
@@ -161,23 +160,7 @@ func (c *Client) CallIdempotent(ctx context.Context, method, key string, in, out
 }
 
 // Node is a node as listed.
-type Node struct {
-	ID         string            `json:"id"`
-	Name       string            `json:"name"`
-	TenantID   string            `json:"tenant_id"`
-	Role       string            `json:"role"`
-	Connected  bool              `json:"connected"`
-	BootID     string            `json:"boot_id,omitempty"`
-	Version    string            `json:"version,omitempty"`
-	Labels     map[string]string `json:"labels"`
-	Inventory  json.RawMessage   `json:"inventory"`
-	CreatedAt  time.Time         `json:"created_at"`
-	LastSeenAt *time.Time        `json:"last_seen_at,omitempty"`
-	// State is active, revoked, quarantined or expired; StateReason says
-	// why a node is not active.
-	State       string `json:"state"`
-	StateReason string `json:"state_reason,omitempty"`
-}
+type Node = apitypes.Node
 
 // Nodes lists the nodes the caller can see.
 func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
@@ -189,58 +172,29 @@ func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
 }
 
 // JoinToken is a created join token; Token is shown once.
-type JoinToken struct {
-	ID        string    `json:"id"`
-	Token     string    `json:"token"`
-	Role      string    `json:"role"`
-	ExpiresAt time.Time `json:"expires_at"`
-}
+type JoinToken = apitypes.JoinToken
 
 // CreateJoinToken makes a single-use join token.
 func (c *Client) CreateJoinToken(ctx context.Context, role, name string, ttl time.Duration) (JoinToken, error) {
 	var out JoinToken
-	err := c.Call(ctx, "joinTokens.create", map[string]any{"role": role, "name": name, "ttl_seconds": int64(ttl / time.Second)}, &out)
+	err := c.Call(ctx, "joinTokens.create", apitypes.JoinTokenIn{Role: role, Name: name, TTLSeconds: int64(ttl / time.Second)}, &out)
 	return out, err
 }
 
 // Command is a command as the API shows it.
-type Command struct {
-	ID        string          `json:"id"`
-	NodeID    string          `json:"node_id"`
-	TenantID  string          `json:"tenant_id"`
-	Kind      string          `json:"kind"`
-	Payload   json.RawMessage `json:"payload"`
-	State     string          `json:"state"`
-	Attested  bool            `json:"attested"`
-	Result    json.RawMessage `json:"result"`
-	Reason    string          `json:"reason"`
-	CreatedBy string          `json:"created_by"`
-	CreatedAt time.Time       `json:"created_at"`
-	UpdatedAt time.Time       `json:"updated_at"`
-	ExpiresAt time.Time       `json:"expires_at"`
-	BatchID   string          `json:"batch_id,omitempty"`
-}
-
-// Terminal reports whether the command's state is final.
-func (c Command) Terminal() bool {
-	return c.State == "succeeded" || c.State == "failed" || c.State == "cancelled"
-}
+type Command = apitypes.Command
 
 // CreateCommand queues a command for a node.
 func (c *Client) CreateCommand(ctx context.Context, nodeID, kind string, payload json.RawMessage) (Command, error) {
-	in := map[string]any{"node_id": nodeID, "kind": kind}
-	if len(payload) > 0 {
-		in["payload"] = payload
-	}
 	var out Command
-	err := c.Call(ctx, "commands.create", in, &out)
+	err := c.Call(ctx, "commands.create", apitypes.CommandIn{NodeID: nodeID, Kind: kind, Payload: payload}, &out)
 	return out, err
 }
 
 // Command reads a command.
 func (c *Client) Command(ctx context.Context, id string) (Command, error) {
 	var out Command
-	err := c.Call(ctx, "commands.get", map[string]any{"id": id}, &out)
+	err := c.Call(ctx, "commands.get", apitypes.IDIn{ID: id}, &out)
 	return out, err
 }
 
@@ -269,58 +223,39 @@ func (c *Client) WaitCommand(ctx context.Context, id string, interval time.Durat
 }
 
 // Tenant is a tenant.
-type Tenant struct {
-	ID       string `json:"id"`
-	ParentID string `json:"parent_id,omitempty"`
-	Name     string `json:"name"`
-	State    string `json:"state"`
-}
+type Tenant = apitypes.Tenant
 
 // CreateTenant makes a tenant under parent ("" for the caller's tenant).
 func (c *Client) CreateTenant(ctx context.Context, parent, name string) (Tenant, error) {
 	var out Tenant
-	err := c.Call(ctx, "tenants.create", map[string]any{"parent_id": parent, "name": name}, &out)
+	err := c.Call(ctx, "tenants.create", apitypes.TenantCreateIn{ParentID: parent, Name: name}, &out)
 	return out, err
 }
 
 // SetTenantState calls tenants.suspend, tenants.resume or tenants.delete.
 func (c *Client) SetTenantState(ctx context.Context, id, verb string) (Tenant, error) {
 	var out Tenant
-	err := c.Call(ctx, "tenants."+verb, map[string]any{"id": id}, &out)
+	err := c.Call(ctx, "tenants."+verb, apitypes.IDIn{ID: id}, &out)
 	return out, err
 }
 
 // Identity is a person or agent.
-type Identity struct {
-	ID       string `json:"id"`
-	TenantID string `json:"tenant_id"`
-	Name     string `json:"name"`
-	Kind     string `json:"kind"`
-}
+type Identity = apitypes.Identity
 
 // CreateIdentity makes an identity in tenant.
 func (c *Client) CreateIdentity(ctx context.Context, tenant, name, kind string) (Identity, error) {
 	var out Identity
-	err := c.Call(ctx, "identities.create", map[string]any{"tenant_id": tenant, "name": name, "kind": kind}, &out)
+	err := c.Call(ctx, "identities.create", apitypes.IdentityCreateIn{TenantIn: tenantIn(tenant), Name: name, Kind: kind}, &out)
 	return out, err
 }
 
 // Bind gives an identity a role in tenant.
 func (c *Client) Bind(ctx context.Context, tenant, identity, role string) error {
-	return c.Call(ctx, "bindings.create", map[string]any{"tenant_id": tenant, "identity_id": identity, "role_id": role}, nil)
+	return c.Call(ctx, "bindings.create", apitypes.BindIn{TenantIn: tenantIn(tenant), IdentityID: identity, RoleID: role}, nil)
 }
 
 // Binding gives an identity a role in a tenant and every tenant below it.
-type Binding struct {
-	ID               string    `json:"id"`
-	TenantID         string    `json:"tenant_id"`
-	IdentityID       string    `json:"identity_id"`
-	IdentityName     string    `json:"identity_name"`
-	IdentityTenantID string    `json:"identity_tenant_id"`
-	RoleID           string    `json:"role_id"`
-	RoleName         string    `json:"role_name"`
-	CreatedAt        time.Time `json:"created_at"`
-}
+type Binding = apitypes.Binding
 
 // Bindings lists the bindings made in tenant ("" for the caller's) and in
 // every tenant below it.
@@ -328,39 +263,25 @@ func (c *Client) Bindings(ctx context.Context, tenant string) ([]Binding, error)
 	var out struct {
 		Bindings []Binding `json:"bindings"`
 	}
-	err := c.Call(ctx, "bindings.list", map[string]any{"tenant_id": tenant}, &out)
+	err := c.Call(ctx, "bindings.list", tenantIn(tenant), &out)
 	return out.Bindings, err
 }
 
 // APIKey is a new key; Key is shown once. ExpiresAt is nil for a key
 // that does not expire.
-type APIKey struct {
-	ID         string     `json:"id"`
-	Key        string     `json:"key"`
-	TenantID   string     `json:"tenant_id"`
-	IdentityID string     `json:"identity_id"`
-	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
-}
+type APIKey = apitypes.APIKey
 
 // CreateAPIKey makes a key for identity in tenant.
 func (c *Client) CreateAPIKey(ctx context.Context, tenant, identity, name string, ttl time.Duration, scopes ...string) (APIKey, error) {
 	var out APIKey
-	in := map[string]any{"tenant_id": tenant, "identity_id": identity, "name": name, "ttl_seconds": int64(ttl / time.Second)}
-	if len(scopes) > 0 {
-		in["scopes"] = scopes
-	}
-	err := c.Call(ctx, "apiKeys.create", in, &out)
+	err := c.Call(ctx, "apiKeys.create", apitypes.APIKeyCreateIn{TenantIn: tenantIn(tenant), IdentityID: identity, Name: name,
+		TTLSeconds: int64(ttl / time.Second), Scopes: scopes}, &out)
 	return out, err
 }
 
 // Session is a new browser session; Value goes into the Cookie named
 // Cookie and is shown once.
-type Session struct {
-	ID        string    `json:"id"`
-	Cookie    string    `json:"cookie"`
-	Value     string    `json:"value"`
-	ExpiresAt time.Time `json:"expires_at"`
-}
+type Session = apitypes.Session
 
 // CreateSession makes a session for the caller: at most 12 h, and never
 // past the expiry of the caller's own key.
@@ -373,7 +294,7 @@ func (c *Client) CreateSession(ctx context.Context) (Session, error) {
 // RevokeSession revokes session id of tenant ("" for the caller's) and
 // every session made from it.
 func (c *Client) RevokeSession(ctx context.Context, tenant, id string) error {
-	return c.Call(ctx, "sessions.revoke", map[string]any{"tenant_id": tenant, "id": id}, nil)
+	return c.Call(ctx, "sessions.revoke", apitypes.TenantIDIn{TenantIn: tenantIn(tenant), ID: id}, nil)
 }
 
 // Key returns the API key the client sends (for tests and tools that need
@@ -383,18 +304,12 @@ func (c *Client) Key() string { return c.key }
 // Attestation is a command's attested result as the API returns it: the
 // exact bytes the node signed, the signature over SHA-256(Context ||
 // SignedBody), and the node's certificate chain (PEM).
-type Attestation struct {
-	CommandID    string `json:"command_id"`
-	Context      string `json:"context"`
-	SignedBody   []byte `json:"signed_body"`
-	Signature    []byte `json:"signature"`
-	CertChainPEM string `json:"cert_chain_pem"`
-}
+type Attestation = apitypes.Attestation
 
 // CommandAttestation reads a command's attestation (INVALID_STATE when its
 // result is not attested).
 func (c *Client) CommandAttestation(ctx context.Context, id string) (Attestation, error) {
 	var out Attestation
-	err := c.Call(ctx, "commands.attestation", map[string]any{"id": id}, &out)
+	err := c.Call(ctx, "commands.attestation", apitypes.IDIn{ID: id}, &out)
 	return out, err
 }

@@ -1,35 +1,25 @@
 package client
 
-import "context"
+import (
+	"context"
+
+	"github.com/bettercompute/bettercompute/internal/api/apitypes"
+)
 
 // QuotaLimits are a tenant's limits (see docs/operations.md, Quotas).
-type QuotaLimits struct {
-	JoinTokens       int64 `json:"join_tokens"`
-	Sandboxes        int64 `json:"sandboxes"`
-	WarmMemoryMB     int64 `json:"warm_memory_mb"`
-	CommandsInFlight int64 `json:"commands_in_flight"`
-}
+type QuotaLimits = apitypes.QuotaLimits
 
 // Quotas are a tenant's effective limits; the root tenant is Exempt.
-type Quotas struct {
-	TenantID string      `json:"tenant_id"`
-	Limits   QuotaLimits `json:"limits"`
-	Exempt   bool        `json:"exempt"`
-}
+type Quotas = apitypes.Quotas
 
 // QuotaOverrides are the limits tenants.setQuotas changes: a nil field
 // keeps the tenant's current limit (or, with reset, the default).
-type QuotaOverrides struct {
-	JoinTokens       *int64 `json:"join_tokens,omitempty"`
-	Sandboxes        *int64 `json:"sandboxes,omitempty"`
-	WarmMemoryMB     *int64 `json:"warm_memory_mb,omitempty"`
-	CommandsInFlight *int64 `json:"commands_in_flight,omitempty"`
-}
+type QuotaOverrides = apitypes.QuotaOverrides
 
 // Quotas reads a tenant's limits ("" for the caller's own tenant).
 func (c *Client) Quotas(ctx context.Context, tenant string) (Quotas, error) {
 	var out Quotas
-	err := c.Call(ctx, "tenants.getQuotas", map[string]any{"id": tenant}, &out)
+	err := c.Call(ctx, "tenants.getQuotas", apitypes.IDIn{ID: tenant}, &out)
 	return out, err
 }
 
@@ -37,7 +27,7 @@ func (c *Client) Quotas(ctx context.Context, tenant string) (Quotas, error) {
 // every limit not given to the default.
 func (c *Client) SetQuotas(ctx context.Context, tenant string, o QuotaOverrides, reset bool) (Quotas, error) {
 	var out Quotas
-	err := c.Call(ctx, "tenants.setQuotas", map[string]any{"id": tenant, "limits": o, "reset": reset}, &out)
+	err := c.Call(ctx, "tenants.setQuotas", apitypes.QuotaSetIn{ID: tenant, Limits: o, Reset: reset}, &out)
 	return out, err
 }
 

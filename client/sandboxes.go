@@ -7,26 +7,19 @@ import (
 	"encoding/hex"
 	"errors"
 	"time"
+
+	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 )
 
 // Image is a named, content-addressed sandbox image.
-type Image struct {
-	ID        string `json:"id"`
-	TenantID  string `json:"tenant_id"`
-	Name      string `json:"name"`
-	Digest    string `json:"digest"`
-	SizeBytes int64  `json:"size_bytes"`
-}
+type Image = apitypes.Image
 
 // ImportImage uploads tarball in chunks through the API and names it in
 // tenant ("" = the caller's own); the server checks the bytes hash to the
 // digest the client computed.
 func (c *Client) ImportImage(ctx context.Context, tenant, name string, tarball []byte) (Image, error) {
-	var begin struct {
-		UploadID string `json:"upload_id"`
-		MaxChunk int    `json:"max_chunk"`
-	}
-	if err := c.Call(ctx, "images.beginUpload", map[string]any{"tenant_id": tenant}, &begin); err != nil {
+	var begin apitypes.UploadBeginOut
+	if err := c.Call(ctx, "images.beginUpload", tenantIn(tenant), &begin); err != nil {
 		return Image{}, err
 	}
 	chunk := begin.MaxChunk
@@ -35,11 +28,11 @@ func (c *Client) ImportImage(ctx context.Context, tenant, name string, tarball [
 	}
 	for off := 0; off < len(tarball); off += chunk {
 		end := min(off+chunk, len(tarball))
-		in := map[string]any{"upload_id": begin.UploadID, "offset": off, "data_base64": base64.StdEncoding.EncodeToString(tarball[off:end])}
+		chunkIn := apitypes.ChunkIn{UploadID: begin.UploadID, Offset: int64(off), DataBase64: base64.StdEncoding.EncodeToString(tarball[off:end])}
 		// A RATE_LIMITED chunk was not stored: send it again after the
 		// server's Retry-After (an image is many mutations).
 		for attempt := 0; ; attempt++ {
-			err := c.Call(ctx, "images.uploadChunk", in, nil)
+			err := c.Call(ctx, "images.uploadChunk", chunkIn, nil)
 			var e *Error
 			if err == nil {
 				break
@@ -56,51 +49,29 @@ func (c *Client) ImportImage(ctx context.Context, tenant, name string, tarball [
 	}
 	sum := sha256.Sum256(tarball)
 	var img Image
-	err := c.Call(ctx, "images.import", map[string]any{"upload_id": begin.UploadID, "name": name, "digest": "sha256:" + hex.EncodeToString(sum[:])}, &img)
+	err := c.Call(ctx, "images.import", apitypes.ImageImportIn{UploadID: begin.UploadID, Name: name, Digest: "sha256:" + hex.EncodeToString(sum[:])}, &img)
 	return img, err
 }
 
 // Sandbox is a sandbox as the API shows it.
-type Sandbox struct {
-	ID         string    `json:"id"`
-	TenantID   string    `json:"tenant_id"`
-	TemplateID string    `json:"template_id"`
-	NodeID     string    `json:"node_id"`
-	Runtime    string    `json:"runtime"`
-	State      string    `json:"state"`
-	Reason     string    `json:"reason"`
-	FromWarm   bool      `json:"from_warm"`
-	CreatedAt  time.Time `json:"created_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
-	MaxExpires time.Time `json:"max_expires_at"`
-}
+type Sandbox = apitypes.Sandbox
 
 // ExecResult is the answer of sandboxes.exec: each stream capped, with
 // truncation flagged, and the exit code of the sandbox's command.
-type ExecResult struct {
-	SandboxID       string `json:"sandbox_id"`
-	CommandID       string `json:"command_id"`
-	Attested        bool   `json:"attested"`
-	ExitCode        int    `json:"exit_code"`
-	Stdout          []byte `json:"stdout"`
-	Stderr          []byte `json:"stderr"`
-	StdoutTruncated bool   `json:"stdout_truncated"`
-	StderrTruncated bool   `json:"stderr_truncated"`
-	TimedOut        bool   `json:"timed_out"`
-}
+type ExecResult = apitypes.ExecResult
 
 // CreateSandbox makes a sandbox of template in tenant ("" = own) and
 // returns once it runs.
 func (c *Client) CreateSandbox(ctx context.Context, tenant, template string) (Sandbox, error) {
 	var x Sandbox
-	err := c.Call(ctx, "sandboxes.create", map[string]any{"tenant_id": tenant, "template": template}, &x)
+	err := c.Call(ctx, "sandboxes.create", apitypes.SandboxCreateIn{TenantIn: tenantIn(tenant), Template: template}, &x)
 	return x, err
 }
 
 // Sandbox returns one sandbox.
 func (c *Client) Sandbox(ctx context.Context, id string) (Sandbox, error) {
 	var x Sandbox
-	err := c.Call(ctx, "sandboxes.get", map[string]any{"id": id}, &x)
+	err := c.Call(ctx, "sandboxes.get", apitypes.IDIn{ID: id}, &x)
 	return x, err
 }
 
@@ -108,7 +79,7 @@ func (c *Client) Sandbox(ctx context.Context, id string) (Sandbox, error) {
 // the server's default).
 func (c *Client) Exec(ctx context.Context, id string, argv []string, timeoutSeconds int64) (ExecResult, error) {
 	var r ExecResult
-	err := c.Call(ctx, "sandboxes.exec", map[string]any{"id": id, "argv": argv, "timeout_seconds": timeoutSeconds}, &r)
+	err := c.Call(ctx, "sandboxes.exec", apitypes.ExecIn{ID: id, Argv: argv, TimeoutSeconds: timeoutSeconds}, &r)
 	return r, err
 }
 
@@ -118,7 +89,7 @@ func (c *Client) DeleteSandbox(ctx context.Context, id string) (bool, error) {
 	var out struct {
 		Freed bool `json:"freed"`
 	}
-	err := c.Call(ctx, "sandboxes.delete", map[string]any{"id": id}, &out)
+	err := c.Call(ctx, "sandboxes.delete", apitypes.IDIn{ID: id}, &out)
 	return out.Freed, err
 }
 
@@ -130,6 +101,6 @@ func (c *Client) DeleteTemplate(ctx context.Context, id string) (drained int, fr
 		Drained int  `json:"drained"`
 		Freed   bool `json:"freed"`
 	}
-	err = c.Call(ctx, "templates.delete", map[string]any{"id": id}, &out)
+	err = c.Call(ctx, "templates.delete", apitypes.IDIn{ID: id}, &out)
 	return out.Drained, out.Freed, err
 }

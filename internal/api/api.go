@@ -10,12 +10,9 @@ package api
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"reflect"
@@ -26,11 +23,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
+	"github.com/bettercompute/bettercompute/internal/idempotency"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
@@ -39,7 +38,11 @@ import (
 const MaxBody = 64 << 10
 
 // Caller is the authenticated caller of one request, with what the
-// envelope resolved for it.
+// envelope resolved for it. Its two tenants differ: HomeTenant (from the
+// embedded Principal) is the tenant the credential belongs to, which
+// decides the caller's reach, its rate and slot limits, its denial rows
+// and its idempotency keys; ActingTenant is the tenant the call acts in,
+// which scopes its reads (Scope) and its audit rows (Actor).
 type Caller struct {
 	apikeys.Principal
 	RequestID string
@@ -72,8 +75,15 @@ func (c *Caller) Actor() audit.Entry {
 	return audit.Entry{TenantID: c.ActingTenant, Actor: c.Identity, RequestID: c.RequestID, Caller: c.Addr}
 }
 
-// Root reports whether the caller is in the root tenant.
+// Root reports whether the caller's home tenant (the one its credential
+// belongs to, HomeTenant) is the root tenant, whatever tenant the call
+// acts in.
 func (c *Caller) Root() bool { return c.HomeTenant == iam.RootTenant }
+
+// Scope is the tenancy scope of the call's reads: the tenant it acts in
+// (ActingTenant), never the caller's home tenant. A root caller acting in
+// a child tenant reads as that tenant.
+func (c *Caller) Scope() iam.Scope { return iam.ScopeOf(c.ActingTenant) }
 
 // Target is what a call's input names: a tenant, and/or one resource by
 // kind and id. The envelope pre-checks the tenant and resolves the
@@ -161,8 +171,9 @@ type Deps struct {
 	Clock     clock.Clock
 	Log       *slog.Logger
 	Metrics   prometheus.Registerer
-	// IdempotencyKey keys the stored digest of a request body (HMAC), so
-	// the digest of a body that carried a secret is no guessing oracle.
+	// IdempotencyKey keys the stored digest of a request body (HMAC, see
+	// idempotency.DeriveKey), so the digest of a body that carried a
+	// secret is no guessing oracle.
 	IdempotencyKey []byte
 }
 
@@ -177,6 +188,7 @@ type Server struct {
 	// authFailures limits failed authentications per caller address.
 	authFailures *failLimiter
 	tenants      *tenantLimiter
+	idem         *idempotency.Store
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -193,7 +205,8 @@ func NewServer(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{methods: map[string]Method{}, cfg: cfg, deps: deps,
 		limiter: newLimiter(cfg.RateLimits, deps.Clock), denials: newDenialLimiter(deps.Clock),
 		authFailures: newFailLimiter(cfg.RateLimits, deps.Clock),
-		tenants:      newTenantLimiter(cfg.TenantMutates, TenantQueueWait)}
+		tenants:      newTenantLimiter(cfg.TenantMutates, TenantQueueWait),
+		idem:         idempotency.New(deps.DB, deps.Clock, deps.IdempotencyKey, deps.Log)}
 	if cfg.SessionCookies {
 		o, err := originOf(cfg.BaseURL)
 		if err != nil {
@@ -250,14 +263,9 @@ func (s *Server) Register(ms ...Method) {
 
 var requestIDRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 
-// ErrorBody is the JSON shape of every error answer.
-type ErrorBody struct {
-	Error struct {
-		Code      errs.Code `json:"code"`
-		Message   string    `json:"message"`
-		RequestID string    `json:"request_id"`
-	} `json:"error"`
-}
+// ErrorBody is the JSON shape of every error answer (declared in
+// apitypes, which the client decodes it with).
+type ErrorBody = apitypes.ErrorBody
 
 // errDenied is the one answer to a call outside the caller's tenant, on a
 // resource that does not exist, or that policy denies: the three are
@@ -324,145 +332,12 @@ func (s *Server) errorAnswer(rid string, err error) answer {
 // errorBody is the JSON error answer with the status that fits code.
 func errorBody(rid string, code errs.Code, msg string) answer {
 	var body ErrorBody
-	body.Error.Code, body.Error.Message, body.Error.RequestID = code, msg, rid
+	body.Error.Code, body.Error.Message, body.Error.RequestID = string(code), msg, rid
 	if code == errs.Internal {
 		body.Error.Message = "internal error"
 	}
 	b, _ := json.Marshal(body)
 	return answer{status: errs.HTTPStatus(code), body: append(b, '\n')}
-}
-
-func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answer, outcome) {
-	var out outcome
-	fail := func(err error) (answer, outcome) { return s.errorAnswer(rid, err), out }
-	if r.Method != http.MethodPost || !isJSON(r.Header.Get("Content-Type")) || r.Header.Get("X-Better-Compute") != "1" {
-		return fail(errs.New(errs.CSRFRejected, "POST with content-type application/json and X-Better-Compute: 1 is required"))
-	}
-	ctx := r.Context()
-	c := &Caller{RequestID: rid, Addr: s.cfg.TrustedProxies.ClientAddr(r)}
-	// Authentication comes before the method lookup and the body: an
-	// unauthenticated caller learns neither which methods exist nor what
-	// their inputs look like. Failed attempts are limited per address.
-	if wait := s.authFailures.blocked(c.Addr); wait > 0 {
-		out.retryAfter = wait
-		return fail(errs.New(errs.RateLimited, "too many failed authentications"))
-	}
-	p, err := s.authenticate(ctx, r)
-	if err != nil {
-		if errs.CodeOf(err) == errs.Unauthenticated {
-			s.authFailures.fail(c.Addr)
-		}
-		return fail(err)
-	}
-	c.Principal = p
-	// Every authenticated call spends a token before the method lookup and
-	// the body, so unknown methods, malformed bodies and pre-check
-	// refusals are limited like the rest.
-	if wait := s.limiter.take(c.Identity, known && m.Mutates); wait > 0 {
-		out.retryAfter = wait
-		return fail(errs.New(errs.RateLimited, "too many requests"))
-	}
-	if !known {
-		return fail(errs.New(errs.NotFound, "no such method"))
-	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
-	if err != nil {
-		return fail(errs.Wrap(errs.InvalidInput, "the body could not be read", err))
-	}
-	if len(raw) > MaxBody {
-		return fail(errs.New(errs.PayloadTooLarge, "the body is larger than 64 KiB"))
-	}
-	in, target, err := m.decode(raw)
-	if err != nil {
-		return fail(err)
-	}
-	// The tenant pre-check: a caller outside root naming a tenant outside
-	// its own subtree is denied after reading at most the tenant tree
-	// (nothing for its own tenant): no IAM decision, policy or resource
-	// read; only the denial row, in the caller's own tenant, is written.
-	if target.Tenant != "" && !c.Root() && target.Tenant != c.HomeTenant && !s.reaches(ctx, c, target.Tenant) {
-		s.recordDenial(ctx, c, m, target, "tenant-precheck")
-		return fail(errDenied)
-	}
-	var callerChain []iam.Tenant
-	if !c.Root() {
-		if callerChain, err = s.deps.IAM.Chain(ctx, c.HomeTenant); err != nil {
-			return fail(err)
-		}
-		switch st := iam.EffectiveState(callerChain); {
-		case st == iam.StateDeleted, st == iam.StateSuspended && m.Mutates:
-			return fail(errs.New(errs.TenantSuspended, "the tenant is "+st))
-		}
-	}
-	// One top-level tenant's mutations (its own and every tenant's under
-	// it) hold at most a few of the process's slots at once, so work it
-	// starts cannot hold the database from the others, and child tenants
-	// are no way to more slots.
-	release, err := s.tenants.admit(ctx, slotTenant(c.HomeTenant, callerChain), m.Mutates)
-	if err != nil {
-		out.retryAfter = time.Second
-		return fail(err)
-	}
-	defer release()
-	c.ActingTenant = target.Tenant
-	if c.ActingTenant == "" {
-		c.ActingTenant = c.HomeTenant
-	}
-	resource := "tenant/" + c.ActingTenant
-	if target.Kind != "" {
-		resolve := s.deps.Resolvers[target.Kind]
-		if resolve == nil {
-			return fail(fmt.Errorf("api: no resolver for %q", target.Kind))
-		}
-		t, err := resolve(ctx, target.ID)
-		switch {
-		case errs.CodeOf(err) == errs.NotFound:
-			if c.Root() {
-				return fail(errs.New(errs.NotFound, target.Kind+" not found"))
-			}
-			s.recordDenial(ctx, c, m, target, "not-found")
-			return fail(errDenied)
-		case err != nil:
-			return fail(err)
-		case !c.Root() && t != c.HomeTenant && !s.reaches(ctx, c, t):
-			s.recordDenial(ctx, c, m, target, "other-tenant")
-			return fail(errDenied)
-		}
-		c.ActingTenant = t
-		resource = target.Kind + "/" + target.ID
-	}
-	chain := callerChain
-	if c.ActingTenant != c.HomeTenant || chain == nil {
-		if chain, err = s.deps.IAM.Chain(ctx, c.ActingTenant); err != nil {
-			return fail(err)
-		}
-	}
-	if err := actingState(c, chain, m.Mutates); err != nil {
-		return fail(err)
-	}
-	ok, err := s.deps.IAM.Decide(ctx, c.Identity, m.Action, resource, chain, c.Scopes)
-	if err != nil {
-		return fail(err)
-	}
-	if !ok {
-		s.recordDenial(ctx, c, m, target, "policy")
-		return fail(errDenied)
-	}
-	c.allow = func(ctx context.Context, action, resource string) (bool, error) {
-		ok, err := s.deps.IAM.Decide(ctx, c.Identity, action, resource, chain, c.Scopes)
-		if err == nil && !ok {
-			kind, id, _ := strings.Cut(resource, "/")
-			further := m
-			further.Action = action
-			s.recordDenial(ctx, c, further, Target{Tenant: c.ActingTenant, Kind: kind, ID: id}, "policy")
-		}
-		return ok, err
-	}
-	key := r.Header.Get("Idempotency-Key")
-	if m.Mutates && key != "" {
-		return s.idempotent(ctx, c, m, key, raw, func() answer { return s.run(ctx, c, m, in) }), out
-	}
-	return s.run(ctx, c, m, in), out
 }
 
 func (s *Server) run(ctx context.Context, c *Caller, m Method, in any) answer {
@@ -526,139 +401,20 @@ func (s *Server) recordDenial(ctx context.Context, c *Caller, m Method, t Target
 	}
 }
 
-// Idempotency bounds: a key is remembered for IdempotencyTTL (then swept,
-// and a key older than that is treated as new); a request in progress
-// holds its key under a lease of idempotencyLease, renewed every
-// idempotencyRenew while it runs, so a key whose process died is released
-// after the lease instead of answering "still running" forever.
-const (
-	IdempotencyTTL   = 24 * time.Hour
-	idempotencyLease = 2 * time.Minute
-	idempotencyRenew = 30 * time.Second
-)
-
-// errShownOnce answers a replay of a method whose first answer carried a
-// credential: the credential was shown once and is not kept, so it cannot
-// be shown again.
-var errShownOnce = errs.New(errs.Conflict, "a request with this Idempotency-Key already ran; its answer carried a credential, which is shown once and not replayed")
-
-// idempotent replays the first answer for the same (tenant, identity, key)
-// and body, refuses the same key with another body (CONFLICT), and records
-// the answer of a first call. A 5xx answer is not kept, so a retry runs.
-// The answer of a ShownOnce method is never stored: a replay of it answers
-// CONFLICT (errShownOnce) and does not run again.
+// idempotent runs the call under its Idempotency-Key (package
+// idempotency): the first answer for the same (home tenant, identity, key)
+// and body is replayed, the same key with another body is refused
+// (CONFLICT), a 5xx answer is not kept, and the answer of a ShownOnce
+// method is never stored (a replay answers CONFLICT and does not run).
 func (s *Server) idempotent(ctx context.Context, c *Caller, m Method, key string, raw []byte, run func() answer) answer {
-	if len(key) > 128 || !requestIDRE.MatchString(key) {
-		return s.errorAnswer(c.RequestID, errs.New(errs.InvalidInput, "Idempotency-Key: 1 to 128 of A-Z a-z 0-9 . _ : -"))
-	}
-	mac := hmac.New(sha256.New, s.deps.IdempotencyKey)
-	mac.Write([]byte(m.Name + "\x00"))
-	mac.Write(raw)
-	sum := mac.Sum(nil)
-	db := s.deps.DB
-	where := ` WHERE tenant_id = $1 AND identity_id = $2 AND key = $3`
-	for attempt := 0; ; attempt++ {
-		now := s.deps.Clock.Now()
-		_, err := db.ExecContext(ctx, `INSERT INTO idempotency (tenant_id, identity_id, key, method, body_sha256, status, created_at, lease_expires_at) VALUES ($1, $2, $3, $4, $5, 0, $6, $7)`,
-			c.HomeTenant, c.Identity, key, m.Name, sum, now.UnixMilli(), now.Add(idempotencyLease).UnixMilli())
-		if err == nil {
-			break
-		}
-		if !store.IsUniqueViolation(err) {
-			return s.errorAnswer(c.RequestID, fmt.Errorf("api: store idempotency key: %w", err))
-		}
-		if attempt > 0 { // another request took the expired key first
-			return s.errorAnswer(c.RequestID, errs.New(errs.Conflict, "a request with this Idempotency-Key is still running"))
-		}
-		var prev, resp []byte
-		var status int
-		var created, lease int64
-		if err := db.QueryRowContext(ctx, `SELECT body_sha256, status, response, created_at, lease_expires_at FROM idempotency`+where,
-			c.HomeTenant, c.Identity, key).Scan(&prev, &status, &resp, &created, &lease); err != nil {
-			return s.errorAnswer(c.RequestID, fmt.Errorf("api: read idempotency key: %w", err))
-		}
-		leaseOver := now.UnixMilli() >= lease
-		if created <= now.Add(-IdempotencyTTL).UnixMilli() && (status != 0 || leaseOver) {
-			// Expired: forget it and take the key as new.
-			if _, err := db.ExecContext(ctx, `DELETE FROM idempotency`+where+` AND created_at = $4`, c.HomeTenant, c.Identity, key, created); err != nil {
-				return s.errorAnswer(c.RequestID, fmt.Errorf("api: expire idempotency key: %w", err))
-			}
-			continue
-		}
-		switch {
-		case !hmac.Equal(prev, sum):
-			return s.errorAnswer(c.RequestID, errs.New(errs.Conflict, "Idempotency-Key was used with another request"))
-		case status == 0 && !leaseOver:
-			return s.errorAnswer(c.RequestID, errs.New(errs.Conflict, "a request with this Idempotency-Key is still running"))
-		case status == 0:
-			// The request that held the key stopped renewing its lease (its
-			// process died): take the key over, once.
-			res, err := db.ExecContext(ctx, `UPDATE idempotency SET lease_expires_at = $4`+where+` AND status = 0 AND lease_expires_at = $5`,
-				c.HomeTenant, c.Identity, key, now.Add(idempotencyLease).UnixMilli(), lease)
-			if err != nil {
-				return s.errorAnswer(c.RequestID, fmt.Errorf("api: take over idempotency key: %w", err))
-			}
-			if n, _ := res.RowsAffected(); n != 1 {
-				return s.errorAnswer(c.RequestID, errs.New(errs.Conflict, "a request with this Idempotency-Key is still running"))
-			}
-		case m.shownOnce:
-			return s.errorAnswer(c.RequestID, errShownOnce)
-		default:
-			return answer{status: status, body: resp}
-		}
-		break
-	}
-	stop := s.renewLease(ctx, c, key)
-	a := run()
-	stop()
-	bg := context.WithoutCancel(ctx)
-	if a.status >= 500 {
-		_, _ = db.ExecContext(bg, `DELETE FROM idempotency`+where, c.HomeTenant, c.Identity, key)
-		return a
-	}
-	stored := a.body
-	if m.shownOnce {
-		stored = nil
-	}
-	if _, err := db.ExecContext(bg, `UPDATE idempotency SET status = $4, response = $5, lease_expires_at = 0`+where,
-		c.HomeTenant, c.Identity, key, a.status, stored); err != nil {
-		s.deps.Log.Error("store idempotent answer", "request_id", c.RequestID, "err", err)
-	}
-	return a
-}
-
-// renewLease extends the lease on key every idempotencyRenew until the
-// returned stop is called.
-func (s *Server) renewLease(ctx context.Context, c *Caller, key string) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(idempotencyRenew)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				lease := s.deps.Clock.Now().Add(idempotencyLease).UnixMilli()
-				if _, err := s.deps.DB.ExecContext(context.WithoutCancel(ctx), `UPDATE idempotency SET lease_expires_at = $1 WHERE tenant_id = $2 AND identity_id = $3 AND key = $4 AND status = 0`,
-					lease, c.HomeTenant, c.Identity, key); err != nil {
-					s.deps.Log.Warn("renew idempotency lease", "request_id", c.RequestID, "err", err)
-				}
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
-}
-
-// SweepIdempotency deletes idempotency rows older than IdempotencyTTL
-// whose request is no longer running (or whose lease is over).
-func SweepIdempotency(ctx context.Context, db *store.DB, now time.Time) (int64, error) {
-	res, err := db.ExecContext(ctx, `DELETE FROM idempotency WHERE created_at <= $1 AND (status <> 0 OR lease_expires_at <= $2)`,
-		now.Add(-IdempotencyTTL).UnixMilli(), now.UnixMilli())
+	ic := idempotency.Call{Tenant: c.HomeTenant, Identity: c.Identity, Key: key, Method: m.Name, Body: raw,
+		ShownOnce: m.shownOnce, RequestID: c.RequestID}
+	a, err := s.idem.Run(ctx, ic, func() idempotency.Answer {
+		a := run()
+		return idempotency.Answer{Status: a.status, Body: a.body}
+	})
 	if err != nil {
-		return 0, fmt.Errorf("api: sweep idempotency keys: %w", err)
+		return s.errorAnswer(c.RequestID, err)
 	}
-	return res.RowsAffected()
+	return answer{status: a.Status, body: a.Body}
 }

@@ -15,8 +15,6 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
-	"github.com/bettercompute/bettercompute/internal/quorum"
-	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
@@ -84,15 +82,10 @@ func foreignLimits(t reflect.Type, name string) string {
 	switch t {
 	case reflect.TypeFor[iam.Statement]():
 		m = map[string]string{"effect": "max=8", "actions": "items=64,max=128", "resources": "items=64,max=256"}
-	case reflect.TypeFor[quorum.LeafInput]():
-		m = map[string]string{"node_id": "max=64", "kind": "max=64"}
 	case reflect.TypeFor[sandboxes.TemplateIn]():
 		m = map[string]string{"name": "max=63", "image": "max=128", "runtime": "max=16", "network": "max=16",
 			"lifetime_seconds": "min=0,max=604800", "max_lifetime_seconds": "min=0,max=604800",
 			"env": "items=256,keymax=256,max=16384", "labels": "items=64,keymax=63,max=63", "warm": fmt.Sprintf("min=0,max=%d", sandboxes.MaxWarm)}
-	case reflect.TypeFor[quota.Overrides]():
-		r := fmt.Sprintf("min=0,max=%d", int64(quota.MaxLimit))
-		m = map[string]string{"join_tokens": r, "sandboxes": r, "warm_memory_mb": r, "commands_in_flight": r}
 	case reflect.TypeFor[spec.Limits]():
 		m = map[string]string{"cpu_millis": "min=0,max=64000", "memory_mb": "min=0,max=262144", "pids": "min=0,max=32768", "disk_mb": "min=0,max=65536"}
 	}
@@ -221,109 +214,139 @@ func checkValue(v any, t reflect.Type, path string, b bounds) error {
 	if isOpaque(t) {
 		return nil
 	}
-	wrong := func() error { return invalid(path, "wrong type") }
 	switch t.Kind() {
 	case reflect.Pointer:
 		return checkValue(v, t.Elem(), path, b)
 	case reflect.Interface:
 		return nil
 	case reflect.Struct:
-		obj, ok := v.(map[string]any)
-		if !ok {
-			return wrong()
-		}
-		fields := fieldsOf(t)
-		for _, k := range sortedKeys(obj) {
-			f, ok := fields[k]
-			if !ok {
-				if path == "" {
-					return errs.New(errs.InvalidInput, fmt.Sprintf("unknown field %q", k))
-				}
-				return errs.New(errs.InvalidInput, fmt.Sprintf("unknown field %q", join(path, k)))
-			}
-			fb, err := parseBounds(f.limits)
-			if err != nil {
-				return err
-			}
-			if err := checkValue(obj[k], f.typ, join(path, k), fb); err != nil {
-				return err
-			}
-		}
-		return nil
+		return checkStruct(v, t, path)
 	case reflect.String:
 		s, ok := v.(string)
 		if !ok {
-			return wrong()
+			return wrongType(path)
 		}
 		return checkLen(path, s, b)
 	case reflect.Bool:
 		if _, ok := v.(bool); !ok {
-			return wrong()
+			return wrongType(path)
 		}
 		return nil
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		n, ok := v.(json.Number)
-		if !ok {
-			return wrong()
-		}
-		lo, hi := numberRange(t, b)
-		i, err := strconv.ParseInt(string(n), 10, 64)
-		if err != nil || i < lo || i > hi {
-			return invalid(path, fmt.Sprintf("an integer from %d to %d", lo, hi))
-		}
-		return nil
+		return checkInteger(v, t, path, b)
 	case reflect.Float32, reflect.Float64:
 		if _, ok := v.(json.Number); !ok {
-			return wrong()
+			return wrongType(path)
 		}
 		return nil
 	case reflect.Slice, reflect.Array:
-		if isBytes(t) {
-			s, ok := v.(string)
-			if !ok {
-				return wrong()
-			}
-			return checkLen(path, s, b)
-		}
-		arr, ok := v.([]any)
-		if !ok {
-			return wrong()
-		}
-		if items := itemsOf(b); int64(len(arr)) > items {
-			return invalid(path, fmt.Sprintf("at most %d entries", items))
-		}
-		eb := bounds{max: b.max, hasMax: b.hasMax, min: b.min, hasMin: b.hasMin}
-		for i, e := range arr {
-			if err := checkValue(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i), eb); err != nil {
-				return err
-			}
-		}
-		return nil
+		return checkList(v, t, path, b)
 	case reflect.Map:
-		obj, ok := v.(map[string]any)
-		if !ok || t.Key().Kind() != reflect.String {
-			return wrong()
-		}
-		if items := itemsOf(b); int64(len(obj)) > items {
-			return invalid(path, fmt.Sprintf("at most %d entries", items))
-		}
-		keyMax := int64(fallbackMaxString)
-		if b.hasKeyMax {
-			keyMax = b.keyMax
-		}
-		eb := bounds{max: b.max, hasMax: b.hasMax, min: b.min, hasMin: b.hasMin}
-		for _, k := range sortedKeys(obj) {
-			if int64(len(k)) > keyMax {
-				return invalid(path, fmt.Sprintf("keys of at most %d bytes", keyMax))
-			}
-			if err := checkValue(obj[k], t.Elem(), join(path, k), eb); err != nil {
-				return err
-			}
-		}
-		return nil
+		return checkMap(v, t, path, b)
 	}
-	return wrong()
+	return wrongType(path)
+}
+
+func wrongType(path string) error { return invalid(path, "wrong type") }
+
+// checkStruct checks a JSON object against struct t: every member must be
+// one of t's fields (by exact name), within that field's bounds.
+func checkStruct(v any, t reflect.Type, path string) error {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return wrongType(path)
+	}
+	fields := fieldsOf(t)
+	for _, k := range sortedKeys(obj) {
+		f, ok := fields[k]
+		if !ok {
+			if path == "" {
+				return errs.New(errs.InvalidInput, fmt.Sprintf("unknown field %q", k))
+			}
+			return errs.New(errs.InvalidInput, fmt.Sprintf("unknown field %q", join(path, k)))
+		}
+		fb, err := parseBounds(f.limits)
+		if err != nil {
+			return err
+		}
+		if err := checkValue(obj[k], f.typ, join(path, k), fb); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkInteger checks a JSON number against integer type t and b's range.
+func checkInteger(v any, t reflect.Type, path string, b bounds) error {
+	n, ok := v.(json.Number)
+	if !ok {
+		return wrongType(path)
+	}
+	lo, hi := numberRange(t, b)
+	i, err := strconv.ParseInt(string(n), 10, 64)
+	if err != nil || i < lo || i > hi {
+		return invalid(path, fmt.Sprintf("an integer from %d to %d", lo, hi))
+	}
+	return nil
+}
+
+// checkList checks a JSON array (or, for []byte, a base64 string) against
+// slice or array type t: at most b's items, each element within b.
+func checkList(v any, t reflect.Type, path string, b bounds) error {
+	if isBytes(t) {
+		s, ok := v.(string)
+		if !ok {
+			return wrongType(path)
+		}
+		return checkLen(path, s, b)
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		return wrongType(path)
+	}
+	if items := itemsOf(b); int64(len(arr)) > items {
+		return invalid(path, fmt.Sprintf("at most %d entries", items))
+	}
+	eb := elementBounds(b)
+	for i, e := range arr {
+		if err := checkValue(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i), eb); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkMap checks a JSON object against map type t (string keys): at most
+// b's items, keys of at most b's keymax, each value within b.
+func checkMap(v any, t reflect.Type, path string, b bounds) error {
+	obj, ok := v.(map[string]any)
+	if !ok || t.Key().Kind() != reflect.String {
+		return wrongType(path)
+	}
+	if items := itemsOf(b); int64(len(obj)) > items {
+		return invalid(path, fmt.Sprintf("at most %d entries", items))
+	}
+	keyMax := int64(fallbackMaxString)
+	if b.hasKeyMax {
+		keyMax = b.keyMax
+	}
+	eb := elementBounds(b)
+	for _, k := range sortedKeys(obj) {
+		if int64(len(k)) > keyMax {
+			return invalid(path, fmt.Sprintf("keys of at most %d bytes", keyMax))
+		}
+		if err := checkValue(obj[k], t.Elem(), join(path, k), eb); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// elementBounds are the bounds of each element of a list or map with
+// bounds b: its max and min, not its item count or key bound.
+func elementBounds(b bounds) bounds {
+	return bounds{max: b.max, hasMax: b.hasMax, min: b.min, hasMin: b.hasMin}
 }
 
 func checkLen(path, s string, b bounds) error {

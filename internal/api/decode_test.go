@@ -3,11 +3,13 @@ package api
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 )
 
 // fuzzIn is an input type with every kind of bound Decode enforces.
 type fuzzIn struct {
-	tenantIn
+	apitypes.TenantIn
 	Name   string            `json:"name" api:"max=8"`
 	Count  int64             `json:"count" api:"min=-3,max=70"`
 	Tags   []string          `json:"tags" api:"items=3,max=4"`

@@ -164,33 +164,31 @@ func (f *failLimiter) fail(addr string) {
 	f.get(addr).AllowN(now, 1)
 }
 
-type bucket struct {
-	tokens float64
-	last   time.Time
-}
-
+// limiter is a token bucket (golang.org/x/time/rate) per identity and
+// method class: reads and mutations spend separate buckets.
 type limiter struct {
 	cfg     RateLimits
 	clk     clock.Clock
 	mu      sync.Mutex
-	buckets map[string]*bucket
+	buckets map[string]*rate.Limiter
 }
 
 func newLimiter(cfg RateLimits, clk clock.Clock) *limiter {
 	if cfg == (RateLimits{}) {
 		cfg = DefaultRateLimits
 	}
-	return &limiter{cfg: cfg, clk: clk, buckets: map[string]*bucket{}}
+	return &limiter{cfg: cfg, clk: clk, buckets: map[string]*rate.Limiter{}}
 }
 
 // take spends a token of identity's class; it returns 0 when allowed, or
-// how long until a token is available.
+// how long until a token is available. A class with no rate is not
+// limited.
 func (l *limiter) take(identity string, mutates bool) time.Duration {
-	rate, burst, class := l.cfg.ReadPerSecond, l.cfg.ReadBurst, "r"
+	perSecond, burst, class := l.cfg.ReadPerSecond, l.cfg.ReadBurst, "r"
 	if mutates {
-		rate, burst, class = l.cfg.MutatePerSecond, l.cfg.MutateBurst, "m"
+		perSecond, burst, class = l.cfg.MutatePerSecond, l.cfg.MutateBurst, "m"
 	}
-	if rate <= 0 {
+	if perSecond <= 0 {
 		return 0
 	}
 	now := l.clk.Now()
@@ -199,21 +197,19 @@ func (l *limiter) take(identity string, mutates bool) time.Duration {
 	k := class + identity
 	b := l.buckets[k]
 	if b == nil {
-		b = &bucket{tokens: burst, last: now}
+		b = rate.NewLimiter(rate.Limit(perSecond), int(burst))
 		l.buckets[k] = b
 	}
-	if el := now.Sub(b.last).Seconds(); el > 0 {
-		b.tokens = min(burst, b.tokens+el*rate)
-	}
-	b.last = now
-	if b.tokens >= 1 {
-		b.tokens--
+	if b.AllowN(now, 1) {
 		return 0
 	}
-	return time.Duration((1 - b.tokens) / rate * float64(time.Second))
+	return time.Duration((1 - b.TokensAt(now)) / perSecond * float64(time.Second))
 }
 
 // denialLimiter lets at most 10 denial audit rows a minute through per key.
+// It is a sliding window, not a token bucket (golang.org/x/time/rate):
+// its bound is "at most 10 in any minute", which a bucket refilling over
+// the minute would exceed (up to 19 in one minute), so it stays a window.
 type denialLimiter struct {
 	clk  clock.Clock
 	mu   sync.Mutex

@@ -27,6 +27,7 @@ import (
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/idempotency"
 	"github.com/bettercompute/bettercompute/internal/quorum/quorumwire"
 	"github.com/bettercompute/bettercompute/internal/server"
 	"github.com/bettercompute/bettercompute/internal/store"
@@ -896,7 +897,7 @@ func TestIdempotencyExpiresAndReleases(t *testing.T) {
 		hdr := map[string]string{"Idempotency-Key": "k-exp"}
 		expectCode(t, do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, hdr, `{"name":"exp-1"}`), 200, "")
 		expectCode(t, do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, hdr, `{"name":"exp-2"}`), 409, "CONFLICT")
-		clk.Advance(api.IdempotencyTTL)
+		clk.Advance(idempotency.TTL)
 		expectCode(t, do(t, e, "POST", "/api/v1/tenants.create", e.AdminKey, hdr, `{"name":"exp-2"}`), 200, "")
 
 		// A request that stored its key and died: its row is in progress.
@@ -926,7 +927,7 @@ func TestIdempotencyExpiresAndReleases(t *testing.T) {
 			t.Fatalf("%d tenants made (%v), want 1", n, err)
 		}
 
-		swept, err := api.SweepIdempotency(ctx, db, clk.Now().Add(api.IdempotencyTTL))
+		swept, err := idempotency.Sweep(ctx, db, clk.Now().Add(idempotency.TTL))
 		if err != nil || swept != 2 {
 			t.Fatalf("swept %d (%v), want 2", swept, err)
 		}

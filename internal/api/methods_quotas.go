@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 
+	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/quota"
@@ -16,15 +17,6 @@ func quotaMethods(m Modules) []Method {
 	if m.Quotas == nil {
 		return nil
 	}
-	type getIn struct {
-		ID string `json:"id" api:"max=64"`
-	}
-	type setIn struct {
-		ID     string          `json:"id" api:"max=64"`
-		Limits quota.Overrides `json:"limits"`
-		// Reset returns every limit not given to the default.
-		Reset bool `json:"reset"`
-	}
 	exists := func(ctx context.Context, id string) error {
 		chain, err := m.IAM.Chain(ctx, id)
 		if err != nil {
@@ -36,8 +28,8 @@ func quotaMethods(m Modules) []Method {
 		return nil
 	}
 	return []Method{
-		Def("tenants.getQuotas", "compute:quotas:get", false, func(in getIn) Target { return Target{Tenant: in.ID} },
-			func(ctx context.Context, c *Caller, in getIn) (any, error) {
+		Def("tenants.getQuotas", "compute:quotas:get", false, func(in apitypes.IDIn) Target { return Target{Tenant: in.ID} },
+			func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
 				if err := exists(ctx, c.ActingTenant); err != nil {
 					return nil, err
 				}
@@ -45,21 +37,28 @@ func quotaMethods(m Modules) []Method {
 				if err != nil {
 					return nil, err
 				}
-				return map[string]any{"tenant_id": c.ActingTenant, "limits": l, "exempt": quota.Exempt(c.ActingTenant)}, nil
+				return quotasOut(c.ActingTenant, l), nil
 			}),
-		Def("tenants.setQuotas", "compute:quotas:set", true, func(setIn) Target { return Target{Tenant: iam.RootTenant} },
-			func(ctx context.Context, c *Caller, in setIn) (any, error) {
+		Def("tenants.setQuotas", "compute:quotas:set", true, func(apitypes.QuotaSetIn) Target { return Target{Tenant: iam.RootTenant} },
+			func(ctx context.Context, c *Caller, in apitypes.QuotaSetIn) (any, error) {
 				if in.ID == "" {
 					return nil, errs.New(errs.InvalidInput, "id is required")
 				}
 				if err := exists(ctx, in.ID); err != nil {
 					return nil, err
 				}
-				l, err := m.Quotas.Set(ctx, c.Actor(), in.ID, in.Limits, in.Reset)
+				l, err := m.Quotas.Set(ctx, c.Actor(), in.ID, quota.Overrides(in.Limits), in.Reset)
 				if err != nil {
 					return nil, err
 				}
-				return map[string]any{"tenant_id": in.ID, "limits": l, "exempt": quota.Exempt(in.ID)}, nil
+				return quotasOut(in.ID, l), nil
 			}),
 	}
+}
+
+// quotasOut is the quota methods' answer for tenant with limits l. The
+// conversion to apitypes.QuotaLimits (and from apitypes.QuotaOverrides)
+// compiles only while the wire types have the quota module's fields.
+func quotasOut(tenant string, l quota.Limits) apitypes.Quotas {
+	return apitypes.Quotas{Exempt: quota.Exempt(tenant), Limits: apitypes.QuotaLimits(l), TenantID: tenant}
 }

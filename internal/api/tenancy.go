@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 
-	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
 )
 
@@ -28,9 +27,5 @@ func actingState(c *Caller, chain []iam.Tenant, mutates bool) error {
 	if c.Root() || c.ActingTenant == c.HomeTenant {
 		return nil
 	}
-	switch st := iam.EffectiveState(chain); {
-	case st == iam.StateDeleted, st == iam.StateSuspended && mutates:
-		return errs.New(errs.TenantSuspended, "the tenant is "+st)
-	}
-	return nil
+	return tenantState(iam.EffectiveState(chain), mutates)
 }

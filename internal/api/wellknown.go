@@ -91,7 +91,7 @@ func (w WellKnown) Handler(log interface{ Error(string, ...any) }) http.Handler 
 		if err != nil {
 			log.Error("well-known document refused", "request_id", rid, "err", err)
 			var eb ErrorBody
-			eb.Error.Code, eb.Error.Message, eb.Error.RequestID = errs.Internal, "internal error", rid
+			eb.Error.Code, eb.Error.Message, eb.Error.RequestID = string(errs.Internal), "internal error", rid
 			rw.WriteHeader(http.StatusInternalServerError)
 			_ = json.NewEncoder(rw).Encode(eb)
 			return
@@ -151,6 +151,6 @@ func writeError(w http.ResponseWriter, r *http.Request, status int, code errs.Co
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	var eb ErrorBody
-	eb.Error.Code, eb.Error.Message, eb.Error.RequestID = code, msg, rid
+	eb.Error.Code, eb.Error.Message, eb.Error.RequestID = string(code), msg, rid
 	_ = json.NewEncoder(w).Encode(eb)
 }

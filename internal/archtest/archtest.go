@@ -155,7 +155,7 @@ func checkFile(rel, full, modPath string, owners map[string]string) ([]Violation
 				return true
 			}
 			file, line := at(x.Pos())
-			if s == "root" && !under(pkg, []string{RootOwner}) && !strings.Contains(lines[line-1], NotTenantMarker) {
+			if s == "root" && !under(pkg, []string{RootOwner}) && !strings.Contains(lines[line-1], NotTenantMarker) { // archtest:not-tenant (the rule itself)
 				out = append(out, Violation{file, line, "root-literal", `"root" outside iam: use iam.RootTenant or iam.Scope`})
 			}
 			out = append(out, foreignTables(s, module, owners, file, line)...)

@@ -42,7 +42,7 @@ const (
 
 // detailRoot is the audit detail holding a batch's Merkle root (hex): a
 // hash, not a tenant.
-const detailRoot = "root"
+const detailRoot = "root" // archtest:not-tenant (the Merkle root)
 
 // DefaultLifetime is a batch's lifetime when the proposer gives none.
 const DefaultLifetime = time.Hour

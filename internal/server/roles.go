@@ -17,6 +17,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/gateway"
+	"github.com/bettercompute/bettercompute/internal/idempotency"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/internalv1"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
@@ -50,7 +51,7 @@ func (cp *ControlPlane) startWorkers(o Options) error {
 func (cp *ControlPlane) sweep(ctx context.Context, o Options) {
 	_, err := cp.Commands.SweepExpired(ctx)
 	logErr(ctx, o.Log, "sweep expired commands", err)
-	_, err = api.SweepIdempotency(ctx, cp.DB, o.Clock.Now())
+	_, err = idempotency.Sweep(ctx, cp.DB, o.Clock.Now())
 	logErr(ctx, o.Log, "sweep idempotency keys", err)
 }
 

@@ -5,7 +5,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"log/slog"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/config"
 	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/iam"
+	"github.com/bettercompute/bettercompute/internal/idempotency"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/quorum"
@@ -246,6 +246,5 @@ func (cp *ControlPlane) Err() error {
 // IdempotencyKey is the key of the stored idempotency digests, derived
 // from the key-encryption key.
 func IdempotencyKey(kek pki.KEK) []byte {
-	k := sha256.Sum256(append([]byte("bc-idempotency-v1\x00"), kek[:]...))
-	return k[:]
+	return idempotency.DeriveKey(kek[:])
 }
