@@ -145,15 +145,15 @@ func Methods(m Modules) []Method {
 				return m.Commands.Create(ctx, c.Actor(), in.NodeID, in.Kind, in.Payload, time.Duration(in.TTLSeconds)*time.Second)
 			}),
 		Def("commands.get", "compute:commands:get", false, byID("command"), func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
-			return m.Commands.Get(ctx, c.ActingTenant, in.ID)
+			return m.Commands.Get(ctx, c.Scope(), in.ID)
 		}),
 		// The attestation is public evidence (signed bytes, signature and
 		// certificate), read with the same permission as the command.
 		Def("commands.attestation", "compute:commands:get", false, byID("command"), func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
-			return m.Commands.Attestation(ctx, c.ActingTenant, in.ID)
+			return m.Commands.Attestation(ctx, c.Scope(), in.ID)
 		}),
 		Def("commands.list", "compute:commands:list", false, byTenant[apitypes.CommandListIn], func(ctx context.Context, c *Caller, in apitypes.CommandListIn) (any, error) {
-			cs, err := m.Commands.List(ctx, c.ActingTenant, commands.Filter{NodeID: in.NodeID, State: in.State, Limit: in.Limit})
+			cs, err := m.Commands.List(ctx, c.Scope(), commands.Filter{NodeID: in.NodeID, State: in.State, Limit: in.Limit})
 			if err != nil {
 				return nil, err
 			}

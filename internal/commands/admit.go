@@ -3,7 +3,6 @@ package commands
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,11 +39,6 @@ type SecretChecker interface {
 	SecretExists(ctx context.Context, scopeTenant, ref string) (bool, error)
 }
 
-// UseSecrets connects the secrets module; call it before the service is
-// used. Without it a payload naming any secret reference is refused
-// INVALID_CONFIG.
-func (s *Service) UseSecrets(c SecretChecker) { s.secrets = c }
-
 // checkKind refuses an unknown kind, and a kind that module may not create:
 // the generic path (module "") creates no module's kind, and a module
 // creates only its own kinds.
@@ -69,22 +63,6 @@ func checkRole(role, kind string) error {
 		return nil
 	}
 	return errs.New(errs.InvalidInput, ReasonKindNotAllowedForRole+": a node of role "+role+" does not run "+kind)
-}
-
-// nodeRecord is what creation needs to know of a node.
-type nodeRecord struct{ tenant, role string }
-
-// nodeOf reads a node's tenant and role; NOT_FOUND when unknown.
-func (s *Service) nodeOf(ctx context.Context, nodeID string) (nodeRecord, error) {
-	var r nodeRecord
-	err := s.db.QueryRowContext(ctx, `SELECT tenant_id, role FROM nodes WHERE id = $1`, nodeID).Scan(&r.tenant, &r.role)
-	if errors.Is(err, sql.ErrNoRows) {
-		return r, errs.New(errs.NotFound, "node not found")
-	}
-	if err != nil {
-		return r, fmt.Errorf("commands: read node: %w", err)
-	}
-	return r, nil
 }
 
 // secretScheme starts a secret reference.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/cli"
 	"github.com/bettercompute/bettercompute/internal/commands/attestation"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/store"
@@ -92,7 +93,7 @@ func TestAttestedResultBoundToCommand(t *testing.T) {
 				if _, err := e.CP.Commands.ApplyUpdate(ctx, n.NodeID(), unmarshalUpdate(t, raw)); err != nil {
 					t.Fatal(err)
 				}
-				got, err := e.CP.Commands.Get(ctx, "root", moved.ID)
+				got, err := e.CP.Commands.Get(ctx, iam.RootScope(), moved.ID)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -11,6 +11,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/commands"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 	"github.com/bettercompute/bettercompute/internal/testenv"
@@ -176,11 +177,11 @@ func TestSweepExpiredGivesSentCommandsGrace(t *testing.T) {
 			t.Fatal(err)
 		}
 		state := func(id string) string {
-			c, err := e.CP.Commands.Get(ctx, "root", id)
+			c, err := e.CP.Commands.Get(ctx, iam.RootScope(), id)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return c.State + "/" + c.Reason
+			return string(c.State) + "/" + c.Reason
 		}
 		clk.Advance(time.Minute + time.Second)
 		if _, err := e.CP.Commands.SweepExpired(ctx); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/gateway"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/server"
@@ -357,7 +358,7 @@ func sentToVanishingSession(t *testing.T, e *testenv.Env, db *store.DB, n *teste
 		}
 	}
 	pollUntil(t, "command "+c.ID+" recorded sent", func() bool {
-		got, err := e.CP.Commands.Get(context.Background(), "root", c.ID)
+		got, err := e.CP.Commands.Get(context.Background(), iam.RootScope(), c.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

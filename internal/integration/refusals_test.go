@@ -10,6 +10,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/store"
@@ -43,7 +44,7 @@ func expectIgnored(t *testing.T, e *testenv.Env, n *testenv.Node, before map[str
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	c, err := e.CP.Commands.Get(context.Background(), "root", id)
+	c, err := e.CP.Commands.Get(context.Background(), iam.RootScope(), id)
 	if err != nil {
 		t.Fatal(err)
 	}

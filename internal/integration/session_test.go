@@ -457,7 +457,7 @@ func TestAttestation(t *testing.T) {
 			if _, err := e.CP.Commands.ApplyUpdate(ctx, n.NodeID(), upd); err != nil {
 				t.Fatal(err)
 			}
-			got, err := e.CP.Commands.Get(ctx, "root", c.ID)
+			got, err := e.CP.Commands.Get(ctx, iam.RootScope(), c.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -548,8 +548,8 @@ func TestApplyUpdatesBatch(t *testing.T) {
 			state    string
 			attested bool
 		}{twice: {"succeeded", true}, forged: {"succeeded", false}, final: {"failed", false}, other: {"queued", false}} {
-			got, err := e.CP.Commands.Get(ctx, "root", id)
-			if err != nil || got.State != w.state || got.Attested != w.attested {
+			got, err := e.CP.Commands.Get(ctx, iam.RootScope(), id)
+			if err != nil || string(got.State) != w.state || got.Attested != w.attested {
 				t.Errorf("%s: %s attested=%v (%v), want %s attested=%v", id, got.State, got.Attested, err, w.state, w.attested)
 			}
 		}

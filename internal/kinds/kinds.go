@@ -8,6 +8,8 @@ package kinds
 import (
 	"slices"
 	"strings"
+
+	"github.com/bettercompute/bettercompute/internal/pki"
 )
 
 // The command kinds this release defines.
@@ -29,10 +31,10 @@ const (
 
 // byRole lists the kinds each certificate role accepts.
 var byRole = map[string][]string{
-	"node":        {NodePing, DiagRun, NodeReboot, DiskWipe, SecretDigest, SandboxCreate, SandboxExec, SandboxUpdate, SandboxDelete},
-	"ramdisk":     {NodePing, DiagRun, DiskWipe},
-	"site":        {NodePing},
-	"node-tenant": {NodePing, DiagRun},
+	pki.RoleNode:       {NodePing, DiagRun, NodeReboot, DiskWipe, SecretDigest, SandboxCreate, SandboxExec, SandboxUpdate, SandboxDelete},
+	pki.RoleRamdisk:    {NodePing, DiagRun, DiskWipe},
+	pki.RoleSite:       {NodePing},
+	pki.RoleNodeTenant: {NodePing, DiagRun},
 }
 
 // Modules that own command kinds. A kind a module owns is created only by

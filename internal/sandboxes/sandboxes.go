@@ -533,13 +533,13 @@ func (s *Service) wait(ctx context.Context, id string, within time.Duration) (js
 	poll := time.NewTicker(time.Second)
 	defer poll.Stop()
 	for {
-		c, err := s.commands.Get(ctx, iam.RootTenant, id)
+		c, err := s.commands.Get(ctx, iam.RootScope(), id)
 		if err != nil {
 			return nil, err
 		}
 		if commands.Terminal(c.State) {
 			if c.State != commands.StateSucceeded {
-				return nil, errs.Wrap(errs.InvalidState, "the host refused: "+c.Reason, &commandError{state: c.State, reason: c.Reason})
+				return nil, errs.Wrap(errs.InvalidState, "the host refused: "+c.Reason, &commandError{state: string(c.State), reason: c.Reason})
 			}
 			return c.Result, nil
 		}
@@ -612,7 +612,7 @@ func (s *Service) Exec(ctx context.Context, actor audit.Entry, scope iam.Scope, 
 	if err := json.Unmarshal(res, &out.ExecResult); err != nil {
 		return ExecResult{}, fmt.Errorf("sandboxes: exec result: %w", err)
 	}
-	got, err := s.commands.Get(ctx, iam.RootTenant, c.ID)
+	got, err := s.commands.Get(ctx, iam.RootScope(), c.ID)
 	if err == nil {
 		out.Attested = got.Attested
 	}

@@ -23,10 +23,9 @@ import (
 
 // buildModules is the one place the modules are made: each from its
 // constructor, in dependency order, so that what a module needs exists
-// before it. The Use*/HoldBatchesUntilApproved calls right after a
-// constructor are the seams of issue 15 item 7: those setters become
-// constructor arguments, and each call here folds into the constructor on
-// the line above it.
+// before it (the commands table's Store before the secrets broker and the
+// signer, which read it, and the commands module, which checks references
+// with the broker).
 func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 	b := o.Bundle
 	cp.Events = audit.NewEvents(o.DB, o.Clock, iam.RootTenant)
@@ -41,21 +40,20 @@ func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 	}
 	cp.IAM = iam.New(o.DB, o.Clock)
 	cp.APIKeys = apikeys.New(o.DB, o.Clock, cp.IAM)
+	commandStore := commands.NewStore(o.DB)
 	if r.api {
-		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, liveCommands{o.DB}, cp.Events, o.Log)
+		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, commandStore, cp.Events, o.Log)
 	}
-	cp.Commands = commands.New(o.DB, o.Clock, cp.Bus, cp.Nodes, o.Log)
-	cp.Commands.UseBatches(cp.Quorum)                 // seam: commands.New(…, cp.Quorum, …)
-	cp.Commands.UseSecrets(secretRefs{s: cp.Secrets}) // seam: commands.New(…, secretRefs{…}, …)
-	cp.Commands.UseQuotas(cp.Quotas)                  // seam: commands.New(…, cp.Quotas)
+	cp.Commands = commands.New(commands.Deps{Store: commandStore, Clock: o.Clock, Bus: cp.Bus, Nodes: cp.Nodes, Batches: cp.Quorum,
+		Quotas: cp.Quotas, Secrets: secretRefs{s: cp.Secrets}, Log: o.Log})
 	bucket, err := cp.openImages(o)
 	if err != nil {
 		return err
 	}
 	cp.Sandboxes = sandboxes.New(o.DB, o.Clock, cp.Bus, cp.Commands, cp.Nodes, cp.Quotas, bucket, o.Log)
 	if r.workers {
-		cp.Signer = signing.New(o.DB, o.Clock, o.KEK, b.CommandRoot, k.commandRoot, b.TrustDomain, cp.Bus, o.Log)
-		cp.Signer.HoldBatchesUntilApproved(cp.Quorum) // seam: signing.New(…, cp.Quorum, …)
+		cp.Signer = signing.New(signing.Deps{DB: o.DB, Commands: commandStore, Clock: o.Clock, KEK: o.KEK, Root: b.CommandRoot, RootKey: k.commandRoot,
+			TrustDomain: b.TrustDomain, Bus: cp.Bus, Batches: cp.Quorum, Log: o.Log})
 	}
 	return nil
 }

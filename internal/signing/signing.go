@@ -12,15 +12,13 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
-	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/bettercompute/bettercompute/internal/bus"
@@ -43,6 +41,7 @@ const (
 // Signer signs queued commands with the current worker key.
 type Signer struct {
 	db          *store.DB
+	commands    *commands.Store
 	clk         clock.Clock
 	kek         pki.KEK
 	root        *x509.Certificate
@@ -65,13 +64,49 @@ type BatchGate interface {
 	Approved(ctx context.Context, batchID string) (bool, error)
 }
 
-// HoldBatchesUntilApproved connects the quorum module; call it before Run.
-// Without it the signer signs no batched command.
-func (s *Signer) HoldBatchesUntilApproved(g BatchGate) { s.batches = g }
+// Deps are the signer's dependencies; every field is required (New panics
+// on a missing one; KEK and TrustDomain are values the PKI bundle gives).
+type Deps struct {
+	// DB holds the signer's own tables (worker_keys, time_statements).
+	DB *store.DB
+	// Commands is the commands table: the signer reads the unsigned
+	// commands and stores their signatures through it.
+	Commands *commands.Store
+	Clock    clock.Clock
+	KEK      pki.KEK
+	// Root and RootKey are the command-signing root that certifies the
+	// worker keys.
+	Root        *x509.Certificate
+	RootKey     ed25519.PrivateKey
+	TrustDomain string
+	Bus         *bus.Bus
+	// Batches is the quorum module: a batched command is signed only once
+	// its batch is approved.
+	Batches BatchGate
+	Log     *slog.Logger
+}
 
-// New returns a signer. rootKey is the command-signing root's private key.
-func New(db *store.DB, clk clock.Clock, kek pki.KEK, root *x509.Certificate, rootKey ed25519.PrivateKey, trustDomain string, b *bus.Bus, log *slog.Logger) *Signer {
-	return &Signer{db: db, clk: clk, kek: kek, root: root, rootKey: rootKey, trustDomain: trustDomain, bus: b, log: log}
+// New returns a signer. It panics when a required dependency is missing:
+// that is a wiring error, never a state to run in.
+func New(d Deps) *Signer {
+	switch {
+	case d.DB == nil:
+		panic("signing: New needs Deps.DB")
+	case d.Commands == nil:
+		panic("signing: New needs Deps.Commands")
+	case d.Clock == nil:
+		panic("signing: New needs Deps.Clock")
+	case d.Root == nil || len(d.RootKey) != ed25519.PrivateKeySize:
+		panic("signing: New needs the command-signing root and its key")
+	case d.Bus == nil:
+		panic("signing: New needs Deps.Bus")
+	case d.Batches == nil:
+		panic("signing: New needs Deps.Batches")
+	case d.Log == nil:
+		panic("signing: New needs Deps.Log")
+	}
+	return &Signer{db: d.DB, commands: d.Commands, clk: d.Clock, kek: d.KEK, root: d.Root, rootKey: d.RootKey, trustDomain: d.TrustDomain,
+		bus: d.Bus, batches: d.Batches, log: d.Log}
 }
 
 // workerKey is an unsealed worker key and its certificate.
@@ -96,42 +131,42 @@ func (s *Signer) CurrentKey(ctx context.Context) (string, error) {
 
 func (s *Signer) currentKey(ctx context.Context) (*workerKey, error) {
 	now := s.clk.Now()
-	var k workerKey
-	var sealed []byte
-	err := s.db.QueryRowContext(ctx, `SELECT id, cert_der, sealed_key FROM worker_keys WHERE not_after > $1 ORDER BY not_after DESC LIMIT 1`,
-		now.Add(RotateBefore).UnixMilli()).Scan(&k.id, &k.cert, &sealed)
-	if err == nil {
-		raw, err := pki.Open(s.kek, sealed, sealAAD(k.id))
+	stored, ok, err := readCurrentKey(ctx, s.db, now.Add(RotateBefore))
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		raw, err := pki.Open(s.kek, stored.sealed, sealAAD(stored.id))
 		if err != nil {
-			return nil, fmt.Errorf("signing: open worker key %s: %w", k.id, err)
+			return nil, fmt.Errorf("signing: open worker key %s: %w", stored.id, err)
 		}
 		if len(raw) != ed25519.PrivateKeySize {
-			return nil, fmt.Errorf("signing: worker key %s has the wrong size", k.id)
+			return nil, fmt.Errorf("signing: worker key %s has the wrong size", stored.id)
 		}
-		k.key = ed25519.PrivateKey(raw)
-		return &k, nil
+		return &workerKey{id: stored.id, cert: stored.cert, key: ed25519.PrivateKey(raw)}, nil
 	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("signing: read worker key: %w", err)
-	}
+	return s.newKey(ctx, now)
+}
+
+// newKey makes, certifies, seals and stores a new worker key.
+func (s *Signer) newKey(ctx context.Context, now time.Time) (*workerKey, error) {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("signing: generate worker key: %w", err)
 	}
-	k.id = ids.New("wk")
-	k.key = priv
+	k := &workerKey{id: ids.New("wk"), key: priv}
 	if k.cert, err = pki.IssueWorkerCert(s.root, s.rootKey, s.trustDomain, k.id, pub, KeyLifetime, now); err != nil {
 		return nil, fmt.Errorf("signing: certify worker key: %w", err)
 	}
-	if sealed, err = pki.Seal(s.kek, priv, sealAAD(k.id)); err != nil {
+	sealed, err := pki.Seal(s.kek, priv, sealAAD(k.id))
+	if err != nil {
 		return nil, fmt.Errorf("signing: seal worker key: %w", err)
 	}
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO worker_keys (id, cert_der, sealed_key, not_after, created_at) VALUES ($1, $2, $3, $4, $5)`,
-		k.id, k.cert, sealed, now.Add(KeyLifetime).UnixMilli(), now.UnixMilli()); err != nil {
-		return nil, fmt.Errorf("signing: store worker key: %w", err)
+	if err := insertKey(ctx, s.db, storedKey{id: k.id, cert: k.cert, sealed: sealed}, now.Add(KeyLifetime), now); err != nil {
+		return nil, err
 	}
 	s.log.Info("worker key rotated", "worker_key", k.id)
-	return &k, nil
+	return k, nil
 }
 
 // SignPending signs every queued, unsigned command and pokes the nodes'
@@ -147,47 +182,24 @@ func (s *Signer) SignPending(ctx context.Context) (int, error) {
 	}
 }
 
-// signBatch signs up to 1000 commands in one transaction.
-func (s *Signer) signBatch(ctx context.Context) (int, bool, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, node_id, kind, payload, expires_at, batch_id FROM commands WHERE state = $1 AND body IS NULL ORDER BY created_at LIMIT 1000`,
-		commands.StateQueued)
+// roundSize is how many commands one round of signing takes.
+const roundSize = 1000
+
+// signBatch signs up to roundSize commands: it reads the unsigned
+// commands and their batches' approvals, decides which may be signed,
+// signs them outside any transaction, then stores the signatures in one
+// transaction and pokes the nodes' gateways. more reports whether another
+// round may find work.
+func (s *Signer) signBatch(ctx context.Context) (signed int, more bool, err error) {
+	all, err := s.commands.Unsigned(ctx, roundSize)
 	if err != nil {
-		return 0, false, fmt.Errorf("signing: list unsigned: %w", err)
+		return 0, false, err
 	}
-	var all []*nodev1.CommandBody
-	for rows.Next() {
-		b := &nodev1.CommandBody{}
-		var batch sql.NullString
-		if err := rows.Scan(&b.CommandId, &b.NodeId, &b.Kind, &b.Payload, &b.ExpiresAtMs, &batch); err != nil {
-			rows.Close()
-			return 0, false, fmt.Errorf("signing: scan unsigned: %w", err)
-		}
-		b.BatchId = batch.String
-		all = append(all, b)
+	approved, err := s.approvals(ctx, all)
+	if err != nil {
+		return 0, false, err
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, false, fmt.Errorf("signing: list unsigned: %w", err)
-	}
-	// A batched command waits, unsigned, until its batch has its quorum;
-	// the batch id goes into the signed body, so the gateway can neither
-	// detach nor swap it.
-	var todo []*nodev1.CommandBody
-	for _, b := range all {
-		if b.BatchId != "" {
-			if s.batches == nil {
-				continue
-			}
-			ok, err := s.batches.Approved(ctx, b.BatchId)
-			if err != nil {
-				return 0, false, fmt.Errorf("signing: batch state: %w", err)
-			}
-			if !ok {
-				continue
-			}
-		}
-		todo = append(todo, b)
-	}
+	todo := signable(all, approved)
 	if len(todo) == 0 {
 		return 0, false, nil
 	}
@@ -196,73 +208,11 @@ func (s *Signer) signBatch(ctx context.Context) (int, bool, error) {
 		return 0, false, err
 	}
 	now := s.clk.Now()
-	// Encode and sign outside the transaction, spread over the CPUs: the
-	// signatures are independent, and the transaction then only writes.
-	bodies, sigs := make([][]byte, len(todo)), make([][]byte, len(todo))
-	workers := min(runtime.GOMAXPROCS(0), len(todo))
-	errc := make(chan error, workers)
-	for w := 0; w < workers; w++ {
-		go func() {
-			for i := w; i < len(todo); i += workers {
-				b := todo[i]
-				b.IssuedAtMs = now.UnixMilli()
-				b.Nonce = ids.Secret(12)
-				body, err := proto.MarshalOptions{Deterministic: true}.Marshal(b)
-				if err != nil {
-					errc <- fmt.Errorf("signing: encode body: %w", err)
-					return
-				}
-				bodies[i], sigs[i] = body, ed25519.Sign(k.key, append([]byte(commands.CommandSigContext), body...))
-			}
-			errc <- nil
-		}()
-	}
-	for w := 0; w < workers; w++ {
-		if e := <-errc; e != nil && err == nil {
-			err = e
-		}
-	}
+	sigs, err := signAll(k.key, todo, now)
 	if err != nil {
 		return 0, false, err
 	}
-	var signedNodes []string
-	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		signedNodes = signedNodes[:0]
-		// One statement per 200 commands: a round trip per command costs
-		// PostgreSQL far more than the write itself.
-		const perStmt = 200
-		for start := 0; start < len(todo); start += perStmt {
-			end := min(start+perStmt, len(todo))
-			a := s.db.NewArgs()
-			var q strings.Builder
-			q.WriteString(`WITH v(id, body, sig) AS (VALUES `)
-			for i := start; i < end; i++ {
-				if i > start {
-					q.WriteString(", ")
-				}
-				q.WriteString("(" + a.Typed(todo[i].CommandId, "text") + ", " + a.Typed(bodies[i], "bytea") + ", " + a.Typed(sigs[i], "bytea") + ")")
-			}
-			q.WriteString(`) UPDATE commands SET body = v.body, signature = v.sig, signer_cert = ` + a.Typed(k.cert, "bytea") + `, updated_at = ` + a.Add(now.UnixMilli()) +
-				` FROM v WHERE commands.id = v.id AND commands.body IS NULL AND commands.state = ` + a.Add(commands.StateQueued) + ` RETURNING commands.node_id`)
-			rows, err := tx.QueryContext(ctx, q.String(), a.Values()...)
-			if err != nil {
-				return fmt.Errorf("signing: store signatures: %w", err)
-			}
-			for rows.Next() {
-				var node string
-				if err := rows.Scan(&node); err != nil {
-					rows.Close()
-					return fmt.Errorf("signing: store signatures: %w", err)
-				}
-				signedNodes = append(signedNodes, node)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("signing: store signatures: %w", err)
-			}
-		}
-		return nil
-	})
+	signedNodes, err := s.commands.StoreSignatures(ctx, sigs, k.cert, now)
 	if err != nil {
 		return 0, false, err
 	}
@@ -274,7 +224,69 @@ func (s *Signer) signBatch(ctx context.Context) (int, bool, error) {
 	}
 	// Another round when this one was full and made progress (held batched
 	// commands can fill a round without being signable).
-	return len(signedNodes), len(all) == 1000 && len(signedNodes) > 0, nil
+	return len(signedNodes), len(all) == roundSize && len(signedNodes) > 0, nil
+}
+
+// approvals asks the quorum module, once per batch, whether each batch
+// that commands of all belong to is approved.
+func (s *Signer) approvals(ctx context.Context, all []commands.Unsigned) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, u := range all {
+		if u.BatchID == "" {
+			continue
+		}
+		if _, asked := out[u.BatchID]; asked {
+			continue
+		}
+		ok, err := s.batches.Approved(ctx, u.BatchID)
+		if err != nil {
+			return nil, fmt.Errorf("signing: batch state: %w", err)
+		}
+		out[u.BatchID] = ok
+	}
+	return out, nil
+}
+
+// signable returns the commands of all that may be signed now: those of
+// no batch, and those whose batch is approved. A batched command waits,
+// unsigned, until its batch has its quorum; the batch id goes into the
+// signed body, so the gateway can neither detach nor swap it.
+func signable(all []commands.Unsigned, approved map[string]bool) []commands.Unsigned {
+	var out []commands.Unsigned
+	for _, u := range all {
+		if u.BatchID == "" || approved[u.BatchID] {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// commandBody is the body a worker signs for u, issued at now with nonce.
+func commandBody(u commands.Unsigned, now time.Time, nonce string) *nodev1.CommandBody {
+	return &nodev1.CommandBody{CommandId: u.ID, NodeId: u.NodeID, Kind: u.Kind, Payload: u.Payload, ExpiresAtMs: u.ExpiresAtMs,
+		BatchId: u.BatchID, IssuedAtMs: now.UnixMilli(), Nonce: nonce}
+}
+
+// signAll encodes and signs the body of each command of todo with key,
+// spread over the CPUs (the signatures are independent).
+func signAll(key ed25519.PrivateKey, todo []commands.Unsigned, now time.Time) ([]commands.Signature, error) {
+	sigs := make([]commands.Signature, len(todo))
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i := range todo {
+		g.Go(func() error {
+			body, err := proto.MarshalOptions{Deterministic: true}.Marshal(commandBody(todo[i], now, ids.Secret(12)))
+			if err != nil {
+				return fmt.Errorf("signing: encode body: %w", err)
+			}
+			sigs[i] = commands.Signature{CommandID: todo[i].ID, Body: body, Sig: ed25519.Sign(key, append([]byte(wire.CommandSigContext), body...))}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return sigs, nil
 }
 
 // Run signs on every poke and at least every interval until ctx ends, and
@@ -339,26 +351,9 @@ func (s *Signer) signTimeLocked(ctx context.Context) (*nodev1.SignedTimeStatemen
 		return nil, fmt.Errorf("signing: encode time statement: %w", err)
 	}
 	st := &nodev1.SignedTimeStatement{Body: body, Signature: ed25519.Sign(k.key, append([]byte(wire.TimeSigContext), body...)), SignerCertDer: k.cert}
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO time_statements (id, body, signature, signer_cert, time_ms) VALUES ('latest', $1, $2, $3, $4)
-		ON CONFLICT (id) DO UPDATE SET body = excluded.body, signature = excluded.signature, signer_cert = excluded.signer_cert, time_ms = excluded.time_ms
-		WHERE time_statements.time_ms < excluded.time_ms`, st.Body, st.Signature, st.SignerCertDer, now.UnixMilli()); err != nil {
-		return nil, fmt.Errorf("signing: store time statement: %w", err)
+	if err := storeTime(ctx, s.db, st, now); err != nil {
+		return nil, err
 	}
 	s.lastTime = now
-	return st, nil
-}
-
-// LatestTimeStatement returns the newest stored time statement, or nil
-// when the workers have signed none yet. It reads only signed bytes, so
-// a process without keys (the gateway's services) can relay it.
-func LatestTimeStatement(ctx context.Context, db *store.DB) (*nodev1.SignedTimeStatement, error) {
-	st := &nodev1.SignedTimeStatement{}
-	err := db.QueryRowContext(ctx, `SELECT body, signature, signer_cert FROM time_statements WHERE id = 'latest'`).Scan(&st.Body, &st.Signature, &st.SignerCertDer)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("signing: read time statement: %w", err)
-	}
 	return st, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
@@ -42,7 +43,8 @@ func TestTimeStatements(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := signing.New(db, clk, kek, b.CommandRoot, rk, b.TrustDomain, bus.New(), slog.New(slog.DiscardHandler))
+		s := signing.New(signing.Deps{DB: db, Commands: commands.NewStore(db), Clock: clk, KEK: kek, Root: b.CommandRoot, RootKey: rk,
+			TrustDomain: b.TrustDomain, Bus: bus.New(), Batches: noBatches{}, Log: slog.New(slog.DiscardHandler)})
 		if st, err := signing.LatestTimeStatement(ctx, db); err != nil || st != nil {
 			t.Fatalf("latest before any: %v %v, want none", st, err)
 		}
@@ -93,3 +95,8 @@ func TestTimeStatements(t *testing.T) {
 		}
 	})
 }
+
+// noBatches approves no batch.
+type noBatches struct{}
+
+func (noBatches) Approved(context.Context, string) (bool, error) { return false, nil }

@@ -490,7 +490,7 @@ func (e *Env) WaitCommand(t testing.TB, id string) commands.Command {
 	defer tick.Stop()
 	timeout := time.After(WaitTimeout)
 	for {
-		c, err := e.CP.Commands.Get(context.Background(), iam.RootTenant, id)
+		c, err := e.CP.Commands.Get(context.Background(), iam.RootScope(), id)
 		if err != nil {
 			t.Fatalf("get command: %v", err)
 		}

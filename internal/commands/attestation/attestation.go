@@ -12,8 +12,6 @@ package attestation
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/ed25519"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
@@ -37,7 +35,8 @@ const (
 )
 
 // SigContext prefixes the signed bytes: the node signs
-// SHA-256(SigContext || body) (ECDSA, ASN.1 DER).
+// SHA-256(SigContext || body) (wire.SignNode: ECDSA, ASN.1 DER, or
+// Ed25519).
 const SigContext = wire.UpdateSigContext
 
 // Bounds of a file: its size and its number of certificates.
@@ -178,15 +177,7 @@ func Verify(f *File, roots *x509.CertPool, trustDomain string) (Result, error) {
 	if id.Role == pki.RoleNodeTenant {
 		return Result{}, errors.New("attestation: a node-tenant certificate never attests")
 	}
-	digest := sha256.Sum256(append([]byte(SigContext), f.Body...))
-	ok := false
-	switch pub := leaf.PublicKey.(type) {
-	case *ecdsa.PublicKey:
-		ok = ecdsa.VerifyASN1(pub, digest[:], f.Signature)
-	case ed25519.PublicKey:
-		ok = ed25519.Verify(pub, digest[:], f.Signature)
-	}
-	if !ok {
+	if !wire.VerifyNode(leaf.PublicKey, SigContext, f.Body, f.Signature) {
 		return Result{}, errors.New("attestation: the signature does not verify over the signed update")
 	}
 	if body.Kind == "" || len(body.PayloadSha256) != sha256.Size {
