@@ -470,7 +470,9 @@ func (e *Env) InjectBatchedCommand(t testing.TB, nodeID string, body *nodev1.Com
 	}
 	sig, cert := sign(raw)
 	now := e.Clock.Now().UnixMilli()
-	_, err = e.CP.DB.ExecContext(context.Background(), `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at, body, signature, signer_cert, batch_id)
+	// archtest:plays-attacker: a row written straight into the database, as
+	// one holding its credentials would, for the node to judge.
+	_, err = e.CP.DB.ExecContext(context.Background(), `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at, body, signature, signer_cert, batch_id) -- archtest:plays-attacker
 		VALUES ($1, $11, $2, $3, $4, 'queued', 'test', $5, $5, $6, $7, $8, $9, $10)`, id, nodeID, body.Kind, body.Payload, now, body.ExpiresAtMs, raw, sig, cert, batchID, iam.RootTenant)
 	if err != nil {
 		t.Fatalf("inject batched command: %v", err)
@@ -566,7 +568,7 @@ func (e *Env) InsertSigned(t testing.TB, id, nodeID, kind string, body, sig, cer
 	if expiresMS == 0 {
 		expiresMS = now + int64(10*time.Minute/time.Millisecond)
 	}
-	_, err := e.CP.DB.ExecContext(context.Background(), `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at, body, signature, signer_cert)
+	_, err := e.CP.DB.ExecContext(context.Background(), `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at, body, signature, signer_cert) -- archtest:plays-attacker
 		VALUES ($1, $10, $2, $3, $4, 'queued', 'test', $5, $5, $6, $7, $8, $9)`, id, nodeID, kind, []byte("{}"), now, expiresMS, body, sig, cert, iam.RootTenant)
 	if err != nil {
 		t.Fatalf("inject command: %v", err)
