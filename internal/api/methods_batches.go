@@ -29,10 +29,10 @@ func BatchMethods(m BatchModules) []Method {
 			return m.Quorum.Create(ctx, c.Actor(), leafInputs(in.Leaves), time.Duration(in.ExpiresSeconds)*time.Second)
 		}),
 		Def("batches.get", "compute:batches:get", false, func(apitypes.IDIn) Target { return Target{Tenant: iam.RootTenant} }, func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
-			return m.Quorum.Get(ctx, c.ActingTenant, in.ID)
+			return m.Quorum.Get(ctx, c.Scope(), in.ID)
 		}),
 		Def("batches.list", "compute:batches:list", false, func(struct{}) Target { return Target{Tenant: iam.RootTenant} }, func(ctx context.Context, c *Caller, _ struct{}) (any, error) {
-			bs, err := m.Quorum.List(ctx, c.ActingTenant)
+			bs, err := m.Quorum.List(ctx, c.Scope())
 			if err != nil {
 				return nil, err
 			}

@@ -190,7 +190,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Entry, in []LeafInput,
 		return Batch{}, err
 	}
 	s.log.Info("batch proposed", "batch_id", id, "leaves", len(p.leaves), "proposed_by", actor.Actor)
-	return s.Get(ctx, actor.TenantID, id)
+	return s.Get(ctx, iam.ScopeOf(actor.TenantID), id)
 }
 
 // leafTenants reads the tenant of each leaf's node, in order, stopping at
@@ -276,8 +276,8 @@ func loadApprovals(ctx context.Context, q querier, r *batchRow) error {
 
 // Get returns a batch with its leaves and approvals as stored. Reviewers
 // must not trust Root: `batch approve` recomputes it from the leaves.
-func (s *Service) Get(ctx context.Context, tenant, id string) (Batch, error) {
-	r, err := s.load(ctx, s.db, iam.ScopeOf(tenant), id)
+func (s *Service) Get(ctx context.Context, scope iam.Scope, id string) (Batch, error) {
+	r, err := s.load(ctx, s.db, scope, id)
 	if err != nil {
 		return Batch{}, err
 	}
@@ -290,9 +290,9 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Batch, error) {
 }
 
 // List returns the newest batches (at most 100) without their leaves.
-func (s *Service) List(ctx context.Context, tenant string) ([]Batch, error) {
+func (s *Service) List(ctx context.Context, scope iam.Scope) ([]Batch, error) {
 	a := s.db.NewArgs()
-	rows, err := s.db.QueryContext(ctx, sqlListBatchIDs+iam.ScopeOf(tenant).Filter(a, "tenant_id")+sqlListBatchIDsEnd, a.Values()...)
+	rows, err := s.db.QueryContext(ctx, sqlListBatchIDs+scope.Filter(a, "tenant_id")+sqlListBatchIDsEnd, a.Values()...)
 	if err != nil {
 		return nil, fmt.Errorf("quorum: list: %w", err)
 	}
@@ -311,7 +311,7 @@ func (s *Service) List(ctx context.Context, tenant string) ([]Batch, error) {
 	}
 	out := []Batch{}
 	for _, id := range idList {
-		b, err := s.Get(ctx, tenant, id)
+		b, err := s.Get(ctx, scope, id)
 		if err != nil {
 			return nil, err
 		}
@@ -371,7 +371,7 @@ func (s *Service) Approve(ctx context.Context, actor audit.Entry, id string, key
 		s.log.Info("batch approved", "batch_id", id)
 		s.bus.Publish(bus.TopicSign)
 	}
-	return s.Get(ctx, actor.TenantID, id)
+	return s.Get(ctx, iam.ScopeOf(actor.TenantID), id)
 }
 
 // Admits checks that batchID exists for the caller's tenant, has not
