@@ -206,6 +206,22 @@ func TestSessionsNeverOutliveTheirMaker(t *testing.T) {
 			}
 			expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", k2.Key, nil, `{}`), 401, "UNAUTHENTICATED")
 			expectCode(t, asSession(t, e, s2.Value, "nodes.list", `{}`), 401, "UNAUTHENTICATED")
+			// Nor one whose identity exists, but in another tenant than
+			// the credential's.
+			other, err := e.Client.CreateIdentity(ctx, tenant, "elsewhere", "person")
+			if err != nil {
+				t.Fatal(err)
+			}
+			k3 := key(t, "moved", 0)
+			s3 := sessionOf(t, k3.Key)
+			if _, err := db.ExecContext(ctx, `UPDATE api_keys SET identity = $1 WHERE id = $2`, other.ID, k3.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.ExecContext(ctx, `UPDATE sessions SET identity_id = $1 WHERE id = $2`, other.ID, s3.ID); err != nil {
+				t.Fatal(err)
+			}
+			expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", k3.Key, nil, `{}`), 401, "UNAUTHENTICATED")
+			expectCode(t, asSession(t, e, s3.Value, "nodes.list", `{}`), 401, "UNAUTHENTICATED")
 		})
 	})
 }

@@ -91,7 +91,7 @@ func (s *Service) AuthenticateSession(ctx context.Context, value string) (Princi
 	if !strings.HasPrefix(value, SessionPrefix) || len(value) > 200 {
 		return Principal{}, ErrInvalid
 	}
-	st, err := s.db.Stmt(ctx, qSessionByHash)
+	st, err := s.db.Stmt(ctx, s.qSessionAuth)
 	if err != nil {
 		return Principal{}, err
 	}
@@ -106,8 +106,8 @@ func (s *Service) AuthenticateSession(ctx context.Context, value string) (Princi
 	if !credentialValid(a.rev, sql.NullInt64{Int64: a.exp, Valid: true}, now) || !credentialValid(a.keyRev, a.keyExp, now) {
 		return Principal{}, ErrInvalid
 	}
-	if err := s.identityExists(ctx, a.p); err != nil {
-		return Principal{}, err
+	if !a.identityOK {
+		return Principal{}, ErrInvalid
 	}
 	if a.parent.Valid {
 		ok, err := s.lineageValid(ctx, a.parent.String, now)

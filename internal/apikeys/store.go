@@ -16,7 +16,10 @@ import (
 
 const (
 	qInsertKey = `INSERT INTO api_keys (id, tenant_id, identity, name, hash, scopes, created_at, expires_at, made_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
-	qKeyByHash = `SELECT id, tenant_id, identity, scopes, expires_at, revoked_at FROM api_keys WHERE hash = $1`
+	// qKeyByHash and qSessionByHash end their column lists with %s: the
+	// identity-exists condition iam provides (Identities.ExistsCondition),
+	// so that authentication stays one statement a call.
+	qKeyByHash = `SELECT id, tenant_id, identity, scopes, expires_at, revoked_at, %s FROM api_keys WHERE hash = $1`
 	qListKeys  = `SELECT id, tenant_id, identity, name, scopes, created_at, expires_at, revoked_at FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id`
 	qKeyTenant = `SELECT tenant_id FROM api_keys WHERE id = $1`
 	qRevokeKey = `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND tenant_id = $3 AND revoked_at IS NULL`
@@ -26,7 +29,7 @@ const (
 	qRevokeKeysOfIdentity = `UPDATE api_keys SET revoked_at = $1 WHERE identity = $2 AND revoked_at IS NULL`
 
 	qInsertSession = `INSERT INTO sessions (id, hash, tenant_id, identity_id, created_at, expires_at, key_id, parent_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
-	qSessionByHash = `SELECT s.id, s.tenant_id, s.identity_id, s.expires_at, s.revoked_at, s.parent_id, k.id, k.scopes, k.expires_at, k.revoked_at
+	qSessionByHash = `SELECT s.id, s.tenant_id, s.identity_id, s.expires_at, s.revoked_at, s.parent_id, k.id, k.scopes, k.expires_at, k.revoked_at, %s
 		FROM sessions s
 		JOIN api_keys k ON k.id = s.key_id AND k.identity = s.identity_id AND k.tenant_id = s.tenant_id
 		WHERE s.hash = $1`
@@ -79,11 +82,12 @@ type keyAuth struct {
 	p            Principal
 	scopes       string
 	exp, revoked sql.NullInt64
+	identityOK   bool
 }
 
 func scanKeyAuth(s scanner) (keyAuth, error) {
 	var k keyAuth
-	err := s.Scan(&k.p.KeyID, &k.p.HomeTenant, &k.p.Identity, &k.scopes, &k.exp, &k.revoked)
+	err := s.Scan(&k.p.KeyID, &k.p.HomeTenant, &k.p.Identity, &k.scopes, &k.exp, &k.revoked, &k.identityOK)
 	return k, err
 }
 
@@ -96,11 +100,12 @@ type sessionAuth struct {
 	parent         sql.NullString
 	scopes         string
 	keyExp, keyRev sql.NullInt64
+	identityOK     bool
 }
 
 func scanSessionAuth(s scanner) (sessionAuth, error) {
 	var a sessionAuth
-	err := s.Scan(&a.p.SessionID, &a.p.HomeTenant, &a.p.Identity, &a.exp, &a.rev, &a.parent, &a.p.KeyID, &a.scopes, &a.keyExp, &a.keyRev)
+	err := s.Scan(&a.p.SessionID, &a.p.HomeTenant, &a.p.Identity, &a.exp, &a.rev, &a.parent, &a.p.KeyID, &a.scopes, &a.keyExp, &a.keyRev, &a.identityOK)
 	return a, err
 }
 

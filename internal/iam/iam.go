@@ -274,6 +274,14 @@ func (s *Service) IdentityInTenant(ctx context.Context, id, tenant string) (bool
 	return identityInTenant(st.QueryRowContext(ctx, id, tenant))
 }
 
+// ExistsCondition returns an SQL condition, true when the identity in
+// idColumn exists in the tenant in tenantColumn, for a module that must
+// check it in the same statement as its own read (apikeys' authentication:
+// one round trip a call). The columns are the caller's constants.
+func (s *Service) ExistsCondition(idColumn, tenantColumn string) string {
+	return fmt.Sprintf(qIdentityExistsCondition, idColumn, tenantColumn)
+}
+
 // IdentityInTenantTx is IdentityInTenant read inside tx.
 func (s *Service) IdentityInTenantTx(ctx context.Context, tx *sql.Tx, id, tenant string) (bool, error) {
 	return identityInTenant(tx.QueryRowContext(ctx, qIdentityInTenant, id, tenant))

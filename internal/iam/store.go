@@ -44,10 +44,13 @@ const (
 
 	qInsertIdentity   = `INSERT INTO identities (id, tenant_id, name, kind, created_at) VALUES ($1, $2, $3, $4, $5)`
 	qIdentityInTenant = `SELECT COUNT(*) FROM identities WHERE id = $1 AND tenant_id = $2`
-	qIdentity         = `SELECT id, tenant_id, name, kind FROM identities WHERE id = $1`
-	qIdentityTenant   = `SELECT tenant_id FROM identities WHERE id = $1`
-	qListIdentities   = `SELECT id, tenant_id, name, kind FROM identities WHERE tenant_id = $1 ORDER BY name`
-	qDeleteIdentity   = `DELETE FROM identities WHERE id = $1`
+	// qIdentityExistsCondition takes the identity and tenant columns of
+	// the statement it is put in.
+	qIdentityExistsCondition = `EXISTS (SELECT 1 FROM identities ix WHERE ix.id = %s AND ix.tenant_id = %s)`
+	qIdentity                = `SELECT id, tenant_id, name, kind FROM identities WHERE id = $1`
+	qIdentityTenant          = `SELECT tenant_id FROM identities WHERE id = $1`
+	qListIdentities          = `SELECT id, tenant_id, name, kind FROM identities WHERE tenant_id = $1 ORDER BY name`
+	qDeleteIdentity          = `DELETE FROM identities WHERE id = $1`
 
 	qInsertRole = `INSERT INTO roles (id, tenant_id, name, statements, created_at) VALUES ($1, $2, $3, $4, $5)`
 	qRolesOf    = `SELECT id, tenant_id, name, statements FROM roles WHERE tenant_id = $1 ORDER BY name`
