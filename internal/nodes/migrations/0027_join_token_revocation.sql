@@ -1,0 +1,10 @@
+-- Schema version 27 (0027_join_token_revocation.sql), the nodes module's
+-- part: it names only the nodes module's tables. store.Migrate applies every
+-- module's part of a version in one transaction, in the module order of
+-- internal/store/modules.go.
+
+-- Schema version 27: a join token can be revoked before it is used
+-- (join-tokens revoke, and a tenant's teardown). A revoked token's expiry
+-- is moved to the revocation time as well, so Join and the quota count
+-- treat it as expired without reading this column.
+ALTER TABLE join_tokens ADD COLUMN revoked_at BIGINT;
