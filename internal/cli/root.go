@@ -75,6 +75,7 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(batchCmd(), approversCmd())
 	root.AddCommand(auditCmd())
 	root.AddCommand(sandboxCommands()...)
+	addLifecycleCommands(root)
 	clisafe.GuardArgs(root)
 	return root
 }
