@@ -133,7 +133,9 @@ func rolesDeleteCmd() *cobra.Command {
 	c := &cobra.Command{Use: "delete ID", Short: "Delete a role and every binding of it (built-in roles cannot be deleted)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return call(cmd, "roles.delete", map[string]any{"tenant_id": tenant, "id": args[0]}, false,
-				func(o map[string]any) string { return fmt.Sprintf("deleted (%v binding(s) removed)\n", o["bindings_deleted"]) })
+				func(o map[string]any) string {
+					return fmt.Sprintf("deleted (%v binding(s) removed)\n", o["bindings_deleted"])
+				})
 		}}
 	c.Flags().StringVar(&tenant, "tenant", "", "tenant (default: your own)")
 	return c
