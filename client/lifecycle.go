@@ -64,3 +64,8 @@ func (c *Client) Node(ctx context.Context, id string) (Node, error) {
 	err := c.Call(ctx, "nodes.get", apitypes.IDIn{ID: id}, &out)
 	return out, err
 }
+
+// DeleteImage deletes an image of tenant by name.
+func (c *Client) DeleteImage(ctx context.Context, tenant, name string) error {
+	return c.Call(ctx, "images.delete", apitypes.ImageDeleteIn{TenantIn: tenantIn(tenant), Name: name}, nil)
+}

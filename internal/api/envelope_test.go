@@ -1154,11 +1154,15 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 			return `{"upload_id":"` + state["upload"] + `","name":"walk","digest":"sha256:` + hex.EncodeToString(digest[:]) + `"}`
 		}, nil},
 		{"templates.create", func() string { return `{"name":"walk","image":"walk","runtime":"sim"}` }, func(o map[string]any) { state["template"] = str(o["id"]) }},
+		{"templates.update", func() string {
+			return `{"id":"` + state["template"] + `","image":"walk","runtime":"sim","lifetime_seconds":600}`
+		}, nil},
 		{"sandboxes.create", func() string { return `{"template":"walk"}` }, func(o map[string]any) { state["sandbox"] = str(o["id"]) }},
 		{"sandboxes.exec", func() string { return `{"id":"` + state["sandbox"] + `","argv":["echo","hi"],"timeout_seconds":10}` }, nil},
 		{"sandboxes.extend", func() string { return `{"id":"` + state["sandbox"] + `","seconds":60}` }, nil},
 		{"sandboxes.delete", func() string { return `{"id":"` + state["sandbox"] + `"}` }, nil},
 		{"templates.delete", func() string { return `{"id":"` + state["template"] + `"}` }, nil},
+		{"images.delete", func() string { return `{"name":"walk"}` }, nil},
 		{"nodes.restrict", func() string {
 			return `{"node_id":"` + node + `","serial":"` + serial + `","allowed_kinds":["node.ping"]}`
 		}, nil},

@@ -54,12 +54,7 @@ func iamMethods(m Modules) []Method {
 		}),
 		Def("tenants.suspend", "compute:tenants:suspend", true, tenantByID, setState(iam.StateSuspended)),
 		Def("tenants.resume", "compute:tenants:resume", true, tenantByID, setState(iam.StateActive)),
-		// Deleting a tenant tears it and every tenant below it down
-		// (deleteTenant): its sandboxes, warm pools, nodes' tenancy, join
-		// tokens, keys and sessions.
-		Def("tenants.delete", "compute:tenants:delete", true, tenantByID, func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
-			return deleteTenant(ctx, m, c, in.ID)
-		}),
+		Def("tenants.delete", "compute:tenants:delete", true, tenantByID, tenantDeleter(m)),
 		Def("identities.create", "compute:identities:create", true, byTenant[apitypes.IdentityCreateIn], func(ctx context.Context, c *Caller, in apitypes.IdentityCreateIn) (any, error) {
 			return m.IAM.CreateIdentity(ctx, c.Actor(), c.ActingTenant, in.Name, in.Kind)
 		}),

@@ -7,13 +7,14 @@ import (
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
+	"github.com/bettercompute/bettercompute/internal/sandboxes"
 )
 
 // lifecycleMethods are the methods that end what other methods made, and
 // whoami: roles.delete, joinTokens.list and revoke, commands.cancel and
 // identities.whoami. tenants.delete's teardown is deleteTenant.
 func lifecycleMethods(m Modules) []Method {
-	return []Method{
+	return append([]Method{
 		Def("identities.whoami", "compute:whoami:get", false, nil, func(ctx context.Context, c *Caller, _ struct{}) (any, error) {
 			return whoami(ctx, m, c)
 		}),
@@ -46,6 +47,37 @@ func lifecycleMethods(m Modules) []Method {
 		Def("commands.cancel", "compute:commands:cancel", true, byID("command"), func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
 			return m.Commands.Cancel(ctx, c.Actor(), c.Scope(), in.ID)
 		}),
+	}, sandboxLifecycleMethods(m)...)
+}
+
+// templateUpdateIn is templates.update's input: the template (id or
+// name) and its new recipe. It stays here, not in apitypes, because the
+// recipe is the sandbox module's template input.
+type templateUpdateIn struct {
+	ID string `json:"id" api:"max=64"`
+	sandboxes.TemplateIn
+}
+
+// sandboxLifecycleMethods are templates.update and images.delete (none
+// without the sandbox module).
+func sandboxLifecycleMethods(m Modules) []Method {
+	if m.Sandboxes == nil {
+		return nil
+	}
+	return []Method{
+		Def("templates.update", "compute:templates:update", true, func(in templateUpdateIn) Target { return Target{Kind: "template", ID: in.ID} },
+			func(ctx context.Context, c *Caller, in templateUpdateIn) (any, error) {
+				return m.Sandboxes.UpdateTemplate(ctx, c.Actor(), c.ActingTenant, in.ID, in.TemplateIn)
+			}),
+		Def("images.delete", "compute:images:delete", true, byTenant[apitypes.ImageDeleteIn], func(ctx context.Context, c *Caller, in apitypes.ImageDeleteIn) (any, error) {
+			if in.Name == "" {
+				return nil, errs.New(errs.InvalidInput, "name is required")
+			}
+			if err := m.Sandboxes.DeleteImage(ctx, c.Actor(), c.ActingTenant, in.Name); err != nil {
+				return nil, err
+			}
+			return map[string]any{"name": in.Name, "deleted": true}, nil
+		}),
 	}
 }
 
@@ -62,6 +94,13 @@ func whoami(ctx context.Context, m Modules, c *Caller) (apitypes.Whoami, error) 
 		out.ExpiresAt = &exp
 	}
 	return out, nil
+}
+
+// tenantDeleter is tenants.delete's handler: deleteTenant.
+func tenantDeleter(m Modules) func(context.Context, *Caller, apitypes.IDIn) (any, error) {
+	return func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
+		return deleteTenant(ctx, m, c, in.ID)
+	}
 }
 
 // deleteTenant deletes tenant id and every tenant below it, deepest

@@ -33,6 +33,8 @@ func addLifecycleCommands(root *cobra.Command) {
 	add("join-tokens", joinTokensListCmd(), joinTokensRevokeCmd())
 	add("nodes", nodesShowCmd())
 	add("commands", commandsCancelCmd())
+	add("templates", templatesUpdateCmd())
+	add("images", imagesDeleteCmd())
 	root.AddCommand(whoamiCmd())
 }
 

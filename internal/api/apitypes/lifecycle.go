@@ -42,3 +42,9 @@ type JoinTokenInfo struct {
 	NodeID    string     `json:"node_id,omitempty"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
 }
+
+// ImageDeleteIn is images.delete's input: an image of the tenant by name.
+type ImageDeleteIn struct {
+	TenantIn
+	Name string `json:"name" api:"max=128"`
+}
