@@ -64,8 +64,8 @@ func TestTenantDeleteTearsDown(t *testing.T) {
 		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE tenant_id = $1 AND state IN ('starting','warm','claiming','running')`, tenant).Scan(&live); err != nil || live != 0 {
 			t.Fatalf("%d live sandboxes left (%v)", live, err)
 		}
-		if x, err := e.CP.Sandboxes.Get(ctx, iam.RootScope(), running.ID); err == nil && x.State != "deleted" {
-			t.Fatalf("the running sandbox is %s", x.State)
+		if st := sandboxState(t, db, running.ID); st != "deleted" {
+			t.Fatalf("the running sandbox is %s", st)
 		}
 
 		// Keys: neither the tenant's nor its child's authenticate.
