@@ -69,3 +69,8 @@ func (c *Client) Node(ctx context.Context, id string) (Node, error) {
 func (c *Client) DeleteImage(ctx context.Context, tenant, name string) error {
 	return c.Call(ctx, "images.delete", apitypes.ImageDeleteIn{TenantIn: tenantIn(tenant), Name: name}, nil)
 }
+
+// DeleteNode deletes a node for good (its certificates revoked).
+func (c *Client) DeleteNode(ctx context.Context, id string) error {
+	return c.Call(ctx, "nodes.delete", apitypes.IDIn{ID: id}, nil)
+}

@@ -1168,6 +1168,7 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 		}, nil},
 		{"tenants.delete", func() string { return `{"id":"` + state["tenant"] + `"}` }, nil},
 		{"nodes.revoke", func() string { return `{"node_id":"` + node + `","serial":"` + serial + `"}` }, nil},
+		{"nodes.delete", func() string { return `{"id":"` + offline + `"}` }, nil},
 	}
 	walked := map[string]bool{}
 	for _, s := range steps {

@@ -157,3 +157,37 @@ func TestWhoami(t *testing.T) {
 func contains(b []byte, s string) bool {
 	return len(s) > 0 && string(b) != "" && strings.Contains(string(b), s)
 }
+
+// nodes.delete revokes a node's certificates (its session goes down) and
+// takes it out of every lookup: a later get, delete or command answers as
+// for a node that never was. Another tenant's delete answers exactly as a
+// missing node's and leaves the node up.
+func TestNodesDelete(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{Nodes: 2})
+		ctx := context.Background()
+		_, adminB := e.TenantAdmin(t, "nodes-b")
+		keyB := clientKey(t, adminB)
+		victim, bystander := e.Nodes[0], e.Nodes[1]
+		call := func(key, method, body string) reply { return do(t, e, "POST", "/api/v1/"+method, key, nil, body) }
+		sameAnswer(t, "nodes.delete", call(keyB, "nodes.delete", `{"id":"`+victim.NodeID()+`"}`), call(keyB, "nodes.delete", `{"id":"nzzzzzzzzzzzzzzzz"}`), 403, "ACCESS_DENIED")
+		if !victim.Connected() {
+			t.Fatal("another tenant's delete took the node down")
+		}
+		if err := e.Client.DeleteNode(ctx, victim.NodeID()); err != nil {
+			t.Fatalf("nodes.delete: %v", err)
+		}
+		victim.WaitDisconnected(t)
+		expectCode(t, call(e.AdminKey, "nodes.get", `{"id":"`+victim.NodeID()+`"}`), 404, "NOT_FOUND")
+		expectCode(t, call(e.AdminKey, "nodes.delete", `{"id":"`+victim.NodeID()+`"}`), 404, "NOT_FOUND")
+		expectCode(t, call(e.AdminKey, "commands.create", `{"node_id":"`+victim.NodeID()+`","kind":"node.ping"}`), 404, "NOT_FOUND")
+		ns, err := e.Client.Nodes(ctx)
+		if err != nil || len(ns) != 1 || ns[0].ID != bystander.NodeID() {
+			t.Fatalf("nodes after the delete: %+v %v", ns, err)
+		}
+		var reason string
+		if err := db.QueryRowContext(ctx, `SELECT revoke_reason FROM node_certs WHERE node_id = $1 AND revoked_at IS NOT NULL`, victim.NodeID()).Scan(&reason); err != nil || reason != "node-deleted" {
+			t.Fatalf("the deleted node's certificate: %q %v", reason, err)
+		}
+	})
+}

@@ -11,8 +11,9 @@ import (
 )
 
 // lifecycleMethods are the methods that end what other methods made, and
-// whoami: roles.delete, joinTokens.list and revoke, commands.cancel and
-// identities.whoami. tenants.delete's teardown is deleteTenant.
+// whoami: roles.delete, joinTokens.list and revoke, nodes.delete,
+// commands.cancel and identities.whoami. tenants.delete's teardown is
+// deleteTenant.
 func lifecycleMethods(m Modules) []Method {
 	return append([]Method{
 		Def("identities.whoami", "compute:whoami:get", false, nil, func(ctx context.Context, c *Caller, _ struct{}) (any, error) {
@@ -43,6 +44,13 @@ func lifecycleMethods(m Modules) []Method {
 				return nil, err
 			}
 			return map[string]any{"id": in.ID, "state": "revoked"}, nil
+		}),
+		Def("nodes.delete", "compute:nodes:delete", true, byID("node"), func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
+			n, err := m.Nodes.Delete(ctx, c.Actor(), in.ID)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"id": in.ID, "deleted": true, "certificates_revoked": n}, nil
 		}),
 		Def("commands.cancel", "compute:commands:cancel", true, byID("command"), func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
 			return m.Commands.Cancel(ctx, c.Actor(), c.Scope(), in.ID)

@@ -31,7 +31,7 @@ func addLifecycleCommands(root *cobra.Command) {
 	add("tenants", tenantsDeleteCmd())
 	add("roles", rolesDeleteCmd())
 	add("join-tokens", joinTokensListCmd(), joinTokensRevokeCmd())
-	add("nodes", nodesShowCmd())
+	add("nodes", nodesShowCmd(), nodesDeleteCmd())
 	add("commands", commandsCancelCmd())
 	add("templates", templatesUpdateCmd())
 	add("images", imagesDeleteCmd())
@@ -200,6 +200,19 @@ func commandsCancelCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return call(cmd, "commands.cancel", map[string]any{"id": args[0]}, asJSON,
 				func(o map[string]any) string { return fmt.Sprintf("%v %v\n", o["id"], o["state"]) })
+		}}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func nodesDeleteCmd() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{Use: "delete ID", Short: "Delete a node for good: its certificates are revoked and it leaves every listing (the machine comes back only by joining anew)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd, "nodes.delete", map[string]any{"id": args[0]}, asJSON,
+				func(o map[string]any) string {
+					return fmt.Sprintf("deleted; %v certificate(s) revoked\n", o["certificates_revoked"])
+				})
 		}}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c

@@ -145,3 +145,43 @@ func (s *Service) EndTenancy(ctx context.Context, actor audit.Entry, tenant stri
 	}
 	return certs, tokens, err
 }
+
+// The statements of a node's deletion.
+const (
+	sqlDeleteNode = `UPDATE nodes SET deleted_at = $1 WHERE id = $2 AND deleted_at IS NULL`
+)
+
+// ReasonNodeDeleted is the revocation reason of a deleted node's
+// certificates.
+const ReasonNodeDeleted = "node-deleted"
+
+// Delete removes a node from the fleet for good, with its audit row in the
+// node's tenant, in one transaction: every certificate of it is revoked
+// (every gateway closes its session, as for nodes.revoke), and no
+// listing, lookup or command finds it again (NOT_FOUND, as a node that
+// never was). Its row and certificates stay, so the commands it ran keep
+// their attestations; a machine comes back only by joining anew.
+func (s *Service) Delete(ctx context.Context, actor audit.Entry, nodeID string) (revoked int64, err error) {
+	now := s.clk.Now()
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		tenant, err := nodeTenant(ctx, tx, nodeID)
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, sqlRevokeNodeCerts, now.UnixMilli(), ReasonNodeDeleted, nodeID)
+		if err != nil {
+			return fmt.Errorf("nodes: delete: revoke: %w", err)
+		}
+		revoked, _ = res.RowsAffected()
+		if _, err := tx.ExecContext(ctx, sqlDeleteNode, now.UnixMilli(), nodeID); err != nil {
+			return fmt.Errorf("nodes: delete: %w", err)
+		}
+		actor.TenantID, actor.Action, actor.Resource, actor.Outcome = tenant, "compute:nodes:delete", "node/"+nodeID, "allowed"
+		actor.Details = map[string]any{"certificates_revoked": revoked}
+		return audit.Record(ctx, tx, now, actor)
+	})
+	if err == nil {
+		s.bus.Publish(bus.TopicRevoked)
+	}
+	return revoked, err
+}
