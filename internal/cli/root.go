@@ -75,6 +75,7 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(batchCmd(), approversCmd())
 	root.AddCommand(auditCmd())
 	root.AddCommand(sandboxCommands()...)
+	addCAFlag(root)
 	clisafe.GuardArgs(root)
 	return root
 }
@@ -99,7 +100,7 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func apiClient() (*client.Client, error) {
-	c, err := client.FromEnv()
+	c, err := client.FromEnvCA(caFile())
 	if err != nil {
 		return nil, &ExitError{Code: 2, Err: err}
 	}

@@ -83,7 +83,7 @@ func TestDevAndCLI(t *testing.T) {
 	}
 	cli := func(args ...string) (string, int) {
 		c := exec.CommandContext(ctx, filepath.Join(bin, "better-compute"), args...)
-		c.Env = append(os.Environ(), "BC_ADDR="+env["BC_ADDR"], "BC_API_KEY_FILE="+env["BC_API_KEY_FILE"])
+		c.Env = append(os.Environ(), "BC_ADDR="+env["BC_ADDR"], "BC_API_KEY_FILE="+env["BC_API_KEY_FILE"], "BC_CA_FILE="+env["BC_CA_FILE"])
 		o, err := c.Output()
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {

@@ -162,7 +162,10 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	// The api serves the internal channel, so that gateway-only processes
 	// (StartGateway) can relay to it.
 	so := server.Options{DB: db, Bundle: b, KEK: kek, Clock: o.Clock, Log: log,
-		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime, InternalListen: "127.0.0.1:0", ShutdownGrace: shutdownGrace}
+		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime, InternalListen: "127.0.0.1:0", ShutdownGrace: shutdownGrace,
+		// Tests call the API over plain HTTP on loopback, which serve allows
+		// only when asked; TLS is tested in internal/server and internal/cli.
+		APIListen: "127.0.0.1:0", APIPlainHTTP: true}
 	// Tests make many calls quickly; rate limits are tested on their own.
 	so.RateLimits = api.RateLimits{ReadPerSecond: 1e6, ReadBurst: 1e6, MutatePerSecond: 1e6, MutateBurst: 1e6}
 	so.TenantMutates = 1 << 16
