@@ -116,7 +116,7 @@ func (e *Env) bringUp(ctx context.Context, o Options, images string) error {
 		return err
 	}
 	e.SandboxHint = seedSandboxes(ctx, e.CP, runtime)
-	if err := pki.WriteFileAtomic(e.CAFile, e.caPEM, 0o644); err != nil {
+	if err := pki.WriteFileAtomic(e.CAFile, e.caPEM, 0o600); err != nil {
 		return fmt.Errorf("write API CA: %w", err)
 	}
 	envText := fmt.Sprintf("export BC_ADDR=%s\nexport BC_API_KEY_FILE=%s\nexport BC_CA_FILE=%s\n", shellQuote(e.APIURL), shellQuote(e.KeyFile), shellQuote(e.CAFile))
