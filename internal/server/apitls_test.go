@@ -36,6 +36,7 @@ func TestAPIRefusesPlainHTTPOnItsTLSListener(t *testing.T) {
 	}
 	req.Header.Set("Authorization", "Bearer "+e.AdminKey)
 	req.Header.Set("X-Better-Compute", "1")
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -79,8 +80,8 @@ func TestStartRefusesPlainHTTPOffLoopback(t *testing.T) {
 	db := storetest.NewTestSQLite(t)
 	api := []string{server.RoleAPI}
 	for name, o := range map[string]server.Options{
-		"every interface": {APIListen: "0.0.0.0:7780", APIPlainHTTP: true},
-		"no host":         {APIListen: ":7780", APIPlainHTTP: true},
+		"every interface": {APIListen: "0.0.0.0:0", APIPlainHTTP: true},
+		"no host":         {APIListen: ":0", APIPlainHTTP: true},
 		"a public name":   {APIListen: "bc.example.com:7780", APIPlainHTTP: true},
 		"with cert_file":  {APIListen: "127.0.0.1:0", APIPlainHTTP: true, APICert: &tls.Certificate{}},
 	} {
