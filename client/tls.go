@@ -89,20 +89,20 @@ func NewTLS(baseURL, key string, roots *x509.CertPool) (*Client, error) {
 	return c, nil
 }
 
-// FromEnvCA builds a client as FromEnv does, trusting the CA at caFile
-// (see LoadRoots; "" for none, enough only for a loopback http:// URL).
-func FromEnvCA(caFile string) (*Client, error) {
-	c, err := FromEnv()
-	if err != nil {
-		return nil, err
+// newFromEnv is FromEnvCA's client for addr and key, trusting caFile
+// (BC_CA_FILE when "").
+func newFromEnv(addr, key, caFile string) (*Client, error) {
+	if caFile == "" {
+		caFile = os.Getenv("BC_CA_FILE")
 	}
 	var roots *x509.CertPool
 	if caFile != "" {
+		var err error
 		if roots, err = LoadRoots(caFile); err != nil {
 			return nil, err
 		}
 	}
-	return NewTLS(c.BaseURL, c.key, roots)
+	return NewTLS(addr, key, roots)
 }
 
 // untrustedWrapper turns a certificate verification failure into

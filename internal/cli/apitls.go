@@ -22,13 +22,9 @@ func addCAFlag(root *cobra.Command) {
 		"the control plane's CA to verify the API against: the PKI bundle directory or its API CA PEM (default $BC_CA_FILE; dev writes DATA/api-ca.pem)")
 }
 
-// caFile is --ca-file, or BC_CA_FILE when it is not given.
-func caFile() string {
-	if caFileFlag != "" {
-		return caFileFlag
-	}
-	return os.Getenv("BC_CA_FILE")
-}
+// caFile is --ca-file ("" when not given: client.FromEnvCA then reads
+// BC_CA_FILE).
+func caFile() string { return caFileFlag }
 
 // loadAPICert reads the API's own certificate chain and key (api.cert_file
 // and api.key_file); the key file must not be open to group or other.
