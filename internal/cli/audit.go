@@ -344,6 +344,6 @@ func auditListCmd() *cobra.Command {
 	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (required)")
 	c.Flags().Int64Var(&since, "since", 0, "list sealed events from this seq on")
 	c.Flags().IntVar(&limit, "limit", 1000, "at most this many events (0: all)")
-	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"events\": [...]}")
 	return c
 }
