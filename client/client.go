@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
+	"github.com/bettercompute/bettercompute/internal/secretfile"
 )
 
 // MaxAnswerBytes bounds an answer the client reads. The largest is
@@ -96,9 +97,10 @@ func FromEnvCA(caFile string) (*Client, error) {
 	}
 	key := os.Getenv("BC_API_KEY")
 	if f := os.Getenv("BC_API_KEY_FILE"); f != "" {
-		b, err := os.ReadFile(f)
+		// Refused when group or other may access it, as approver keys are.
+		b, err := secretfile.Read("BC_API_KEY_FILE", f)
 		if err != nil {
-			return nil, fmt.Errorf("read BC_API_KEY_FILE: %w", err)
+			return nil, err
 		}
 		key = strings.TrimSpace(string(b))
 	}

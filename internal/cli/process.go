@@ -328,7 +328,7 @@ func issueGatewayCmd() *cobra.Command {
 			if err := b.WriteGatewayFiles(out, cert); err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "gateway files for %s written to %s (certificate expires %s)\n", b.TrustDomain, out, cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
+			fmt.Fprintf(cmd.OutOrStdout(), "gateway files for %s written to %s (certificate expires %s)\n", b.TrustDomain, out, timeText(cert.Leaf.NotAfter))
 			return nil
 		},
 	}

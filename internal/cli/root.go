@@ -16,6 +16,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/clisafe"
+	"github.com/bettercompute/bettercompute/internal/jsontime"
 )
 
 // ExitError carries a process exit status; main exits with Code.
@@ -95,7 +96,7 @@ func printJSON(w io.Writer, v any) error {
 	if err != nil {
 		return fmt.Errorf("encode json: %w", err)
 	}
-	_, err = w.Write(append(clisafe.EscapeJSON(js), '\n'))
+	_, err = w.Write(append(clisafe.EscapeJSON(jsontime.Normalize(js)), '\n'))
 	return err
 }
 
