@@ -1,11 +1,7 @@
 package cli
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -13,10 +9,6 @@ import (
 
 	"github.com/bettercompute/bettercompute/client"
 )
-
-// stdinIsTerminal reports whether standard input is a terminal (a test
-// replaces it).
-var stdinIsTerminal = func() bool { return isTerminal(os.Stdin) }
 
 // addLifecycleCommands adds the commands that end what others made, and
 // whoami, to the families of root.
@@ -102,10 +94,11 @@ func tenantsDeleteCmd() *cobra.Command {
 }
 
 // confirmTenantDelete shows what deleting tenant id ends and asks on the
-// terminal; without a terminal it refuses (exit 2) and names --yes.
+// terminal (confirmOrYes: without a terminal it refuses, exit 2, naming
+// --yes).
 func confirmTenantDelete(cmd *cobra.Command, cl *client.Client, id string) error {
 	if !stdinIsTerminal() {
-		return &ExitError{Code: 2, Err: errors.New("tenants delete: standard input is not a terminal, so nothing can confirm; pass --yes to delete " + id + " and every tenant below it")}
+		return confirmOrYes(cmd, false, "")
 	}
 	var tree struct {
 		Tenants []client.Tenant `json:"tenants"`
@@ -113,21 +106,7 @@ func confirmTenantDelete(cmd *cobra.Command, cl *client.Client, id string) error
 	if err := cl.Call(contextOf(cmd), "tenants.list", map[string]any{"tenant_id": id}, &tree); err != nil {
 		return apiErr(err)
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "This deletes tenant %s and the %d tenant(s) below it; their sandboxes and warm pools are deleted, and their nodes' certificates, join tokens, API keys and sessions revoked. It cannot be undone.\nType the tenant id to confirm: ", id, max(len(tree.Tenants)-1, 0))
-	return readConfirmation(cmd.InOrStdin(), id)
-}
-
-// readConfirmation reads one line from r and refuses (exit 1) unless it is
-// want.
-func readConfirmation(r io.Reader, want string) error {
-	line, err := bufio.NewReader(r).ReadString('\n')
-	if err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("read confirmation: %w", err)
-	}
-	if strings.TrimSpace(line) != want {
-		return &ExitError{Code: 1, Err: errors.New("not confirmed: nothing was deleted")}
-	}
-	return nil
+	return confirmOrYes(cmd, false, fmt.Sprintf("Delete tenant %s and the %d tenant(s) below it? Their sandboxes and warm pools are deleted, and their nodes' certificates, join tokens, API keys and sessions revoked; this cannot be undone.", id, max(len(tree.Tenants)-1, 0)))
 }
 
 func rolesDeleteCmd() *cobra.Command {

@@ -47,8 +47,7 @@ func exitCode(err error, stderr *bytes.Buffer) int {
 	return 1
 }
 
-// tenants delete asks on a terminal and deletes only when the tenant id
-// is typed back; without a terminal it refuses with exit 2 and names
+// tenants delete asks on a terminal and deletes only on a yes; without a terminal it refuses with exit 2 and names
 // --yes; --yes deletes without asking.
 func TestTenantsDeleteConfirms(t *testing.T) {
 	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
@@ -72,7 +71,7 @@ func TestTenantsDeleteConfirms(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "not confirmed") || state() != "active" {
 		t.Fatalf("a wrong answer: exit %d %q, state %s", code, errOut, state())
 	}
-	code, out, errOut := runIn(t, true, tenant+"\n", "tenants", "delete", tenant)
+	code, out, errOut := runIn(t, true, "y\n", "tenants", "delete", tenant)
 	if code != 0 || !strings.Contains(out, tenant+" deleted: 1 tenant(s)") || state() != "deleted" {
 		t.Fatalf("confirmed: exit %d %q %q, state %s", code, out, errOut, state())
 	}
