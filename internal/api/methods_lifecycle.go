@@ -112,8 +112,9 @@ func tenantDeleter(m Modules) func(context.Context, *Caller, apitypes.IDIn) (any
 }
 
 // deleteTenant deletes tenant id and every tenant below it, deepest
-// first, and tears each down through its owners' APIs: the tenant is
-// marked deleted first (its callers are refused from then on), then the
+// first, and tears each down through its owners' APIs: tenant id is
+// marked deleted first (every caller in its subtree is refused from then
+// on), then for each tenant the
 // sandbox module deletes its templates, warm pools and sandboxes, the
 // nodes module revokes its nodes' certificates and unused join tokens,
 // and the API key module revokes its keys and sessions. Each step writes
@@ -123,6 +124,12 @@ func tenantDeleter(m Modules) func(context.Context, *Caller, apitypes.IDIn) (any
 func deleteTenant(ctx context.Context, m Modules, c *Caller, id string) (apitypes.TenantDeleted, error) {
 	if iam.IsRoot(id) {
 		return apitypes.TenantDeleted{}, errs.New(errs.InvalidState, "the root tenant cannot be suspended or deleted")
+	}
+	// The tenant is marked deleted before its subtree is read, so no
+	// tenant made below it meanwhile escapes: every caller in the subtree
+	// is refused from then on (an ancestor is deleted).
+	if _, err := m.IAM.SetTenantState(ctx, c.Actor(), id, iam.StateDeleted); err != nil && errs.CodeOf(err) != errs.InvalidState {
+		return apitypes.TenantDeleted{}, err
 	}
 	tree, err := m.IAM.ListTenants(ctx, id)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/nodes"
@@ -98,6 +99,31 @@ func TestTenantDeleteTearsDown(t *testing.T) {
 		if out.TenantsDeleted != 2 || out.SandboxesDeleted < 3 || out.TemplatesDeleted != 1 || out.CertificatesRevoked < 1 ||
 			out.JoinTokensRevoked != 1 || out.KeysRevoked < 1 {
 			t.Fatalf("teardown counts: %+v", out)
+		}
+
+		// A tenant deleted before the teardown existed (only its state
+		// set, its warm pool left running) is cleaned up by deleting it
+		// again.
+		old, oldAdmin := tenantWithImage(t, e, "deleted-before")
+		oldPool, err := createTemplate(oldAdmin, rt, "pool", 64, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitWarm(t, sandboxEnv{Env: e}, oldPool, 1)
+		if _, err := e.CP.IAM.SetTenantState(ctx, audit.Entry{TenantID: iam.RootTenant, Actor: "before-the-fix"}, old, iam.StateDeleted); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := e.CP.Sandboxes.WarmCount(ctx, oldPool); n != 1 {
+			t.Fatalf("setup: %d warm", n)
+		}
+		if _, err := e.Client.DeleteTenant(ctx, old); err != nil {
+			t.Fatalf("deleting a deleted tenant: %v", err)
+		}
+		if n, _ := e.CP.Sandboxes.WarmCount(ctx, oldPool); n != 0 {
+			t.Fatalf("%d warm sandboxes left of a tenant deleted before the teardown", n)
+		}
+		if _, err := e.CP.APIKeys.Authenticate(ctx, oldAdmin.Key()); err == nil {
+			t.Fatal("the key of a tenant deleted before the teardown still authenticates")
 		}
 
 		// Once more: nothing left to end.
