@@ -51,10 +51,10 @@ func TestRuncExecExitCodes(t *testing.T) {
 // 126, anything else is the runtime's failure.
 func TestStartFailureCode(t *testing.T) {
 	for msg, want := range map[string]int{
-		`exec failed: unable to start container process: exec: "x": executable file not found in $PATH`: 127,
+		`exec failed: unable to start container process: exec: "x": executable file not found in $PATH`:  127,
 		`exec failed: unable to start container process: exec: "/x": stat /x: no such file or directory`: 127,
 		`exec failed: unable to start container process: exec: "/etc": permission denied`:                126,
-		`exec format error`: 126,
+		`exec format error`:                     126,
 		`exec failed: container does not exist`: 0,
 	} {
 		if code, _, _ := startFailureCode(msg); code != want {
