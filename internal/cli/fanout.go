@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/clisafe"
 )
 
 // fanoutStates is the order a fan-out's summary names its states in.
@@ -117,12 +118,9 @@ func waitFanout(cmd *cobra.Command, cl *client.Client, out client.FanoutOut, f f
 	defer cancel()
 	tty := isTerminal(os.Stderr) && !f.asJSON
 	errw := cmd.ErrOrStderr()
-	progress := func(s client.FanoutSummary) {
-		if tty {
-			fmt.Fprintf(errw, "\r\x1b[K%s", fanoutLine(s))
-		} else if !f.asJSON {
-			fmt.Fprintln(errw, fanoutLine(s))
-		}
+	var progress func(client.FanoutSummary)
+	if !f.asJSON {
+		progress = fanoutProgress(errw, tty)
 	}
 	sum, err := cl.WaitFanout(ctx, out.FanoutID, 200*time.Millisecond, progress)
 	if tty {
@@ -148,6 +146,21 @@ func waitFanout(cmd *cobra.Command, cl *client.Client, out client.FanoutOut, f f
 		return &ExitError{Code: 1}
 	}
 	return nil
+}
+
+// fanoutProgress shows a fan-out's progress on w: one line rewritten in
+// place on a terminal, else a line per change.
+func fanoutProgress(w io.Writer, tty bool) func(client.FanoutSummary) {
+	return func(s client.FanoutSummary) {
+		if !tty {
+			fmt.Fprintln(w, fanoutLine(s))
+			return
+		}
+		// Back to the line's start and clear it (our own controls, raw);
+		// the line itself is filtered like all server text.
+		_, _ = io.WriteString(clisafe.Raw(w), "\r\x1b[K")
+		fmt.Fprint(w, fanoutLine(s))
+	}
 }
 
 // fanoutLine is a progress line: how many commands are final, and the
