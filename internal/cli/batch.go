@@ -289,7 +289,7 @@ func showBatch(w io.Writer, b client.Batch, asJSON bool) error {
 	fmt.Fprintf(w, "%s %s\n", pad("state", 11), b.State)
 	fmt.Fprintf(w, "%s %s\n", pad("proposer", 11), b.Proposer)
 	fmt.Fprintf(w, "%s %s\n", pad("deployment", 11), b.Deployment)
-	fmt.Fprintf(w, "%s %s (%d ms)\n", pad("expires", 11), timeText(b.ExpiresAt), b.ExpiresMS)
+	fmt.Fprintf(w, "%s %s (Unix ms %d, as approvers sign it)\n", pad("expires", 11), timeText(b.ExpiresAt), b.ExpiresMS)
 	fmt.Fprintf(w, "%s %s %s\n", pad("root", 11), b.Root, check) // archtest:not-tenant (the batch's Merkle root)
 	fmt.Fprintf(w, "%s %d of %d\n", pad("approvals", 11), len(b.Approvals), b.Threshold)
 	for _, a := range b.Approvals {
