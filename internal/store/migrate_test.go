@@ -99,12 +99,12 @@ func counts(t *testing.T, db *store.DB) rowCounts {
 	t.Helper()
 	var c rowCounts
 	for q, dst := range map[string]*int{
-		`SELECT COUNT(*) FROM schema_migrations WHERE version <= 25`: &c.versions, // versions after the dump are new
-		`SELECT COUNT(*) FROM audit_events`:                          &c.audit,
-		`SELECT COUNT(*) FROM nodes`:                                 &c.nodes,
-		`SELECT COUNT(*) FROM commands`:                              &c.commands,
-		`SELECT COUNT(*) FROM secrets`:                               &c.secrets,
-		`SELECT COUNT(*) FROM batches`:                               &c.batches,
+		`SELECT COUNT(*) FROM schema_migrations`: &c.versions,
+		`SELECT COUNT(*) FROM audit_events`:      &c.audit,
+		`SELECT COUNT(*) FROM nodes`:             &c.nodes,
+		`SELECT COUNT(*) FROM commands`:          &c.commands,
+		`SELECT COUNT(*) FROM secrets`:           &c.secrets,
+		`SELECT COUNT(*) FROM batches`:           &c.batches,
 	} {
 		if err := db.DB.QueryRowContext(context.Background(), q).Scan(dst); err != nil {
 			t.Fatalf("%s: %v", q, err)
