@@ -27,9 +27,9 @@ func TestLinuxInventoryOnThisHost(t *testing.T) {
 func TestMemTotal(t *testing.T) {
 	for in, want := range map[string]int64{
 		"MemTotal:       24683656 kB\nMemFree: 1 kB\n": 24683656 * 1024,
-		"MemFree: 1 kB\n":                               0,
-		"MemTotal: x kB\n":                              0,
-		"":                                              0,
+		"MemFree: 1 kB\n":  0,
+		"MemTotal: x kB\n": 0,
+		"":                 0,
 	} {
 		if got := memTotal(strings.NewReader(in)); got != want {
 			t.Errorf("memTotal(%q) = %d, want %d", in, got, want)
