@@ -64,6 +64,21 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
+	unlock, err := lockDataDir(o.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	e, err := startLocked(ctx, o)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	e.stop = append(e.stop, unlock) // last: the folder is free once all is stopped
+	return e, nil
+}
+
+// startLocked is Start once the data folder is locked.
+func startLocked(ctx context.Context, o Options) (*Env, error) {
 	kek, b, err := openPKI(o)
 	if err != nil {
 		return nil, err
