@@ -126,7 +126,7 @@ func (e *Env) bringUp(ctx context.Context, o Options, images string) error {
 		return err
 	}
 	e.SandboxHint = seedSandboxes(ctx, e.CP, runtime)
-	envText := fmt.Sprintf("export BC_ADDR=%s\nexport BC_API_KEY_FILE=%s\n", shellQuote(e.APIURL), shellQuote(e.KeyFile))
+	envText := envFile(e.APIURL, e.KeyFile, o.DataDir)
 	if err := pki.WriteFileAtomic(e.EnvFile, []byte(envText), 0o600); err != nil {
 		return fmt.Errorf("write env file: %w", err)
 	}
