@@ -14,6 +14,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	mrand "math/rand/v2"
 	"path/filepath"
@@ -545,6 +546,11 @@ func (n *Node) hello(ctx context.Context, conn *grpc.ClientConn) (nodev1.Gateway
 	}
 	if err := stream.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{
 		NodeId: n.rec.NodeID, BootId: n.cfg.BootID, Version: Version, Labels: helloLabels(n.cfg.Labels, n.cfg.Driver), Inventory: n.cfg.Driver.Inventory()}}}); err != nil {
+		if errors.Is(err, io.EOF) {
+			// The gateway ended the stream first (a refusal): its
+			// status comes with Recv, as gRPC documents for Send.
+			_, err = stream.Recv()
+		}
 		return nil, nil, err
 	}
 	first, err := stream.Recv()
