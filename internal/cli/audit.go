@@ -209,7 +209,7 @@ func auditVerifyCmd() *cobra.Command {
 	dbFlag(c, &dsn)
 	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (default: the root tenant)")
 	c.Flags().StringVar(&pkiDir, "pki", "", "PKI bundle directory, only its public audit key is used (default $BC_PKI unless --key)")
-	c.Flags().StringVar(&keyFile, "key", "", "audit verifier key file (from `audit key`)")
+	c.Flags().StringVar(&keyFile, "key", "", "audit verifier key `FILE` (made by 'audit key')")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the findings as a JSON array")
 	return c
 }
@@ -273,7 +273,7 @@ func auditCheckProofCmd() *cobra.Command {
 			})
 		},
 	}
-	c.Flags().StringVar(&keyFile, "key", "", "audit verifier key file (from `audit key`)")
+	c.Flags().StringVar(&keyFile, "key", "", "audit verifier key `FILE` (made by 'audit key')")
 	return c
 }
 
@@ -325,7 +325,7 @@ func auditListCmd() *cobra.Command {
 				if evs == nil {
 					evs = []client.AuditEvent{}
 				}
-				return printJSON(cmd.OutOrStdout(), evs)
+				return printJSON(cmd.OutOrStdout(), map[string]any{"events": evs})
 			}
 			return printAuditEvents(cmd.OutOrStdout(), evs)
 		},
@@ -334,6 +334,6 @@ func auditListCmd() *cobra.Command {
 	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (default: the root tenant with --db, your own through the API)")
 	c.Flags().Int64Var(&since, "since", 0, "list sealed events from this seq on")
 	c.Flags().IntVar(&limit, "limit", 1000, "at most this many events (0: all with --db; the API answers at most 1000)")
-	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"events\": [...]}")
 	return c
 }

@@ -82,7 +82,7 @@ func printAuditEvents(w io.Writer, evs []client.AuditEvent) error {
 		if e.Seq != nil {
 			seq = fmt.Sprint(*e.Seq)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%v\n", seq, e.ID, e.At.UTC().Format("2006-01-02T15:04:05.000Z"), e.Actor, e.Action, e.Resource, e.Outcome, e.Sealed)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%v\n", seq, e.ID, timeText(e.At), e.Actor, e.Action, e.Resource, e.Outcome, e.Sealed)
 	}
 	return tw.Flush()
 }

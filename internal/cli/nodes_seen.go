@@ -8,7 +8,7 @@ func lastSeenCell(t *time.Time) string {
 	if t == nil {
 		return "-"
 	}
-	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	return timeText(*t)
 }
 
 // nodeVersionCell is a node's bcd version, or "-" when it never said.

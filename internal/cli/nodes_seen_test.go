@@ -21,8 +21,12 @@ func TestNodesListShowsLastSeenAndVersion(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	var ns []map[string]any
-	if err := json.Unmarshal([]byte(out), &ns); err != nil || len(ns) != 1 {
+	var list struct {
+		Nodes []map[string]any `json:"nodes"`
+	}
+	err := json.Unmarshal([]byte(out), &list)
+	ns := list.Nodes
+	if err != nil || len(ns) != 1 {
 		t.Fatalf("nodes list --json: %v %q", err, out)
 	}
 	n := ns[0]
@@ -45,7 +49,7 @@ func TestNodesListShowsLastSeenAndVersion(t *testing.T) {
 	if len(lines) != 2 || !strings.Contains(lines[0], "LAST SEEN") || !strings.Contains(lines[0], "VERSION") {
 		t.Fatalf("table:\n%s", out)
 	}
-	want := at.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	want := at.UTC().Format("2006-01-02T15:04:05.000Z")
 	if f := strings.Fields(lines[1]); f[len(f)-2] != want || f[len(f)-1] != daemon.Version {
 		t.Fatalf("row %q: want last seen %s and version %s", lines[1], want, daemon.Version)
 	}

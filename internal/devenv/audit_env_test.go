@@ -67,15 +67,18 @@ func TestDevEnvRunsTheAuditCommands(t *testing.T) {
 		t.Fatalf("audit verify: %d %q %q", code, out, errs)
 	}
 	code, out, errs := runCLI(t, "audit", "list", "--json")
-	var onDB []map[string]any
-	if code != 0 || json.Unmarshal([]byte(out), &onDB) != nil || len(onDB) == 0 || onDB[0]["sealed"] != true {
+	var listed struct {
+		Events []map[string]any `json:"events"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &listed) != nil || len(listed.Events) == 0 || listed.Events[0]["sealed"] != true {
 		t.Fatalf("audit list: %d %q %q", code, out, errs)
 	}
+	onDB := listed.Events
 
 	t.Setenv("BC_DB", "") // no database: the API
 	code, out, errs = runCLI(t, "audit", "list", "--json")
-	var viaAPI []map[string]any
-	if code != 0 || json.Unmarshal([]byte(out), &viaAPI) != nil || len(viaAPI) < len(onDB) || viaAPI[0]["id"] != onDB[0]["id"] {
+	listed.Events = nil
+	if code != 0 || json.Unmarshal([]byte(out), &listed) != nil || len(listed.Events) < len(onDB) || listed.Events[0]["id"] != onDB[0]["id"] {
 		t.Fatalf("audit list through the API: %d %q %q", code, out, errs)
 	}
 	event := onDB[0]["id"].(string)
