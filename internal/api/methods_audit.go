@@ -10,7 +10,7 @@ import (
 )
 
 // AuditMethods read a tenant's tamper-evident audit log through the API:
-// audit.list (compute:audit:list) and audit.prove (compute:audit:prove).
+// audit.list (compute:audit:list) and audit.prove (compute:audit:get).
 // Both act in the tenant the input names, or the caller's own: the
 // envelope's tenant pre-check keeps a tenant's admin to its own tenant and
 // those below it, and every read is of that one tenant's log, so an event
@@ -37,7 +37,7 @@ func AuditMethods(l *auditlog.Log) []Method {
 				}
 				return out, nil
 			}),
-		Def("audit.prove", "compute:audit:prove", false, byTenant[apitypes.AuditProveIn],
+		Def("audit.prove", "compute:audit:get", false, byTenant[apitypes.AuditProveIn],
 			func(ctx context.Context, c *Caller, in apitypes.AuditProveIn) (any, error) {
 				if in.EventID == "" {
 					return nil, errs.New(errs.InvalidInput, "event_id is required")
