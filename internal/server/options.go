@@ -35,7 +35,7 @@ func FromConfig(c config.Config) (Options, error) {
 			FailedAuthPerSecond: rl.FailedAuthPerSecond, FailedAuthBurst: rl.FailedAuthBurst},
 		Quotas: c.QuotaLimits(), TenantMutates: c.Quotas.ConcurrentMutates,
 		AuditSealInterval: c.SealInterval(), AuditSinkName: c.Audit.Sink,
-		SandboxImages: c.Sandboxes.Images,
+		SandboxImages: c.Sandboxes.Images, SandboxMaxImageBytes: c.Sandboxes.MaxImageBytes,
 	}, nil
 }
 

@@ -133,6 +133,9 @@ func (cp *ControlPlane) startAPI(o Options) error {
 	}
 	srv.Register(api.Methods(mods)...)
 	srv.Register(api.BatchMethods(api.BatchModules{Quorum: cp.Quorum, Commands: cp.Commands})...)
+	if cp.Sandboxes != nil {
+		srv.ServeUploads(cp.Sandboxes)
+	}
 	cp.API = srv
 	pages := map[string]http.Handler{
 		"/.well-known/better-compute": api.NewWellKnown(b).Handler(o.Log),
