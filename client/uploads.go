@@ -23,23 +23,30 @@ type UploadState = apitypes.UploadState
 const MaxUploadResumes = 10
 
 // ImportImageFrom uploads the size bytes of src as image name in tenant
-// ("" = the caller's own): it hashes them, begins an upload, streams them
-// (Upload: resumed after a cut, progress told the bytes the server holds)
-// and imports the upload under the digest.
+// ("" = the caller's own): it begins an upload, streams them (Upload:
+// resumed after a cut, progress told the bytes sent) while it hashes
+// them, and imports the upload under the digest.
 func (c *Client) ImportImageFrom(ctx context.Context, tenant, name string, src io.ReaderAt, size int64, progress func(done int64)) (Image, error) {
+	// The digest is computed while the bytes stream (src is read twice).
 	h := sha256.New()
-	if _, err := io.Copy(h, io.NewSectionReader(src, 0, size)); err != nil {
-		return Image{}, fmt.Errorf("client: hash the image: %w", err)
-	}
+	hashed := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(h, io.NewSectionReader(src, 0, size))
+		hashed <- err
+	}()
 	var begin apitypes.UploadBeginOut
-	if err := c.Call(ctx, "images.beginUpload", tenantIn(tenant), &begin); err != nil {
-		return Image{}, err
+	err := c.Call(ctx, "images.beginUpload", tenantIn(tenant), &begin)
+	if err == nil {
+		err = c.Upload(ctx, begin.UploadID, src, size, progress)
 	}
-	if err := c.Upload(ctx, begin.UploadID, src, size, progress); err != nil {
+	if herr := <-hashed; err == nil && herr != nil {
+		err = fmt.Errorf("client: hash the image: %w", herr)
+	}
+	if err != nil {
 		return Image{}, err
 	}
 	var img Image
-	err := c.Call(ctx, "images.import", apitypes.ImageImportIn{UploadID: begin.UploadID, Name: name, Digest: "sha256:" + hex.EncodeToString(h.Sum(nil))}, &img)
+	err = c.Call(ctx, "images.import", apitypes.ImageImportIn{UploadID: begin.UploadID, Name: name, Digest: "sha256:" + hex.EncodeToString(h.Sum(nil))}, &img)
 	return img, err
 }
 

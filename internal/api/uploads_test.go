@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/imagetar"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
+	"github.com/bettercompute/bettercompute/internal/server"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 	"github.com/bettercompute/bettercompute/internal/testenv"
@@ -202,4 +205,33 @@ func TestUploadSizeCap(t *testing.T) {
 		t.Fatalf("the server holds %d bytes, want 600", n)
 	}
 	expectCode(t, do(t, e, "PUT", up.UploadPath, e.AdminKey, putAt(600), string(make([]byte, 400))), 200, "")
+}
+
+// TestUploadWrongBytesNeverReplaceAnImage: an upload claiming the digest
+// of an image already stored (another tenant's) but holding other bytes
+// is refused (INVALID_INPUT) and the stored image keeps its bytes.
+func TestUploadWrongBytesNeverReplaceAnImage(t *testing.T) {
+	objects := t.TempDir()
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{SandboxRuntime: spec.RuntimeSim,
+		Tune: func(o *server.Options) { o.SandboxImages = "file://" + objects }})
+	_, a := e.TenantAdmin(t, "acme")
+	_, b := e.TenantAdmin(t, "other")
+	ctx := context.Background()
+	good := bytes.Repeat([]byte("good image "), 1000)
+	img, err := a.ImportImage(ctx, "", "good", good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := beginUpload(t, b)
+	if err := b.Upload(ctx, up.UploadID, bytes.NewReader(make([]byte, len(good))), int64(len(good)), nil); err != nil {
+		t.Fatal(err)
+	}
+	err = b.Call(ctx, "images.import", apitypes.ImageImportIn{UploadID: up.UploadID, Name: "bad", Digest: img.Digest}, nil)
+	if !errors.Is(err, client.ErrInvalidInput) {
+		t.Fatalf("wrong bytes under a stored digest: %v, want INVALID_INPUT", err)
+	}
+	stored, err := os.ReadFile(filepath.Join(objects, filepath.FromSlash(spec.ImageKey(img.Digest))))
+	if err != nil || !bytes.Equal(stored, good) {
+		t.Fatalf("the stored image changed (%d bytes, %v)", len(stored), err)
+	}
 }

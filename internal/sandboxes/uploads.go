@@ -165,46 +165,58 @@ func (s *Service) stage(ctx context.Context, key string, r io.Reader, room int64
 
 // assemble joins an upload's staged parts (next bytes) into the image
 // stored under digest, which they must hash to (INVALID_INPUT when not),
-// and removes the parts.
+// and removes the parts. The parts stream once, through the hash, into
+// the image's own key; a writer is committed only when closed
+// uncancelled, so bytes that hash otherwise never replace what is
+// stored there.
 func (s *Service) assemble(ctx context.Context, upload string, next int64, digest string) error {
-	tmp := "staging/" + upload + "/assembled"
-	w, err := s.images.NewWriter(ctx, tmp, nil)
+	key := spec.ImageKey(digest)
+	wctx, abort := context.WithCancel(ctx)
+	defer abort()
+	w, err := s.images.NewWriter(wctx, key, nil)
 	if err != nil {
 		return fmt.Errorf("sandboxes: assemble: %w", err)
 	}
 	h := sha256.New()
+	parts, err := s.copyParts(ctx, io.MultiWriter(w, h), upload, next)
+	if err == nil && "sha256:"+hex.EncodeToString(h.Sum(nil)) != digest {
+		err = errs.New(errs.InvalidInput, "digest: the uploaded bytes hash to another digest")
+	}
+	if err != nil {
+		abort()
+		_ = w.Close()
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("sandboxes: store image: %w", err)
+	}
+	for _, k := range parts {
+		_ = s.images.Delete(ctx, k)
+	}
+	return nil
+}
+
+// copyParts copies an upload's staged parts, in order, to w and returns
+// their keys.
+func (s *Service) copyParts(ctx context.Context, w io.Writer, upload string, next int64) ([]string, error) {
 	var parts []string
+	buf := make([]byte, 1<<20)
 	for off := int64(0); off < next; {
 		key := stagingKey(upload, off)
 		r, err := s.images.NewReader(ctx, key, nil)
 		if err != nil {
-			_ = w.Close()
-			return fmt.Errorf("sandboxes: read part: %w", err)
+			return nil, fmt.Errorf("sandboxes: read part: %w", err)
 		}
-		n, err := io.CopyBuffer(io.MultiWriter(w, h), r, make([]byte, 1<<20))
+		n, err := io.CopyBuffer(w, r, buf)
 		_ = r.Close()
 		if err == nil && n == 0 {
 			err = errors.New("an empty part")
 		}
 		if err != nil {
-			_ = w.Close()
-			return fmt.Errorf("sandboxes: assemble: %w", err)
+			return nil, fmt.Errorf("sandboxes: assemble: %w", err)
 		}
 		parts = append(parts, key)
 		off += n
 	}
-	if err := w.Close(); err != nil {
-		return fmt.Errorf("sandboxes: assemble: %w", err)
-	}
-	if "sha256:"+hex.EncodeToString(h.Sum(nil)) != digest {
-		_ = s.images.Delete(ctx, tmp)
-		return errs.New(errs.InvalidInput, "digest: the uploaded bytes hash to another digest")
-	}
-	if err := s.images.Copy(ctx, spec.ImageKey(digest), tmp, nil); err != nil {
-		return fmt.Errorf("sandboxes: store image: %w", err)
-	}
-	for _, k := range append(parts, tmp) {
-		_ = s.images.Delete(ctx, k)
-	}
-	return nil
+	return parts, nil
 }
