@@ -74,12 +74,10 @@ func (c *Client) Upload(ctx context.Context, id string, src io.ReaderAt, size in
 		if tries++; tries > MaxUploadResumes || !resumable(err) || ctx.Err() != nil {
 			return err
 		}
-		if wait := retryAfter(err); wait > 0 {
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+		select {
+		case <-time.After(backoff(err, tries)):
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 		st, serr := c.UploadState(ctx, id)
 		if serr != nil {
@@ -104,12 +102,15 @@ func resumable(err error) bool {
 	return e.Code == ErrRateLimited.Code || e.Code == ErrConflict.Code
 }
 
-func retryAfter(err error) time.Duration {
+// backoff is how long Upload waits before its tries-th resume: a
+// RATE_LIMITED answer's Retry-After, else a doubling wait from 50 ms (the
+// server may still be recording the write that was cut) up to 2 s.
+func backoff(err error, tries int) time.Duration {
 	var e *Error
 	if errors.As(err, &e) && e.Code == ErrRateLimited.Code {
 		return max(e.RetryAfter, 100*time.Millisecond)
 	}
-	return 0
+	return min(50*time.Millisecond<<min(tries, 6), 2*time.Second)
 }
 
 // UploadState asks the server how many bytes it holds of an upload.

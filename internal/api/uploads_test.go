@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -233,5 +234,47 @@ func TestUploadWrongBytesNeverReplaceAnImage(t *testing.T) {
 	stored, err := os.ReadFile(filepath.Join(objects, filepath.FromSlash(spec.ImageKey(img.Digest))))
 	if err != nil || !bytes.Equal(stored, good) {
 		t.Fatalf("the stored image changed (%d bytes, %v)", len(stored), err)
+	}
+}
+
+// cutOnce cuts the body of the first upload write it carries after
+// cutAt bytes (the connection fails as when a network drops).
+type cutOnce struct {
+	next  http.RoundTripper
+	cutAt int64
+	done  bool
+}
+
+func (c *cutOnce) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPut && !c.done {
+		c.done = true
+		r.Body = io.NopCloser(io.MultiReader(io.LimitReader(r.Body, c.cutAt), errReader{}))
+	}
+	return c.next.RoundTrip(r)
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errors.New("network cut") }
+
+// TestClientImportResumesAfterCut: the client's import continues an
+// upload whose first write was cut, from what the server holds, and the
+// image imports under the digest of the whole.
+func TestClientImportResumesAfterCut(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{SandboxRuntime: spec.RuntimeSim})
+	c := client.New("http://"+e.CP.APIAddr, e.AdminKey)
+	cut := &cutOnce{next: http.DefaultTransport, cutAt: 300_000}
+	c.HTTP.Transport = cut
+	whole := bytes.Repeat([]byte("abcdefghij"), 100_000)
+	var seen []int64
+	img, err := c.ImportImageFrom(context.Background(), "", "resumed", bytes.NewReader(whole), int64(len(whole)), func(n int64) { seen = append(seen, n) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cut.done || img.Digest != imagetar.Digest(whole) || img.SizeBytes != int64(len(whole)) {
+		t.Fatalf("imported %+v (cut: %v)", img, cut.done)
+	}
+	if len(seen) == 0 || seen[len(seen)-1] != int64(len(whole)) {
+		t.Fatalf("progress ended at %v", seen[max(len(seen)-1, 0):])
 	}
 }
