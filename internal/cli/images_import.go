@@ -131,13 +131,13 @@ func imageImportCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), img)
 			}
 			rate := float64(img.SizeBytes) / 1e6 / max(time.Since(start).Seconds(), 1e-3)
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s (%d bytes, %.1f MB/s)\n", img.Name, img.Digest, img.SizeBytes, rate)
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s (%s, %.1f MB/s)\n", img.Name, img.Digest, sizeText(img.SizeBytes), rate)
 			return err
 		}}
 	c.Flags().StringVar(&tenant, "tenant", "", "tenant (default: your own)")
 	c.Flags().StringVar(&src.rootfs, "rootfs", "", "directory holding the root filesystem")
 	c.Flags().StringVar(&src.tarFile, "tar", "", "tar of the root filesystem")
-	c.Flags().StringVar(&src.oci, "oci", "", "OCI image: an OCI image layout directory or a `docker save` archive")
+	c.Flags().StringVar(&src.oci, "oci", "", "OCI image: an OCI image layout directory or a docker save archive")
 	c.Flags().StringVar(&src.ref, "ref", "", "with --oci: the image to take when there are several (ref.name or repo:tag)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
