@@ -277,4 +277,14 @@ func TestClientImportResumesAfterCut(t *testing.T) {
 	if len(seen) == 0 || seen[len(seen)-1] != int64(len(whole)) {
 		t.Fatalf("progress ended at %v", seen[max(len(seen)-1, 0):])
 	}
+	// The cut write kept what came (its row says so), and the upload went
+	// on from there rather than from 0.
+	var cuts, writes int
+	q := `SELECT COUNT(*) FROM audit_events WHERE resource LIKE 'image-upload/%' AND details LIKE $1`
+	if err := e.CP.DB.QueryRowContext(context.Background(), q, `%"cut":true,"offset":0}`).Scan(&cuts); err != nil || cuts != 1 {
+		t.Fatalf("cut writes recorded: %d, %v", cuts, err)
+	}
+	if err := e.CP.DB.QueryRowContext(context.Background(), q, `%"offset":0}`).Scan(&writes); err != nil || writes != 1 {
+		t.Fatalf("writes from offset 0: %d, %v (the upload started over)", writes, err)
+	}
 }
