@@ -42,7 +42,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
+	err = programStatus(cmd, err)
 	if err == nil {
 		return 0
 	}
