@@ -139,6 +139,9 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 		return err
 	}
 	srv.Register(api.AuditMethods(auditLog)...)
+	if cp.Sandboxes != nil {
+		srv.ServeUploads(cp.Sandboxes)
+	}
 	cp.API = srv
 	pages := map[string]http.Handler{
 		"/.well-known/better-compute": api.NewWellKnown(b).Handler(o.Log),
