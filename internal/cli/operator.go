@@ -37,13 +37,13 @@ func nodesCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), map[string]any{"nodes": ns})
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tROLE\tSTATE\tCONNECTED")
+			fmt.Fprintln(tw, "ID\tNAME\tROLE\tSTATE\tCONNECTED\tLAST SEEN\tVERSION")
 			for _, n := range ns {
 				state := n.State
 				if n.StateReason != "" {
 					state += " (" + n.StateReason + ")"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\n", n.ID, n.Name, n.Role, state, n.Connected)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\t%s\n", n.ID, n.Name, n.Role, state, n.Connected, lastSeenCell(n.LastSeenAt), nodeVersionCell(n.Version))
 			}
 			return tw.Flush()
 		},
