@@ -113,8 +113,8 @@ func TestTenantDeleteTearsDown(t *testing.T) {
 		if _, err := e.CP.IAM.SetTenantState(ctx, audit.Entry{TenantID: iam.RootTenant, Actor: "before-the-fix"}, old, iam.StateDeleted); err != nil {
 			t.Fatal(err)
 		}
-		if n, _ := e.CP.Sandboxes.WarmCount(ctx, oldPool); n != 1 {
-			t.Fatalf("setup: %d warm", n)
+		if n, _ := e.CP.Sandboxes.WarmCount(ctx, oldPool); n < 1 {
+			t.Fatalf("setup: %d warm (a refill racing the reconciler may start one more)", n)
 		}
 		if _, err := e.Client.DeleteTenant(ctx, old); err != nil {
 			t.Fatalf("deleting a deleted tenant: %v", err)
