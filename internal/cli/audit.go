@@ -213,6 +213,7 @@ func auditVerifyCmd() *cobra.Command {
 
 func auditProveCmd() *cobra.Command {
 	var dsn, tenant, event, out string
+	var force bool
 	c := &cobra.Command{
 		Use:   "prove",
 		Short: "Write the inclusion proof of one event (C2SP tlog-proof@v1) for check-proof",
@@ -234,7 +235,7 @@ func auditProveCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := pki.WriteFileAtomic(out, p.Marshal(), 0o644); err != nil {
+			if err := writeOut(out, force, p.Marshal(), publicFileMode); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: event %s at index %d\n", out, event, p.Index)
@@ -245,6 +246,7 @@ func auditProveCmd() *cobra.Command {
 	c.Flags().StringVar(&tenant, "tenant", "", "tenant id")
 	c.Flags().StringVar(&event, "event", "", "event id (ev_…)")
 	c.Flags().StringVar(&out, "out", "", "proof file to write")
+	forceFlag(c, &force)
 	return c
 }
 

@@ -74,6 +74,7 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(sessionsCmd())
 	root.AddCommand(batchCmd(), approversCmd())
 	root.AddCommand(auditCmd())
+	root.AddCommand(bootstrapCmd())
 	root.AddCommand(sandboxCommands()...)
 	clisafe.GuardArgs(root)
 	return root
