@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
 )
 
 // call runs one API method and prints its answer as JSON (--json) or
