@@ -32,6 +32,16 @@ func attestationCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			of, err := openOut(out, force, publicFileMode)
+			if err != nil {
+				return err
+			}
+			committed := false
+			defer func() {
+				if !committed {
+					of.Abort()
+				}
+			}()
 			a, err := cl.CommandAttestation(contextOf(cmd), args[0])
 			if err != nil {
 				return apiErr(err)
@@ -55,7 +65,8 @@ func attestationCmd() *cobra.Command {
 			if _, err := attestation.Parse(data); err != nil {
 				return &ExitError{Code: 1, Err: fmt.Errorf("the server's attestation is malformed: %w", err)}
 			}
-			if err := writeOut(out, force, data, publicFileMode); err != nil {
+			committed = true
+			if err := of.Commit(data); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote the attestation of %s to %s\n", attestText(a.CommandID), out)

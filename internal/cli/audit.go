@@ -223,6 +223,16 @@ func auditProveCmd() *cobra.Command {
 			if tenant == "" || event == "" || out == "" {
 				return badInput(errors.New("--tenant, --event and --out are required"))
 			}
+			of, err := openOut(out, force, publicFileMode)
+			if err != nil {
+				return err
+			}
+			committed := false
+			defer func() {
+				if !committed {
+					of.Abort()
+				}
+			}()
 			db, l, err := openAuditLog(ctx, dsn, "", false)
 			if err != nil {
 				return err
@@ -235,7 +245,8 @@ func auditProveCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := writeOut(out, force, p.Marshal(), publicFileMode); err != nil {
+			committed = true
+			if err := of.Commit(p.Marshal()); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: event %s at index %d\n", out, event, p.Index)

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/buildinfo"
 	"github.com/bettercompute/bettercompute/internal/clisafe"
 )
 
@@ -76,6 +77,7 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(auditCmd())
 	root.AddCommand(bootstrapCmd())
 	root.AddCommand(sandboxCommands()...)
+	buildinfo.AddVersionFlag(root)
 	clisafe.GuardArgs(root)
 	return root
 }
