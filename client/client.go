@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
+	"github.com/bettercompute/bettercompute/internal/secretfile"
 )
 
 // MaxAnswerBytes bounds an answer the client reads. The largest is
@@ -75,31 +76,40 @@ type Client struct {
 	BaseURL string
 	key     string
 	HTTP    *http.Client
+	// Retry bounds the retries of RATE_LIMITED answers (retry.go).
+	Retry Retry
 }
 
 // New returns a client for baseURL (e.g. http://127.0.0.1:7780) with key.
 func New(baseURL, key string) *Client {
-	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), key: key, HTTP: &http.Client{Timeout: 60 * time.Second}}
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), key: key, HTTP: &http.Client{Timeout: 60 * time.Second}, Retry: DefaultRetry}
 }
 
-// FromEnv builds a client from BC_ADDR and BC_API_KEY_FILE (or BC_API_KEY).
-func FromEnv() (*Client, error) {
+// FromEnv builds a client from BC_ADDR and BC_API_KEY_FILE (or
+// BC_API_KEY), verifying an https:// server against BC_CA_FILE (see
+// FromEnvCA).
+func FromEnv() (*Client, error) { return FromEnvCA("") }
+
+// FromEnvCA is FromEnv trusting the CA at caFile (default BC_CA_FILE; see
+// LoadRoots), enough only for a loopback http:// URL when both are "".
+func FromEnvCA(caFile string) (*Client, error) {
 	addr := os.Getenv("BC_ADDR")
 	if addr == "" {
 		return nil, errors.New("BC_ADDR is not set (run `. DATA/env` after `better-compute dev`)")
 	}
 	key := os.Getenv("BC_API_KEY")
 	if f := os.Getenv("BC_API_KEY_FILE"); f != "" {
-		b, err := os.ReadFile(f)
+		// Refused when group or other may access it, as approver keys are.
+		b, err := secretfile.Read("BC_API_KEY_FILE", f)
 		if err != nil {
-			return nil, fmt.Errorf("read BC_API_KEY_FILE: %w", err)
+			return nil, err
 		}
 		key = strings.TrimSpace(string(b))
 	}
 	if key == "" {
 		return nil, errors.New("set BC_API_KEY_FILE (or BC_API_KEY) to an API key")
 	}
-	return New(addr, key), nil
+	return newFromEnv(addr, key, caFile)
 }
 
 // tenantIn names tenant as an input's tenant ("" for the caller's own).
@@ -111,7 +121,8 @@ func (c *Client) Call(ctx context.Context, method string, in, out any) error {
 }
 
 // CallIdempotent is Call with an Idempotency-Key (none when key is ""): the
-// server replays the first answer for the same key and body.
+// server replays the first answer for the same key and body. A
+// RATE_LIMITED answer is retried after its Retry-After, within c.Retry.
 func (c *Client) CallIdempotent(ctx context.Context, method, key string, in, out any) error {
 	if in == nil {
 		in = struct{}{}
@@ -120,6 +131,11 @@ func (c *Client) CallIdempotent(ctx context.Context, method, key string, in, out
 	if err != nil {
 		return fmt.Errorf("client: encode: %w", err)
 	}
+	return c.Retry.withRetry(ctx, func() error { return c.send(ctx, method, key, body, out) })
+}
+
+// send makes one request of method with body and decodes its answer.
+func (c *Client) send(ctx context.Context, method, key string, body []byte, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/api/v1/"+method, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("client: request: %w", err)

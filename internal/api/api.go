@@ -31,6 +31,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/idempotency"
 	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/jsontime"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
 
@@ -189,6 +190,8 @@ type Server struct {
 	authFailures *failLimiter
 	tenants      *tenantLimiter
 	idem         *idempotency.Store
+	// uploads is the upload endpoint's module (nil: no endpoint).
+	uploads Uploads
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -297,6 +300,10 @@ type answer struct {
 // that is not exactly /api/v1/<method> of a registered method is an
 // unknown method (NOT_FOUND, after authentication).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.uploads != nil && strings.HasPrefix(r.URL.Path, UploadPath) {
+		s.serveUploadHTTP(w, r)
+		return
+	}
 	start := time.Now()
 	rid := SecurityHeaders(w, r)
 	name, ok := strings.CutPrefix(r.URL.Path, "/api/v1/")
@@ -349,7 +356,8 @@ func (s *Server) run(ctx context.Context, c *Caller, m Method, in any) answer {
 	if err != nil {
 		return s.errorAnswer(c.RequestID, fmt.Errorf("api: encode answer: %w", err))
 	}
-	return answer{status: http.StatusOK, body: append(b, '\n')}
+	// Every *_at timestamp in one format: RFC 3339, UTC, milliseconds.
+	return answer{status: http.StatusOK, body: append(jsontime.Normalize(b), '\n')}
 }
 
 func isJSON(ct string) bool {

@@ -17,6 +17,7 @@ import (
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/buildinfo"
 	"github.com/bettercompute/bettercompute/internal/clisafe"
+	"github.com/bettercompute/bettercompute/internal/jsontime"
 )
 
 // ExitError carries a process exit status; main exits with Code.
@@ -42,7 +43,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
+	err = programStatus(cmd, err)
 	if err == nil {
 		return 0
 	}
@@ -78,6 +80,7 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(bootstrapCmd())
 	root.AddCommand(sandboxCommands()...)
 	buildinfo.AddVersionFlag(root)
+	addCAFlag(root)
 	clisafe.GuardArgs(root)
 	return root
 }
@@ -97,12 +100,12 @@ func printJSON(w io.Writer, v any) error {
 	if err != nil {
 		return fmt.Errorf("encode json: %w", err)
 	}
-	_, err = w.Write(append(clisafe.EscapeJSON(js), '\n'))
+	_, err = w.Write(append(clisafe.EscapeJSON(jsontime.Normalize(js)), '\n'))
 	return err
 }
 
 func apiClient() (*client.Client, error) {
-	c, err := client.FromEnv()
+	c, err := client.FromEnvCA(caFile())
 	if err != nil {
 		return nil, &ExitError{Code: 2, Err: err}
 	}

@@ -1,17 +1,14 @@
 package cli
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/bettercompute/internal/clisafe"
-	"github.com/bettercompute/bettercompute/internal/sandboxes/imagetar"
 )
 
 // sandboxCommands are the sandbox, templates and images command groups.
@@ -31,7 +28,7 @@ func sandboxCmd() *cobra.Command {
 	list.Flags().StringVar(&lt, "tenant", "", "tenant (default: your own)")
 	list.Flags().BoolVar(&lj, "json", false, "print JSON")
 	var gj bool
-	get := &cobra.Command{Use: "get ID", Short: "Show a sandbox", Args: cobra.ExactArgs(1),
+	get := &cobra.Command{Use: "show ID", Short: "Show a sandbox", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return call(cmd, "sandboxes.get", map[string]any{"id": args[0]}, gj, nil)
 		}}
@@ -52,7 +49,7 @@ func sandboxCmd() *cobra.Command {
 				return "deleted (the host will remove it when it reconnects, or at its deadline)\n"
 			})
 		}}
-	c.AddCommand(create, exe, list, get, extend, del)
+	c.AddCommand(create, exe, list, get, extend, del, hiddenAlias(get, "get"))
 	return c
 }
 
@@ -80,7 +77,10 @@ func sandboxCreateCmd() *cobra.Command {
 func sandboxExecCmd() *cobra.Command {
 	var timeout time.Duration
 	exe := &cobra.Command{Use: "exec ID -- ARGV...", Short: "Run an argument vector in a sandbox (no shell unless you run one); exits with its exit code",
-		Args: cobra.MinimumNArgs(2),
+		Long: "Run an argument vector in a sandbox (no shell unless you run one). The exit status is docker exec's: the program's own,\n" +
+			"126 when it cannot be executed, 127 when it is not found, and 125 when the CLI or the server failed (usage errors included).",
+		Annotations: map[string]string{programExitCodes: "docker"},
+		Args:        cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 {
 				//lint:ignore ST1005 the usage line is printed to the user as it is, ARGV... included
@@ -107,7 +107,7 @@ func sandboxExecCmd() *cobra.Command {
 				}
 			}
 			if r.ExitCode != 0 {
-				return &ExitError{Code: r.ExitCode}
+				return &programExit{code: r.ExitCode}
 			}
 			return nil
 		}}
@@ -178,45 +178,7 @@ func templatesCmd() *cobra.Command {
 
 func imagesCmd() *cobra.Command {
 	c := &cobra.Command{Use: "images", Short: "Sandbox images: content-addressed root filesystems"}
-	var tenant, rootfs, tarFile string
-	var ij bool
-	imp := &cobra.Command{Use: "import NAME (--rootfs DIR | --tar FILE)", Short: "Store a root filesystem as an image named by its SHA-256", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if (rootfs == "") == (tarFile == "") {
-				return &ExitError{Code: 2, Err: errors.New("give exactly one of --rootfs or --tar")}
-			}
-			var tarball []byte
-			if rootfs != "" {
-				var buf bytes.Buffer
-				if err := imagetar.FromDir(rootfs, &buf); err != nil {
-					return &ExitError{Code: 2, Err: err}
-				}
-				tarball = buf.Bytes()
-			} else {
-				b, err := os.ReadFile(tarFile)
-				if err != nil {
-					return &ExitError{Code: 2, Err: err}
-				}
-				tarball = b
-			}
-			cl, err := apiClient()
-			if err != nil {
-				return err
-			}
-			img, err := cl.ImportImage(contextOf(cmd), tenant, args[0], tarball)
-			if err != nil {
-				return apiErr(err)
-			}
-			if ij {
-				return printJSON(cmd.OutOrStdout(), img)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s (%d bytes)\n", img.Name, img.Digest, img.SizeBytes)
-			return err
-		}}
-	imp.Flags().StringVar(&tenant, "tenant", "", "tenant (default: your own)")
-	imp.Flags().StringVar(&rootfs, "rootfs", "", "directory holding the root filesystem")
-	imp.Flags().StringVar(&tarFile, "tar", "", "tar of the root filesystem")
-	imp.Flags().BoolVar(&ij, "json", false, "print JSON")
+	imp := imageImportCmd()
 	var lt string
 	var lj bool
 	list := &cobra.Command{Use: "list", Short: "List images", Args: cobra.NoArgs,

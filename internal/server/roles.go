@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/bettercompute/bettercompute/internal/api"
+	"github.com/bettercompute/bettercompute/internal/auditlog"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/idempotency"
@@ -121,7 +122,7 @@ func gatewayCert(o Options, k keys, now time.Time) (tls.Certificate, error) {
 
 // startAPI starts the api role: the envelope and method table, the
 // well-known and health pages, and the HTTP listener.
-func (cp *ControlPlane) startAPI(o Options) error {
+func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 	b := o.Bundle
 	mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys, Secrets: cp.Secrets, Sandboxes: cp.Sandboxes, Quotas: cp.Quotas}
 	// Idempotency digests are keyed, so a stored digest of a body that
@@ -133,6 +134,14 @@ func (cp *ControlPlane) startAPI(o Options) error {
 	}
 	srv.Register(api.Methods(mods)...)
 	srv.Register(api.BatchMethods(api.BatchModules{Quorum: cp.Quorum, Commands: cp.Commands})...)
+	auditLog, err := auditlog.New(auditlog.Config{DB: o.DB, Deployment: b.Deployment, Clock: o.Clock, Log: o.Log})
+	if err != nil {
+		return err
+	}
+	srv.Register(api.AuditMethods(auditLog)...)
+	if cp.Sandboxes != nil {
+		srv.ServeUploads(cp.Sandboxes)
+	}
 	cp.API = srv
 	pages := map[string]http.Handler{
 		"/.well-known/better-compute": api.NewWellKnown(b).Handler(o.Log),
@@ -141,12 +150,12 @@ func (cp *ControlPlane) startAPI(o Options) error {
 			_, _ = w.Write([]byte("ok\n"))
 		}),
 	}
-	lis, err := net.Listen("tcp", orDefault(o.APIListen, "127.0.0.1:0"))
+	lis, handler, err := apiListener(o, k, now, api.Guard(api.Site(srv, pages)))
 	if err != nil {
-		return errs.Wrap(errs.InvalidConfig, "the API cannot listen on its address", err)
+		return err
 	}
 	cp.APIAddr = lis.Addr().String()
-	cp.serveHTTP("api", &http.Server{Handler: api.Guard(api.Site(srv, pages)), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10,
+	cp.serveHTTP("api", &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10,
 		// OPTIONS * would be answered by net/http itself, outside the envelope.
 		DisableGeneralOptionsHandler: true}, lis)
 	return nil

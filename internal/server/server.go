@@ -67,6 +67,15 @@ type Options struct {
 	// gateway without the api role relays Join, Renew, Secret and the
 	// signed trust bundle to.
 	Control string
+	// APICert, when set, is the public API's TLS certificate (api.cert_file
+	// and api.key_file); otherwise the api role issues its own from the
+	// internal CA for APINames (DNS names or IPs; default localhost) and
+	// loopback, renewed as it ages. APIPlainHTTP serves plain HTTP
+	// instead: refused (INVALID_CONFIG) unless APIListen is loopback or
+	// TrustedProxies is set, and then only those proxies are answered.
+	APICert      *tls.Certificate
+	APINames     []string
+	APIPlainHTTP bool
 	// InternalListen, with the api role, is the host:port of the internal
 	// channel gateway processes relay to ("" serves none).
 	InternalListen string
@@ -105,6 +114,9 @@ type Options struct {
 	// SandboxImages is the gocloud.dev/blob URL of the sandbox image store
 	// (file:///dir by default in dev); "" disables image imports.
 	SandboxImages string
+	// SandboxMaxImageBytes bounds an uploaded image (0: the 2 GiB a node
+	// accepts, also the ceiling).
+	SandboxMaxImageBytes int64
 	// ShutdownGrace bounds how long Close lets the listeners finish the
 	// calls in flight (gRPC GracefulStop, http.Server.Shutdown) before it
 	// stops them (default DefaultShutdownGrace).
@@ -210,7 +222,7 @@ func (cp *ControlPlane) start(o Options, r roles, k keys, now time.Time) error {
 		}
 	}
 	if r.api {
-		if err := cp.startAPI(o); err != nil {
+		if err := cp.startAPI(o, k, now); err != nil {
 			return err
 		}
 	}
