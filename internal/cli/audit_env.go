@@ -111,4 +111,3 @@ func auditProveFile(ctx context.Context, dsn, tenant, event string) ([]byte, uin
 	}
 	return p.Marshal(), p.Index, nil
 }
-

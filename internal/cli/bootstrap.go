@@ -97,7 +97,7 @@ func runBootstrap(cmd *cobra.Command, o bootstrapOptions) error {
 	w := cmd.OutOrStdout()
 	fmt.Fprintf(w, "admin key %s for identity %s in the root tenant written to %s (0600)\n", id, builtinAdmin, o.out)
 	fmt.Fprintf(w, "next: start the control plane (better-compute serve --db … --pki %s --kek-file %s), then\n", o.pkiDir, o.kekFile)
-	fmt.Fprintf(w, "  export BC_ADDR=URL_OF_THE_API BC_API_KEY_FILE=%s\n  better-compute nodes list\n", o.out)
+	fmt.Fprintf(w, "  export BC_ADDR=https://HOST:7780 BC_CA_FILE=%s BC_API_KEY_FILE=%s\n  better-compute nodes list\n", o.pkiDir, o.out)
 	return nil
 }
 
