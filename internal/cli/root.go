@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/buildinfo"
 	"github.com/bettercompute/bettercompute/internal/clisafe"
 	"github.com/bettercompute/bettercompute/internal/jsontime"
 )
@@ -76,8 +77,10 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(sessionsCmd())
 	root.AddCommand(batchCmd(), approversCmd())
 	root.AddCommand(auditCmd())
+	root.AddCommand(bootstrapCmd())
 	root.AddCommand(sandboxCommands()...)
 	addLifecycleCommands(root)
+	buildinfo.AddVersionFlag(root)
 	addCAFlag(root)
 	clisafe.GuardArgs(root)
 	return root

@@ -191,7 +191,7 @@ func (cp *ControlPlane) serveInternal(o Options, local gatewayServices, internal
 	cp.InternalAddr = lis.Addr().String()
 	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(controlTLS(cert, b.InternalCA))),
 		grpc.MaxRecvMsgSize(nodev1.MaxMessageBytes), grpc.MaxSendMsgSize(nodev1.MaxMessageBytes),
-		grpc.UnaryInterceptor(requireGateway(b.TrustDomain, b.InternalCA, o.Clock)))
+		grpc.UnaryInterceptor(requireGateway(b.TrustDomain, b.InternalCA, o.Clock)), grpc.WaitForHandlers(true))
 	internalv1.RegisterGatewayServicesServer(gs, &controlServer{svc: local, roots: roots, td: b.TrustDomain, clk: o.Clock, log: o.Log})
 	cp.serveGRPC("internal channel", gs, lis, nil)
 	return nil
