@@ -88,11 +88,17 @@ func FromEnv() (*Client, error) {
 	if addr == "" {
 		return nil, errors.New("BC_ADDR is not set (run `. DATA/env` after `better-compute dev`)")
 	}
+	if err := CheckBaseURL(addr); err != nil {
+		return nil, err
+	}
 	key := os.Getenv("BC_API_KEY")
 	if f := os.Getenv("BC_API_KEY_FILE"); f != "" {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("read BC_API_KEY_FILE: %w", err)
+		}
+		if err := checkKeyFile(f, b); err != nil {
+			return nil, err
 		}
 		key = strings.TrimSpace(string(b))
 	}

@@ -41,10 +41,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.Execute()
+	ran, err := root.ExecuteC()
 	if err == nil {
 		return 0
 	}
+	err = explain(ran, err)
 	var ue *clisafe.UsageError
 	if errors.As(err, &ue) {
 		fmt.Fprintln(stderr, "error:", ue)

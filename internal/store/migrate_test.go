@@ -71,8 +71,19 @@ func TestMigrateUpgradesSchema25Dump(t *testing.T) {
 		if err := db.Migrate(ctx); err != nil {
 			t.Fatalf("migrate the dump: %v", err)
 		}
-		if after := counts(t, db); after != before {
-			t.Fatalf("rows after migrating = %v, before = %v", after, before)
+		// Migrating adds one schema_migrations row per version after the dump's.
+		want := before
+		plan, err := store.Plan(store.Modules())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range plan {
+			if v.N > 25 {
+				want.versions++
+			}
+		}
+		if after := counts(t, db); after != want {
+			t.Fatalf("rows after migrating = %v, want %v", after, want)
 		}
 		if before.versions != 12 || before.audit != 10 || before.nodes != 2 || before.commands != 1 || before.secrets != 1 || before.batches != 1 {
 			t.Fatalf("dump rows = %+v, not the dump's", before)
