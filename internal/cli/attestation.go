@@ -31,6 +31,9 @@ func attestationCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := resolveArg(cmd, cl, "command", &args[0]); err != nil {
+				return err
+			}
 			a, err := cl.CommandAttestation(contextOf(cmd), args[0])
 			if err != nil {
 				return apiErr(err)

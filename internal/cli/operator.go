@@ -60,6 +60,9 @@ func nodesCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := resolveArg(cmd, cl, "node", &args[0]); err != nil {
+				return err
+			}
 			var out struct {
 				Revoked int `json:"revoked"`
 			}
@@ -155,6 +158,9 @@ func commandsRunCmd() *cobra.Command {
 				return err
 			}
 			ctx := contextOf(cmd)
+			if err := resolveArg(cmd, cl, "node", &node); err != nil {
+				return err
+			}
 			var cm client.Command
 			if batch != "" {
 				cm, err = cl.CreateCommandInBatch(ctx, node, kind, p, batch)
@@ -206,6 +212,9 @@ func commandsShowCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := apiClient()
 			if err != nil {
+				return err
+			}
+			if err := resolveArg(cmd, cl, "command", &args[0]); err != nil {
 				return err
 			}
 			cm, err := cl.Command(contextOf(cmd), args[0])
