@@ -76,6 +76,7 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(batchCmd(), approversCmd())
 	root.AddCommand(auditCmd())
 	root.AddCommand(sandboxCommands()...)
+	addCompletions(root)
 	clisafe.GuardArgs(root)
 	return root
 }
