@@ -27,7 +27,7 @@ func explain(cmd *cobra.Command, err error) error {
 	case errors.As(err, &dnsErr):
 		return keepCode(err, fmt.Errorf("cannot reach the API at %s: the host name does not resolve; check BC_ADDR", addr))
 	case timedOut(err):
-		return keepCode(err, timeoutError(cmd, addr))
+		return keepCode(err, timeoutError(cmd, addr, err))
 	}
 	return err
 }
@@ -40,13 +40,13 @@ func timedOut(err error) bool {
 
 // timeoutError names what timed out and the flag that sets how long it may
 // take, when the command has one.
-func timeoutError(cmd *cobra.Command, addr string) error {
+func timeoutError(cmd *cobra.Command, addr string, err error) error {
 	if cmd != nil {
 		if f := cmd.Flags().Lookup("timeout"); f != nil {
-			return fmt.Errorf("%s timed out after %s: raise --timeout (see %s --help)", cmd.CommandPath(), f.Value, cmd.CommandPath())
+			return fmt.Errorf("%s timed out after %s: raise --timeout (see %s --help) [%w]", cmd.CommandPath(), f.Value, cmd.CommandPath(), err)
 		}
 	}
-	return fmt.Errorf("the API at %s did not answer in time: check that it is running and reachable, then try again", addr)
+	return fmt.Errorf("the API at %s did not answer in time: check that it is running and reachable, then try again [%w]", addr, err)
 }
 
 // keepCode gives msg the exit status err carried (1 when none).

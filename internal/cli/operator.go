@@ -178,9 +178,10 @@ func commandsRunCmd() *cobra.Command {
 						fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", c.ID, c.State)
 					}
 				}
-				cm, err = cl.WaitCommand(tctx, cm.ID, 100*time.Millisecond, progress)
+				id := cm.ID
+				cm, err = cl.WaitCommand(tctx, id, 100*time.Millisecond, progress)
 				if err != nil {
-					return &ExitError{Code: 1, Err: fmt.Errorf("waiting for %s: %w", cm.ID, apiErr(err))}
+					return &ExitError{Code: 1, Err: fmt.Errorf("waiting for %s (follow it with `better-compute commands show %s`): %w", id, id, apiErr(err))}
 				}
 			}
 			if err := showCommand(cmd, cm, asJSON); err != nil {
