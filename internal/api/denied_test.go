@@ -52,6 +52,29 @@ func TestDenialSaysWhatToDo(t *testing.T) {
 		if got != want {
 			t.Fatalf("missing node:\n got %q\nwant %q", got, want)
 		}
+		// The three paths to a denial (missing, another tenant's, policy)
+		// give exactly the text the input alone determines.
+		tenantB, _ := e.TenantAdmin(t, "deny-b")
+		for id, tenant := range map[string]string{"nbbbbbbbbbbbbbbbb": tenantB, "naaaaaaaaaaaaaaaa": tenantA} {
+			if _, err := db.ExecContext(ctx, `INSERT INTO nodes (id, tenant_id, name, role, created_at) VALUES ($1, $2, 'x', 'node', 0)`, id, tenant); err != nil {
+				t.Fatal(err)
+			}
+		}
+		viewerA := e.IdentityClient(t, tenantA, "deny-viewer", "viewer")
+		wantRevoke := func(id string) string {
+			return "compute:nodes:revoke on node " + id + " is not allowed: it does not exist, it is outside your tenant " + tenantA +
+				", or no role of yours allows it; ask an admin of tenant " + tenantA + " for a role with compute:nodes:revoke"
+		}
+		for what, c := range map[string]struct{ key, id string }{
+			"missing":          {clientKey(t, adminA), "nzzzzzzzzzzzzzzzz"},
+			"another tenant's": {clientKey(t, adminA), "nbbbbbbbbbbbbbbbb"},
+			"policy":           {clientKey(t, viewerA), "naaaaaaaaaaaaaaaa"},
+		} {
+			got := denialMessage(t, do(t, e, "POST", "/api/v1/nodes.revoke", c.key, nil, `{"node_id":"`+c.id+`"}`))
+			if got != wantRevoke(c.id) {
+				t.Fatalf("%s node:\n got %q\nwant %q", what, got, wantRevoke(c.id))
+			}
+		}
 		got = denialMessage(t, do(t, e, "POST", "/api/v1/nodes.list", clientKey(t, adminA), nil, `{"tenant_id":"tzzzzzzzzzzzzzzzz"}`))
 		want = "compute:nodes:list on tenant tzzzzzzzzzzzzzzzz is not allowed: it does not exist, it is outside your tenant " + tenantA +
 			", or no role of yours allows it; ask an admin of tenant " + tenantA + " for a role with compute:nodes:list"
