@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
+	"github.com/bettercompute/bettercompute/internal/secretfile"
 )
 
 // MaxAnswerBytes bounds an answer the client reads. The largest is
@@ -82,8 +83,14 @@ func New(baseURL, key string) *Client {
 	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), key: key, HTTP: &http.Client{Timeout: 60 * time.Second}}
 }
 
-// FromEnv builds a client from BC_ADDR and BC_API_KEY_FILE (or BC_API_KEY).
-func FromEnv() (*Client, error) {
+// FromEnv builds a client from BC_ADDR and BC_API_KEY_FILE (or
+// BC_API_KEY), verifying an https:// server against BC_CA_FILE (see
+// FromEnvCA).
+func FromEnv() (*Client, error) { return FromEnvCA("") }
+
+// FromEnvCA is FromEnv trusting the CA at caFile (default BC_CA_FILE; see
+// LoadRoots), enough only for a loopback http:// URL when both are "".
+func FromEnvCA(caFile string) (*Client, error) {
 	addr := os.Getenv("BC_ADDR")
 	if addr == "" {
 		return nil, errors.New("BC_ADDR is not set (run `. DATA/env` after `better-compute dev`)")
@@ -93,9 +100,10 @@ func FromEnv() (*Client, error) {
 	}
 	key := os.Getenv("BC_API_KEY")
 	if f := os.Getenv("BC_API_KEY_FILE"); f != "" {
-		b, err := os.ReadFile(f)
+		// Refused when group or other may access it, as approver keys are.
+		b, err := secretfile.Read("BC_API_KEY_FILE", f)
 		if err != nil {
-			return nil, fmt.Errorf("read BC_API_KEY_FILE: %w", err)
+			return nil, err
 		}
 		if err := checkKeyFile(f, b); err != nil {
 			return nil, err
@@ -105,7 +113,7 @@ func FromEnv() (*Client, error) {
 	if key == "" {
 		return nil, errors.New("set BC_API_KEY_FILE (or BC_API_KEY) to an API key")
 	}
-	return New(addr, key), nil
+	return newFromEnv(addr, key, caFile)
 }
 
 // tenantIn names tenant as an input's tenant ("" for the caller's own).

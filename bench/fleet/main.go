@@ -212,7 +212,9 @@ func run(dbName string, n int, bin, self, pgDSN, simRoot string) (result, error)
 	// operator runs; there the "gateway" figures include api and workers.
 	r.OneProcess = dbName == "sqlite"
 	internalAddr := freeAddr()
-	apiArgs := []string{bc, "serve", "--roles", "api,workers", "--api", apiAddr, "--internal", internalAddr}
+	// The bench measures the fleet, not TLS: the API serves plain HTTP on
+	// loopback, as serve allows when asked.
+	apiArgs := []string{bc, "serve", "--roles", "api,workers", "--api", apiAddr, "--plain-http", "--internal", internalAddr}
 	// The gateway-only process holds no keys: it gets its certificate from
 	// the internal CA (pki issue-gateway), runs without the KEK and relays
 	// to the api's internal channel. Two processes on one host: only the
@@ -224,7 +226,7 @@ func run(dbName string, n int, bin, self, pgDSN, simRoot string) (result, error)
 	gwArgs := []string{bc, "serve", "--roles", "gateway", "--gateway", gwAddr, "--metrics", "", "--db", dsn, "--pki", gwDir,
 		"--gateway-cert", filepath.Join(gwDir, "gateway.crt"), "--gateway-key", filepath.Join(gwDir, "gateway.key"), "--control", internalAddr, "--log-level", "error"}
 	if r.OneProcess {
-		apiArgs = []string{bc, "serve", "--roles", "api,workers,gateway", "--api", apiAddr, "--gateway", gwAddr}
+		apiArgs = []string{bc, "serve", "--roles", "api,workers,gateway", "--api", apiAddr, "--plain-http", "--gateway", gwAddr}
 		gwArgs = apiArgs
 	}
 	profDir := os.Getenv("BC_BENCH_PROFILE_DIR")

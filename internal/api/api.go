@@ -31,6 +31,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/idempotency"
 	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/jsontime"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
 
@@ -344,7 +345,8 @@ func (s *Server) run(ctx context.Context, c *Caller, m Method, in any) answer {
 	if err != nil {
 		return s.errorAnswer(c.RequestID, fmt.Errorf("api: encode answer: %w", err))
 	}
-	return answer{status: http.StatusOK, body: append(b, '\n')}
+	// Every *_at timestamp in one format: RFC 3339, UTC, milliseconds.
+	return answer{status: http.StatusOK, body: append(jsontime.Normalize(b), '\n')}
 }
 
 func isJSON(ct string) bool {

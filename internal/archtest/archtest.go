@@ -1,6 +1,7 @@
 // Package archtest checks the shape of the code that the compiler does not:
 // modules never import a transport, a module's SQL names only the tables
-// that module owns, and the root tenant's id is spelled only in iam. Its
+// that module owns, the root tenant's id is spelled only in iam, and no
+// production function is over MaxFuncLines lines. Its
 // test runs Check over the repository in the test command, so a change that
 // breaks one of these rules fails with the file and line that broke it.
 //
@@ -51,11 +52,24 @@ const AttackerMarker = "archtest:plays-attacker"
 // Harnesses are the packages whose SQL may carry AttackerMarker.
 var Harnesses = []string{"internal/testenv"}
 
+// MaxFuncLines is the longest a production function in internal/ may be,
+// from its func line to its closing brace.
+const MaxFuncLines = 80
+
+// RegistrationTables are the functions allowed to be longer: flat tables
+// that register one entry per line (the API's method tables), which read
+// best whole. Keyed "package dir.function".
+var RegistrationTables = map[string]bool{
+	"internal/api.Methods":        true,
+	"internal/api.iamMethods":     true,
+	"internal/api.sandboxMethods": true,
+}
+
 // Violation is one broken rule, at a file and line relative to the root.
 type Violation struct {
 	File string
 	Line int
-	Rule string // "transport-import", "foreign-table" or "root-literal"
+	Rule string // "transport-import", "foreign-table", "root-literal" or "long-function"
 	Msg  string
 }
 
@@ -152,6 +166,7 @@ func checkFile(rel, full, modPath string, owners map[string]string) ([]Violation
 			}
 		}
 	}
+	out = append(out, longFuncs(f, fset, rel, pkg)...)
 	module := moduleOf(pkg)
 	ast.Inspect(f, func(n ast.Node) bool {
 		switch x := n.(type) {
@@ -174,6 +189,26 @@ func checkFile(rel, full, modPath string, owners map[string]string) ([]Violation
 		return true
 	})
 	return out, nil
+}
+
+// longFuncs reports the functions of f over MaxFuncLines lines, but for
+// the registration tables. Generated files (.pb.go) are not checked.
+func longFuncs(f *ast.File, fset *token.FileSet, rel, pkg string) []Violation {
+	if strings.HasSuffix(rel, ".pb.go") {
+		return nil
+	}
+	var out []Violation
+	for _, d := range f.Decls {
+		fd, ok := d.(*ast.FuncDecl)
+		if !ok || fd.Body == nil || RegistrationTables[pkg+"."+fd.Name.Name] {
+			continue
+		}
+		start, end := fset.Position(fd.Pos()).Line, fset.Position(fd.End()).Line
+		if n := end - start + 1; n > MaxFuncLines {
+			out = append(out, Violation{rel, start, "long-function", fmt.Sprintf("%s is %d lines (at most %d): split it along read, decide, write", fd.Name.Name, n, MaxFuncLines)})
+		}
+	}
+	return out
 }
 
 // foreignTables reports the tables an SQL-looking literal names that a

@@ -7,7 +7,8 @@ import (
 
 // TestRepositoryKeepsItsShape is the architecture test: it fails, naming
 // file and line, when a module imports a transport, when a module's SQL
-// names a table another module owns, or when "root" is spelled outside iam.
+// names a table another module owns, when "root" is spelled outside iam,
+// or when a production function is over 80 lines.
 func TestRepositoryKeepsItsShape(t *testing.T) {
 	vs, err := Check("../..")
 	if err != nil {
@@ -33,6 +34,7 @@ func TestCheckFindsPlantedViolations(t *testing.T) {
 		"internal/alpha/alpha.go:7: transport-import: internal/alpha imports the transport internal/api",
 		"internal/alpha/alpha.go:12: foreign-table: internal/alpha names table beta_rows, owned by internal/beta",
 		`internal/alpha/alpha.go:14: root-literal: "root" outside iam: use iam.RootTenant or iam.Scope`,
+		"internal/beta/beta.go:4: long-function: long is 81 lines (at most 80): split it along read, decide, write",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -106,7 +106,7 @@ func verifyAttestationCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), r)
 			}
 			var b strings.Builder
-			fmt.Fprintf(&b, "verified: signed by %s (certificate %s) at %s\n", attestText(r.SPIFFEID), attestText(r.CertSerial), r.SignedAt.Format("2006-01-02T15:04:05Z07:00"))
+			fmt.Fprintf(&b, "verified: signed by %s (certificate %s) at %s\n", attestText(r.SPIFFEID), attestText(r.CertSerial), timeText(r.SignedAt))
 			fmt.Fprintf(&b, "command:        %s\n", attestText(r.CommandID))
 			fmt.Fprintf(&b, "kind:           %s\n", attestText(r.Kind))
 			fmt.Fprintf(&b, "state:          %s\n", attestText(r.State))

@@ -206,7 +206,7 @@ func auditVerifyCmd() *cobra.Command {
 	dbFlag(c, &dsn)
 	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (required)")
 	c.Flags().StringVar(&pkiDir, "pki", "", "PKI bundle directory (only its public audit key is used)")
-	c.Flags().StringVar(&keyFile, "key", "", "audit verifier key file (from `audit key`)")
+	c.Flags().StringVar(&keyFile, "key", "", "audit verifier key `FILE` (made by 'audit key')")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the findings as a JSON array")
 	return c
 }
@@ -275,7 +275,7 @@ func auditCheckProofCmd() *cobra.Command {
 			})
 		},
 	}
-	c.Flags().StringVar(&keyFile, "key", "", "audit verifier key file (from `audit key`)")
+	c.Flags().StringVar(&keyFile, "key", "", "audit verifier key `FILE` (made by 'audit key')")
 	return c
 }
 
@@ -326,7 +326,7 @@ func auditListCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), evs)
+				return printJSON(cmd.OutOrStdout(), map[string]any{"events": evs})
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SEQ\tID\tAT\tACTOR\tACTION\tRESOURCE\tOUTCOME\tSEALED")
@@ -335,7 +335,7 @@ func auditListCmd() *cobra.Command {
 				if e.Seq != nil {
 					seq = fmt.Sprint(*e.Seq)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%v\n", seq, e.ID, e.At.Format("2006-01-02T15:04:05.000Z"), e.Actor, e.Action, e.Resource, e.Outcome, e.Sealed)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%v\n", seq, e.ID, timeText(e.At), e.Actor, e.Action, e.Resource, e.Outcome, e.Sealed)
 			}
 			return tw.Flush()
 		},
@@ -344,6 +344,6 @@ func auditListCmd() *cobra.Command {
 	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (required)")
 	c.Flags().Int64Var(&since, "since", 0, "list sealed events from this seq on")
 	c.Flags().IntVar(&limit, "limit", 1000, "at most this many events (0: all)")
-	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"events\": [...]}")
 	return c
 }

@@ -75,16 +75,18 @@ func TestAuditCommands(t *testing.T) {
 	}
 
 	code, out, _ := run(t, "audit", "list", "--tenant", "root", "--db", dsn, "--json")
-	var evs []map[string]any
-	if code != 0 || json.Unmarshal([]byte(out), &evs) != nil || len(evs) != 5 {
+	var list struct {
+		Events []map[string]any `json:"events"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list.Events) != 5 {
 		t.Fatalf("list: %d %q", code, out)
 	}
-	for i, e := range evs {
+	for i, e := range list.Events {
 		if e["id"] == "" || e["seq"] != float64(i) || e["action"] != "nodes.revoke" || e["sealed"] != true {
 			t.Fatalf("list entry %d: %v", i, e)
 		}
 	}
-	event := evs[3]["id"].(string)
+	event := list.Events[3]["id"].(string)
 
 	proofFile := filepath.Join(dir, "proof.txt")
 	if code, out, errs := run(t, "audit", "prove", "--tenant", "root", "--event", event, "--out", proofFile, "--db", dsn); code != 0 {

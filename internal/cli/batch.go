@@ -219,12 +219,12 @@ func batchListCmd() *cobra.Command {
 				if bs == nil {
 					bs = []client.Batch{}
 				}
-				return printJSON(cmd.OutOrStdout(), bs)
+				return printJSON(cmd.OutOrStdout(), map[string]any{"batches": bs})
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATE\tAPPROVALS\tUNBOUND\tEXPIRES\tPROPOSER")
 			for _, b := range bs {
-				fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%v\t%s\t%s\n", b.ID, b.State, len(b.Approvals), b.Threshold, b.Unbound, b.ExpiresAt.Format(time.RFC3339), b.Proposer)
+				fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%v\t%s\t%s\n", b.ID, b.State, len(b.Approvals), b.Threshold, b.Unbound, timeText(b.ExpiresAt), b.Proposer)
 			}
 			return tw.Flush()
 		},
@@ -282,7 +282,7 @@ func showBatch(w io.Writer, b client.Batch, asJSON bool) error {
 	fmt.Fprintf(w, "%s %s\n", pad("state", 11), b.State)
 	fmt.Fprintf(w, "%s %s\n", pad("proposer", 11), b.Proposer)
 	fmt.Fprintf(w, "%s %s\n", pad("deployment", 11), b.Deployment)
-	fmt.Fprintf(w, "%s %s (%d ms)\n", pad("expires", 11), b.ExpiresAt.Format(time.RFC3339), b.ExpiresMS)
+	fmt.Fprintf(w, "%s %s (%d ms)\n", pad("expires", 11), timeText(b.ExpiresAt), b.ExpiresMS)
 	fmt.Fprintf(w, "%s %s %s\n", pad("root", 11), b.Root, check) // archtest:not-tenant (the batch's Merkle root)
 	fmt.Fprintf(w, "%s %d of %d\n", pad("approvals", 11), len(b.Approvals), b.Threshold)
 	for _, a := range b.Approvals {
@@ -323,12 +323,14 @@ func oneLine(s string, n int) string {
 
 func batchApproveCmd() *cobra.Command {
 	var keyFile, deployment string
-	var asJSON bool
+	var asJSON, yes bool
 	c := &cobra.Command{
 		Use:   "approve ID",
 		Short: "Review a batch, recompute its root from its leaves here, and sign it with an approver key",
 		Long: "Fetches the batch's leaves, recomputes the Merkle root locally and refuses (exit 1) when it differs from the\n" +
-			"server's, then signs (deployment, batch id, root, expiry) with the approver key and submits the signature.",
+			"server's, shows the batch (id, root, each leaf's node and kind) and asks on a terminal (--yes: do not ask;\n" +
+			"without a terminal --yes is required, else exit 2), then signs (deployment, batch id, root, expiry) with the\n" +
+			"approver key and submits the signature.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if keyFile == "" {
@@ -358,12 +360,15 @@ func batchApproveCmd() *cobra.Command {
 				return &ExitError{Code: 1, Err: fmt.Errorf("refusing to sign batch %s: it is for deployment %q, not %q", b.ID, b.Deployment, deployment)}
 			}
 			if !time.UnixMilli(b.ExpiresMS).After(time.Now()) {
-				return &ExitError{Code: 1, Err: fmt.Errorf("refusing to sign batch %s: it expired at %s", b.ID, b.ExpiresAt.Format(time.RFC3339))}
+				return &ExitError{Code: 1, Err: fmt.Errorf("refusing to sign batch %s: it expired at %s", b.ID, timeText(b.ExpiresAt))}
 			}
-			if !asJSON {
+			if !asJSON || !yes {
 				if err := showBatch(cmd.ErrOrStderr(), b, false); err != nil {
 					return err
 				}
+			}
+			if err := confirmOrYes(cmd, yes, "sign batch "+b.ID+" (root "+b.Root+") with this approver key?"); err != nil {
+				return err
 			}
 			pub := key.Public().(ed25519.PublicKey)
 			sig := ed25519.Sign(key, quorumwire.ApprovalMessage(b.Deployment, b.ID, root, b.ExpiresMS))
@@ -382,6 +387,7 @@ func batchApproveCmd() *cobra.Command {
 	c.Flags().StringVar(&keyFile, "key", "", "approver private key file (0600)")
 	c.Flags().StringVar(&deployment, "deployment", "", "refuse unless the batch is for this deployment")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().BoolVar(&yes, "yes", false, "sign without asking (for scripts; without a terminal it is required)")
 	return c
 }
 

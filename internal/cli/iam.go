@@ -53,7 +53,7 @@ func table(key string, cols ...string) func(map[string]any) string {
 					fmt.Fprint(tw, "\t")
 				}
 				if v, ok := m[c]; ok && v != nil {
-					fmt.Fprint(tw, v)
+					fmt.Fprint(tw, cellText(c, v))
 				} else {
 					fmt.Fprint(tw, "-")
 				}

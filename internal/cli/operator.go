@@ -35,7 +35,7 @@ func nodesCmd() *cobra.Command {
 				if ns == nil {
 					ns = []client.Node{}
 				}
-				return printJSON(cmd.OutOrStdout(), ns)
+				return printJSON(cmd.OutOrStdout(), map[string]any{"nodes": ns})
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tNAME\tROLE\tSTATE\tCONNECTED")
@@ -49,7 +49,7 @@ func nodesCmd() *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	list.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"nodes\": [...]}")
 	var serial string
 	revoke := &cobra.Command{
 		Use:   "revoke NODE_ID",
@@ -109,11 +109,11 @@ func joinTokensCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), t)
 			}
 			if out != "" {
-				fmt.Fprintf(cmd.OutOrStdout(), "token %s written to %s (0600), expires %s\n", t.ID, out, t.ExpiresAt.Format(time.RFC3339))
+				fmt.Fprintf(cmd.OutOrStdout(), "token %s written to %s (0600), expires %s\n", t.ID, out, timeText(t.ExpiresAt))
 				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s\n", t.Token)
-			fmt.Fprintf(cmd.ErrOrStderr(), "token %s expires %s; give it to bcd join through BCD_JOIN_TOKEN or standard input\n", t.ID, t.ExpiresAt.Format(time.RFC3339))
+			fmt.Fprintf(cmd.ErrOrStderr(), "token %s expires %s; give it to bcd join through BCD_JOIN_TOKEN or standard input\n", t.ID, timeText(t.ExpiresAt))
 			return nil
 		},
 	}

@@ -87,6 +87,7 @@ func serveCmd() *cobra.Command {
 	roles := strings.Join(cfg.Roles, ",")
 	names := strings.Join(cfg.Gateway.Names, ",")
 	trusted := strings.Join(cfg.API.TrustedProxies, ",")
+	apiNames := strings.Join(cfg.API.Names, ",")
 	c := &cobra.Command{
 		Use:   "serve",
 		Short: "Run control plane roles (api, gateway, workers) against a database",
@@ -104,6 +105,7 @@ func serveCmd() *cobra.Command {
 				}
 				cfg = loaded
 				roles, names, trusted = strings.Join(cfg.Roles, ","), strings.Join(cfg.Gateway.Names, ","), strings.Join(cfg.API.TrustedProxies, ",")
+				apiNames = strings.Join(cfg.API.Names, ",")
 				for name, v := range set {
 					if err := cmd.Flags().Set(name, v); err != nil {
 						return &ExitError{Code: 2, Err: err}
@@ -111,6 +113,7 @@ func serveCmd() *cobra.Command {
 				}
 			}
 			cfg.Roles, cfg.Gateway.Names, cfg.API.TrustedProxies = splitList(roles), splitList(names), splitList(trusted)
+			cfg.API.Names = splitList(apiNames)
 			if err := cfg.Validate(); err != nil {
 				return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: %w", err)}
 			}
@@ -139,6 +142,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.Gateway.KeyFile, "gateway-key", cfg.Gateway.KeyFile, "the gateway's key (0600, pki issue-gateway)")
 	f.StringVar(&cfg.Gateway.Control, "control", cfg.Gateway.Control, "host:port of the api's internal channel (its --internal); a gateway without the api role relays to it")
 	f.StringVar(&cfg.API.InternalListen, "internal", cfg.API.InternalListen, "host:port where the api serves the internal channel gateway-only processes relay to")
+	addServeTLSFlags(f, &cfg, &apiNames)
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log level: debug, info, warn, error")
 	f.StringVar(&trusted, "trusted-proxies", trusted, "comma-separated addresses or CIDRs of proxies whose X-Forwarded-For is believed")
 	f.BoolVar(&cfg.API.SessionCookies, "session-cookies", cfg.API.SessionCookies, "accept the bc_session cookie (needs --base-url; Origin must match it exactly)")
@@ -192,6 +196,11 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, db *store.D
 			return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: gateway.cert_file: %w", err)}
 		}
 		so.GatewayCert = &cert
+	}
+	if cfg.API.CertFile != "" {
+		if so.APICert, err = loadAPICert(cfg.API.CertFile, cfg.API.KeyFile); err != nil {
+			return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: %w", err)}
+		}
 	}
 	if cfg.Audit.Sink != "" {
 		sink, err := auditlog.OpenSink(ctx, cfg.Audit.Sink)
@@ -319,7 +328,7 @@ func issueGatewayCmd() *cobra.Command {
 			if err := b.WriteGatewayFiles(out, cert); err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "gateway files for %s written to %s (certificate expires %s)\n", b.TrustDomain, out, cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
+			fmt.Fprintf(cmd.OutOrStdout(), "gateway files for %s written to %s (certificate expires %s)\n", b.TrustDomain, out, timeText(cert.Leaf.NotAfter))
 			return nil
 		},
 	}

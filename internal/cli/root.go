@@ -16,6 +16,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/clisafe"
+	"github.com/bettercompute/bettercompute/internal/jsontime"
 )
 
 // ExitError carries a process exit status; main exits with Code.
@@ -76,6 +77,7 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(batchCmd(), approversCmd())
 	root.AddCommand(auditCmd())
 	root.AddCommand(sandboxCommands()...)
+	addCAFlag(root)
 	addCompletions(root)
 	clisafe.GuardArgs(root)
 	return root
@@ -96,12 +98,12 @@ func printJSON(w io.Writer, v any) error {
 	if err != nil {
 		return fmt.Errorf("encode json: %w", err)
 	}
-	_, err = w.Write(append(clisafe.EscapeJSON(js), '\n'))
+	_, err = w.Write(append(clisafe.EscapeJSON(jsontime.Normalize(js)), '\n'))
 	return err
 }
 
 func apiClient() (*client.Client, error) {
-	c, err := client.FromEnv()
+	c, err := client.FromEnvCA(caFile())
 	if err != nil {
 		return nil, &ExitError{Code: 2, Err: err}
 	}

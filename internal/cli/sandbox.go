@@ -31,7 +31,7 @@ func sandboxCmd() *cobra.Command {
 	list.Flags().StringVar(&lt, "tenant", "", "tenant (default: your own)")
 	list.Flags().BoolVar(&lj, "json", false, "print JSON")
 	var gj bool
-	get := &cobra.Command{Use: "get ID", Short: "Show a sandbox", Args: cobra.ExactArgs(1),
+	get := &cobra.Command{Use: "show ID", Short: "Show a sandbox", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return call(cmd, "sandboxes.get", map[string]any{"id": args[0]}, gj, nil)
 		}}
@@ -52,7 +52,7 @@ func sandboxCmd() *cobra.Command {
 				return "deleted (the host will remove it when it reconnects, or at its deadline)\n"
 			})
 		}}
-	c.AddCommand(create, exe, list, get, extend, del)
+	c.AddCommand(create, exe, list, get, extend, del, hiddenAlias(get, "get"))
 	return c
 }
 
@@ -213,7 +213,7 @@ func imagesCmd() *cobra.Command {
 			if ij {
 				return printJSON(cmd.OutOrStdout(), img)
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s (%d bytes)\n", img.Name, img.Digest, img.SizeBytes)
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s (%s)\n", img.Name, img.Digest, sizeText(img.SizeBytes))
 			return err
 		}}
 	imp.Flags().StringVar(&tenant, "tenant", "", "tenant (default: your own)")

@@ -45,7 +45,16 @@ type Config struct {
 		// gateway-only processes relay Join, Renew and Secret to (mutual
 		// TLS under the internal CA); empty: none.
 		InternalListen string `toml:"internal_listen"`
-		RateLimits     struct {
+		// TLS of the API (see tls.go): names (DNS names or IPs) in the
+		// certificate the api role issues from the internal CA (default
+		// ["localhost"]; loopback always), or the operator's own cert_file
+		// and key_file; plain_http only on a loopback listen or behind
+		// trusted_proxies.
+		Names      []string `toml:"names"`
+		CertFile   string   `toml:"cert_file"`
+		KeyFile    string   `toml:"key_file"`
+		PlainHTTP  bool     `toml:"plain_http"`
+		RateLimits struct {
 			ReadPerSecond   float64 `toml:"read_per_second"`   // default 50
 			ReadBurst       float64 `toml:"read_burst"`        // default 100
 			MutatePerSecond float64 `toml:"mutate_per_second"` // default 10
@@ -110,6 +119,7 @@ func Default() Config {
 	c.Database.DSN = "sqlite:better-compute.db"
 	c.PKI.Dir, c.PKI.KEKFile = "pki", "kek"
 	c.API.Listen = "127.0.0.1:7780"
+	c.API.Names = []string{"localhost"}
 	// The same as api.DefaultRateLimits (config sits below the transports
 	// and does not import api; server's TestFromConfigOfTheDefaults keeps
 	// the two equal).
@@ -200,6 +210,7 @@ func (c Config) Validate() error {
 	c.validateProcess(&p)
 	c.validateListeners(&p)
 	c.validateAPI(&p)
+	c.validateAPITLS(&p)
 	for _, q := range c.QuotaLimits().Validate() {
 		p = append(p, "quotas."+q)
 	}

@@ -49,10 +49,13 @@ type Env struct {
 	CP      *server.ControlPlane
 	APIURL  string
 	KeyFile string
+	// CAFile is the PEM of the CA the API's certificate chains to.
+	CAFile  string
 	EnvFile string
 	NodeIDs []string
 	// SandboxHint says how to use sandboxes (or how to add an image).
 	SandboxHint string
+	caPEM       []byte
 	stop        []func()
 }
 
@@ -87,7 +90,9 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		db.Close()
 		return nil, err
 	}
-	e := &Env{CP: cp, APIURL: "http://" + cp.APIAddr, KeyFile: filepath.Join(o.DataDir, "admin.key"), EnvFile: filepath.Join(o.DataDir, "env")}
+	// The API serves TLS with a certificate from the internal CA, whose PEM
+	// DATA/env names in BC_CA_FILE for the CLI.
+	e := &Env{CP: cp, APIURL: "https://" + cp.APIAddr, CAFile: filepath.Join(o.DataDir, pki.APICAFile), caPEM: b.APICAPEM(), KeyFile: filepath.Join(o.DataDir, "admin.key"), EnvFile: filepath.Join(o.DataDir, "env")}
 	e.stop = append(e.stop, func() { cp.Close(); db.Close() })
 	if err := e.bringUp(ctx, o, images); err != nil {
 		e.Close()
@@ -111,7 +116,10 @@ func (e *Env) bringUp(ctx context.Context, o Options, images string) error {
 		return err
 	}
 	e.SandboxHint = seedSandboxes(ctx, e.CP, runtime)
-	envText := fmt.Sprintf("export BC_ADDR=%s\nexport BC_API_KEY_FILE=%s\n", shellQuote(e.APIURL), shellQuote(e.KeyFile))
+	if err := pki.WriteFileAtomic(e.CAFile, e.caPEM, 0o600); err != nil {
+		return fmt.Errorf("write API CA: %w", err)
+	}
+	envText := fmt.Sprintf("export BC_ADDR=%s\nexport BC_API_KEY_FILE=%s\nexport BC_CA_FILE=%s\n", shellQuote(e.APIURL), shellQuote(e.KeyFile), shellQuote(e.CAFile))
 	if err := pki.WriteFileAtomic(e.EnvFile, []byte(envText), 0o600); err != nil {
 		return fmt.Errorf("write env file: %w", err)
 	}

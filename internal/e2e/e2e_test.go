@@ -83,7 +83,7 @@ func TestDevAndCLI(t *testing.T) {
 	}
 	cli := func(args ...string) (string, int) {
 		c := exec.CommandContext(ctx, filepath.Join(bin, "better-compute"), args...)
-		c.Env = append(os.Environ(), "BC_ADDR="+env["BC_ADDR"], "BC_API_KEY_FILE="+env["BC_API_KEY_FILE"])
+		c.Env = append(os.Environ(), "BC_ADDR="+env["BC_ADDR"], "BC_API_KEY_FILE="+env["BC_API_KEY_FILE"], "BC_CA_FILE="+env["BC_CA_FILE"])
 		o, err := c.Output()
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -95,11 +95,15 @@ func TestDevAndCLI(t *testing.T) {
 		return string(o), code
 	}
 	o, code := cli("nodes", "list", "--json")
-	var nodes []struct {
-		ID        string `json:"id"`
-		Connected bool   `json:"connected"`
+	var list struct {
+		Nodes []struct {
+			ID        string `json:"id"`
+			Connected bool   `json:"connected"`
+		} `json:"nodes"`
 	}
-	if err := json.Unmarshal([]byte(o), &nodes); err != nil || code != 0 || len(nodes) != 2 || !nodes[0].Connected || !nodes[1].Connected {
+	jerr := json.Unmarshal([]byte(o), &list)
+	nodes := list.Nodes
+	if jerr != nil || code != 0 || len(nodes) != 2 || !nodes[0].Connected || !nodes[1].Connected {
 		t.Fatalf("nodes list (exit %d): %s", code, o)
 	}
 	o, code = cli("commands", "run", "--node", nodes[0].ID, "--kind", "diag.run", "--wait", "--json")

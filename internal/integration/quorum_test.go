@@ -360,7 +360,7 @@ func TestBatchApproveChecksRootLocally(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, i := range []int{1, 3} {
-				if code, out := run("batch", "approve", bt.ID, "--key", key(i), "--deployment", e.Bundle.Deployment); code != 0 {
+				if code, out := run("batch", "approve", bt.ID, "--key", key(i), "--deployment", e.Bundle.Deployment, "--yes"); code != 0 {
 					t.Fatalf("approve %d: exit %d:\n%s", i, code, out)
 				}
 			}

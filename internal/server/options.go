@@ -36,6 +36,7 @@ func FromConfig(c config.Config) (Options, error) {
 		Quotas: c.QuotaLimits(), TenantMutates: c.Quotas.ConcurrentMutates,
 		AuditSealInterval: c.SealInterval(), AuditSinkName: c.Audit.Sink,
 		SandboxImages: c.Sandboxes.Images,
+		APINames:      c.API.Names, APIPlainHTTP: c.API.PlainHTTP,
 	}, nil
 }
 
@@ -71,6 +72,14 @@ func (o Options) withDefaults() (Options, roles, error) {
 		return o, r, errs.New(errs.InvalidConfig, "a gateway-only process takes no key-encryption key")
 	case r.gateway && !r.api && (o.GatewayCert == nil || o.Control == ""):
 		return o, r, errs.New(errs.InvalidConfig, "a gateway without the api role needs its certificate (pki issue-gateway) and the api's internal address")
+	}
+	if r.api {
+		if err := checkAPITLS(o); err != nil {
+			return o, r, err
+		}
+	}
+	if len(o.APINames) == 0 {
+		o.APINames = config.Default().API.Names
 	}
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
@@ -129,7 +138,7 @@ func unseal(o Options, r roles, now time.Time) (keys, error) {
 		}
 		k.commandRoot = rootKey
 	}
-	if r.api && (r.gateway && o.GatewayCert == nil || o.InternalListen != "") {
+	if r.api && (r.gateway && o.GatewayCert == nil || o.InternalListen != "" || issuesAPICert(o)) {
 		internalKey, err := b.InternalCAKey(o.KEK)
 		if err != nil {
 			return k, errs.Wrap(errs.InvalidConfig, "the internal CA key does not unseal", err)

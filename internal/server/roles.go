@@ -121,7 +121,7 @@ func gatewayCert(o Options, k keys, now time.Time) (tls.Certificate, error) {
 
 // startAPI starts the api role: the envelope and method table, the
 // well-known and health pages, and the HTTP listener.
-func (cp *ControlPlane) startAPI(o Options) error {
+func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 	b := o.Bundle
 	mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys, Secrets: cp.Secrets, Sandboxes: cp.Sandboxes, Quotas: cp.Quotas}
 	// Idempotency digests are keyed, so a stored digest of a body that
@@ -141,12 +141,12 @@ func (cp *ControlPlane) startAPI(o Options) error {
 			_, _ = w.Write([]byte("ok\n"))
 		}),
 	}
-	lis, err := net.Listen("tcp", orDefault(o.APIListen, "127.0.0.1:0"))
+	lis, handler, err := apiListener(o, k, now, api.Guard(api.Site(srv, pages)))
 	if err != nil {
-		return errs.Wrap(errs.InvalidConfig, "the API cannot listen on its address", err)
+		return err
 	}
 	cp.APIAddr = lis.Addr().String()
-	cp.serveHTTP("api", &http.Server{Handler: api.Guard(api.Site(srv, pages)), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10,
+	cp.serveHTTP("api", &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10,
 		// OPTIONS * would be answered by net/http itself, outside the envelope.
 		DisableGeneralOptionsHandler: true}, lis)
 	return nil

@@ -67,6 +67,15 @@ type Options struct {
 	// gateway without the api role relays Join, Renew, Secret and the
 	// signed trust bundle to.
 	Control string
+	// APICert, when set, is the public API's TLS certificate (api.cert_file
+	// and api.key_file); otherwise the api role issues its own from the
+	// internal CA for APINames (DNS names or IPs; default localhost) and
+	// loopback, renewed as it ages. APIPlainHTTP serves plain HTTP
+	// instead: refused (INVALID_CONFIG) unless APIListen is loopback or
+	// TrustedProxies is set, and then only those proxies are answered.
+	APICert      *tls.Certificate
+	APINames     []string
+	APIPlainHTTP bool
 	// InternalListen, with the api role, is the host:port of the internal
 	// channel gateway processes relay to ("" serves none).
 	InternalListen string
@@ -210,7 +219,7 @@ func (cp *ControlPlane) start(o Options, r roles, k keys, now time.Time) error {
 		}
 	}
 	if r.api {
-		if err := cp.startAPI(o); err != nil {
+		if err := cp.startAPI(o, k, now); err != nil {
 			return err
 		}
 	}

@@ -79,12 +79,14 @@ type Env struct {
 	CP       *server.ControlPlane
 	Client   *client.Client
 	AdminKey string
-	Bundle   *pki.Bundle
-	KEK      pki.KEK
-	Dir      string
-	Clock    clock.Clock
-	Log      *slog.Logger
-	Nodes    []*Node
+	// apiTLS is set when Tune turned the API's TLS on (APIPlainHTTP false).
+	apiTLS bool
+	Bundle *pki.Bundle
+	KEK    pki.KEK
+	Dir    string
+	Clock  clock.Clock
+	Log    *slog.Logger
+	Nodes  []*Node
 	// ApproverDir holds approver-N.key and .pub; ApproverKeys are those
 	// private keys in order (held by the test, never by the control plane).
 	ApproverDir  string
@@ -162,7 +164,10 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	// The api serves the internal channel, so that gateway-only processes
 	// (StartGateway) can relay to it.
 	so := server.Options{DB: db, Bundle: b, KEK: kek, Clock: o.Clock, Log: log,
-		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime, InternalListen: "127.0.0.1:0", ShutdownGrace: shutdownGrace}
+		RevocationPoll: 200 * time.Millisecond, NodeCertLifetime: o.NodeCertLifetime, InternalListen: "127.0.0.1:0", ShutdownGrace: shutdownGrace,
+		// Tests call the API over plain HTTP on loopback, which serve allows
+		// only when asked; TLS is tested in internal/server and internal/cli.
+		APIListen: "127.0.0.1:0", APIPlainHTTP: true}
 	// Tests make many calls quickly; rate limits are tested on their own.
 	so.RateLimits = api.RateLimits{ReadPerSecond: 1e6, ReadBurst: 1e6, MutatePerSecond: 1e6, MutateBurst: 1e6}
 	so.TenantMutates = 1 << 16
@@ -186,7 +191,8 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 		t.Fatalf("admin key: %v", err)
 	}
 	e.AdminKey = key
-	e.Client = client.New("http://"+cp.APIAddr, key)
+	e.apiTLS = !so.APIPlainHTTP
+	e.Client = e.NewClient(t, key)
 	for i := 0; i < o.Nodes; i++ {
 		n := e.Join(t, pki.RoleNode, "")
 		n.Start(t)
@@ -291,7 +297,7 @@ func (e *Env) IdentityClient(t testing.TB, tenant, name, role string) *client.Cl
 	if err != nil {
 		t.Fatalf("create key: %v", err)
 	}
-	return client.New("http://"+e.CP.APIAddr, k.Key)
+	return e.NewClient(t, k.Key)
 }
 
 // Close stops the nodes and the control plane.
@@ -582,4 +588,26 @@ func (e *Env) Body(nodeID, kind string) *nodev1.CommandBody {
 	now := e.Clock.Now()
 	return &nodev1.CommandBody{CommandId: ids.New("c"), NodeId: nodeID, Kind: kind, Payload: []byte("{}"),
 		IssuedAtMs: now.UnixMilli(), ExpiresAtMs: now.Add(10 * time.Minute).UnixMilli(), Nonce: ids.Secret(12)}
+}
+
+// APIURL is the API's base URL: https:// when Tune turned TLS on, else
+// plain http:// on loopback.
+func (e *Env) APIURL() string {
+	if e.apiTLS {
+		return "https://" + e.CP.APIAddr
+	}
+	return "http://" + e.CP.APIAddr
+}
+
+// NewClient returns a client of the API with key, verifying the server
+// against the bundle's API CA when the API serves TLS.
+func (e *Env) NewClient(t testing.TB, key string) *client.Client {
+	t.Helper()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(e.Bundle.APICAPEM())
+	c, err := client.NewTLS(e.APIURL(), key, roots)
+	if err != nil {
+		t.Fatalf("API client: %v", err)
+	}
+	return c
 }

@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/secretfile"
 )
 
 // Generate makes n approver keys in dir (created 0700): approver-1.key ..
@@ -63,16 +64,9 @@ func Generate(dir string, n int) ([]ed25519.PublicKey, error) {
 // LoadPrivate reads an approver's private key file, refusing one that
 // group or other may read or write.
 func LoadPrivate(path string) (ed25519.PrivateKey, error) {
-	st, err := os.Stat(path)
+	data, err := secretfile.Read("approverkeys: approver key", path)
 	if err != nil {
-		return nil, fmt.Errorf("approverkeys: %w", err)
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("approverkeys: %s is accessible to group or other (mode %v); chmod 600 it", path, st.Mode().Perm())
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("approverkeys: %w", err)
+		return nil, err
 	}
 	k, err := pki.ParsePrivateKeyPEM(data)
 	if err != nil {

@@ -50,7 +50,7 @@ func TestKeyFiles(t *testing.T) {
 		if err := os.Chmod(keyPath, mode); err != nil {
 			t.Fatal(err)
 		}
-		want := fmt.Sprintf("approverkeys: %s is accessible to group or other (mode %v); chmod 600 it", keyPath, mode)
+		want := fmt.Sprintf("approverkeys: approver key %s is accessible to group or other (mode %04o); chmod 600 it", keyPath, mode)
 		if _, err := LoadPrivate(keyPath); err == nil || err.Error() != want {
 			t.Fatalf("mode %04o: err = %v, want %q", mode, err, want)
 		}
