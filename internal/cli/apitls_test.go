@@ -43,7 +43,7 @@ func TestCLIRefusesAServerCertificateFromAnotherCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ca := range []string{filepath.Join(e.Dir, "pki"), pem} {
-		if code, out, errOut := run(t, "nodes", "list", "--json", "--ca-file", ca); code != 0 || strings.TrimSpace(out) != "[]" {
+		if code, out, errOut := run(t, "nodes", "list", "--json", "--ca-file", ca); code != 0 || strings.Join(strings.Fields(out), "") != `{"nodes":[]}` {
 			t.Fatalf("--ca-file %s: exit %d: %q %q", ca, code, out, errOut)
 		}
 	}
@@ -106,10 +106,13 @@ func TestDevEnvWorksWithTheCLIOverTLS(t *testing.T) {
 		t.Fatalf("DATA/env: %s", b)
 	}
 	code, out, errOut := run(t, "nodes", "list", "--json")
-	var nodes []struct {
-		ID string `json:"id"`
+	var list struct {
+		Nodes []struct {
+			ID string `json:"id"`
+		} `json:"nodes"`
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &nodes) != nil || len(nodes) != 1 || nodes[0].ID != e.NodeIDs[0] {
+	nodes := &list.Nodes
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(*nodes) != 1 || (*nodes)[0].ID != e.NodeIDs[0] {
 		t.Fatalf("nodes list with DATA/env: exit %d: %s %s", code, out, errOut)
 	}
 }
