@@ -76,11 +76,13 @@ type Client struct {
 	BaseURL string
 	key     string
 	HTTP    *http.Client
+	// Retry bounds the retries of RATE_LIMITED answers (retry.go).
+	Retry Retry
 }
 
 // New returns a client for baseURL (e.g. http://127.0.0.1:7780) with key.
 func New(baseURL, key string) *Client {
-	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), key: key, HTTP: &http.Client{Timeout: 60 * time.Second}}
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), key: key, HTTP: &http.Client{Timeout: 60 * time.Second}, Retry: DefaultRetry}
 }
 
 // FromEnv builds a client from BC_ADDR and BC_API_KEY_FILE (or
@@ -125,7 +127,8 @@ func (c *Client) Call(ctx context.Context, method string, in, out any) error {
 }
 
 // CallIdempotent is Call with an Idempotency-Key (none when key is ""): the
-// server replays the first answer for the same key and body.
+// server replays the first answer for the same key and body. A
+// RATE_LIMITED answer is retried after its Retry-After, within c.Retry.
 func (c *Client) CallIdempotent(ctx context.Context, method, key string, in, out any) error {
 	if in == nil {
 		in = struct{}{}
@@ -134,6 +137,11 @@ func (c *Client) CallIdempotent(ctx context.Context, method, key string, in, out
 	if err != nil {
 		return fmt.Errorf("client: encode: %w", err)
 	}
+	return c.Retry.withRetry(ctx, func() error { return c.send(ctx, method, key, body, out) })
+}
+
+// send makes one request of method with body and decodes its answer.
+func (c *Client) send(ctx context.Context, method, key string, body []byte, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/api/v1/"+method, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("client: request: %w", err)

@@ -111,32 +111,7 @@ func Methods(m Modules) []Method {
 			}
 			return map[string]any{"tokens": ts}, nil
 		}),
-		Def("commands.fanout", "compute:commands:create", true, byTenant[apitypes.FanoutIn], func(ctx context.Context, c *Caller, in apitypes.FanoutIn) (any, error) {
-			sel := commands.Selector{NodeIDs: in.NodeIDs, Labels: in.Labels}
-			if err := sel.Check(); err != nil {
-				return nil, err
-			}
-			var fleet []nodes.Node
-			if sel.ByLabels() {
-				var err error
-				if fleet, err = m.Nodes.List(ctx, c.Scope()); err != nil {
-					return nil, err
-				}
-			}
-			ids, err := sel.Select(fleet)
-			if err != nil {
-				return nil, err
-			}
-			cmds, err := m.Commands.CreateMany(ctx, c.Actor(), ids, in.Kind, in.Payload, time.Duration(in.TTLSeconds)*time.Second)
-			if err != nil {
-				return nil, err
-			}
-			out := make([]string, len(cmds))
-			for i, cm := range cmds {
-				out[i] = cm.ID
-			}
-			return apitypes.FanoutOut{CommandIDs: out, Count: len(out)}, nil
-		}),
+		Def("commands.fanout", "compute:commands:create", true, byTenant[apitypes.FanoutIn], fanout(m)),
 		Def("commands.create", "compute:commands:create", true, func(in apitypes.CommandIn) Target { return Target{Kind: "node", ID: in.NodeID} },
 			func(ctx context.Context, c *Caller, in apitypes.CommandIn) (any, error) {
 				if in.Kind == "" {
@@ -152,13 +127,8 @@ func Methods(m Modules) []Method {
 		Def("commands.attestation", "compute:commands:get", false, byID("command"), func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
 			return m.Commands.Attestation(ctx, c.Scope(), in.ID)
 		}),
-		Def("commands.list", "compute:commands:list", false, byTenant[apitypes.CommandListIn], func(ctx context.Context, c *Caller, in apitypes.CommandListIn) (any, error) {
-			cs, err := m.Commands.List(ctx, c.Scope(), commands.Filter{NodeID: in.NodeID, State: in.State, Limit: in.Limit})
-			if err != nil {
-				return nil, err
-			}
-			return map[string]any{"commands": cs}, nil
-		}),
+		Def("commands.list", "compute:commands:list", false, byTenant[apitypes.CommandListIn], listCommands(m)),
+		Def("commands.fanoutSummary", "compute:commands:list", false, byTenant[apitypes.FanoutSummaryIn], fanoutSummary(m)),
 		Def("events.list", "compute:events:list", false, func(apitypes.EventListIn) Target { return Target{Tenant: iam.RootTenant} },
 			func(ctx context.Context, c *Caller, in apitypes.EventListIn) (any, error) {
 				evs, err := m.Events.List(ctx, in.Type)

@@ -162,7 +162,10 @@ func nodeCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "node",
 		Short: "Run the node agent: hold the session, verify and run signed commands",
-		Args:  cobra.NoArgs,
+		Long: "Run the node agent: hold the session with the gateway (reconnecting with back-off when it drops), verify and run signed commands.\n\n" +
+			"When the control plane has revoked this node's certificate (nodes revoke, or a quarantine), bcd node says so, prints how to re-join " +
+			"(a new join token and bcd join into a fresh --data) and exits 1 instead of reconnecting.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

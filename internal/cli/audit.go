@@ -6,23 +6,26 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/auditlog"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
 
-// auditCmd is `better-compute audit`: the tamper-evident audit log. Its
-// commands work on the database directly (--db, default $BC_DB), not
+// auditCmd is `better-compute audit`: the tamper-evident audit log. Seal
+// and verify work on the database directly (--db, default $BC_DB), not
 // through the API, so that an operator can check the log without trusting
-// a running control plane. docs/audit.md describes them.
+// a running control plane; list and prove do too when a database is
+// given, and otherwise ask the API (audit.list, audit.prove), which lets a
+// tenant's admin read its own tenant's log. dev's DATA/env sets BC_DB,
+// BC_PKI and BC_KEK_FILE. docs/audit.md describes them.
 func auditCmd() *cobra.Command {
-	c := &cobra.Command{Use: "audit", Short: "Seal, verify, prove and list the tamper-evident audit log (on the database directly)"}
+	c := &cobra.Command{Use: "audit", Short: "Seal, verify, prove and list the tamper-evident audit log (list and prove through the API without --db)"}
 	c.AddCommand(auditSealCmd(), auditVerifyCmd(), auditProveCmd(), auditCheckProofCmd(), auditKeyCmd(), auditListCmd())
 	return c
 }
@@ -30,7 +33,7 @@ func auditCmd() *cobra.Command {
 func badInput(err error) error { return &ExitError{Code: 2, Err: err} }
 
 func dbFlag(c *cobra.Command, dsn *string) {
-	c.Flags().StringVar(dsn, "db", os.Getenv("BC_DB"), "database: sqlite:PATH or postgres://… (default $BC_DB; dev keeps sqlite:$HOME/.better-compute/dev/control.db)")
+	c.Flags().StringVar(dsn, "db", os.Getenv(envDB), "database: sqlite:PATH or postgres://… (default $BC_DB, which dev's DATA/env sets)")
 }
 
 func openAuditLog(ctx context.Context, dsn, deployment string, migrate bool) (*store.DB, *auditlog.Log, error) {
@@ -145,8 +148,8 @@ func auditSealCmd() *cobra.Command {
 		},
 	}
 	dbFlag(c, &dsn)
-	c.Flags().StringVar(&pkiDir, "pki", "pki", "PKI bundle directory")
-	c.Flags().StringVar(&kekFile, "kek-file", "kek", "key-encryption key file (0600); BC_KEK overrides")
+	c.Flags().StringVar(&pkiDir, "pki", envOr(envPKI, "pki"), "PKI bundle directory (default $BC_PKI, else pki)")
+	c.Flags().StringVar(&kekFile, "kek-file", envOr(envKEKFile, "kek"), "key-encryption key file (0600; default $BC_KEK_FILE, else kek); BC_KEK overrides")
 	c.Flags().StringVar(&tenant, "tenant", "", "seal only this tenant (default: every tenant with new rows)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of checkpoints written")
 	return c
@@ -161,8 +164,8 @@ func auditVerifyCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := contextOf(cmd)
-			if tenant == "" {
-				return badInput(errors.New("--tenant is required"))
+			if keyFile == "" && pkiDir == "" {
+				pkiDir = os.Getenv(envPKI)
 			}
 			v, dep, err := auditVerifier(keyFile, pkiDir)
 			if err != nil {
@@ -177,7 +180,7 @@ func auditVerifyCmd() *cobra.Command {
 			if f, ok := cmd.ErrOrStderr().(*os.File); ok && isTerminal(f) {
 				progress = func(done, total int64) { fmt.Fprintf(f, "\rverified %d of %d rows", done, total) }
 			}
-			rep, err := l.Verify(ctx, tenant, v, progress)
+			rep, err := l.Verify(ctx, dbTenant(tenant), v, progress)
 			if progress != nil {
 				fmt.Fprintln(cmd.ErrOrStderr())
 			}
@@ -204,8 +207,8 @@ func auditVerifyCmd() *cobra.Command {
 		},
 	}
 	dbFlag(c, &dsn)
-	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (required)")
-	c.Flags().StringVar(&pkiDir, "pki", "", "PKI bundle directory (only its public audit key is used)")
+	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (default: the root tenant)")
+	c.Flags().StringVar(&pkiDir, "pki", "", "PKI bundle directory, only its public audit key is used (default $BC_PKI unless --key)")
 	c.Flags().StringVar(&keyFile, "key", "", "audit verifier key `FILE` (made by 'audit key')")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the findings as a JSON array")
 	return c
@@ -215,34 +218,29 @@ func auditProveCmd() *cobra.Command {
 	var dsn, tenant, event, out string
 	c := &cobra.Command{
 		Use:   "prove",
-		Short: "Write the inclusion proof of one event (C2SP tlog-proof@v1) for check-proof",
+		Short: "Write the inclusion proof of one event (C2SP tlog-proof@v1) for check-proof; through the API without --db",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := contextOf(cmd)
-			if tenant == "" || event == "" || out == "" {
-				return badInput(errors.New("--tenant, --event and --out are required"))
+			if event == "" || out == "" {
+				return badInput(errors.New("--event and --out are required"))
 			}
-			db, l, err := openAuditLog(ctx, dsn, "", false)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			p, err := l.Prove(ctx, tenant, event)
+			file, index, err := auditProveFile(ctx, dsn, tenant, event)
 			if errors.Is(err, auditlog.ErrNotFound) {
 				return badInput(err)
 			}
 			if err != nil {
 				return err
 			}
-			if err := pki.WriteFileAtomic(out, p.Marshal(), 0o644); err != nil {
+			if err := writeProof(out, file); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: event %s at index %d\n", out, event, p.Index)
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: event %s at index %d\n", out, event, index)
 			return nil
 		},
 	}
 	dbFlag(c, &dsn)
-	c.Flags().StringVar(&tenant, "tenant", "", "tenant id")
+	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (default: the root tenant with --db, your own through the API)")
 	c.Flags().StringVar(&event, "event", "", "event id (ev_…)")
 	c.Flags().StringVar(&out, "out", "", "proof file to write")
 	return c
@@ -298,7 +296,7 @@ func auditKeyCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&pkiDir, "pki", "pki", "PKI bundle directory")
+	c.Flags().StringVar(&pkiDir, "pki", envOr(envPKI, "pki"), "PKI bundle directory (default $BC_PKI, else pki)")
 	return c
 }
 
@@ -309,41 +307,33 @@ func auditListCmd() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "list",
-		Short: "List a tenant's audit events: sealed ones in seq order, then unsealed ones",
+		Short: "List a tenant's audit events: sealed ones in seq order, then unsealed ones; through the API without --db",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := contextOf(cmd)
-			if tenant == "" {
-				return badInput(errors.New("--tenant is required"))
+			var evs []client.AuditEvent
+			var err error
+			if dsn == "" {
+				evs, err = auditListAPI(ctx, tenant, since, limit)
+			} else {
+				evs, err = auditListDB(ctx, dsn, tenant, since, limit)
 			}
-			db, l, err := openAuditLog(ctx, dsn, "", false)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			evs, err := l.List(ctx, tenant, since, limit)
 			if err != nil {
 				return err
 			}
 			if asJSON {
+				if evs == nil {
+					evs = []client.AuditEvent{}
+				}
 				return printJSON(cmd.OutOrStdout(), map[string]any{"events": evs})
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SEQ\tID\tAT\tACTOR\tACTION\tRESOURCE\tOUTCOME\tSEALED")
-			for _, e := range evs {
-				seq := "-"
-				if e.Seq != nil {
-					seq = fmt.Sprint(*e.Seq)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%v\n", seq, e.ID, timeText(e.At), e.Actor, e.Action, e.Resource, e.Outcome, e.Sealed)
-			}
-			return tw.Flush()
+			return printAuditEvents(cmd.OutOrStdout(), evs)
 		},
 	}
 	dbFlag(c, &dsn)
-	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (required)")
+	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (default: the root tenant with --db, your own through the API)")
 	c.Flags().Int64Var(&since, "since", 0, "list sealed events from this seq on")
-	c.Flags().IntVar(&limit, "limit", 1000, "at most this many events (0: all)")
+	c.Flags().IntVar(&limit, "limit", 1000, "at most this many events (0: all with --db; the API answers at most 1000)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"events\": [...]}")
 	return c
 }

@@ -139,7 +139,7 @@ func batchCreateCmd() *cobra.Command {
 	var expires time.Duration
 	c := &cobra.Command{
 		Use:   "create",
-		Short: "Propose a batch: one leaf per --node for --kind, bound to --payload (default {}) or --unbound",
+		Short: "Propose a batch: one leaf per --node for --kind, bound to --payload (default {}) or --unbound; prints its id (--json: the whole batch)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if kind == "" || len(nodes) == 0 {
@@ -166,7 +166,14 @@ func batchCreateCmd() *cobra.Command {
 			if err != nil {
 				return apiErr(err)
 			}
-			return showBatch(cmd.OutOrStdout(), b, asJSON)
+			if asJSON {
+				return showBatch(cmd.OutOrStdout(), b, true)
+			}
+			// The new batch's id alone, as every create prints, so that
+			// B=$(better-compute batch create …) works; `batch show` has
+			// the rest.
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), b.ID)
+			return err
 		},
 	}
 	c.Flags().StringVar(&kind, "kind", "", "command kind of every leaf (node.reboot, disk.wipe, …)")
@@ -282,7 +289,7 @@ func showBatch(w io.Writer, b client.Batch, asJSON bool) error {
 	fmt.Fprintf(w, "%s %s\n", pad("state", 11), b.State)
 	fmt.Fprintf(w, "%s %s\n", pad("proposer", 11), b.Proposer)
 	fmt.Fprintf(w, "%s %s\n", pad("deployment", 11), b.Deployment)
-	fmt.Fprintf(w, "%s %s (%d ms)\n", pad("expires", 11), timeText(b.ExpiresAt), b.ExpiresMS)
+	fmt.Fprintf(w, "%s %s (Unix ms %d, as approvers sign it)\n", pad("expires", 11), timeText(b.ExpiresAt), b.ExpiresMS)
 	fmt.Fprintf(w, "%s %s %s\n", pad("root", 11), b.Root, check) // archtest:not-tenant (the batch's Merkle root)
 	fmt.Fprintf(w, "%s %d of %d\n", pad("approvals", 11), len(b.Approvals), b.Threshold)
 	for _, a := range b.Approvals {

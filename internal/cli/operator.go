@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -38,13 +37,13 @@ func nodesCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), map[string]any{"nodes": ns})
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tROLE\tSTATE\tCONNECTED")
+			fmt.Fprintln(tw, "ID\tNAME\tROLE\tSTATE\tCONNECTED\tLAST SEEN\tVERSION")
 			for _, n := range ns {
 				state := n.State
 				if n.StateReason != "" {
 					state += " (" + n.StateReason + ")"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\n", n.ID, n.Name, n.Role, state, n.Connected)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\t%s\n", n.ID, n.Name, n.Role, state, n.Connected, lastSeenCell(n.LastSeenAt), nodeVersionCell(n.Version))
 			}
 			return tw.Flush()
 		},
@@ -231,7 +230,7 @@ func commandsShowCmd() *cobra.Command {
 
 // commandsListCmd lists commands, newest first.
 func commandsListCmd() *cobra.Command {
-	var lnode, lstate string
+	var lnode, lstate, lfanout string
 	var llimit int
 	var ljson bool
 	list := &cobra.Command{
@@ -239,72 +238,17 @@ func commandsListCmd() *cobra.Command {
 		Short: "List commands, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(cmd, "commands.list", map[string]any{"node_id": lnode, "state": lstate, "limit": llimit}, ljson,
-				table("commands", "id", "node_id", "kind", "state", "attested", "reason", "created_at"))
+			in := client.CommandListIn{NodeID: lnode, State: lstate, FanoutID: lfanout, Limit: llimit}
+			return call(cmd, "commands.list", in, ljson,
+				table("commands", "id", "node_id", "kind", "state", "attested", "reason", "created_at", "fanout_id"))
 		},
 	}
+	list.Flags().StringVar(&lfanout, "fanout", "", "only this fan-out's (the id commands fanout prints)")
 	list.Flags().StringVar(&lnode, "node", "", "only this node's")
-	list.Flags().StringVar(&lstate, "state", "", "only in this state")
+	list.Flags().StringVar(&lstate, "state", "", "only in this state: queued, sent, running, succeeded, failed or cancelled")
 	list.Flags().IntVar(&llimit, "limit", 100, "at most this many (up to 1000)")
 	list.Flags().BoolVar(&ljson, "json", false, "print JSON")
 	return list
-}
-
-// fanoutCmd queues one command of a kind for many nodes in one call
-// (commands.fanout): by node ids or by labels, never both.
-func fanoutCmd() *cobra.Command {
-	var nodes []string
-	var labels map[string]string
-	var kind, payload string
-	var ttl time.Duration
-	var asJSON bool
-	c := &cobra.Command{
-		Use:   "fanout (--node ID ... | --label KEY=VALUE ...) --kind KIND",
-		Short: "Queue one command for many nodes (up to 10,000) in one call, by node ids or labels",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if kind == "" || (len(nodes) == 0) == (len(labels) == 0) {
-				return &ExitError{Code: 2, Err: errors.New("--kind and either --node or --label (not both) are required")}
-			}
-			for _, n := range nodes {
-				if n == "" {
-					return &ExitError{Code: 2, Err: errors.New("--node must not be empty")}
-				}
-			}
-			if payload != "" && !json.Valid([]byte(payload)) {
-				return &ExitError{Code: 2, Err: errors.New("--payload is not valid JSON")}
-			}
-			if ttl < 0 || ttl%time.Second != 0 {
-				return &ExitError{Code: 2, Err: errors.New("--ttl must be a positive whole number of seconds, such as 10m")}
-			}
-			in := map[string]any{"kind": kind, "ttl_seconds": int64(ttl / time.Second)}
-			if len(nodes) > 0 {
-				in["node_ids"] = nodes
-			} else {
-				in["labels"] = labels
-			}
-			if payload != "" {
-				in["payload"] = json.RawMessage(payload)
-			}
-			return call(cmd, "commands.fanout", in, asJSON, func(out map[string]any) string {
-				var b strings.Builder
-				ids, _ := out["command_ids"].([]any)
-				fmt.Fprintf(&b, "queued %d commands of kind %s\n", len(ids), kind)
-				for _, id := range ids {
-					fmt.Fprintf(&b, "%v\n", id)
-				}
-				return b.String()
-			})
-		},
-	}
-	f := c.Flags()
-	f.StringArrayVar(&nodes, "node", nil, "node id (repeat for more)")
-	f.StringToStringVar(&labels, "label", nil, "label the nodes must carry, KEY=VALUE (repeat for more; all must match)")
-	f.StringVar(&kind, "kind", "", "command kind (node.ping, diag.run, ...)")
-	f.StringVar(&payload, "payload", "", "JSON payload")
-	f.DurationVar(&ttl, "ttl", 0, "how long the commands may wait for their nodes (default 10m, at most 24h)")
-	f.BoolVar(&asJSON, "json", false, "print JSON")
-	return c
 }
 
 func showCommand(cmd *cobra.Command, c client.Command, asJSON bool) error {
@@ -319,6 +263,9 @@ func showCommand(cmd *cobra.Command, c client.Command, asJSON bool) error {
 	fmt.Fprintf(w, "%s %v\n", pad("attested", 9), c.Attested)
 	if c.BatchID != "" {
 		fmt.Fprintf(w, "%s %s\n", pad("batch", 9), c.BatchID)
+	}
+	if c.FanoutID != "" {
+		fmt.Fprintf(w, "%s %s\n", pad("fanout", 9), c.FanoutID)
 	}
 	if c.Reason != "" {
 		fmt.Fprintf(w, "%s %s\n", pad("reason", 9), c.Reason)

@@ -42,11 +42,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	ran, err := root.ExecuteC()
+	cmd, err := root.ExecuteC()
+	err = programStatus(cmd, explain(cmd, err))
 	if err == nil {
 		return 0
 	}
-	err = explain(ran, err)
 	var ue *clisafe.UsageError
 	if errors.As(err, &ue) {
 		fmt.Fprintln(stderr, "error:", ue)

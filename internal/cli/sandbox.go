@@ -80,7 +80,10 @@ func sandboxCreateCmd() *cobra.Command {
 func sandboxExecCmd() *cobra.Command {
 	var timeout time.Duration
 	exe := &cobra.Command{Use: "exec ID -- ARGV...", Short: "Run an argument vector in a sandbox (no shell unless you run one); exits with its exit code",
-		Args: cobra.MinimumNArgs(2),
+		Long: "Run an argument vector in a sandbox (no shell unless you run one). The exit status is docker exec's: the program's own,\n" +
+			"126 when it cannot be executed, 127 when it is not found, and 125 when the CLI or the server failed (usage errors included).",
+		Annotations: map[string]string{programExitCodes: "docker"},
+		Args:        cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 {
 				//lint:ignore ST1005 the usage line is printed to the user as it is, ARGV... included
@@ -110,7 +113,7 @@ func sandboxExecCmd() *cobra.Command {
 				}
 			}
 			if r.ExitCode != 0 {
-				return &ExitError{Code: r.ExitCode}
+				return &programExit{code: r.ExitCode}
 			}
 			return nil
 		}}

@@ -77,6 +77,9 @@ type Command struct {
 	UpdatedAt time.Time       `json:"updated_at"`
 	ExpiresAt time.Time       `json:"expires_at"`
 	BatchID   string          `json:"batch_id,omitempty"`
+	// FanoutID groups the commands one fan-out made ("" for a command
+	// made alone).
+	FanoutID string `json:"fanout_id,omitempty"`
 }
 
 // Nodes is what the command queue reads of the fleet; the nodes module
@@ -293,7 +296,8 @@ func createdEntry(actor audit.Entry, c Command, digest string) audit.Entry {
 // CreateMany queues one command of kind for each of nodeIDs in a single
 // transaction (each with its audit row), and wakes the signer once. Every
 // node must be visible in the actor's tenant (all of them for the root
-// tenant); a node named twice gets one command.
+// tenant); a node named twice gets one command. The commands share a new
+// fan-out id (Command.FanoutID), which lists and counts them together.
 func (s *Service) CreateMany(ctx context.Context, actor audit.Entry, nodeIDs []string, kind string, payload json.RawMessage, ttl time.Duration) ([]Command, error) {
 	plan, err := checkFanout(kind, len(nodeIDs), payload, ttl)
 	if err != nil {
@@ -317,8 +321,11 @@ func (s *Service) CreateMany(ctx context.Context, actor audit.Entry, nodeIDs []s
 	}
 	now := s.clk.Now()
 	out := make([]Command, 0, len(targets))
+	fanoutID := ids.New("fo")
 	for _, t := range targets {
-		out = append(out, newCommand(actor, t.nodeID, t.tenant, kind, plan.payload, now, plan.ttl))
+		c := newCommand(actor, t.nodeID, t.tenant, kind, plan.payload, now, plan.ttl)
+		c.FanoutID = fanoutID
+		out = append(out, c)
 	}
 	if err := s.insertMany(ctx, actor, out, len(nodeIDs), now); err != nil {
 		return nil, err
@@ -344,6 +351,7 @@ func (s *Service) insertMany(ctx context.Context, actor audit.Entry, cs []Comman
 			for _, c := range chunk {
 				e := createdEntry(actor, c, digest)
 				e.Details["fanout"] = fanout
+				e.Details["fanout_id"] = c.FanoutID
 				entries = append(entries, e)
 			}
 			if err := audit.RecordMany(ctx, tx, s.store.db.Dialect, now, entries); err != nil {

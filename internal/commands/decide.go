@@ -281,6 +281,15 @@ func disallowed(role string, allowed []string, unfinished []idKind) []string {
 	return out
 }
 
+// check refuses a filter naming a state that is none of the six
+// (INVALID_INPUT), which would otherwise list nothing as if none matched.
+func (f Filter) check() error {
+	if f.State != "" && !wire.State(f.State).Valid() {
+		return errs.New(errs.InvalidInput, "state: not a command state (queued, sent, running, succeeded, failed, cancelled)")
+	}
+	return nil
+}
+
 // normalized returns f with its limit defaulted and bounded.
 func (f Filter) normalized() Filter {
 	if f.Limit <= 0 || f.Limit > 1000 {

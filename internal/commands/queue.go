@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/bus"
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/pki"
@@ -34,15 +35,37 @@ func (s *Service) Get(ctx context.Context, scope iam.Scope, id string) (Command,
 type Filter struct {
 	NodeID string
 	// State is a state as the caller gave it ("": any); a string that is
-	// no state matches nothing.
+	// no state is refused (INVALID_INPUT).
 	State string
-	Limit int // default 100, at most 1000
+	// FanoutID keeps the commands of one fan-out ("": any).
+	FanoutID string
+	Limit    int // default 100, at most 1000
 }
 
 // List returns the commands visible in scope (every command for the root
-// tenant) that match f, newest first.
+// tenant) that match f, newest first; a state that is none of the six is
+// INVALID_INPUT.
 func (s *Service) List(ctx context.Context, scope iam.Scope, f Filter) ([]Command, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
 	return s.store.list(ctx, scope, f.normalized())
+}
+
+// FanoutSummary returns how many of fan-out id's commands visible in scope
+// are in each state; NOT_FOUND when none is.
+func (s *Service) FanoutSummary(ctx context.Context, scope iam.Scope, id string) (map[wire.State]int, error) {
+	if id == "" {
+		return nil, errs.New(errs.InvalidInput, "fanout_id is required")
+	}
+	counts, err := s.store.fanoutStates(ctx, scope, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(counts) == 0 {
+		return nil, errs.New(errs.NotFound, "fan-out not found")
+	}
+	return counts, nil
 }
 
 // TenantOf returns a command's tenant; NOT_FOUND when it does not exist.

@@ -23,12 +23,18 @@ import (
 // States are never spelled in the text: they are arguments (wire.State).
 const (
 	// commandColumns are the columns of a Command, in scanCommand's order.
-	commandColumns = `id, node_id, tenant_id, kind, payload, state, attested, result, reason, created_by, created_at, updated_at, expires_at, batch_id`
+	commandColumns = `id, node_id, tenant_id, kind, payload, state, attested, result, reason, created_by, created_at, updated_at, expires_at, batch_id, fanout_id`
 
 	sqlInsert = `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at, batch_id)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 	// sqlInsertMany is followed by one parenthesised row per command.
-	sqlInsertMany = `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at) VALUES `
+	sqlInsertMany = `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at, fanout_id) VALUES `
+	// sqlFanoutStates is preceded by the caller's scope condition and
+	// followed by the fan-out id: a fan-out's visible commands counted by
+	// state.
+	sqlFanoutStatesHead = `SELECT state, COUNT(*) FROM commands WHERE `
+	sqlFanoutStatesMid  = ` AND fanout_id = `
+	sqlFanoutStatesTail = ` GROUP BY state`
 	// sqlCountInFlight counts the live commands of a top-level tenant ($1)
 	// and every tenant under it; $2..$4 are the live states.
 	sqlCountInFlight = `SELECT COUNT(*) FROM commands WHERE ` + quota.InSubtree + ` AND state IN ($2, $3, $4)`
@@ -133,13 +139,13 @@ func scanCommand(row rowScanner) (Command, error) {
 	var state string
 	var attested int
 	var created, updated, expires int64
-	var batch sql.NullString
+	var batch, fanout sql.NullString
 	if err := row.Scan(&c.ID, &c.NodeID, &c.TenantID, &c.Kind, &payload, &state, &attested, &result, &c.Reason,
-		&c.CreatedBy, &created, &updated, &expires, &batch); err != nil {
+		&c.CreatedBy, &created, &updated, &expires, &batch, &fanout); err != nil {
 		return Command{}, err
 	}
 	c.State = wire.State(state)
-	c.BatchID = batch.String
+	c.BatchID, c.FanoutID = batch.String, fanout.String
 	c.Payload = json.RawMessage(payload)
 	c.Attested = attested == 1
 	c.Result = asJSON(result)
@@ -186,8 +192,12 @@ func (s *Store) insertMany(ctx context.Context, tx *sql.Tx, cs []Command) error 
 		if i > 0 {
 			q.WriteString(", ")
 		}
+		var fanout any
+		if c.FanoutID != "" {
+			fanout = c.FanoutID
+		}
 		q.WriteString("(" + a.List(c.ID, c.TenantID, c.NodeID, c.Kind, []byte(c.Payload), string(c.State), c.CreatedBy,
-			c.CreatedAt.UnixMilli(), c.UpdatedAt.UnixMilli(), c.ExpiresAt.UnixMilli()) + ")")
+			c.CreatedAt.UnixMilli(), c.UpdatedAt.UnixMilli(), c.ExpiresAt.UnixMilli(), fanout) + ")")
 	}
 	if _, err := tx.ExecContext(ctx, q.String(), a.Values()...); err != nil {
 		return fmt.Errorf("commands: insert: %w", err)
@@ -225,6 +235,9 @@ func (s *Store) list(ctx context.Context, scope iam.Scope, f Filter) ([]Command,
 	if f.State != "" {
 		where = append(where, "state = "+a.Add(f.State))
 	}
+	if f.FanoutID != "" {
+		where = append(where, "fanout_id = "+a.Add(f.FanoutID))
+	}
 	q := sqlSelect + "WHERE " + strings.Join(where, " AND ") + " ORDER BY created_at DESC, id LIMIT " + strconv.Itoa(f.Limit)
 	rows, err := s.db.QueryContext(ctx, q, a.Values()...)
 	if err != nil {
@@ -240,6 +253,31 @@ func (s *Store) list(ctx context.Context, scope iam.Scope, f Filter) ([]Command,
 		out = append(out, c)
 	}
 	return out, rows.Err()
+}
+
+// fanoutStates counts the commands of fan-out id visible in scope by
+// state.
+func (s *Store) fanoutStates(ctx context.Context, scope iam.Scope, id string) (map[wire.State]int, error) {
+	a := s.db.NewArgs()
+	q := sqlFanoutStatesHead + scope.Filter(a, "tenant_id") + sqlFanoutStatesMid + a.Add(id) + sqlFanoutStatesTail
+	rows, err := s.db.QueryContext(ctx, q, a.Values()...)
+	if err != nil {
+		return nil, fmt.Errorf("commands: count fan-out: %w", err)
+	}
+	defer rows.Close()
+	out := map[wire.State]int{}
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, fmt.Errorf("commands: count fan-out: %w", err)
+		}
+		out[wire.State(st)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("commands: count fan-out: %w", err)
+	}
+	return out, nil
 }
 
 // tenantOf reads a command's tenant; ok is false when it does not exist.

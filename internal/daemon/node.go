@@ -14,6 +14,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	mrand "math/rand/v2"
 	"path/filepath"
@@ -382,7 +383,9 @@ func (n *Node) Dial() (*grpc.ClientConn, error) {
 // expires. The back-off is wall time, not Config.Clock: it paces real
 // network retries, and a node on a fake clock that a test does not move
 // must still reconnect (certificate lifetimes and the running delay are
-// what the clock governs).
+// what the clock governs). When the gateway says the node's certificate is
+// revoked, Run logs it once at ERROR and returns a *RevokedError (see
+// ErrRevoked) instead of reconnecting.
 func (n *Node) Run(ctx context.Context) error {
 	backoff := n.cfg.MinBackoff
 	for {
@@ -390,6 +393,11 @@ func (n *Node) Run(ctx context.Context) error {
 		err := n.session(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if isRevokedStatus(err) {
+			rerr := &RevokedError{NodeID: n.rec.NodeID, DataDir: n.cfg.DataDir, Gateway: n.cfg.Gateway}
+			n.cfg.Log.Error("certificate revoked: not reconnecting", "node_id", n.rec.NodeID, "next", "bcd join with a new join token")
+			return rerr
 		}
 		if time.Since(start) > time.Minute {
 			backoff = n.cfg.MinBackoff
@@ -538,6 +546,11 @@ func (n *Node) hello(ctx context.Context, conn *grpc.ClientConn) (nodev1.Gateway
 	}
 	if err := stream.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Hello{Hello: &nodev1.Hello{
 		NodeId: n.rec.NodeID, BootId: n.cfg.BootID, Version: Version, Labels: helloLabels(n.cfg.Labels, n.cfg.Driver), Inventory: n.cfg.Driver.Inventory()}}}); err != nil {
+		if errors.Is(err, io.EOF) {
+			// The gateway ended the stream first (a refusal): its
+			// status comes with Recv, as gRPC documents for Send.
+			_, err = stream.Recv()
+		}
 		return nil, nil, err
 	}
 	first, err := stream.Recv()

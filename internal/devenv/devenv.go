@@ -67,6 +67,21 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
+	unlock, err := lockDataDir(o.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	e, err := startLocked(ctx, o)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	e.stop = append(e.stop, unlock) // last: the folder is free once all is stopped
+	return e, nil
+}
+
+// startLocked is Start once the data folder is locked.
+func startLocked(ctx context.Context, o Options) (*Env, error) {
 	kek, b, err := openPKI(o)
 	if err != nil {
 		return nil, err
@@ -119,7 +134,7 @@ func (e *Env) bringUp(ctx context.Context, o Options, images string) error {
 	if err := pki.WriteFileAtomic(e.CAFile, e.caPEM, 0o600); err != nil {
 		return fmt.Errorf("write API CA: %w", err)
 	}
-	envText := fmt.Sprintf("export BC_ADDR=%s\nexport BC_API_KEY_FILE=%s\nexport BC_CA_FILE=%s\n", shellQuote(e.APIURL), shellQuote(e.KeyFile), shellQuote(e.CAFile))
+	envText := envFile(e.APIURL, e.KeyFile, e.CAFile, o.DataDir)
 	if err := pki.WriteFileAtomic(e.EnvFile, []byte(envText), 0o600); err != nil {
 		return fmt.Errorf("write env file: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
@@ -33,6 +34,9 @@ type refusal struct {
 var (
 	errUnauthenticated = status.Error(codes.Unauthenticated, string(errs.Unauthenticated))
 	errAccessDenied    = status.Error(codes.PermissionDenied, string(errs.AccessDenied))
+	// errCertRevoked refuses a session of a revoked certificate's holder
+	// (see wire.RevokedMessage); bcd stops reconnecting on it.
+	errCertRevoked = status.Error(codes.Unauthenticated, wire.RevokedMessage)
 )
 
 // refusals maps each authenticated method to its refusal; a method missing
@@ -75,6 +79,9 @@ func (g *Gateway) admit(ctx context.Context, method string) (context.Context, er
 		}
 		g.cfg.Log.Info("call refused", "method", method, "node_id", id.NodeID, "reason", reason)
 		g.svc.Refused(ctx, r.event, reason, id.NodeID)
+		if method == nodev1.Gateway_Session_FullMethodName && reason == reasonRevoked {
+			return nil, errCertRevoked
+		}
 		return nil, r.err
 	}
 	return context.WithValue(ctx, callerKey{}, caller{id: id, ci: ci}), nil
@@ -125,6 +132,10 @@ func mustCaller(ctx context.Context, method string) (caller, error) {
 // replaced (nodes.ReasonSuperseded; the gateway does not import nodes).
 const reasonSuperseded = "superseded"
 
+// reasonRevoked is authenticate's reason for a revoked certificate other
+// than a superseded one.
+const reasonRevoked = "certificate-revoked"
+
 // authenticate checks the caller's client certificate: chain to the node
 // CA, trust domain, role and expiry, then revocation and role in the
 // registry. Any failure is UNAUTHENTICATED with a reason for the log and
@@ -158,7 +169,7 @@ func (g *Gateway) authenticate(ctx context.Context) (pki.NodeIdentity, CertInfo,
 		}
 		return id, ci, "certificate-superseded", errUnauthenticated
 	case ci.Revoked:
-		return id, ci, "certificate-revoked", errUnauthenticated
+		return id, ci, reasonRevoked, errUnauthenticated
 	case ci.NodeID != id.NodeID || ci.Role != id.Role:
 		return id, ci, "certificate-mismatch", errUnauthenticated
 	}

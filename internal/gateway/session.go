@@ -91,7 +91,10 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	case <-sctx.Done():
 		cause := context.Cause(sctx)
 		g.cfg.Log.Info("session closed", "node_id", id.NodeID, "session_id", s.id, "why", cause)
-		if errors.Is(cause, errRevoked) || errors.Is(cause, errExpired) {
+		if errors.Is(cause, errRevoked) {
+			return errCertRevoked
+		}
+		if errors.Is(cause, errExpired) {
 			return errUnauthenticated
 		}
 		return status.Error(codes.Aborted, "session closed")
@@ -129,7 +132,7 @@ func (g *Gateway) open(ctx context.Context, s *session, ci CertInfo, h HelloInfo
 	if res.Quarantined {
 		g.cfg.Log.Warn("node quarantined", "node_id", s.nodeID, "serial", s.serial)
 		g.dropSessions(s.nodeID, errRevoked)
-		return errUnauthenticated
+		return errCertRevoked
 	}
 	if n, err := g.cmds.CancelDisallowed(ctx, s.nodeID, ci.Role, ci.AllowedKinds); err != nil {
 		g.cfg.Log.Error("cancel disallowed kinds", "node_id", s.nodeID, "err", err)

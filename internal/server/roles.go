@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/bettercompute/bettercompute/internal/api"
+	"github.com/bettercompute/bettercompute/internal/auditlog"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/idempotency"
@@ -133,6 +134,11 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 	}
 	srv.Register(api.Methods(mods)...)
 	srv.Register(api.BatchMethods(api.BatchModules{Quorum: cp.Quorum, Commands: cp.Commands})...)
+	auditLog, err := auditlog.New(auditlog.Config{DB: o.DB, Deployment: b.Deployment, Clock: o.Clock, Log: o.Log})
+	if err != nil {
+		return err
+	}
+	srv.Register(api.AuditMethods(auditLog)...)
 	cp.API = srv
 	pages := map[string]http.Handler{
 		"/.well-known/better-compute": api.NewWellKnown(b).Handler(o.Log),

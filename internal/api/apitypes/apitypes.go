@@ -97,6 +97,9 @@ type FanoutIn struct {
 type FanoutOut struct {
 	CommandIDs []string `json:"command_ids"`
 	Count      int      `json:"count"`
+	// FanoutID groups the commands (commands.list fanout_id,
+	// commands.fanoutSummary).
+	FanoutID string `json:"fanout_id"`
 }
 
 // CommandListIn is commands.list's input.
@@ -105,6 +108,8 @@ type CommandListIn struct {
 	NodeID string `json:"node_id,omitempty" api:"max=64"`
 	State  string `json:"state,omitempty" api:"max=32"`
 	Limit  int    `json:"limit,omitempty" api:"min=0,max=1000"`
+	// FanoutID keeps one fan-out's commands.
+	FanoutID string `json:"fanout_id,omitempty" api:"max=64"`
 }
 
 // EventListIn is events.list's input.

@@ -54,6 +54,7 @@ type Command struct {
 	UpdatedAt time.Time       `json:"updated_at"`
 	ExpiresAt time.Time       `json:"expires_at"`
 	BatchID   string          `json:"batch_id,omitempty"`
+	FanoutID  string          `json:"fanout_id,omitempty"`
 }
 
 // Terminal reports whether the command's state is final.

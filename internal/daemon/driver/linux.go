@@ -32,10 +32,12 @@ var diagArgv = [][]string{
 	{"uptime"},
 }
 
-// Inventory reports what the host says of itself.
+// Inventory reports what the host says of itself: its CPUs, its memory
+// (MemTotal of /proc/meminfo) and its mounted block devices, each sized by
+// statfs of where it is mounted.
 func (*Linux) Inventory() *nodev1.Inventory {
 	h, _ := os.Hostname()
-	return &nodev1.Inventory{Driver: "linux", Hostname: h, Cpus: int32(runtime.NumCPU())}
+	return &nodev1.Inventory{Driver: "linux", Hostname: h, Cpus: int32(runtime.NumCPU()), MemoryBytes: hostMemory(), Disks: hostDisks()}
 }
 
 // Run executes kind on the host.

@@ -530,7 +530,15 @@ func (o *OCI) Exec(ctx context.Context, id string, argv, env []string, root bool
 		return res, fmt.Errorf("sandbox: exec process file: %w", err)
 	}
 	pf.Close()
-	cmd := o.command(context.Background(), inherited, o.argv(nil, "exec", "--process", pf.Name(), id))
+	// runc's own errors go to a log of this exec (read back by
+	// notStarted), never mixed into the program's stderr.
+	var globals []string
+	logPath := strings.TrimSuffix(pf.Name(), ".json") + ".log"
+	if o.name == spec.RuntimeRunc {
+		globals = []string{"--log", logPath, "--log-format", "json"}
+		defer os.Remove(logPath)
+	}
+	cmd := o.command(context.Background(), inherited, o.argv(globals, "exec", "--process", pf.Name(), id))
 	stdout, stderr := &capped{max: spec.MaxOutput}, &capped{max: spec.MaxOutput}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
@@ -568,7 +576,10 @@ func (o *OCI) Exec(ctx context.Context, id string, argv, env []string, root bool
 	if res.TimedOut && res.ExitCode == 0 {
 		res.ExitCode = 137
 	}
-	return res, nil
+	if res.TimedOut || o.name != spec.RuntimeRunc {
+		return res, nil
+	}
+	return notStarted(res, argv, logPath)
 }
 
 // killAllButInit freezes the sandbox, SIGKILLs every process in its

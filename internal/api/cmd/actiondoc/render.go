@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/bettercompute/bettercompute/internal/api"
+	"github.com/bettercompute/bettercompute/internal/auditlog"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/quota"
@@ -36,6 +37,7 @@ func endMarker(region string) string { return "<!-- END GENERATED " + region + "
 func allMethods() []api.Method {
 	mods := api.Modules{Sandboxes: &sandboxes.Service{}, Quotas: &quota.Service{}}
 	ms := append(api.Methods(mods), api.BatchMethods(api.BatchModules{})...)
+	ms = append(ms, api.AuditMethods(&auditlog.Log{})...)
 	slices.SortFunc(ms, func(a, b api.Method) int { return strings.Compare(a.Name, b.Name) })
 	return ms
 }

@@ -1,0 +1,42 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/bettercompute/bettercompute/internal/store/storetest"
+	"github.com/bettercompute/bettercompute/internal/testenv"
+)
+
+// TestBatchCreatePrintsItsID: `batch create` prints the new batch's id
+// alone (so B=$(better-compute batch create …) works as the README shows),
+// and --json the whole batch.
+func TestBatchCreatePrintsItsID(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1})
+	t.Setenv("BC_ADDR", e.Client.BaseURL)
+	t.Setenv("BC_API_KEY", e.AdminKey)
+	t.Setenv("BC_API_KEY_FILE", "")
+	run := func(args ...string) string {
+		t.Helper()
+		root := NewRoot()
+		var out, errb bytes.Buffer
+		root.SetArgs(args)
+		root.SetOut(&out)
+		root.SetErr(&errb)
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%v: %v %s", args, err, errb.String())
+		}
+		return out.String()
+	}
+	id := strings.TrimSpace(run("batch", "create", "--kind", "disk.wipe", "--node", e.Nodes[0].NodeID()))
+	if !strings.HasPrefix(id, "b") || strings.ContainsAny(id, " \n\t") {
+		t.Fatalf("batch create printed %q, want the id alone", id)
+	}
+	if shown := run("batch", "show", id, "--json"); !strings.Contains(shown, `"id": "`+id+`"`) {
+		t.Fatalf("batch show %s --json: %s", id, shown)
+	}
+	if js := run("batch", "create", "--kind", "disk.wipe", "--node", e.Nodes[0].NodeID(), "--json"); !strings.Contains(js, `"leaves"`) {
+		t.Fatalf("batch create --json: %s", js)
+	}
+}
