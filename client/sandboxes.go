@@ -1,12 +1,8 @@
 package client
 
 import (
+	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
-	"errors"
-	"time"
 
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 )
@@ -14,43 +10,11 @@ import (
 // Image is a named, content-addressed sandbox image.
 type Image = apitypes.Image
 
-// ImportImage uploads tarball in chunks through the API and names it in
-// tenant ("" = the caller's own); the server checks the bytes hash to the
-// digest the client computed.
+// ImportImage uploads tarball through the upload endpoint and names it
+// in tenant ("" = the caller's own); the server checks the bytes hash to
+// the digest the client computed.
 func (c *Client) ImportImage(ctx context.Context, tenant, name string, tarball []byte) (Image, error) {
-	var begin apitypes.UploadBeginOut
-	if err := c.Call(ctx, "images.beginUpload", tenantIn(tenant), &begin); err != nil {
-		return Image{}, err
-	}
-	chunk := begin.MaxChunk
-	if chunk <= 0 {
-		chunk = 32 << 10
-	}
-	for off := 0; off < len(tarball); off += chunk {
-		end := min(off+chunk, len(tarball))
-		chunkIn := apitypes.ChunkIn{UploadID: begin.UploadID, Offset: int64(off), DataBase64: base64.StdEncoding.EncodeToString(tarball[off:end])}
-		// A RATE_LIMITED chunk was not stored: send it again after the
-		// server's Retry-After (an image is many mutations).
-		for attempt := 0; ; attempt++ {
-			err := c.Call(ctx, "images.uploadChunk", chunkIn, nil)
-			var e *Error
-			if err == nil {
-				break
-			}
-			if !errors.As(err, &e) || e.Code != ErrRateLimited.Code || attempt >= 1000 {
-				return Image{}, err
-			}
-			select {
-			case <-time.After(max(e.RetryAfter, 100*time.Millisecond)):
-			case <-ctx.Done():
-				return Image{}, ctx.Err()
-			}
-		}
-	}
-	sum := sha256.Sum256(tarball)
-	var img Image
-	err := c.Call(ctx, "images.import", apitypes.ImageImportIn{UploadID: begin.UploadID, Name: name, Digest: "sha256:" + hex.EncodeToString(sum[:])}, &img)
-	return img, err
+	return c.ImportImageFrom(ctx, tenant, name, bytes.NewReader(tarball), int64(len(tarball)), nil)
 }
 
 // Sandbox is a sandbox as the API shows it.

@@ -190,6 +190,8 @@ type Server struct {
 	authFailures *failLimiter
 	tenants      *tenantLimiter
 	idem         *idempotency.Store
+	// uploads is the upload endpoint's module (nil: no endpoint).
+	uploads Uploads
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -293,6 +295,10 @@ type answer struct {
 // that is not exactly /api/v1/<method> of a registered method is an
 // unknown method (NOT_FOUND, after authentication).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.uploads != nil && strings.HasPrefix(r.URL.Path, UploadPath) {
+		s.serveUploadHTTP(w, r)
+		return
+	}
 	start := time.Now()
 	rid := SecurityHeaders(w, r)
 	name, ok := strings.CutPrefix(r.URL.Path, "/api/v1/")

@@ -69,10 +69,17 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 // its identity before the method lookup and the body, so unknown methods,
 // malformed bodies and pre-check refusals are limited like the rest.
 func (s *Server) authenticateCall(q *call) error {
-	r, c := q.r, q.c
+	r := q.r
 	if r.Method != http.MethodPost || !isJSON(r.Header.Get("Content-Type")) || r.Header.Get("X-Better-Compute") != "1" {
 		return errs.New(errs.CSRFRejected, "POST with content-type application/json and X-Better-Compute: 1 is required")
 	}
+	return s.authenticateCaller(q)
+}
+
+// authenticateCaller is authenticateCall past its request-shape check
+// (the upload endpoint checks its own shape, then this).
+func (s *Server) authenticateCaller(q *call) error {
+	r, c := q.r, q.c
 	if wait := s.authFailures.blocked(c.Addr); wait > 0 {
 		q.out.retryAfter = wait
 		return errs.New(errs.RateLimited, "too many failed authentications")
@@ -121,6 +128,13 @@ func (s *Server) preCheck(q *call) error {
 		s.recordDenial(q.ctx, c, q.m, t, "tenant-precheck")
 		return denied(c, q.m.Action, t)
 	}
+	return s.callerState(q)
+}
+
+// callerState is preCheck's last step: the caller's own tenant must be
+// live (not deleted, and not suspended for a mutation).
+func (s *Server) callerState(q *call) (err error) {
+	c := q.c
 	if c.Root() {
 		return nil
 	}

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/base64"
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
@@ -17,15 +16,15 @@ type templateCreateIn struct {
 	sandboxes.TemplateIn
 }
 
-// sandboxMethods are the sandbox module's methods: images (chunked
-// uploads through the envelope), templates and sandboxes. Every method is
+// sandboxMethods are the sandbox module's methods: images (an upload
+// begins and is imported here; its bytes stream through the upload
+// endpoint, uploads.go), templates and sandboxes. Every method is
 // decided on its tenant or on the resource itself; sandboxes.exec is
 // decided as compute:sandboxes:exec on the sandbox.
 func sandboxMethods(m Modules) []Method {
 	if m.Sandboxes == nil {
 		return nil
 	}
-	upload := func(in apitypes.ChunkIn) Target { return Target{Kind: "image-upload", ID: in.UploadID} }
 	sbx := func(in apitypes.IDIn) Target { return Target{Kind: "sandbox", ID: in.ID} }
 	s := m.Sandboxes
 	return []Method{
@@ -34,18 +33,7 @@ func sandboxMethods(m Modules) []Method {
 			if err != nil {
 				return nil, err
 			}
-			return apitypes.UploadBeginOut{MaxChunk: sandboxes.MaxChunk, UploadID: id}, nil
-		}),
-		Def("images.uploadChunk", "compute:images:create", true, upload, func(ctx context.Context, c *Caller, in apitypes.ChunkIn) (any, error) {
-			data, err := base64.StdEncoding.DecodeString(in.DataBase64)
-			if err != nil {
-				return nil, errs.New(errs.InvalidInput, "data_base64: not base64")
-			}
-			next, err := s.PutChunk(ctx, c.Actor(), in.UploadID, in.Offset, data)
-			if err != nil {
-				return nil, err
-			}
-			return apitypes.ChunkOut{NextOffset: next}, nil
+			return apitypes.UploadBeginOut{UploadID: id, UploadPath: UploadPath + id, MaxBytes: s.MaxImageBytes()}, nil
 		}),
 		Def("images.import", "compute:images:create", true, func(in apitypes.ImageImportIn) Target { return Target{Kind: "image-upload", ID: in.UploadID} },
 			func(ctx context.Context, c *Caller, in apitypes.ImageImportIn) (any, error) {

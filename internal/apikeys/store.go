@@ -41,6 +41,13 @@ const (
 	qRevokeSession = `UPDATE sessions SET revoked_at = $1 WHERE id = $2 AND tenant_id = $3 AND revoked_at IS NULL`
 	qHoldSession   = `UPDATE sessions SET revoked_at = revoked_at WHERE id = $1 AND tenant_id = $2 AND identity_id = $3 AND revoked_at IS NULL`
 
+	// qCountKeysOf counts the keys (revoked or not) of tenant $1 held by
+	// the identities in %s (CreateFirst); qLockKeys makes concurrent
+	// CreateFirst calls on PostgreSQL take turns (SQLite's write
+	// transactions already do).
+	qCountKeysOf = `SELECT COUNT(*) FROM api_keys WHERE tenant_id = $1 AND identity IN (%s)`
+	qLockKeys    = `LOCK TABLE api_keys IN SHARE ROW EXCLUSIVE MODE`
+
 	qSessionsOfIdentity       = `SELECT id FROM sessions WHERE identity_id = $1 AND revoked_at IS NULL`
 	qRevokeSessionsOfIdentity = `UPDATE sessions SET revoked_at = $1 WHERE identity_id = $2 AND revoked_at IS NULL`
 )

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/bettercompute/bettercompute/internal/buildinfo"
 	"github.com/bettercompute/bettercompute/internal/clisafe"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon"
@@ -50,6 +51,7 @@ func (e *ExitError) Unwrap() error { return e.Err }
 func NewRoot(stdin io.Reader) *cobra.Command {
 	root := &cobra.Command{Use: "bcd", Short: "bcd: the Better Compute node daemon", SilenceUsage: true, SilenceErrors: true}
 	root.AddCommand(joinCmd(stdin), nodeCmd(), simulateCmd(), egresscmd.NewEgressCommand(), egresscmd.NewProxyCommand())
+	buildinfo.AddVersionFlag(root)
 	clisafe.GuardArgs(root)
 	return root
 }

@@ -19,6 +19,7 @@ import (
 // evidence, so mode 0644).
 func attestationCmd() *cobra.Command {
 	var out string
+	var force bool
 	c := &cobra.Command{
 		Use:   "attestation ID",
 		Short: "Write a command's attested result (signed bytes, signature, node certificate) to a file anyone can verify offline",
@@ -34,6 +35,16 @@ func attestationCmd() *cobra.Command {
 			if err := resolveArg(cmd, cl, "command", &args[0]); err != nil {
 				return err
 			}
+			of, err := openOut(out, force, publicFileMode)
+			if err != nil {
+				return err
+			}
+			committed := false
+			defer func() {
+				if !committed {
+					of.Abort()
+				}
+			}()
 			a, err := cl.CommandAttestation(contextOf(cmd), args[0])
 			if err != nil {
 				return apiErr(err)
@@ -57,14 +68,16 @@ func attestationCmd() *cobra.Command {
 			if _, err := attestation.Parse(data); err != nil {
 				return &ExitError{Code: 1, Err: fmt.Errorf("the server's attestation is malformed: %w", err)}
 			}
-			if err := os.WriteFile(out, data, 0o644); err != nil {
-				return &ExitError{Code: 1, Err: fmt.Errorf("write %s: %w", out, err)}
+			committed = true
+			if err := of.Commit(data); err != nil {
+				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote the attestation of %s to %s\n", attestText(a.CommandID), out)
 			return nil
 		},
 	}
 	c.Flags().StringVar(&out, "out", "", "file to write")
+	forceFlag(c, &force)
 	return c
 }
 

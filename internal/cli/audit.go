@@ -216,6 +216,7 @@ func auditVerifyCmd() *cobra.Command {
 
 func auditProveCmd() *cobra.Command {
 	var dsn, tenant, event, out string
+	var force bool
 	c := &cobra.Command{
 		Use:   "prove",
 		Short: "Write the inclusion proof of one event (C2SP tlog-proof@v1) for check-proof; through the API without --db",
@@ -225,6 +226,16 @@ func auditProveCmd() *cobra.Command {
 			if event == "" || out == "" {
 				return badInput(errors.New("--event and --out are required"))
 			}
+			of, err := openOut(out, force, publicFileMode)
+			if err != nil {
+				return err
+			}
+			committed := false
+			defer func() {
+				if !committed {
+					of.Abort()
+				}
+			}()
 			file, index, err := auditProveFile(ctx, dsn, tenant, event)
 			if errors.Is(err, auditlog.ErrNotFound) {
 				return badInput(err)
@@ -232,7 +243,8 @@ func auditProveCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := writeProof(out, file); err != nil {
+			committed = true
+			if err := of.Commit(file); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: event %s at index %d\n", out, event, index)
@@ -243,6 +255,7 @@ func auditProveCmd() *cobra.Command {
 	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (default: the root tenant with --db, your own through the API)")
 	c.Flags().StringVar(&event, "event", "", "event id (ev_…)")
 	c.Flags().StringVar(&out, "out", "", "proof file to write")
+	forceFlag(c, &force)
 	return c
 }
 

@@ -9,7 +9,6 @@ import (
 
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/iam"
-	"github.com/bettercompute/bettercompute/internal/pki"
 )
 
 // The environment the audit commands read for their defaults; dev's
@@ -112,6 +111,3 @@ func auditProveFile(ctx context.Context, dsn, tenant, event string) ([]byte, uin
 	}
 	return p.Marshal(), p.Index, nil
 }
-
-// writeProof writes a proof file (public evidence: 0644).
-func writeProof(path string, b []byte) error { return pki.WriteFileAtomic(path, b, 0o644) }

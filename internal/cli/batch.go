@@ -32,6 +32,7 @@ func approversCmd() *cobra.Command {
 func approversInitCmd() *cobra.Command {
 	var count, threshold int
 	var out string
+	var force bool
 	initC := &cobra.Command{
 		Use:   "init",
 		Short: "Make approver key files for a test or dev deployment (in production each approver makes their own)",
@@ -42,6 +43,9 @@ func approversInitCmd() *cobra.Command {
 			}
 			if threshold < 1 || threshold > count {
 				return &ExitError{Code: 2, Err: fmt.Errorf("--threshold must be 1..%d", count)}
+			}
+			if err := replaceApproverFiles(out, count, force); err != nil {
+				return err
 			}
 			keys, err := approverkeys.Generate(out, count)
 			if err != nil {
@@ -59,6 +63,7 @@ func approversInitCmd() *cobra.Command {
 	initC.Flags().IntVar(&count, "count", 3, "number of approvers")
 	initC.Flags().IntVar(&threshold, "threshold", 2, "approvals a destructive batch needs")
 	initC.Flags().StringVar(&out, "out", "", "directory for the key files (created 0700)")
+	forceFlag(initC, &force)
 	return initC
 }
 

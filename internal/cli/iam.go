@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/bettercompute/bettercompute/internal/pki"
 )
 
 // call runs one API method and prints its answer as JSON (--json) or
@@ -198,7 +196,7 @@ func apiKeysCmd() *cobra.Command {
 	var tenant, identity, name, out string
 	var ttl time.Duration
 	var scopes []string
-	var asJSON bool
+	var asJSON, force bool
 	create := &cobra.Command{Use: "create --identity ID", Short: "Make an API key", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if identity == "" {
@@ -208,12 +206,21 @@ func apiKeysCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var of *outFile
+			if out != "" {
+				if of, err = openOut(out, force, secretFileMode); err != nil {
+					return err
+				}
+			}
 			k, err := cl.CreateAPIKey(contextOf(cmd), tenant, identity, name, ttl, scopes...)
 			if err != nil {
+				if of != nil {
+					of.Abort()
+				}
 				return apiErr(err)
 			}
-			if out != "" {
-				if err := pki.WriteFileAtomic(out, []byte(k.Key+"\n"), 0o600); err != nil {
+			if of != nil {
+				if err := of.Commit([]byte(k.Key + "\n")); err != nil {
 					return err
 				}
 				k.Key = ""
@@ -235,6 +242,7 @@ func apiKeysCmd() *cobra.Command {
 	create.Flags().DurationVar(&ttl, "ttl", 0, "lifetime (0: no expiry)")
 	create.Flags().StringSliceVar(&scopes, "scope", nil, "limit the key to these action patterns (repeatable)")
 	create.Flags().StringVar(&out, "out", "", "write the key to this new 0600 file instead of printing it")
+	forceFlag(create, &force)
 	create.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	var lt string
 	var lj bool

@@ -81,7 +81,7 @@ func joinTokensCmd() *cobra.Command {
 	c := &cobra.Command{Use: "join-tokens", Short: "One-time tokens that let a node join"}
 	var role, name, out string
 	var ttl time.Duration
-	var asJSON bool
+	var asJSON, force bool
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Make a single-use join token (shown once; stored only as a hash)",
@@ -94,12 +94,21 @@ func joinTokensCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var of *outFile
+			if out != "" {
+				if of, err = openOut(out, force, secretFileMode); err != nil {
+					return err
+				}
+			}
 			t, err := cl.CreateJoinToken(contextOf(cmd), role, name, ttl)
 			if err != nil {
+				if of != nil {
+					of.Abort()
+				}
 				return apiErr(err)
 			}
-			if out != "" {
-				if err := pki.WriteFileAtomic(out, []byte(t.Token+"\n"), 0o600); err != nil {
+			if of != nil {
+				if err := of.Commit([]byte(t.Token + "\n")); err != nil {
 					return err
 				}
 				t.Token = ""
@@ -120,6 +129,7 @@ func joinTokensCmd() *cobra.Command {
 	create.Flags().StringVar(&name, "name", "", "name for the node")
 	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token is valid")
 	create.Flags().StringVar(&out, "out", "", "write the token to this new 0600 file instead of printing it")
+	forceFlag(create, &force)
 	create.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	c.AddCommand(create)
 	return c

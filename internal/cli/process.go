@@ -292,6 +292,7 @@ func pkiCmd() *cobra.Command {
 func issueGatewayCmd() *cobra.Command {
 	var dir, kekFile, out, names, ips string
 	var lifetime time.Duration
+	var force bool
 	c := &cobra.Command{
 		Use:   "issue-gateway",
 		Short: "Write what a gateway-only process needs: the bundle's public half and a gateway certificate and key",
@@ -321,6 +322,9 @@ func issueGatewayCmd() *cobra.Command {
 				}
 				ipList = append(ipList, ip)
 			}
+			if err := refuseExisting(force, filepath.Join(out, pki.BundleFile), filepath.Join(out, pki.GatewayCertFile), filepath.Join(out, pki.GatewayKeyFile)); err != nil {
+				return err
+			}
 			cert, err := pki.IssueGatewayCert(b.InternalCA, key, b.TrustDomain, splitList(names), ipList, lifetime, time.Now())
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
@@ -335,6 +339,7 @@ func issueGatewayCmd() *cobra.Command {
 	c.Flags().StringVar(&dir, "pki", "pki", "bundle directory")
 	c.Flags().StringVar(&kekFile, "kek-file", "kek", "key-encryption key file; BC_KEK overrides")
 	c.Flags().StringVar(&out, "out", "gateway", "directory to write bundle.json, gateway.crt and gateway.key into")
+	forceFlag(c, &force)
 	c.Flags().StringVar(&names, "names", "localhost", "comma-separated DNS names nodes reach the gateway by")
 	c.Flags().StringVar(&ips, "ips", "", "comma-separated IP addresses nodes reach the gateway by (loopback is always included)")
 	c.Flags().DurationVar(&lifetime, "lifetime", 90*24*time.Hour, "certificate lifetime (at most 398 days)")

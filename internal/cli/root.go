@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/buildinfo"
 	"github.com/bettercompute/bettercompute/internal/clisafe"
 	"github.com/bettercompute/bettercompute/internal/jsontime"
 )
@@ -76,7 +77,9 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(sessionsCmd())
 	root.AddCommand(batchCmd(), approversCmd())
 	root.AddCommand(auditCmd())
+	root.AddCommand(bootstrapCmd())
 	root.AddCommand(sandboxCommands()...)
+	buildinfo.AddVersionFlag(root)
 	addCAFlag(root)
 	addCompletions(root)
 	clisafe.GuardArgs(root)

@@ -1,17 +1,14 @@
 package cli
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/bettercompute/internal/clisafe"
-	"github.com/bettercompute/bettercompute/internal/sandboxes/imagetar"
 )
 
 // sandboxCommands are the sandbox, templates and images command groups.
@@ -184,45 +181,7 @@ func templatesCmd() *cobra.Command {
 
 func imagesCmd() *cobra.Command {
 	c := &cobra.Command{Use: "images", Short: "Sandbox images: content-addressed root filesystems"}
-	var tenant, rootfs, tarFile string
-	var ij bool
-	imp := &cobra.Command{Use: "import NAME (--rootfs DIR | --tar FILE)", Short: "Store a root filesystem as an image named by its SHA-256", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if (rootfs == "") == (tarFile == "") {
-				return &ExitError{Code: 2, Err: errors.New("give exactly one of --rootfs or --tar")}
-			}
-			var tarball []byte
-			if rootfs != "" {
-				var buf bytes.Buffer
-				if err := imagetar.FromDir(rootfs, &buf); err != nil {
-					return &ExitError{Code: 2, Err: err}
-				}
-				tarball = buf.Bytes()
-			} else {
-				b, err := os.ReadFile(tarFile)
-				if err != nil {
-					return &ExitError{Code: 2, Err: err}
-				}
-				tarball = b
-			}
-			cl, err := apiClient()
-			if err != nil {
-				return err
-			}
-			img, err := cl.ImportImage(contextOf(cmd), tenant, args[0], tarball)
-			if err != nil {
-				return apiErr(err)
-			}
-			if ij {
-				return printJSON(cmd.OutOrStdout(), img)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s (%s)\n", img.Name, img.Digest, sizeText(img.SizeBytes))
-			return err
-		}}
-	imp.Flags().StringVar(&tenant, "tenant", "", "tenant (default: your own)")
-	imp.Flags().StringVar(&rootfs, "rootfs", "", "directory holding the root filesystem")
-	imp.Flags().StringVar(&tarFile, "tar", "", "tar of the root filesystem")
-	imp.Flags().BoolVar(&ij, "json", false, "print JSON")
+	imp := imageImportCmd()
 	var lt string
 	var lj bool
 	list := &cobra.Command{Use: "list", Short: "List images", Args: cobra.NoArgs,

@@ -90,6 +90,9 @@ type Config struct {
 
 	Sandboxes struct {
 		Images string `toml:"images"` // gocloud.dev/blob URL of the image store; empty: no imports
+		// MaxImageBytes bounds an uploaded image's tar; default and
+		// ceiling 2 GiB (what a node accepts).
+		MaxImageBytes int64 `toml:"max_image_bytes"`
 	} `toml:"sandboxes"`
 
 	// Quotas are every tenant's default limits (a root operator sets one

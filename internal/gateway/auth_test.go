@@ -83,6 +83,8 @@ type authRegistry struct {
 	mu     sync.Mutex
 	opened []HelloInfo
 	closed []string // session ids
+	// beforeClose, when set, runs as CloseSession starts.
+	beforeClose func()
 }
 
 func (r *authRegistry) CertInfo(_ context.Context, serial string) (CertInfo, error) {
@@ -99,6 +101,9 @@ func (r *authRegistry) OpenSession(_ context.Context, h HelloInfo) (SessionResul
 	return SessionResult{}, nil
 }
 func (r *authRegistry) CloseSession(_ context.Context, _, sessionID string) error {
+	if r.beforeClose != nil {
+		r.beforeClose()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed = append(r.closed, sessionID)

@@ -212,6 +212,9 @@ func (g *Gateway) GRPCServer() *grpc.Server {
 		// handler runs, so a new method cannot forget to.
 		grpc.ChainUnaryInterceptor(g.unaryAuth),
 		grpc.ChainStreamInterceptor(g.streamAuth),
+		// Stop returns only once every handler has, so a session's close
+		// is written before the process closes its database.
+		grpc.WaitForHandlers(true),
 	)
 	nodev1.RegisterGatewayServer(s, g)
 	return s

@@ -1,13 +1,13 @@
 package sandboxes
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
@@ -16,10 +16,6 @@ import (
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
-
-// MaxChunk bounds one upload chunk (raw bytes), so a chunk fits the API's
-// 64 KiB body as base64.
-const MaxChunk = 40 << 10
 
 // Image is a named, content-addressed image of a tenant.
 type Image struct {
@@ -69,44 +65,6 @@ func (s *Service) UploadTenantOf(ctx context.Context, id string) (string, error)
 	return t, nil
 }
 
-// PutChunk stores the chunk at offset of an upload; offsets must follow
-// each other with no gap and no overlap. The upload's advance and its
-// audit row are one transaction.
-func (s *Service) PutChunk(ctx context.Context, actor audit.Entry, upload string, offset int64, data []byte) (int64, error) {
-	if len(data) == 0 || len(data) > MaxChunk {
-		return 0, errs.New(errs.InvalidInput, fmt.Sprintf("data: 1 to %d bytes", MaxChunk))
-	}
-	if offset+int64(len(data)) > spec.MaxImageBytes {
-		return 0, errs.New(errs.PayloadTooLarge, "the image is larger than the limit")
-	}
-	u, err := scanUpload(s.db.QueryRowContext(ctx, sqlUploadOffset, upload))
-	if err != nil {
-		return 0, fmt.Errorf("sandboxes: read upload: %w", err)
-	}
-	if u.done || offset != u.next {
-		return 0, errs.New(errs.Conflict, fmt.Sprintf("offset: the upload expects %d", u.next))
-	}
-	if err := s.images.WriteAll(ctx, stagingKey(upload, offset), data, nil); err != nil {
-		return 0, fmt.Errorf("sandboxes: stage chunk: %w", err)
-	}
-	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, sqlAdvanceUpload, offset+int64(len(data)), upload, offset)
-		if err != nil {
-			return fmt.Errorf("sandboxes: advance upload: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return errs.New(errs.Conflict, "offset: another chunk won")
-		}
-		actor.Action, actor.Resource, actor.Outcome = "compute:images:create", "image-upload/"+upload, "allowed"
-		actor.Details = map[string]any{"offset": offset, "bytes": len(data)}
-		return audit.Record(ctx, tx, s.clk.Now(), actor)
-	})
-	if err != nil {
-		return 0, err
-	}
-	return offset + int64(len(data)), nil
-}
-
 // CommitImage assembles an upload, checks it hashes to digest, stores it
 // under the digest and names it in the tenant.
 func (s *Service) CommitImage(ctx context.Context, actor audit.Entry, tenant, upload, name, digest string) (Image, error) {
@@ -116,47 +74,21 @@ func (s *Service) CommitImage(ctx context.Context, actor audit.Entry, tenant, up
 	if !spec.ValidDigest(digest) {
 		return Image{}, errs.New(errs.InvalidInput, "digest: sha256:<64 lowercase hex>")
 	}
-	u, err := scanUpload(s.db.QueryRowContext(ctx, sqlUploadOffset, upload))
+	if _, busy := s.writing.LoadOrStore(upload, struct{}{}); busy {
+		return Image{}, errs.New(errs.Conflict, "a write to this upload is in progress")
+	}
+	defer s.writing.Delete(upload)
+	u, err := s.readUpload(ctx, upload)
 	if err != nil {
-		return Image{}, fmt.Errorf("sandboxes: read upload: %w", err)
+		return Image{}, err
 	}
 	next := u.next
 	if u.done || next == 0 {
 		return Image{}, errs.New(errs.InvalidState, "the upload is empty or already imported")
 	}
-	key := spec.ImageKey(digest)
-	tmp := "staging/" + upload + "/assembled"
-	w, err := s.images.NewWriter(ctx, tmp, nil)
-	if err != nil {
-		return Image{}, fmt.Errorf("sandboxes: assemble: %w", err)
+	if err := s.assemble(ctx, upload, next, digest); err != nil {
+		return Image{}, err
 	}
-	h := sha256.New()
-	for off := int64(0); off < next; {
-		b, err := s.images.ReadAll(ctx, stagingKey(upload, off))
-		if err != nil {
-			w.Close()
-			return Image{}, fmt.Errorf("sandboxes: read chunk: %w", err)
-		}
-		if _, err := io.MultiWriter(w, h).Write(b); err != nil {
-			w.Close()
-			return Image{}, fmt.Errorf("sandboxes: assemble: %w", err)
-		}
-		off += int64(len(b))
-	}
-	if err := w.Close(); err != nil {
-		return Image{}, fmt.Errorf("sandboxes: assemble: %w", err)
-	}
-	if "sha256:"+hex.EncodeToString(h.Sum(nil)) != digest {
-		_ = s.images.Delete(ctx, tmp)
-		return Image{}, errs.New(errs.InvalidInput, "digest: the uploaded bytes hash to another digest")
-	}
-	if err := s.images.Copy(ctx, key, tmp, nil); err != nil {
-		return Image{}, fmt.Errorf("sandboxes: store image: %w", err)
-	}
-	for off := int64(0); off < next; off += MaxChunk {
-		_ = s.images.Delete(ctx, stagingKey(upload, off))
-	}
-	_ = s.images.Delete(ctx, tmp)
 	now := s.clk.Now()
 	img := Image{ID: ids.New("img"), TenantID: tenant, Name: name, Digest: digest, SizeBytes: next, CreatedBy: actor.Actor, CreatedAt: now.UTC()}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
@@ -205,10 +137,8 @@ func (s *Service) ImportBytes(ctx context.Context, actor audit.Entry, tenant, na
 	if err != nil {
 		return Image{}, err
 	}
-	for off := 0; off < len(tarball); off += MaxChunk {
-		if _, err := s.PutChunk(ctx, actor, up, int64(off), tarball[off:min(off+MaxChunk, len(tarball))]); err != nil {
-			return Image{}, err
-		}
+	if _, err := s.WriteUpload(ctx, actor, up, 0, bytes.NewReader(tarball)); err != nil {
+		return Image{}, err
 	}
 	sum := sha256.Sum256(tarball)
 	return s.CommitImage(ctx, actor, tenant, up, name, "sha256:"+hex.EncodeToString(sum[:]))

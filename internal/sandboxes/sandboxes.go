@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -103,6 +104,10 @@ type Service struct {
 	// without refills queued on the same host).
 	holdRefill atomic.Bool
 	quotas     *quota.Service
+	// maxImage bounds an upload (0: spec.MaxImageBytes), and writing
+	// holds the uploads a write streams into now.
+	maxImage atomic.Int64
+	writing  sync.Map
 }
 
 // HoldWarmRefill stops (true) or resumes the background warm-pool refill;

@@ -35,8 +35,8 @@ func FromConfig(c config.Config) (Options, error) {
 			FailedAuthPerSecond: rl.FailedAuthPerSecond, FailedAuthBurst: rl.FailedAuthBurst},
 		Quotas: c.QuotaLimits(), TenantMutates: c.Quotas.ConcurrentMutates,
 		AuditSealInterval: c.SealInterval(), AuditSinkName: c.Audit.Sink,
-		SandboxImages: c.Sandboxes.Images,
-		APINames:      c.API.Names, APIPlainHTTP: c.API.PlainHTTP,
+		SandboxImages: c.Sandboxes.Images, SandboxMaxImageBytes: c.Sandboxes.MaxImageBytes,
+		APINames: c.API.Names, APIPlainHTTP: c.API.PlainHTTP,
 	}, nil
 }
 

@@ -139,6 +139,9 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 		return err
 	}
 	srv.Register(api.AuditMethods(auditLog)...)
+	if cp.Sandboxes != nil {
+		srv.ServeUploads(cp.Sandboxes)
+	}
 	cp.API = srv
 	pages := map[string]http.Handler{
 		"/.well-known/better-compute": api.NewWellKnown(b).Handler(o.Log),
@@ -188,7 +191,7 @@ func (cp *ControlPlane) serveInternal(o Options, local gatewayServices, internal
 	cp.InternalAddr = lis.Addr().String()
 	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(controlTLS(cert, b.InternalCA))),
 		grpc.MaxRecvMsgSize(nodev1.MaxMessageBytes), grpc.MaxSendMsgSize(nodev1.MaxMessageBytes),
-		grpc.UnaryInterceptor(requireGateway(b.TrustDomain, b.InternalCA, o.Clock)))
+		grpc.UnaryInterceptor(requireGateway(b.TrustDomain, b.InternalCA, o.Clock)), grpc.WaitForHandlers(true))
 	internalv1.RegisterGatewayServicesServer(gs, &controlServer{svc: local, roots: roots, td: b.TrustDomain, clk: o.Clock, log: o.Log})
 	cp.serveGRPC("internal channel", gs, lis, nil)
 	return nil

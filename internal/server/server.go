@@ -114,6 +114,9 @@ type Options struct {
 	// SandboxImages is the gocloud.dev/blob URL of the sandbox image store
 	// (file:///dir by default in dev); "" disables image imports.
 	SandboxImages string
+	// SandboxMaxImageBytes bounds an uploaded image (0: the 2 GiB a node
+	// accepts, also the ceiling).
+	SandboxMaxImageBytes int64
 	// ShutdownGrace bounds how long Close lets the listeners finish the
 	// calls in flight (gRPC GracefulStop, http.Server.Shutdown) before it
 	// stops them (default DefaultShutdownGrace).

@@ -51,6 +51,7 @@ func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 		return err
 	}
 	cp.Sandboxes = sandboxes.New(o.DB, o.Clock, cp.Bus, cp.Commands, cp.Nodes, cp.Quotas, bucket, o.Log)
+	cp.Sandboxes.SetMaxImageBytes(o.SandboxMaxImageBytes)
 	if r.workers {
 		cp.Signer = signing.New(signing.Deps{DB: o.DB, Commands: commandStore, Clock: o.Clock, KEK: o.KEK, Root: b.CommandRoot, RootKey: k.commandRoot,
 			TrustDomain: b.TrustDomain, Bus: cp.Bus, Batches: cp.Quorum, Log: o.Log})

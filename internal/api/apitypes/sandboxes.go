@@ -1,21 +1,20 @@
 package apitypes
 
-// UploadBeginOut is images.beginUpload's answer.
+// UploadBeginOut is images.beginUpload's answer: the upload's id, where
+// its bytes go (PUT, see UploadState) and the largest image accepted.
 type UploadBeginOut struct {
-	MaxChunk int    `json:"max_chunk"`
+	UploadID   string `json:"upload_id"`
+	UploadPath string `json:"upload_path"`
+	MaxBytes   int64  `json:"max_bytes"`
+}
+
+// UploadState is the upload endpoint's answer (GET or PUT
+// /api/v1/uploads/{id}): how many bytes the server holds, where the next
+// write continues.
+type UploadState struct {
 	UploadID string `json:"upload_id"`
-}
-
-// ChunkIn is images.uploadChunk's input: one chunk of an upload at Offset.
-type ChunkIn struct {
-	UploadID   string `json:"upload_id" api:"max=64"`
-	Offset     int64  `json:"offset" api:"min=0,max=2147483648"`
-	DataBase64 string `json:"data_base64" api:"max=54620"`
-}
-
-// ChunkOut is images.uploadChunk's answer.
-type ChunkOut struct {
-	NextOffset int64 `json:"next_offset"`
+	Offset   int64  `json:"offset"`
+	MaxBytes int64  `json:"max_bytes"`
 }
 
 // ImageImportIn is images.import's input: the upload, the image's name and
