@@ -371,8 +371,10 @@ func TestSuspendedTenant(t *testing.T) {
 		if _, err := e.Client.SetTenantState(ctx, tenant, "delete"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := admin.Nodes(ctx); !errors.Is(err, client.ErrTenantSuspended) {
-			t.Fatalf("deleted tenant's read: %v, want TENANT_SUSPENDED", err)
+		// Deleting a tenant revokes its keys (the teardown), so its callers
+		// no longer authenticate at all.
+		if _, err := admin.Nodes(ctx); !errors.Is(err, client.ErrUnauthenticated) {
+			t.Fatalf("deleted tenant's read: %v, want UNAUTHENTICATED", err)
 		}
 	})
 }
@@ -1059,6 +1061,11 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 	if err := e.CP.DB.QueryRowContext(ctx, `SELECT serial FROM node_certs WHERE node_id = $1 ORDER BY not_after DESC LIMIT 1`, node).Scan(&serial); err != nil {
 		t.Fatal(err)
 	}
+	// A node that never connects: a command to it stays queued (cancellable).
+	offline := "nwalkofflinexxxxx"
+	if _, err := e.CP.DB.ExecContext(ctx, `INSERT INTO nodes (id, tenant_id, name, role, created_at) VALUES ($1, 'root', 'walk-offline', 'node', 0)`, offline); err != nil {
+		t.Fatal(err)
+	}
 	var tarball bytes.Buffer
 	tw := tar.NewWriter(&tarball)
 	_ = tw.WriteHeader(&tar.Header{Name: "hello", Mode: 0o644, Size: 2})
@@ -1101,15 +1108,18 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 		{"bindings.create", func() string { return `{"identity_id":"` + state["identity"] + `","role_id":"` + state["role"] + `"}` }, func(o map[string]any) { state["binding"] = str(o["id"]) }},
 		{"bindings.delete", func() string { return `{"id":"` + state["binding"] + `"}` }, nil},
 		{"identities.delete", func() string { return `{"id":"` + state["identity"] + `"}` }, nil},
+		{"roles.delete", func() string { return `{"id":"` + state["role"] + `"}` }, nil},
 		{"apiKeys.create", func() string { return `{"identity_id":"admin","name":"walk"}` }, func(o map[string]any) { state["key"] = str(o["id"]) }},
 		{"apiKeys.revoke", func() string { return `{"id":"` + state["key"] + `"}` }, nil},
 		{"sessions.create", func() string { return `{}` }, func(o map[string]any) { state["session"] = str(o["id"]) }},
 		{"sessions.revoke", func() string { return `{"id":"` + state["session"] + `"}` }, nil},
-		{"joinTokens.create", func() string { return `{}` }, nil},
+		{"joinTokens.create", func() string { return `{}` }, func(o map[string]any) { state["join-token"] = str(o["id"]) }},
+		{"joinTokens.revoke", func() string { return `{"id":"` + state["join-token"] + `"}` }, nil},
 		{"joinTokens.createMany", func() string { return `{"count":2}` }, nil},
 		{"secrets.put", func() string { return `{"name":"walk","value_base64":"aGk="}` }, func(o map[string]any) { state["secret"] = str(o["ref"]) }},
 		{"secrets.delete", func() string { return `{"ref":"` + state["secret"] + `"}` }, nil},
-		{"commands.create", func() string { return `{"node_id":"` + node + `","kind":"node.ping"}` }, nil},
+		{"commands.create", func() string { return `{"node_id":"` + offline + `","kind":"node.ping"}` }, func(o map[string]any) { state["command"] = str(o["id"]) }},
+		{"commands.cancel", func() string { return `{"id":"` + state["command"] + `"}` }, nil},
 		{"commands.fanout", func() string { return `{"node_ids":["` + node + `"],"kind":"node.ping"}` }, nil},
 		{"batches.create", func() string { return `{"leaves":[{"node_id":"` + node + `","kind":"node.reboot"}]}` }, func(o map[string]any) {
 			state["batch"], state["root"], state["deployment"] = str(o["id"]), str(o["root"]), str(o["deployment"])
@@ -1148,16 +1158,21 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 			return `{"upload_id":"` + state["upload"] + `","name":"walk","digest":"sha256:` + hex.EncodeToString(digest[:]) + `"}`
 		}, nil},
 		{"templates.create", func() string { return `{"name":"walk","image":"walk","runtime":"sim"}` }, func(o map[string]any) { state["template"] = str(o["id"]) }},
+		{"templates.update", func() string {
+			return `{"id":"` + state["template"] + `","image":"walk","runtime":"sim","lifetime_seconds":600}`
+		}, nil},
 		{"sandboxes.create", func() string { return `{"template":"walk"}` }, func(o map[string]any) { state["sandbox"] = str(o["id"]) }},
 		{"sandboxes.exec", func() string { return `{"id":"` + state["sandbox"] + `","argv":["echo","hi"],"timeout_seconds":10}` }, nil},
 		{"sandboxes.extend", func() string { return `{"id":"` + state["sandbox"] + `","seconds":60}` }, nil},
 		{"sandboxes.delete", func() string { return `{"id":"` + state["sandbox"] + `"}` }, nil},
 		{"templates.delete", func() string { return `{"id":"` + state["template"] + `"}` }, nil},
+		{"images.delete", func() string { return `{"name":"walk"}` }, nil},
 		{"nodes.restrict", func() string {
 			return `{"node_id":"` + node + `","serial":"` + serial + `","allowed_kinds":["node.ping"]}`
 		}, nil},
 		{"tenants.delete", func() string { return `{"id":"` + state["tenant"] + `"}` }, nil},
 		{"nodes.revoke", func() string { return `{"node_id":"` + node + `","serial":"` + serial + `"}` }, nil},
+		{"nodes.delete", func() string { return `{"id":"` + offline + `"}` }, nil},
 	}
 	walked := map[string]bool{}
 	for _, s := range steps {

@@ -140,7 +140,7 @@ func Methods(m Modules) []Method {
 				}
 				return map[string]any{"events": evs}, nil
 			}),
-	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), quotaMethods(m)...)...)
+	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), append(quotaMethods(m), lifecycleMethods(m)...)...)...)
 }
 
 // sandboxResolver returns f of the sandbox module, or a resolver that

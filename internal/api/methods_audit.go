@@ -31,7 +31,7 @@ func AuditMethods(l *auditlog.Log) []Method {
 				if err != nil {
 					return nil, err
 				}
-				out := apitypes.AuditList{TenantID: c.ActingTenant, Events: make([]apitypes.AuditEvent, len(evs))}
+				out := apitypes.AuditList{Events: make([]apitypes.AuditEvent, len(evs))}
 				for i, e := range evs {
 					out.Events[i] = apitypes.AuditEvent(e)
 				}

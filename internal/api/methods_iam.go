@@ -54,7 +54,7 @@ func iamMethods(m Modules) []Method {
 		}),
 		Def("tenants.suspend", "compute:tenants:suspend", true, tenantByID, setState(iam.StateSuspended)),
 		Def("tenants.resume", "compute:tenants:resume", true, tenantByID, setState(iam.StateActive)),
-		Def("tenants.delete", "compute:tenants:delete", true, tenantByID, setState(iam.StateDeleted)),
+		Def("tenants.delete", "compute:tenants:delete", true, tenantByID, tenantDeleter(m)),
 		Def("identities.create", "compute:identities:create", true, byTenant[apitypes.IdentityCreateIn], func(ctx context.Context, c *Caller, in apitypes.IdentityCreateIn) (any, error) {
 			return m.IAM.CreateIdentity(ctx, c.Actor(), c.ActingTenant, in.Name, in.Kind)
 		}),

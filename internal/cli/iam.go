@@ -88,7 +88,7 @@ func tenantsCmd() *cobra.Command {
 	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
 	c.AddCommand(create, list)
 	c.AddCommand(quotaCommands()...)
-	for _, verb := range []string{"suspend", "resume", "delete"} {
+	for _, verb := range []string{"suspend", "resume"} { // delete: tenantsDeleteCmd
 		var j bool
 		sc := &cobra.Command{Use: verb + " ID", Short: verb + " a tenant", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {

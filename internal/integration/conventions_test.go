@@ -19,6 +19,9 @@ import (
 // service's name in snake case (apiKeys.list: "api_keys").
 func listKey(method string) string {
 	svc, _, _ := strings.Cut(method, ".")
+	if svc == "audit" {
+		return "events" // the audit log's list is of events
+	}
 	var b strings.Builder
 	for _, r := range svc {
 		if unicode.IsUpper(r) {

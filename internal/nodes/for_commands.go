@@ -14,7 +14,7 @@ import (
 
 // sqlTenantRoles reads the tenant and role of the nodes of an IN list (the
 // list is appended by the caller, one placeholder per id).
-const sqlTenantRoles = `SELECT id, tenant_id, role FROM nodes WHERE id IN (`
+const sqlTenantRoles = `SELECT id, tenant_id, role FROM nodes WHERE deleted_at IS NULL AND id IN (`
 
 // TenantRole is a node's tenant and certificate role, neither of which
 // changes in the node's life.

@@ -584,7 +584,7 @@ func (s *Service) RevokedSince(ctx context.Context, since time.Time) ([]string, 
 // tenant), in name order.
 func (s *Service) List(ctx context.Context, scope iam.Scope) ([]Node, error) {
 	a := s.db.NewArgs()
-	q := nodeColumns + ` WHERE ` + scope.Filter(a, "n.tenant_id") + ` ORDER BY n.name, n.id`
+	q := nodeColumns + ` WHERE ` + scope.Filter(a, "n.tenant_id") + ` AND n.deleted_at IS NULL ORDER BY n.name, n.id`
 	return s.query(ctx, q, a.Values()...)
 }
 

@@ -27,12 +27,12 @@ const (
 	sqlSpendToken             = `UPDATE join_tokens SET used_at = $1, node_id = $2 WHERE id = $3 AND used_at IS NULL`
 
 	sqlInsertNode     = `INSERT INTO nodes (id, tenant_id, name, role, created_at) VALUES ($1, $2, $3, $4, $5)`
-	sqlNodeTenant     = `SELECT tenant_id FROM nodes WHERE id = $1`
+	sqlNodeTenant     = `SELECT tenant_id FROM nodes WHERE id = $1 AND deleted_at IS NULL`
 	sqlLockNode       = `SELECT id FROM nodes WHERE id = $1 FOR UPDATE`
 	sqlUpdateNodeSeen = `UPDATE nodes SET boot_id = $1, version = $2, labels = $3, inventory = $4, last_seen_at = $5 WHERE id = $6`
 	sqlTouchNode      = `UPDATE nodes SET last_seen_at = $1 WHERE id = $2`
 	// sqlNodeTenantsPrefix is followed by an id list and ")".
-	sqlNodeTenantsPrefix = `SELECT id, tenant_id FROM nodes WHERE id IN (`
+	sqlNodeTenantsPrefix = `SELECT id, tenant_id FROM nodes WHERE deleted_at IS NULL AND id IN (`
 
 	sqlInsertCert = `INSERT INTO node_certs (serial, node_id, role, cert_der, not_before, not_after, created_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)`
@@ -72,7 +72,7 @@ const (
 	sqlSessionsMovedSince   = `SELECT node_id, session_id, connected_at FROM node_sessions WHERE connected_at >= $1 AND gateway_id <> $2`
 	sqlInsertFlip           = `INSERT INTO session_flips (id, cert_serial, node_id, from_boot, to_boot, at) VALUES ($1, $2, $3, $4, $5, $6)`
 	sqlCountFlips           = `SELECT COUNT(*) FROM session_flips WHERE node_id = $1 AND at > $2`
-	sqlNodeByID             = nodeColumns + ` WHERE n.id = $1`
+	sqlNodeByID             = nodeColumns + ` WHERE n.id = $1 AND n.deleted_at IS NULL`
 	certStateColumns        = `serial, node_id, role, cert_der, not_after, revoked_at, allowed_kinds, revoke_reason`
 	nodeColumns             = `SELECT n.id, n.name, n.tenant_id, n.role, n.boot_id, n.version, n.labels, n.inventory, n.created_at, n.last_seen_at,
 		(SELECT COUNT(*) FROM node_sessions s WHERE s.node_id = n.id AND s.closed_at IS NULL),

@@ -45,10 +45,10 @@ type AuditEvent struct {
 	Details   string    `json:"details"`
 }
 
-// AuditList is audit.list's answer.
+// AuditList is audit.list's answer, in the one list shape: the events of
+// the tenant the call acts in.
 type AuditList struct {
-	TenantID string       `json:"tenant_id"`
-	Events   []AuditEvent `json:"events"`
+	Events []AuditEvent `json:"events"`
 }
 
 // AuditProof is audit.prove's answer: the event's inclusion proof in its
