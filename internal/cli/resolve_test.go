@@ -35,6 +35,9 @@ func TestNamesAndPrefixes(t *testing.T) {
 		t.Fatalf("commands run --node PREFIX: exit %d: %s%s", code, out2, errOut)
 	}
 	c1, c2 := idIn(t, out), idIn(t, out2)
+	if code, out, errOut := run(t, "nodes", "show", "gpu-01", "--json"); code != 0 || !strings.Contains(out, n1.NodeID()) {
+		t.Fatalf("nodes show gpu-01: exit %d: %s%s", code, out, errOut)
+	}
 
 	// A command by a unique prefix of its id.
 	p := uniquePrefix(c1, c2)
