@@ -40,3 +40,32 @@ func TestBatchCreatePrintsItsID(t *testing.T) {
 		t.Fatalf("batch create --json: %s", js)
 	}
 }
+
+// TestCommandsRunPrintsItsID: `commands run` without --wait prints the
+// queued command's id alone (C=$(… commands run …) works), and with --json
+// the whole command.
+func TestCommandsRunPrintsItsID(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1})
+	t.Setenv("BC_ADDR", e.Client.BaseURL)
+	t.Setenv("BC_API_KEY", e.AdminKey)
+	t.Setenv("BC_API_KEY_FILE", "")
+	run := func(args ...string) string {
+		t.Helper()
+		root := NewRoot()
+		var out, errb bytes.Buffer
+		root.SetArgs(args)
+		root.SetOut(&out)
+		root.SetErr(&errb)
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%v: %v %s", args, err, errb.String())
+		}
+		return out.String()
+	}
+	id := strings.TrimSpace(run("commands", "run", "--node", e.Nodes[0].NodeID(), "--kind", "node.ping"))
+	if !strings.HasPrefix(id, "c") || strings.ContainsAny(id, " \n\t") {
+		t.Fatalf("commands run printed %q, want the id alone", id)
+	}
+	if js := run("commands", "run", "--node", e.Nodes[0].NodeID(), "--kind", "node.ping", "--json"); !strings.Contains(js, `"state"`) {
+		t.Fatalf("commands run --json: %s", js)
+	}
+}

@@ -149,7 +149,7 @@ func commandsRunCmd() *cobra.Command {
 	var timeout time.Duration
 	run := &cobra.Command{
 		Use:   "run",
-		Short: "Queue a command for a node; with --wait, wait for its result (exit 0 only when it succeeded)",
+		Short: "Queue a command for a node and print its id; with --wait, wait for its result and show it (exit 0 only when it succeeded)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if node == "" || kind == "" {
@@ -192,6 +192,12 @@ func commandsRunCmd() *cobra.Command {
 				if err != nil {
 					return &ExitError{Code: 1, Err: fmt.Errorf("waiting for %s (follow it with `better-compute commands show %s`): %w", id, id, apiErr(err))}
 				}
+			}
+			if !wait && !asJSON {
+				// Queued, not waited for: the new command's id alone, as
+				// every create prints, so that C=$(… commands run …) works.
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), cm.ID)
+				return err
 			}
 			if err := showCommand(cmd, cm, asJSON); err != nil {
 				return err
