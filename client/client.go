@@ -97,11 +97,17 @@ func FromEnvCA(caFile string) (*Client, error) {
 	if addr == "" {
 		return nil, errors.New("BC_ADDR is not set (run `. DATA/env` after `better-compute dev`)")
 	}
+	if err := CheckBaseURL(addr); err != nil {
+		return nil, err
+	}
 	key := os.Getenv("BC_API_KEY")
 	if f := os.Getenv("BC_API_KEY_FILE"); f != "" {
 		// Refused when group or other may access it, as approver keys are.
 		b, err := secretfile.Read("BC_API_KEY_FILE", f)
 		if err != nil {
+			return nil, err
+		}
+		if err := checkKeyFile(f, b); err != nil {
 			return nil, err
 		}
 		key = strings.TrimSpace(string(b))

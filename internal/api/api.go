@@ -270,11 +270,6 @@ var requestIDRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 // apitypes, which the client decodes it with).
 type ErrorBody = apitypes.ErrorBody
 
-// errDenied is the one answer to a call outside the caller's tenant, on a
-// resource that does not exist, or that policy denies: the three are
-// indistinguishable, so there is no existence oracle.
-var errDenied = errs.New(errs.AccessDenied, "access denied")
-
 // SecurityHeaders sets the headers every answer carries and returns the
 // request id (the caller's when well-formed, else a fresh one).
 func SecurityHeaders(w http.ResponseWriter, r *http.Request) string {

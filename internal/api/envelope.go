@@ -126,7 +126,7 @@ func (s *Server) preCheck(q *call) error {
 	c, t := q.c, q.target
 	if t.Tenant != "" && !c.Root() && t.Tenant != c.HomeTenant && !s.reaches(q.ctx, c, t.Tenant) {
 		s.recordDenial(q.ctx, c, q.m, t, "tenant-precheck")
-		return errDenied
+		return denied(c, q.m.Action, t)
 	}
 	return s.callerState(q)
 }
@@ -212,12 +212,12 @@ func (s *Server) resolve(q *call) (string, error) {
 			return "", errs.New(errs.NotFound, t.Kind+" not found")
 		}
 		s.recordDenial(q.ctx, c, q.m, t, "not-found")
-		return "", errDenied
+		return "", denied(c, q.m.Action, t)
 	case err != nil:
 		return "", err
 	case !c.Root() && tenant != c.HomeTenant && !s.reaches(q.ctx, c, tenant):
 		s.recordDenial(q.ctx, c, q.m, t, "other-tenant")
-		return "", errDenied
+		return "", denied(c, q.m.Action, t)
 	}
 	return tenant, nil
 }
@@ -234,7 +234,7 @@ func (s *Server) decide(q *call) error {
 	}
 	if !ok {
 		s.recordDenial(q.ctx, c, m, q.target, "policy")
-		return errDenied
+		return denied(c, m.Action, q.target)
 	}
 	c.allow = func(ctx context.Context, action, resource string) (bool, error) {
 		ok, err := s.deps.IAM.Decide(ctx, c.Identity, action, resource, chain, c.Scopes)

@@ -114,7 +114,7 @@ func iamMethods(m Modules) []Method {
 					return nil, err
 				}
 				if !ok {
-					return nil, errDenied
+					return nil, denied(c, ActionKeysForOthers, Target{Kind: "identity", ID: in.IdentityID})
 				}
 			}
 			// The new key expires no later than the caller's credential.

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -104,7 +103,7 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request, rid, label 
 	}
 	defer release()
 	if err := s.scope(q); err != nil {
-		if errors.Is(err, errDenied) {
+		if errs.CodeOf(err) == errs.AccessDenied {
 			err = errs.New(errs.NotFound, "upload not found")
 		}
 		return s.errorAnswer(rid, err), q.out

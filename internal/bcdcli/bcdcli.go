@@ -136,7 +136,7 @@ func joinCmd(stdin io.Reader) *cobra.Command {
 			o.Token = tok
 			rec, err := daemon.Join(cmd.Context(), o)
 			if err != nil {
-				return err
+				return joinError(o.Gateway, err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "joined as %s; state in %s\n", rec.NodeID, o.DataDir)
 			return nil

@@ -32,6 +32,9 @@ func attestationCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := resolveArg(cmd, cl, "command", &args[0]); err != nil {
+				return err
+			}
 			of, err := openOut(out, force, publicFileMode)
 			if err != nil {
 				return err

@@ -17,6 +17,9 @@ func call(cmd *cobra.Command, method string, in any, asJSON bool, text func(map[
 	if err != nil {
 		return err
 	}
+	if in, err = resolveInput(contextOf(cmd), cl, method, in); err != nil {
+		return err
+	}
 	var out map[string]any
 	if err := cl.Call(contextOf(cmd), method, in, &out); err != nil {
 		return apiErr(err)

@@ -72,6 +72,9 @@ func tenantsDeleteCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := resolveArg(cmd, cl, "tenant", &args[0]); err != nil {
+				return err
+			}
 			if !yes {
 				if err := confirmTenantDelete(cmd, cl, args[0]); err != nil {
 					return err
@@ -152,6 +155,9 @@ func nodesShowCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := apiClient()
 			if err != nil {
+				return err
+			}
+			if err := resolveArg(cmd, cl, "node", &args[0]); err != nil {
 				return err
 			}
 			n, err := cl.Node(contextOf(cmd), args[0])

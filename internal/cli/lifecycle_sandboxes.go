@@ -22,6 +22,9 @@ func templatesUpdateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := resolveArg(cmd, cl, "template", &args[0]); err != nil {
+				return err
+			}
 			var cur map[string]any
 			if err := cl.Call(contextOf(cmd), "templates.get", map[string]any{"id": args[0]}, &cur); err != nil {
 				return apiErr(err)

@@ -59,6 +59,9 @@ func nodesCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := resolveArg(cmd, cl, "node", &args[0]); err != nil {
+				return err
+			}
 			var out struct {
 				Revoked int `json:"revoked"`
 			}
@@ -164,6 +167,9 @@ func commandsRunCmd() *cobra.Command {
 				return err
 			}
 			ctx := contextOf(cmd)
+			if err := resolveArg(cmd, cl, "node", &node); err != nil {
+				return err
+			}
 			var cm client.Command
 			if batch != "" {
 				cm, err = cl.CreateCommandInBatch(ctx, node, kind, p, batch)
@@ -181,9 +187,10 @@ func commandsRunCmd() *cobra.Command {
 						fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", c.ID, c.State)
 					}
 				}
-				cm, err = cl.WaitCommand(tctx, cm.ID, 100*time.Millisecond, progress)
+				id := cm.ID
+				cm, err = cl.WaitCommand(tctx, id, 100*time.Millisecond, progress)
 				if err != nil {
-					return &ExitError{Code: 1, Err: fmt.Errorf("waiting for %s: %w", cm.ID, apiErr(err))}
+					return &ExitError{Code: 1, Err: fmt.Errorf("waiting for %s (follow it with `better-compute commands show %s`): %w", id, id, apiErr(err))}
 				}
 			}
 			if !wait && !asJSON {
@@ -221,6 +228,9 @@ func commandsShowCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := apiClient()
 			if err != nil {
+				return err
+			}
+			if err := resolveArg(cmd, cl, "command", &args[0]); err != nil {
 				return err
 			}
 			cm, err := cl.Command(contextOf(cmd), args[0])

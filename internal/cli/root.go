@@ -44,7 +44,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	cmd, err := root.ExecuteC()
-	err = programStatus(cmd, err)
+	err = programStatus(cmd, explain(cmd, err))
 	if err == nil {
 		return 0
 	}
@@ -82,6 +82,7 @@ func NewRoot() *cobra.Command {
 	addLifecycleCommands(root)
 	buildinfo.AddVersionFlag(root)
 	addCAFlag(root)
+	addCompletions(root)
 	clisafe.GuardArgs(root)
 	return root
 }

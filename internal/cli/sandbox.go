@@ -91,6 +91,9 @@ func sandboxExecCmd() *cobra.Command {
 				return err
 			}
 			cl.HTTP.Timeout = timeout + time.Minute
+			if err := resolveArg(cmd, cl, "sandbox", &args[0]); err != nil {
+				return err
+			}
 			r, err := cl.Exec(contextOf(cmd), args[0], args[1:], int64((timeout+time.Second-1)/time.Second))
 			if err != nil {
 				return apiErr(err)

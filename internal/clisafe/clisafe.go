@@ -143,6 +143,7 @@ func GuardArgs(root *cobra.Command) {
 		// too, and answer an unknown help topic without quoting it.
 		root.InitDefaultCompletionCmd()
 		root.SetHelpCommand(helpCmd())
+		root.SetFlagErrorFunc(FlagError)
 	}
 	for _, c := range root.Commands() {
 		GuardArgs(c)

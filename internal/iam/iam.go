@@ -78,6 +78,9 @@ func (s *Service) CreateTenant(ctx context.Context, actor audit.Entry, parent, n
 			return errs.New(errs.InvalidState, "parent_id: the parent tenant is not active")
 		}
 		if _, err := tx.ExecContext(ctx, qInsertTenant, t.ID, parent, name, StateActive, now.UnixMilli()); err != nil {
+			if store.IsUniqueViolation(err) {
+				return errs.New(errs.Conflict, "name: the parent tenant already has a tenant of that name (choose another, or use the existing one)")
+			}
 			return fmt.Errorf("iam: insert tenant: %w", err)
 		}
 		actor.Action, actor.Resource, actor.Outcome = "compute:tenants:create", "tenant/"+t.ID, "allowed"

@@ -397,6 +397,8 @@ func TestSecretsGetForeignAnswersAsMissing(t *testing.T) {
 			}
 			defer resp.Body.Close()
 			body, _ := io.ReadAll(resp.Body)
+			// The denial names the reference the caller gave, as given.
+			body = bytes.ReplaceAll(body, []byte(ref), []byte("REF"))
 			return resp.StatusCode, bytes.ReplaceAll(body, []byte(rid), []byte("RID"))
 		}
 		refs := map[string]string{
