@@ -156,16 +156,19 @@ func batchCreateCmd() *cobra.Command {
 			if payload != "" && !json.Valid([]byte(payload)) {
 				return &ExitError{Code: 2, Err: errors.New("--payload is not valid JSON")}
 			}
-			leaves := make([]client.LeafRequest, len(nodes))
-			for i, n := range nodes {
-				leaves[i] = client.LeafRequest{NodeID: n, Kind: kind, Unbound: unbound}
-				if payload != "" {
-					leaves[i].Payload = json.RawMessage(payload)
-				}
-			}
 			cl, err := apiClient()
 			if err != nil {
 				return err
+			}
+			leaves := make([]client.LeafRequest, len(nodes))
+			for i := range nodes {
+				if err := resolveArg(cmd, cl, "node", &nodes[i]); err != nil {
+					return err
+				}
+				leaves[i] = client.LeafRequest{NodeID: nodes[i], Kind: kind, Unbound: unbound}
+				if payload != "" {
+					leaves[i].Payload = json.RawMessage(payload)
+				}
 			}
 			b, err := cl.CreateBatch(contextOf(cmd), leaves, expires)
 			if err != nil {
@@ -182,7 +185,7 @@ func batchCreateCmd() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&kind, "kind", "", "command kind of every leaf (node.reboot, disk.wipe, …)")
-	c.Flags().StringArrayVar(&nodes, "node", nil, "node id (repeat for more leaves)")
+	c.Flags().StringArrayVar(&nodes, "node", nil, "node name, id or unique id prefix (repeat for more leaves)")
 	c.Flags().StringVar(&payload, "payload", "", "JSON payload each leaf is bound to (default {})")
 	c.Flags().BoolVar(&unbound, "unbound", false, "leaves admit any payload of the kind (flagged to approvers)")
 	c.Flags().DurationVar(&expires, "expires", time.Hour, "how long the batch can be approved and run (at most 168h)")

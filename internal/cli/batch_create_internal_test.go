@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 
@@ -35,6 +36,14 @@ func TestBatchCreatePrintsItsID(t *testing.T) {
 	}
 	if shown := run("batch", "show", id, "--json"); !strings.Contains(shown, `"id": "`+id+`"`) {
 		t.Fatalf("batch show %s --json: %s", id, shown)
+	}
+	// A node's name works too.
+	n, err := e.Client.Node(context.Background(), e.Nodes[0].NodeID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if byName := strings.TrimSpace(run("batch", "create", "--kind", "disk.wipe", "--node", n.Name)); !strings.HasPrefix(byName, "b") {
+		t.Fatalf("batch create by name printed %q", byName)
 	}
 	if js := run("batch", "create", "--kind", "disk.wipe", "--node", e.Nodes[0].NodeID(), "--json"); !strings.Contains(js, `"leaves"`) {
 		t.Fatalf("batch create --json: %s", js)
