@@ -3,6 +3,7 @@ package commands
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -166,7 +167,10 @@ func checkFanoutNodes(scope iam.Scope, kind string, nodeIDs []string, records ma
 	for _, nodeID := range nodeIDs {
 		r, ok := records[nodeID]
 		if !ok || !scope.Sees(r.Tenant) {
-			return nil, tenants, errs.New(errs.AccessDenied, "access denied")
+			// One answer for a missing node and another tenant's: it names
+			// only what the caller gave and its own tenant.
+			return nil, tenants, errs.New(errs.AccessDenied, fmt.Sprintf(
+				"compute:commands:create on node %s is not allowed: it does not exist or it is outside your tenant %s; check the id with better-compute nodes list", nodeID, scope.Tenant))
 		}
 		if err := checkRole(r.Role, kind); err != nil {
 			return nil, tenants, err

@@ -143,9 +143,9 @@ func TestCheckFanoutNodes(t *testing.T) {
 		tenants []string
 		want    refusal
 	}{
-		{"other tenant's node", iam.ScopeOf("acme"), []string{"n1", "n2"}, []string{"acme"}, refusal{errs.AccessDenied, "access denied"}},
-		{"unknown node", iam.ScopeOf("acme"), []string{"n1", "n9", "n3"}, []string{"acme"}, refusal{errs.AccessDenied, "access denied"}},
-		{"first node refused", iam.ScopeOf("beta"), []string{"n1"}, nil, refusal{errs.AccessDenied, "access denied"}},
+		{"other tenant's node", iam.ScopeOf("acme"), []string{"n1", "n2"}, []string{"acme"}, refusal{errs.AccessDenied, "compute:commands:create on node n2 is not allowed: it does not exist or it is outside your tenant acme; check the id with better-compute nodes list"}},
+		{"unknown node", iam.ScopeOf("acme"), []string{"n1", "n9", "n3"}, []string{"acme"}, refusal{errs.AccessDenied, "compute:commands:create on node n9 is not allowed: it does not exist or it is outside your tenant acme; check the id with better-compute nodes list"}},
+		{"first node refused", iam.ScopeOf("beta"), []string{"n1"}, nil, refusal{errs.AccessDenied, "compute:commands:create on node n1 is not allowed: it does not exist or it is outside your tenant beta; check the id with better-compute nodes list"}},
 		{"role", iam.RootScope(), []string{"n1", "n2", "s1"}, []string{"acme", "beta"}, refusal{errs.InvalidInput, ReasonKindNotAllowedForRole}},
 		{"own nodes", iam.ScopeOf("acme"), []string{"n3", "n1"}, []string{"acme"}, refusal{}},
 	} {
