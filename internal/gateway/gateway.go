@@ -126,9 +126,13 @@ type Poker interface {
 // Config configures a gateway. NodeRoots and TrustDomain are required:
 // there is no weaker default.
 type Config struct {
-	TrustDomain    string
-	NodeRoots      *x509.CertPool
-	ServerCert     tls.Certificate
+	TrustDomain string
+	NodeRoots   *x509.CertPool
+	ServerCert  tls.Certificate
+	// GetServerCert, when set, gives the certificate for each handshake
+	// instead of ServerCert, so that a certificate the process reissues
+	// takes effect without a restart.
+	GetServerCert  func() (*tls.Certificate, error)
 	GatewayID      string
 	Clock          clock.Clock
 	Log            *slog.Logger
@@ -164,7 +168,7 @@ var ErrInvalidConfig = errs.New(errs.InvalidConfig, "gateway needs node-CA roots
 // New checks cfg and returns a gateway. It refuses (INVALID_CONFIG) to be
 // built without node-CA roots, a trust domain or a server certificate.
 func New(cfg Config, svc Services, reg Registry, cmds Commands, poke Poker) (*Gateway, error) {
-	if cfg.NodeRoots == nil || cfg.TrustDomain == "" || len(cfg.ServerCert.Certificate) == 0 {
+	if cfg.NodeRoots == nil || cfg.TrustDomain == "" || len(cfg.ServerCert.Certificate) == 0 && cfg.GetServerCert == nil {
 		return nil, ErrInvalidConfig
 	}
 	if cfg.Clock == nil {
@@ -192,11 +196,16 @@ func New(cfg Config, svc Services, reg Registry, cmds Commands, poke Poker) (*Ga
 // TLSConfig is the server side: TLS 1.3 only; a client certificate is
 // requested but checked per call, since Join and Bundle accept none.
 func (g *Gateway) TLSConfig() *tls.Config {
-	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{g.cfg.ServerCert},
-		ClientAuth:   tls.RequestClientCert,
+	c := &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		ClientAuth: tls.RequestClientCert,
 	}
+	if get := g.cfg.GetServerCert; get != nil {
+		c.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return get() }
+	} else {
+		c.Certificates = []tls.Certificate{g.cfg.ServerCert}
+	}
+	return c
 }
 
 // GRPCServer returns a gRPC server with the gateway registered on TLS,

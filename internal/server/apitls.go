@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -47,8 +48,8 @@ func apiListener(o Options, k keys, now time.Time, h http.Handler) (net.Listener
 		c := o.APICert
 		getCert = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return c, nil }
 	default:
-		src := &apiCertSource{o: o, key: k, clk: o.Clock}
-		if _, err := src.issue(now); err != nil {
+		src, err := newCertSource("API", o.Clock, o.Log, now, apiCert(o, k))
+		if err != nil {
 			return nil, nil, err
 		}
 		getCert = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return src.get() }
@@ -66,33 +67,44 @@ func apiListener(o Options, k keys, now time.Time, h http.Handler) (net.Listener
 	return tls.NewListener(lis, &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCert, NextProtos: []string{"http/1.1"}}), h, nil
 }
 
-// apiCertSource is the API's certificate issued from the internal CA,
-// issued again once half its lifetime has passed.
-type apiCertSource struct {
-	o   Options
-	key keys
-	clk clock.Clock
+// certSource is a server certificate the process issues itself from the
+// internal CA (the API's, and the gateway's when it runs with the api
+// role), issued again once half its lifetime has passed, so that a
+// long-running process never serves an expired certificate. Handshakes
+// read it through get.
+type certSource struct {
+	what  string // "API" or "gateway", for the log
+	issue func(now time.Time) (tls.Certificate, error)
+	clk   clock.Clock
+	log   *slog.Logger
 
 	mu      sync.Mutex
 	cur     *tls.Certificate
 	renewAt time.Time
 }
 
-// issue issues a certificate at now for o.APINames, o.APIListen's host
-// and loopback, and makes it current.
-func (s *apiCertSource) issue(now time.Time) (*tls.Certificate, error) {
-	b := s.o.Bundle
-	dns, ips := apiNames(s.o)
-	c, err := pki.IssueAPICert(b.InternalCA, s.key.internal, b.TrustDomain, dns, ips, serverCertLifetime, now)
-	if err != nil {
-		return nil, fmt.Errorf("server: API certificate: %w", err)
+// newCertSource issues the first certificate at now.
+func newCertSource(what string, clk clock.Clock, log *slog.Logger, now time.Time, issue func(time.Time) (tls.Certificate, error)) (*certSource, error) {
+	s := &certSource{what: what, issue: issue, clk: clk, log: log}
+	if _, err := s.renew(now); err != nil {
+		return nil, err
 	}
-	s.cur, s.renewAt = &c, now.Add(serverCertLifetime/2)
+	return s, nil
+}
+
+// renew issues a certificate at now and makes it current.
+func (s *certSource) renew(now time.Time) (*tls.Certificate, error) {
+	c, err := s.issue(now)
+	if err != nil {
+		return nil, fmt.Errorf("server: %s certificate: %w", s.what, err)
+	}
+	s.cur, s.renewAt = &c, now.Add(c.Leaf.NotAfter.Sub(now)/2)
 	return s.cur, nil
 }
 
-// get returns the current certificate, issuing a new one when it is due.
-func (s *apiCertSource) get() (*tls.Certificate, error) {
+// get returns the current certificate, issuing a new one when it is due;
+// when that fails it keeps serving the current one until it expires.
+func (s *certSource) get() (*tls.Certificate, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clk.Now()
@@ -100,15 +112,25 @@ func (s *apiCertSource) get() (*tls.Certificate, error) {
 		return s.cur, nil
 	}
 	prev := s.cur
-	c, err := s.issue(now)
+	c, err := s.renew(now)
 	if err == nil {
 		return c, nil
 	}
 	if now.Before(prev.Leaf.NotAfter) {
-		s.o.Log.Error("renew API certificate", "err", err)
+		s.log.Error("renew server certificate", "what", s.what, "err", err)
 		return prev, nil
 	}
 	return nil, err
+}
+
+// apiCert issues the API's certificate at now for o.APINames, o.APIListen's
+// host and loopback.
+func apiCert(o Options, k keys) func(time.Time) (tls.Certificate, error) {
+	return func(now time.Time) (tls.Certificate, error) {
+		b := o.Bundle
+		dns, ips := apiNames(o)
+		return pki.IssueAPICert(b.InternalCA, k.internal, b.TrustDomain, dns, ips, serverCertLifetime, now)
+	}
 }
 
 // apiNames splits o.APINames into DNS names and IPs, with loopback and

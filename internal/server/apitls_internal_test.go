@@ -30,12 +30,13 @@ func TestAPICertificateIsRenewedAtHalfLife(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := clock.NewFake(start)
-	src := &apiCertSource{o: Options{Bundle: b, APINames: []string{"bc.example.com", "10.0.0.5"}, APIListen: "192.0.2.9:7780",
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, key: keys{internal: caKey}, clk: clk}
-	first, err := src.issue(start)
+	o := Options{Bundle: b, APINames: []string{"bc.example.com", "10.0.0.5"}, APIListen: "192.0.2.9:7780",
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	src, err := newCertSource("API", clk, o.Log, start, apiCert(o, keys{internal: caKey}))
 	if err != nil {
 		t.Fatal(err)
 	}
+	first := src.cur
 	leaf := first.Leaf
 	if err := leaf.VerifyHostname("bc.example.com"); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/errs"
@@ -95,5 +96,38 @@ func TestStartRefusesPlainHTTPOffLoopback(t *testing.T) {
 				t.Fatalf("Start: %v, want INVALID_CONFIG naming api.plain_http", err)
 			}
 		})
+	}
+}
+
+// A gateway that issues its own certificate (with the api role) issues it
+// again once half its lifetime has passed, and serves the new one on the
+// next handshake, so a serve running longer than the certificate's life
+// never presents an expired one.
+func TestGatewayCertificateIsReissuedAtHalfLife(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Clock: clk})
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(e.Bundle.APICAPEM())
+	leaf := func() *x509.Certificate {
+		t.Helper()
+		conn, err := tls.Dial("tcp", e.CP.GatewayAddr, &tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS13,
+			// The gateway's certificate is checked against the fake
+			// clock's time, as a node whose clock moved with it would.
+			Time: clk.Now})
+		if err != nil {
+			t.Fatalf("TLS to the gateway: %v", err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0]
+	}
+	first := leaf()
+	life := first.NotAfter.Sub(clk.Now())
+	clk.Advance(life/2 - time.Minute)
+	if again := leaf(); !again.NotAfter.Equal(first.NotAfter) {
+		t.Fatalf("reissued before half its life: %v, then %v", first.NotAfter, again.NotAfter)
+	}
+	clk.Advance(2 * time.Minute)
+	if renewed := leaf(); !renewed.NotAfter.After(first.NotAfter) {
+		t.Fatalf("not reissued after half its life: still until %v", renewed.NotAfter)
 	}
 }

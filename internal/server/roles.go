@@ -61,9 +61,13 @@ func (cp *ControlPlane) sweep(ctx context.Context, o Options) {
 // internal channel without the api role), its listener and loops.
 func (cp *ControlPlane) startGateway(o Options, r roles, k keys, local gatewayServices, now time.Time) error {
 	b := o.Bundle
-	serverCert, err := gatewayCert(o, k, now)
+	serverCert, certs, err := gatewayCert(o, k, now)
 	if err != nil {
 		return err
+	}
+	var getCert func() (*tls.Certificate, error)
+	if certs != nil {
+		getCert = certs.get
 	}
 	var svc gateway.Services = local
 	if !r.api {
@@ -87,7 +91,7 @@ func (cp *ControlPlane) startGateway(o Options, r roles, k keys, local gatewaySe
 	// address, so a restarted gateway closes the sessions its previous run
 	// left open in the registry.
 	host, _ := os.Hostname()
-	gw, err := gateway.New(gateway.Config{TrustDomain: b.TrustDomain, NodeRoots: roots, ServerCert: serverCert,
+	gw, err := gateway.New(gateway.Config{TrustDomain: b.TrustDomain, NodeRoots: roots, ServerCert: serverCert, GetServerCert: getCert,
 		GatewayID: "gw-" + host + "-" + cp.GatewayAddr, Clock: o.Clock, Log: o.Log,
 		RevocationPoll: o.RevocationPoll, CommandPoll: o.CommandPoll, Heartbeat: o.SessionHeartbeat},
 		svc, registry{cp.Nodes}, cp.Commands, cp.Bus)
@@ -105,19 +109,23 @@ func (cp *ControlPlane) startGateway(o Options, r roles, k keys, local gatewaySe
 	return nil
 }
 
-// gatewayCert is the gateway's own certificate, or one issued now from the
-// internal CA for o.GatewayNames and loopback.
-func gatewayCert(o Options, k keys, now time.Time) (tls.Certificate, error) {
+// gatewayCert is the gateway's own certificate (from pki issue-gateway),
+// or, with the api role, a source of certificates the process issues from
+// the internal CA for o.GatewayNames and loopback and reissues at half
+// their lifetime (nil with a certificate of its own).
+func gatewayCert(o Options, k keys, now time.Time) (tls.Certificate, *certSource, error) {
 	if o.GatewayCert != nil {
-		return *o.GatewayCert, nil
+		return *o.GatewayCert, nil, nil
 	}
 	b := o.Bundle
-	c, err := pki.IssueServerCert(b.InternalCA, k.internal, b.TrustDomain, o.GatewayNames,
-		[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, serverCertLifetime, now)
+	src, err := newCertSource("gateway", o.Clock, o.Log, now, func(now time.Time) (tls.Certificate, error) {
+		return pki.IssueServerCert(b.InternalCA, k.internal, b.TrustDomain, o.GatewayNames,
+			[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, serverCertLifetime, now)
+	})
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("server: gateway certificate: %w", err)
+		return tls.Certificate{}, nil, err
 	}
-	return c, nil
+	return *src.cur, src, nil
 }
 
 // startAPI starts the api role: the envelope and method table, the
