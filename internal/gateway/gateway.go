@@ -288,13 +288,28 @@ func (g *Gateway) closeRevoked(ctx context.Context, since time.Time) (time.Time,
 		revoked[s] = true
 	}
 	g.mu.Lock()
+	var closing []*session
 	for _, s := range g.sessions {
 		if revoked[s.serial] {
-			s.cancel(errRevoked)
+			closing = append(closing, s)
 		}
 	}
 	g.mu.Unlock()
+	for _, s := range closing {
+		s.cancel(g.revocationCause(ctx, s.serial))
+	}
 	return next, nil
+}
+
+// revocationCause is why a revoked certificate's session closes: a
+// certificate a renewal superseded closes like an ended session (the node
+// reconnects, and a copy of its identity still holding the old one is
+// counted), any other revocation as revoked, which bcd stops on.
+func (g *Gateway) revocationCause(ctx context.Context, serial string) error {
+	if ci, err := g.reg.CertInfo(ctx, serial); err == nil && ci.RevokeReason == reasonSuperseded {
+		return errCertSuperseded
+	}
+	return errRevoked
 }
 
 // closeMoved closes the sessions of nodes whose current session, opened

@@ -27,9 +27,12 @@ type session struct {
 }
 
 var (
-	errRevoked    = errors.New("certificate revoked")
-	errSuperseded = errors.New("session superseded")
-	errExpired    = errors.New("certificate expired")
+	errRevoked = errors.New("certificate revoked")
+	// errCertSuperseded closes the session of a certificate a renewal
+	// replaced: not a revocation the node must stop on.
+	errCertSuperseded = errors.New("certificate superseded")
+	errSuperseded     = errors.New("session superseded")
+	errExpired        = errors.New("certificate expired")
 )
 
 // sender sends on a stream from several goroutines, one message at a time.
@@ -91,14 +94,22 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	case <-sctx.Done():
 		cause := context.Cause(sctx)
 		g.cfg.Log.Info("session closed", "node_id", id.NodeID, "session_id", s.id, "why", cause)
-		if errors.Is(cause, errRevoked) {
-			return errCertRevoked
-		}
-		if errors.Is(cause, errExpired) {
-			return errUnauthenticated
-		}
-		return status.Error(codes.Aborted, "session closed")
+		return sessionStatus(cause)
 	}
+}
+
+// sessionStatus is the status a session closed for cause ends with: a
+// revoked certificate's tells bcd to stop (errCertRevoked); an expired or
+// superseded certificate's is UNAUTHENTICATED (the node renews or
+// reconnects); anything else an aborted session.
+func sessionStatus(cause error) error {
+	switch {
+	case errors.Is(cause, errRevoked):
+		return errCertRevoked
+	case errors.Is(cause, errExpired), errors.Is(cause, errCertSuperseded):
+		return errUnauthenticated
+	}
+	return status.Error(codes.Aborted, "session closed")
 }
 
 // readHello reads the stream's first message, which must be a Hello of
