@@ -18,18 +18,7 @@ func TestBatchCreatePrintsItsID(t *testing.T) {
 	t.Setenv("BC_ADDR", e.Client.BaseURL)
 	t.Setenv("BC_API_KEY", e.AdminKey)
 	t.Setenv("BC_API_KEY_FILE", "")
-	run := func(args ...string) string {
-		t.Helper()
-		root := NewRoot()
-		var out, errb bytes.Buffer
-		root.SetArgs(args)
-		root.SetOut(&out)
-		root.SetErr(&errb)
-		if err := root.Execute(); err != nil {
-			t.Fatalf("%v: %v %s", args, err, errb.String())
-		}
-		return out.String()
-	}
+	run := func(args ...string) string { t.Helper(); return runOK(t, args...) }
 	id := strings.TrimSpace(run("batch", "create", "--kind", "disk.wipe", "--node", e.Nodes[0].NodeID()))
 	if !strings.HasPrefix(id, "b") || strings.ContainsAny(id, " \n\t") {
 		t.Fatalf("batch create printed %q, want the id alone", id)
@@ -58,18 +47,7 @@ func TestCommandsRunPrintsItsID(t *testing.T) {
 	t.Setenv("BC_ADDR", e.Client.BaseURL)
 	t.Setenv("BC_API_KEY", e.AdminKey)
 	t.Setenv("BC_API_KEY_FILE", "")
-	run := func(args ...string) string {
-		t.Helper()
-		root := NewRoot()
-		var out, errb bytes.Buffer
-		root.SetArgs(args)
-		root.SetOut(&out)
-		root.SetErr(&errb)
-		if err := root.Execute(); err != nil {
-			t.Fatalf("%v: %v %s", args, err, errb.String())
-		}
-		return out.String()
-	}
+	run := func(args ...string) string { t.Helper(); return runOK(t, args...) }
 	id := strings.TrimSpace(run("commands", "run", "--node", e.Nodes[0].NodeID(), "--kind", "node.ping"))
 	if !strings.HasPrefix(id, "c") || strings.ContainsAny(id, " \n\t") {
 		t.Fatalf("commands run printed %q, want the id alone", id)
@@ -77,4 +55,19 @@ func TestCommandsRunPrintsItsID(t *testing.T) {
 	if js := run("commands", "run", "--node", e.Nodes[0].NodeID(), "--kind", "node.ping", "--json"); !strings.Contains(js, `"state"`) {
 		t.Fatalf("commands run --json: %s", js)
 	}
+}
+
+// runOK runs the CLI in process with args and returns its standard output,
+// failing the test when it does not succeed.
+func runOK(t *testing.T, args ...string) string {
+	t.Helper()
+	root := NewRoot()
+	var out, errb bytes.Buffer
+	root.SetArgs(args)
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	if err := root.Execute(); err != nil {
+		t.Fatalf("%v: %v %s", args, err, errb.String())
+	}
+	return out.String()
 }
