@@ -50,9 +50,8 @@ type Principal struct {
 // Identities is what the API key store asks of the identity store (package
 // iam implements it; iam imports apikeys, so it is injected).
 type Identities interface {
-	// IdentityInTenant reports whether identity id exists in tenant.
-	IdentityInTenant(ctx context.Context, id, tenant string) (bool, error)
-	// IdentityInTenantTx is IdentityInTenant read inside tx.
+	// IdentityInTenantTx reports, inside tx, whether identity id exists
+	// in tenant.
 	IdentityInTenantTx(ctx context.Context, tx *sql.Tx, id, tenant string) (bool, error)
 	// ExistsCondition is an SQL condition, true when the identity in
 	// idColumn exists in the tenant in tenantColumn: authentication reads

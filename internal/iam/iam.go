@@ -267,16 +267,6 @@ func (s *Service) DeleteIdentity(ctx context.Context, actor audit.Entry, tenant,
 	})
 }
 
-// IdentityInTenant reports whether identity id exists in tenant (the
-// apikeys module asks it on every authentication).
-func (s *Service) IdentityInTenant(ctx context.Context, id, tenant string) (bool, error) {
-	st, err := s.db.Stmt(ctx, qIdentityInTenant)
-	if err != nil {
-		return false, err
-	}
-	return identityInTenant(st.QueryRowContext(ctx, id, tenant))
-}
-
 // ExistsCondition returns an SQL condition, true when the identity in
 // idColumn exists in the tenant in tenantColumn, for a module that must
 // check it in the same statement as its own read (apikeys' authentication:
@@ -285,7 +275,8 @@ func (s *Service) ExistsCondition(idColumn, tenantColumn string) string {
 	return fmt.Sprintf(qIdentityExistsCondition, idColumn, tenantColumn)
 }
 
-// IdentityInTenantTx is IdentityInTenant read inside tx.
+// IdentityInTenantTx reports, inside tx, whether identity id exists in
+// tenant (apikeys asks it when it makes a key, in the same transaction).
 func (s *Service) IdentityInTenantTx(ctx context.Context, tx *sql.Tx, id, tenant string) (bool, error) {
 	return identityInTenant(tx.QueryRowContext(ctx, qIdentityInTenant, id, tenant))
 }

@@ -11,7 +11,7 @@ import (
 // The iam module owns the tenants, identities, roles and bindings tables;
 // this file holds every statement it runs on them and their row codecs.
 // Other modules reach these tables only through the package's API
-// (Chain, ChainIn, IdentityInTenant, SubtreeCondition).
+// (Chain, ChainIn, IdentityInTenantTx, ExistsCondition, SubtreeCondition).
 
 // chainDepth bounds the tenant chain Chain walks above a tenant.
 const chainDepth = 32
