@@ -160,12 +160,14 @@ func batchCreateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			leaves := make([]client.LeafRequest, len(nodes))
-			for i := range nodes {
-				if err := resolveArg(cmd, cl, "node", &nodes[i]); err != nil {
-					return err
-				}
-				leaves[i] = client.LeafRequest{NodeID: nodes[i], Kind: kind, Unbound: unbound}
+			// One resolver: the node list is read once for every --node.
+			ids, err := newResolver(cl).resolveAll(contextOf(cmd), "node", nodes)
+			if err != nil {
+				return err
+			}
+			leaves := make([]client.LeafRequest, len(ids))
+			for i := range ids {
+				leaves[i] = client.LeafRequest{NodeID: ids[i], Kind: kind, Unbound: unbound}
 				if payload != "" {
 					leaves[i].Payload = json.RawMessage(payload)
 				}
