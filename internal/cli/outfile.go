@@ -53,6 +53,15 @@ func openOut(path string, force bool, perm os.FileMode) (*outFile, error) {
 	var f *os.File
 	var err error
 	if force {
+		// --force replaces a file (or a symlink's name), never a
+		// directory or a device: refused now, before anything is minted,
+		// rather than when Commit's rename fails.
+		if fi, lerr := os.Lstat(path); lerr == nil && !fi.Mode().IsRegular() && fi.Mode()&fs.ModeSymlink == 0 {
+			return nil, &ExitError{Code: 1, Err: fmt.Errorf("%s exists and is not a file: --force replaces only a file", path)}
+		}
+		// The temp file beside it reserves the write now (the directory is
+		// writable) and is renamed over path by Commit. atomicfile.Write
+		// would only be called after the secret is minted.
 		f, err = os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	} else {
 		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)

@@ -70,6 +70,16 @@ func TestWriteOutRefusesExistingFilesUnlessForced(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
 		t.Fatalf("temp files left behind: %v", entries)
 	}
+
+	// --force replaces a file, never a directory: refused when the file is
+	// reserved, before a command mints what it would hold.
+	sub := filepath.Join(dir, "adir")
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openOut(sub, true, secretFileMode); !errors.As(err, &ee) || ee.Code != 1 || !strings.Contains(err.Error(), "is not a file") {
+		t.Fatalf("--force over a directory: %v", err)
+	}
 }
 
 // An aborted reservation gives the name back; a force reservation leaves
