@@ -179,29 +179,10 @@ func teardownOne(ctx context.Context, m Modules, c *Caller, t iam.Tenant, out *a
 	return nil
 }
 
-// deepestFirst orders a subtree (the tenant first, as ListTenants gives
-// it, parents before children) so that every tenant comes after all the
-// tenants below it.
+// deepestFirst orders a subtree (as ListTenants gives it: by depth, the
+// tenant first) so that every tenant comes after all the tenants below it.
 func deepestFirst(tree []iam.Tenant) []iam.Tenant {
-	depth := map[string]int{}
-	parent := map[string]string{}
-	for _, t := range tree {
-		parent[t.ID] = t.ParentID
-	}
-	var depthOf func(id string, guard int) int
-	depthOf = func(id string, guard int) int {
-		if d, ok := depth[id]; ok {
-			return d
-		}
-		p, ok := parent[id]
-		if !ok || guard == 0 {
-			return 0
-		}
-		d := depthOf(p, guard-1) + 1
-		depth[id] = d
-		return d
-	}
 	out := slices.Clone(tree)
-	slices.SortStableFunc(out, func(a, b iam.Tenant) int { return depthOf(b.ID, len(tree)) - depthOf(a.ID, len(tree)) })
+	slices.Reverse(out)
 	return out
 }

@@ -77,6 +77,16 @@ func (s *Service) CreateTenant(ctx context.Context, actor audit.Entry, parent, n
 		if st != StateActive {
 			return errs.New(errs.InvalidState, "parent_id: the parent tenant is not active")
 		}
+		// Chain and the subtree walk (a deletion's teardown among them) go
+		// chainDepth levels: a deeper tenant would reach neither its
+		// ancestors' state nor a deleted ancestor's teardown.
+		chain, err := ChainIn(ctx, tx, parent, chainDepth)
+		if err != nil {
+			return err
+		}
+		if len(chain) == 0 || len(chain) > chainDepth || chain[len(chain)-1].ID != RootTenant {
+			return errs.New(errs.InvalidInput, fmt.Sprintf("parent_id: tenants nest at most %d levels below the root tenant", chainDepth))
+		}
 		if _, err := tx.ExecContext(ctx, qInsertTenant, t.ID, parent, name, StateActive, now.UnixMilli()); err != nil {
 			if store.IsUniqueViolation(err) {
 				return errs.New(errs.Conflict, "name: the parent tenant already has a tenant of that name (choose another, or use the existing one)")
