@@ -82,7 +82,7 @@ type Client struct {
 
 // New returns a client for baseURL (e.g. http://127.0.0.1:7780) with key.
 func New(baseURL, key string) *Client {
-	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), key: key, HTTP: &http.Client{Timeout: 60 * time.Second}, Retry: DefaultRetry}
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), key: key, HTTP: &http.Client{Timeout: 60 * time.Second, CheckRedirect: noRedirects}, Retry: DefaultRetry}
 }
 
 // FromEnv builds a client from BC_ADDR and BC_API_KEY_FILE (or
@@ -335,3 +335,8 @@ func (c *Client) CommandAttestation(ctx context.Context, id string) (Attestation
 	err := c.Call(ctx, "commands.attestation", apitypes.IDIn{ID: id}, &out)
 	return out, err
 }
+
+// noRedirects keeps a redirect's answer as the answer: the API never
+// redirects, and following one would carry the Authorization header to
+// wherever it points (net/http keeps it for the same host, on any scheme).
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }

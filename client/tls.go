@@ -85,7 +85,7 @@ func NewTLS(baseURL, key string, roots *x509.CertPool) (*Client, error) {
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-	c.HTTP = &http.Client{Timeout: 60 * time.Second, Transport: untrustedWrapper{t}}
+	c.HTTP = &http.Client{Timeout: 60 * time.Second, Transport: untrustedWrapper{t}, CheckRedirect: noRedirects}
 	return c, nil
 }
 

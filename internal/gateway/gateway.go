@@ -305,8 +305,17 @@ func (g *Gateway) closeRevoked(ctx context.Context, since time.Time) (time.Time,
 // certificate a renewal superseded closes like an ended session (the node
 // reconnects, and a copy of its identity still holding the old one is
 // counted), any other revocation as revoked, which bcd stops on.
+//
+// When the reason cannot be read, the session closes as superseded: the
+// node reconnects and the handshake's own check refuses it as revoked if
+// it is, whereas a wrong "revoked" would stop bcd for good.
 func (g *Gateway) revocationCause(ctx context.Context, serial string) error {
-	if ci, err := g.reg.CertInfo(ctx, serial); err == nil && ci.RevokeReason == reasonSuperseded {
+	ci, err := g.reg.CertInfo(ctx, serial)
+	if err != nil {
+		g.cfg.Log.Error("read revoked certificate", "serial", serial, "err", err)
+		return errCertSuperseded
+	}
+	if ci.RevokeReason == reasonSuperseded {
 		return errCertSuperseded
 	}
 	return errRevoked

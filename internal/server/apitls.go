@@ -118,6 +118,8 @@ func (s *certSource) get() (*tls.Certificate, error) {
 	}
 	if now.Before(prev.Leaf.NotAfter) {
 		s.log.Error("renew server certificate", "what", s.what, "err", err)
+		// Try again in a minute, not on every handshake meanwhile.
+		s.renewAt = now.Add(time.Minute)
 		return prev, nil
 	}
 	return nil, err

@@ -131,3 +131,36 @@ func TestGatewayCertificateIsReissuedAtHalfLife(t *testing.T) {
 		t.Fatalf("not reissued after half its life: still until %v", renewed.NotAfter)
 	}
 }
+
+// The internal channel's certificate, which gateway-only processes verify
+// on every connection, is reissued at half its life too: after seven days
+// of uptime they would otherwise reach nothing.
+func TestInternalChannelCertificateIsReissuedAtHalfLife(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Clock: clk,
+		Tune: func(o *server.Options) { o.InternalListen = "127.0.0.1:0" }})
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(e.Bundle.APICAPEM())
+	leaf := func() *x509.Certificate {
+		t.Helper()
+		var got *x509.Certificate
+		conn, err := tls.Dial("tcp", e.CP.InternalAddr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13, Time: clk.Now,
+			VerifyConnection: func(cs tls.ConnectionState) error { got = cs.PeerCertificates[0]; return nil }})
+		if err == nil {
+			conn.Close()
+		}
+		if got == nil {
+			t.Fatalf("TLS to the internal channel: %v", err)
+		}
+		return got
+	}
+	first := leaf()
+	clk.Advance(first.NotAfter.Sub(clk.Now())/2 - time.Minute)
+	if again := leaf(); !again.NotAfter.Equal(first.NotAfter) {
+		t.Fatalf("reissued before half its life: %v, then %v", first.NotAfter, again.NotAfter)
+	}
+	clk.Advance(2 * time.Minute)
+	if renewed := leaf(); !renewed.NotAfter.After(first.NotAfter) {
+		t.Fatalf("not reissued after half its life: still until %v", renewed.NotAfter)
+	}
+}

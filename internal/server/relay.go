@@ -176,16 +176,17 @@ func requireGateway(td string, internalCA *x509.Certificate, clk clock.Clock) gr
 }
 
 // controlTLS is the api side of the internal channel: its control
-// certificate, and a client certificate required and chained to the
+// certificate as cert gives it on each handshake (so a reissued one takes
+// effect at once), and a client certificate required and chained to the
 // internal CA (the interceptor checks the gateway identity).
-func controlTLS(cert tls.Certificate, internalCA *x509.Certificate) *tls.Config {
+func controlTLS(cert func() (*tls.Certificate, error), internalCA *x509.Certificate) *tls.Config {
 	pool := x509.NewCertPool()
 	pool.AddCert(internalCA)
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{cert},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    pool,
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert() },
+		ClientAuth:     tls.RequireAndVerifyClientCert,
+		ClientCAs:      pool,
 	}
 }
 

@@ -184,9 +184,11 @@ func (cp *ControlPlane) serveInternal(o Options, local gatewayServices, internal
 	} else if host != "" {
 		dns = append(dns, host)
 	}
-	cert, err := pki.IssueControlCert(b.InternalCA, internalKey, b.TrustDomain, dns, ips, serverCertLifetime, now)
+	certs, err := newCertSource("internal channel", o.Clock, o.Log, now, func(now time.Time) (tls.Certificate, error) {
+		return pki.IssueControlCert(b.InternalCA, internalKey, b.TrustDomain, dns, ips, serverCertLifetime, now)
+	})
 	if err != nil {
-		return fmt.Errorf("server: control certificate: %w", err)
+		return err
 	}
 	roots, err := b.TrustBundle(now).NodeRootPool()
 	if err != nil {
@@ -197,7 +199,7 @@ func (cp *ControlPlane) serveInternal(o Options, local gatewayServices, internal
 		return errs.Wrap(errs.InvalidConfig, "the internal channel cannot listen on its address", err)
 	}
 	cp.InternalAddr = lis.Addr().String()
-	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(controlTLS(cert, b.InternalCA))),
+	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(controlTLS(certs.get, b.InternalCA))),
 		grpc.MaxRecvMsgSize(nodev1.MaxMessageBytes), grpc.MaxSendMsgSize(nodev1.MaxMessageBytes),
 		grpc.UnaryInterceptor(requireGateway(b.TrustDomain, b.InternalCA, o.Clock)), grpc.WaitForHandlers(true))
 	internalv1.RegisterGatewayServicesServer(gs, &controlServer{svc: local, roots: roots, td: b.TrustDomain, clk: o.Clock, log: o.Log})
