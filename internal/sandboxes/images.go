@@ -3,9 +3,7 @@ package sandboxes
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/imagetar"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
 
@@ -92,8 +91,13 @@ func (s *Service) CommitImage(ctx context.Context, actor audit.Entry, tenant, up
 	now := s.clk.Now()
 	img := Image{ID: ids.New("img"), TenantID: tenant, Name: name, Digest: digest, SizeBytes: next, CreatedBy: actor.Actor, CreatedAt: now.UTC()}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, sqlFinishUpload, now.UnixMilli(), upload); err != nil {
+		res, err := tx.ExecContext(ctx, sqlFinishUpload, now.UnixMilli(), upload)
+		if err != nil {
 			return fmt.Errorf("sandboxes: finish upload: %w", err)
+		}
+		// Another process imported it meanwhile: one upload, one image.
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return errs.New(errs.Conflict, "the upload was imported by another request")
 		}
 		if _, err := tx.ExecContext(ctx, sqlDeleteImageAt, tenant, name); err != nil {
 			return fmt.Errorf("sandboxes: replace image name: %w", err)
@@ -140,6 +144,5 @@ func (s *Service) ImportBytes(ctx context.Context, actor audit.Entry, tenant, na
 	if _, err := s.WriteUpload(ctx, actor, up, 0, bytes.NewReader(tarball)); err != nil {
 		return Image{}, err
 	}
-	sum := sha256.Sum256(tarball)
-	return s.CommitImage(ctx, actor, tenant, up, name, "sha256:"+hex.EncodeToString(sum[:]))
+	return s.CommitImage(ctx, actor, tenant, up, name, imagetar.Digest(tarball))
 }

@@ -79,7 +79,7 @@ const (
 	sqlUploadTenant  = `SELECT tenant_id FROM sandbox_uploads WHERE id = $1`
 	sqlUploadOffset  = `SELECT next_offset, done_at FROM sandbox_uploads WHERE id = $1`
 	sqlAdvanceUpload = `UPDATE sandbox_uploads SET next_offset = $1 WHERE id = $2 AND next_offset = $3 AND done_at IS NULL`
-	sqlFinishUpload  = `UPDATE sandbox_uploads SET done_at = $1 WHERE id = $2`
+	sqlFinishUpload  = `UPDATE sandbox_uploads SET done_at = $1 WHERE id = $2 AND done_at IS NULL`
 	sqlDeleteImageAt = `DELETE FROM sandbox_images WHERE tenant_id = $1 AND name = $2`
 	sqlInsertImage   = `INSERT INTO sandbox_images (id, tenant_id, name, digest, size_bytes, created_by, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`
 	sqlListImages    = `SELECT id, tenant_id, name, digest, size_bytes, created_by, created_at FROM sandbox_images WHERE tenant_id = $1 ORDER BY name`

@@ -79,5 +79,14 @@ func TestStoreCodecsRoundTrip(t *testing.T) {
 		if u, err := scanUpload(db.QueryRowContext(ctx, sqlUploadOffset, "upl_1")); err != nil || !u.done {
 			t.Fatalf("finished upload: %+v, %v", u, err)
 		}
+		// An upload is finished once: a second import of it (another
+		// process's) changes no row, which CommitImage answers CONFLICT.
+		res, err := db.ExecContext(ctx, sqlFinishUpload, now.UnixMilli(), "upl_1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 0 {
+			t.Fatalf("finishing a finished upload changed %d rows (%v)", n, err)
+		}
 	})
 }
