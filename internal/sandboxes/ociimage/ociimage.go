@@ -143,7 +143,7 @@ func Flatten(img v1.Image, w io.Writer, maxBytes int64) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	st.Entries, err = write(w, entries, spool)
+	st.Entries, err = write(w, entries, spool, maxBytes)
 	return st, err
 }
 
@@ -186,8 +186,12 @@ func read(tr *tar.Reader, spool *os.File, maxBytes int64) (map[string]entry, Sta
 	}
 }
 
-// write writes the spooled entries in path order.
-func write(w io.Writer, entries map[string]entry, spool *os.File) (count int, err error) {
+// write writes the spooled entries in path order. A hard link is written
+// as a copy of its target, so the bytes written, copies included, are
+// bounded by maxBytes too: many links to one large file cannot grow the
+// tar past it.
+func write(w io.Writer, entries map[string]entry, spool *os.File, maxBytes int64) (count int, err error) {
+	var written int64
 	names := make([]string, 0, len(entries))
 	for n := range entries {
 		names = append(names, n)
@@ -212,6 +216,9 @@ func write(w io.Writer, entries map[string]entry, spool *os.File) (count int, er
 			h.Linkname = src.Linkname
 		case tar.TypeReg:
 			h.Size = e.h.Size
+			if written += h.Size; written > maxBytes {
+				return 0, fmt.Errorf("ociimage: the image's files, hard links copied, are larger than %d bytes", maxBytes)
+			}
 		}
 		if err := tw.WriteHeader(&h); err != nil {
 			return 0, fmt.Errorf("ociimage: write: %w", err)

@@ -163,3 +163,23 @@ func TestFlattenBounded(t *testing.T) {
 		t.Fatalf("flatten past the bound: %v", err)
 	}
 }
+
+// Hard links are written as copies of their target, and the copies count
+// against the bound: one 100-byte file with nine links fits in 100 bytes
+// read but makes 1,000 bytes of tar content.
+func TestFlattenBoundsHardLinkCopies(t *testing.T) {
+	files := [][2]string{{"big", strings.Repeat("x", 100)}}
+	for i := range 9 {
+		files = append(files, [2]string{"link" + string(rune('0'+i)), "=>big"})
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ociimage.Flatten(img, io.Discard, 500); err == nil || !strings.Contains(err.Error(), "hard links copied") {
+		t.Fatalf("flatten of links past the bound: %v", err)
+	}
+	if _, err := ociimage.Flatten(img, io.Discard, 1000); err != nil {
+		t.Fatalf("flatten within the bound: %v", err)
+	}
+}
