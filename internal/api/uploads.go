@@ -101,14 +101,20 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request, rid, label 
 	if err != nil {
 		return s.errorAnswer(rid, err), q.out
 	}
-	defer release()
-	if err := s.scope(q); err != nil {
-		if errs.CodeOf(err) == errs.AccessDenied {
-			err = errs.New(errs.NotFound, "upload not found")
-		}
-		return s.errorAnswer(rid, err), q.out
+	err = s.scope(q)
+	if errs.CodeOf(err) == errs.AccessDenied {
+		err = errs.New(errs.NotFound, "upload not found")
 	}
-	if err := s.decide(q); err != nil {
+	if err == nil {
+		err = s.decide(q)
+	}
+	// The tenant's mutation slot covers admitting the call, not the
+	// stream: a PUT may stream for minutes, and a held slot would queue
+	// every other mutation of the tenant's tree (a child tenant's slow
+	// uploads its parent's calls) meanwhile. The per-identity rate limit
+	// still counts each PUT.
+	release()
+	if err != nil {
 		return s.errorAnswer(rid, err), q.out
 	}
 	return s.runUpload(w, q, id), q.out

@@ -288,3 +288,63 @@ func TestClientImportResumesAfterCut(t *testing.T) {
 		t.Fatalf("writes from offset 0: %d, %v (the upload started over)", writes, err)
 	}
 }
+
+// TestUploadStreamHoldsNoMutationSlot: a PUT takes its tenant's mutation
+// slot to be admitted and gives it back before it streams, so an upload
+// that streams for minutes does not queue the tree's other mutations (a
+// child tenant's slow upload would otherwise block its parent's calls).
+// With one slot, a mutation made while a PUT is mid-stream succeeds.
+func TestUploadStreamHoldsNoMutationSlot(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{SandboxRuntime: spec.RuntimeSim,
+		Tune: func(o *server.Options) { o.TenantMutates = 1 }})
+	ctx := context.Background()
+	tenant, _ := e.TenantAdmin(t, "uploader")
+	id, err := e.Client.CreateIdentity(ctx, tenant, "up", "person")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Client.Bind(ctx, tenant, id.ID, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	k, err := e.Client.CreateAPIKey(ctx, tenant, id.ID, "up", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := k.Key
+	cl := e.NewClient(t, key)
+	var up apitypes.UploadBeginOut
+	if err := cl.Call(ctx, "images.beginUpload", map[string]any{"tenant_id": tenant}, &up); err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	req, err := http.NewRequest("PUT", "http://"+e.CP.APIAddr+up.UploadPath, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range putAt(0) {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("X-Better-Compute", "1")
+	req.Header.Set("Authorization", "Bearer "+key)
+	done := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	// The server has read these bytes, so it is streaming the body.
+	if _, err := pw.Write(make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CreateTenant(ctx, tenant, "while-uploading"); err != nil {
+		t.Fatalf("a mutation while the tenant's upload streams: %v", err)
+	}
+	pw.Close()
+	if code := <-done; code != http.StatusOK {
+		t.Fatalf("the upload answered %d", code)
+	}
+}
