@@ -73,10 +73,7 @@ func (g *Gateway) admit(ctx context.Context, method string) (context.Context, er
 	}
 	id, ci, reason, err := g.authenticate(ctx)
 	if err != nil {
-		r, ok := refusals[method]
-		if !ok {
-			r = defaultRefusal
-		}
+		r := refusalFor(method)
 		g.cfg.Log.Info("call refused", "method", method, "node_id", id.NodeID, "reason", reason)
 		g.svc.Refused(ctx, r.event, reason, id.NodeID)
 		if method == nodev1.Gateway_Session_FullMethodName && reason == reasonRevoked {
@@ -119,13 +116,18 @@ func (s *authedStream) Context() context.Context { return s.ctx }
 func mustCaller(ctx context.Context, method string) (caller, error) {
 	c, ok := callerFrom(ctx)
 	if !ok {
-		r, found := refusals[method]
-		if !found {
-			r = defaultRefusal
-		}
-		return caller{}, r.err
+		return caller{}, refusalFor(method).err
 	}
 	return c, nil
+}
+
+// refusalFor is how method refuses a caller: its own entry in refusals,
+// else defaultRefusal (a method added without one).
+func refusalFor(method string) refusal {
+	if r, ok := refusals[method]; ok {
+		return r
+	}
+	return defaultRefusal
 }
 
 // reasonSuperseded is the revocation reason of a certificate a renewal
