@@ -25,12 +25,16 @@ const (
 // read: a well-formed token for this deployment's join key (pin) and an
 // acceptable name. It returns the parsed token, and the refusal reason
 // ("" to go on); parsed is false when the token did not parse.
-func checkJoinRequest(token string, pin [32]byte, name string) (t jointoken.Token, parsed bool, reason string) {
+func checkJoinRequest(token string, pins [][32]byte, name string) (t jointoken.Token, parsed bool, reason string) {
 	t, err := jointoken.Parse(token)
 	if err != nil {
 		return jointoken.Token{}, false, reasonTokenMalformed
 	}
-	if subtle.ConstantTimeCompare(t.Pin[:], pin[:]) != 1 {
+	pinned := 0
+	for _, pin := range pins {
+		pinned |= subtle.ConstantTimeCompare(t.Pin[:], pin[:])
+	}
+	if pinned != 1 {
 		return t, true, reasonTokenPinMismatch
 	}
 	if name != "" && !ValidateName(name) {

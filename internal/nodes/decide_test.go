@@ -37,7 +37,7 @@ func TestCheckJoinRequest(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tok, parsed, reason := checkJoinRequest(c.token, testPin, c.nodeName)
+			tok, parsed, reason := checkJoinRequest(c.token, [][32]byte{testPin}, c.nodeName)
 			if parsed != c.parsed || reason != c.reason {
 				t.Fatalf("parsed %v reason %q, want %v %q", parsed, reason, c.parsed, c.reason)
 			}
@@ -185,7 +185,7 @@ func FuzzCheckJoinRequest(f *testing.F) {
 	f.Add(testToken([32]byte{9}).String(), "")
 	f.Add("bcj1....", "a b")
 	f.Fuzz(func(t *testing.T, token, name string) {
-		tok, parsed, reason := checkJoinRequest(token, testPin, name)
+		tok, parsed, reason := checkJoinRequest(token, [][32]byte{testPin}, name)
 		if reason == "" {
 			if !parsed || tok.Pin != testPin || (name != "" && !ValidateName(name)) {
 				t.Fatalf("admitted %q name %q", token, name)

@@ -71,7 +71,14 @@ type Config struct {
 	// Bundle is the join-key-signed trust bundle handed to joining nodes.
 	BundleBody, BundleSig []byte
 	JoinPublicKey         []byte
-	JoinPin               [32]byte
+	// OtherSignatures sign BundleBody with the staged and previous join
+	// keys while the join key rotates.
+	OtherSignatures []pki.JoinSignature
+	// JoinPin (the active join key's) goes into new join tokens;
+	// AcceptedPins are the pins a join token may carry: every join key held
+	// (active, staged, previous). Empty means JoinPin alone.
+	JoinPin      [32]byte
+	AcceptedPins [][32]byte
 }
 
 // Service is the nodes module.
@@ -251,15 +258,24 @@ func (s *Service) RecordRefusal(ctx context.Context, typ, reason, nodeID string)
 	_ = s.refuse(ctx, typ, reason, nodeID, nil)
 }
 
-// TrustBundle returns the signed trust bundle.
-func (s *Service) TrustBundle() (body, sig, joinPub []byte) {
-	return s.cfg.BundleBody, s.cfg.BundleSig, s.cfg.JoinPublicKey
+// TrustBundle returns the signed trust bundle: its body, the active join
+// key's signature and public key, and the other join keys' signatures.
+func (s *Service) TrustBundle() (body, sig, joinPub []byte, others []pki.JoinSignature) {
+	return s.cfg.BundleBody, s.cfg.BundleSig, s.cfg.JoinPublicKey, s.cfg.OtherSignatures
+}
+
+// acceptedPins are the join-key pins a token may carry.
+func (s *Service) acceptedPins() [][32]byte {
+	if len(s.cfg.AcceptedPins) == 0 {
+		return [][32]byte{s.cfg.JoinPin}
+	}
+	return s.cfg.AcceptedPins
 }
 
 // Join spends a token and certifies the CSR's key as a new node. Every
 // refusal is one generic ACCESS_DENIED; the reason goes to the event log.
 func (s *Service) Join(ctx context.Context, token string, csrDER []byte, name string) (nodeID string, chain [][]byte, err error) {
-	t, parsed, reason := checkJoinRequest(token, s.cfg.JoinPin, name)
+	t, parsed, reason := checkJoinRequest(token, s.acceptedPins(), name)
 	if !parsed {
 		return "", nil, s.refuse(ctx, EventJoinRefused, reason, "", nil)
 	}

@@ -26,6 +26,14 @@ func IssueAPICert(caCert *x509.Certificate, caKey crypto.Signer, trustDomain str
 		[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth})
 }
 
-// APICAPEM is the PEM of the CA that issues the public API's certificate
-// (IssueAPICert): what a client such as the CLI trusts (BC_CA_FILE).
-func (b *Bundle) APICAPEM() []byte { return CertPEM(b.InternalCA.Raw) }
+// APICAPEM is the PEM of the CAs that issue the public API's certificate
+// (IssueAPICert): what a client such as the CLI trusts (BC_CA_FILE). While
+// the internal CA rotates it holds every trusted one (active, staged,
+// previous), so a client keeps working across the switch.
+func (b *Bundle) APICAPEM() []byte {
+	var out []byte
+	for _, c := range b.InternalRoots() {
+		out = append(out, CertPEM(c.Raw)...)
+	}
+	return out
+}

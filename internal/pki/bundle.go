@@ -57,8 +57,16 @@ type Bundle struct {
 	// must sign a batch; pinned into the trust bundle by PinApprovers.
 	Approvers []ed25519.PublicKey
 	Threshold int
+	// IssuedAt is when the trust content last changed (init or a rotation
+	// step); trust bundles carry it so a node takes only a newer one. Zero
+	// for a bundle written before rotation existed: TrustBundle then stamps
+	// the time it is asked.
+	IssuedAt time.Time
 
-	sealed map[string][]byte // key name -> Seal output of its PKCS#8 DER
+	sealed       map[string][]byte // key name -> Seal output of its PKCS#8 DER
+	staged       map[Kind]slot     // keys made by RotateStage, trusted, not used
+	previous     map[Kind]slot     // keys replaced by RotateActivate, still trusted
+	retiredAudit []ed25519.PublicKey
 }
 
 // bundleJSON is the on-disk form of a Bundle.
@@ -74,6 +82,11 @@ type bundleJSON struct {
 	Approvers   [][]byte          `json:"approvers,omitempty"`
 	Threshold   int               `json:"threshold,omitempty"`
 	Sealed      map[string][]byte `json:"sealed"`
+	// Rotation state (rotate.go); all omitted before the first rotation.
+	IssuedAt         int64               `json:"issued_at,omitempty"`
+	Staged           map[string]slotJSON `json:"staged,omitempty"`
+	Previous         map[string]slotJSON `json:"previous,omitempty"`
+	RetiredAuditKeys [][]byte            `json:"retired_audit_keys,omitempty"`
 }
 
 // Init makes a fresh bundle in dir (created 0700 if missing), refusing if
@@ -99,7 +112,8 @@ func Init(dir, trustDomain string, kek KEK, clk Clock) (*Bundle, error) {
 		return nil, fmt.Errorf("pki: %w", err)
 	}
 	now := clk.Now()
-	b := &Bundle{TrustDomain: trustDomain, Deployment: trustDomain, sealed: map[string][]byte{}}
+	b := &Bundle{TrustDomain: trustDomain, Deployment: trustDomain, IssuedAt: now.UTC().Truncate(time.Second),
+		sealed: map[string][]byte{}, staged: map[Kind]slot{}, previous: map[Kind]slot{}}
 	var err error
 	newP256 := func() (crypto.Signer, error) { return ecdsa.GenerateKey(elliptic.P256(), rand.Reader) }
 	newEd := func() (crypto.Signer, error) { _, k, err := ed25519.GenerateKey(rand.Reader); return k, err }
@@ -140,7 +154,8 @@ func (b *Bundle) write(path string, exclusive bool) error {
 		CommandRoot: string(CertPEM(b.CommandRoot.Raw)),
 		JoinKey:     b.JoinKey, AuditKey: b.AuditKey,
 		Approvers: approverBytes(b.Approvers), Threshold: b.Threshold,
-		Sealed: b.sealed,
+		Sealed: b.sealed, Staged: encodeSlots(b.staged), Previous: encodeSlots(b.previous),
+		RetiredAuditKeys: approverBytes(b.retiredAudit), IssuedAt: unixOrZero(b.IssuedAt),
 	}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("pki: encode bundle: %w", err)
@@ -284,19 +299,59 @@ func load(dir string, public bool) (*Bundle, error) {
 		b.Approvers = append(b.Approvers, ed25519.PublicKey(k))
 	}
 	b.Threshold = bj.Threshold
+	if err := b.loadRotation(bj); err != nil {
+		return nil, fmt.Errorf("pki: %s: %w", path, err)
+	}
 	if public && len(b.sealed) == 0 {
 		return b, nil
 	}
-	for _, name := range keyNames {
+	want := b.wantSealed()
+	for name := range want {
 		if len(b.sealed[name]) == 0 {
 			return nil, fmt.Errorf("pki: %s: sealed %s missing", path, name)
 		}
 	}
-	if len(b.sealed) != len(keyNames) {
+	if len(b.sealed) != len(want) {
 		return nil, fmt.Errorf("pki: %s: unexpected sealed entries", path)
 	}
 	return b, nil
 }
+
+// loadRotation fills b's rotation state from bj.
+func (b *Bundle) loadRotation(bj bundleJSON) error {
+	var err error
+	if b.staged, err = decodeSlots(bj.Staged); err != nil {
+		return err
+	}
+	if b.previous, err = decodeSlots(bj.Previous); err != nil {
+		return err
+	}
+	for _, k := range bj.RetiredAuditKeys {
+		if len(k) != ed25519.PublicKeySize {
+			return errors.New("retired audit keys must be 32-byte Ed25519 keys")
+		}
+		b.retiredAudit = append(b.retiredAudit, ed25519.PublicKey(k))
+	}
+	if bj.IssuedAt < 0 {
+		return errors.New("issued_at is negative")
+	}
+	if bj.IssuedAt > 0 {
+		b.IssuedAt = time.Unix(bj.IssuedAt, 0).UTC()
+	}
+	if b.sealed == nil {
+		b.sealed = map[string][]byte{}
+	}
+	return nil
+}
+
+func unixOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Unix()
+}
+
+func b64(k []byte) string { return base64.StdEncoding.EncodeToString(k) }
 
 func parseCACertPEM(s string, wantEd25519 bool) (*x509.Certificate, error) {
 	block, rest := pem.Decode([]byte(s))
@@ -418,6 +473,13 @@ type ShowInfo struct {
 	AuditKey    string   `json:"audit_key"`    // base64
 	Approvers   []string `json:"approvers"`    // base64 Ed25519 keys of the destructive-batch approvers
 	Threshold   int      `json:"threshold"`    // approvals a destructive batch needs
+	// IssuedAt is when the trust content last changed (zero before the
+	// first rotation of a bundle made by an older version).
+	IssuedAt time.Time `json:"issued_at"`
+	// Rotation lists staged and previous keys; RetiredAuditKeys the audit
+	// keys kept to verify old checkpoints (base64).
+	Rotation         []RotationInfo `json:"rotation"`
+	RetiredAuditKeys []string       `json:"retired_audit_keys"`
 }
 
 func certInfo(c *x509.Certificate) CertInfo {
@@ -440,6 +502,7 @@ func (b *Bundle) Show() ShowInfo {
 		JoinKeyPin: hex.EncodeToString(pin[:]),
 		AuditKey:   base64.StdEncoding.EncodeToString(b.AuditKey),
 		Approvers:  approverStrings(b.Approvers), Threshold: b.Threshold,
+		IssuedAt: b.IssuedAt, Rotation: b.rotationInfo(), RetiredAuditKeys: approverStrings(b.retiredAudit),
 	}
 }
 
@@ -470,6 +533,19 @@ func (s ShowInfo) String() string {
 		for _, k := range s.Approvers {
 			fmt.Fprintf(&w, "  %s\n", k)
 		}
+	}
+	if len(s.Rotation) == 0 {
+		fmt.Fprintf(&w, "rotation:     none in progress\n")
+	}
+	for _, r := range s.Rotation {
+		id := r.Serial
+		if id == "" {
+			id = r.Public
+		}
+		fmt.Fprintf(&w, "rotation:     %s %s since %s (%s)\n", r.Key, r.State, r.Since.Format(time.RFC3339), id)
+	}
+	for _, k := range s.RetiredAuditKeys {
+		fmt.Fprintf(&w, "retired audit key: %s\n", k)
 	}
 	return w.String()
 }

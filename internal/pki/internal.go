@@ -82,8 +82,9 @@ func issueInternal(caCert *x509.Certificate, caKey crypto.Signer, trustDomain st
 }
 
 // VerifyInternalPeer checks a peer on the internal channel: the leaf
-// chains to the internal CA for usage at now and its only URI SAN is want.
-func VerifyInternalPeer(rawCerts [][]byte, internalCA *x509.Certificate, want *url.URL, usage x509.ExtKeyUsage, now time.Time) error {
+// chains to one of the internal CAs (Bundle.InternalRoots: active, staged,
+// previous) for usage at now and its only URI SAN is want.
+func VerifyInternalPeer(rawCerts [][]byte, internalCAs []*x509.Certificate, want *url.URL, usage x509.ExtKeyUsage, now time.Time) error {
 	if len(rawCerts) == 0 {
 		return errors.New("pki: no peer certificate")
 	}
@@ -92,7 +93,9 @@ func VerifyInternalPeer(rawCerts [][]byte, internalCA *x509.Certificate, want *u
 		return fmt.Errorf("pki: parse peer certificate: %w", err)
 	}
 	roots := x509.NewCertPool()
-	roots.AddCert(internalCA)
+	for _, ca := range internalCAs {
+		roots.AddCert(ca)
+	}
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
 		return fmt.Errorf("pki: peer certificate does not verify: %w", err)
 	}

@@ -96,25 +96,25 @@ func TestVerifyInternalPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := t0.Add(time.Minute)
-	if err := VerifyInternalPeer(gw.Certificate, b.InternalCA, GatewaySPIFFEID(td), x509.ExtKeyUsageClientAuth, now); err != nil {
+	if err := VerifyInternalPeer(gw.Certificate, b.InternalRoots(), GatewaySPIFFEID(td), x509.ExtKeyUsageClientAuth, now); err != nil {
 		t.Fatalf("gateway as client: %v", err)
 	}
-	if err := VerifyInternalPeer(ctl.Certificate, b.InternalCA, ControlSPIFFEID(td), x509.ExtKeyUsageServerAuth, now); err != nil {
+	if err := VerifyInternalPeer(ctl.Certificate, b.InternalRoots(), ControlSPIFFEID(td), x509.ExtKeyUsageServerAuth, now); err != nil {
 		t.Fatalf("control as server: %v", err)
 	}
-	if err := VerifyInternalPeer(gw.Certificate, b.InternalCA, ControlSPIFFEID(td), x509.ExtKeyUsageServerAuth, now); err == nil {
+	if err := VerifyInternalPeer(gw.Certificate, b.InternalRoots(), ControlSPIFFEID(td), x509.ExtKeyUsageServerAuth, now); err == nil {
 		t.Fatal("a gateway certificate passed as the control identity")
 	}
-	if err := VerifyInternalPeer(ctl.Certificate, b.InternalCA, ControlSPIFFEID(td), x509.ExtKeyUsageClientAuth, now); err == nil {
+	if err := VerifyInternalPeer(ctl.Certificate, b.InternalRoots(), ControlSPIFFEID(td), x509.ExtKeyUsageClientAuth, now); err == nil {
 		t.Fatal("the control certificate passed as a client")
 	}
-	if err := VerifyInternalPeer(gw.Certificate, b.NodeCA, GatewaySPIFFEID(td), x509.ExtKeyUsageClientAuth, now); err == nil {
+	if err := VerifyInternalPeer(gw.Certificate, b.NodeRoots(), GatewaySPIFFEID(td), x509.ExtKeyUsageClientAuth, now); err == nil {
 		t.Fatal("a certificate passed under another CA")
 	}
-	if err := VerifyInternalPeer(gw.Certificate, b.InternalCA, GatewaySPIFFEID(td), x509.ExtKeyUsageClientAuth, t0.Add(2*time.Hour)); err == nil {
+	if err := VerifyInternalPeer(gw.Certificate, b.InternalRoots(), GatewaySPIFFEID(td), x509.ExtKeyUsageClientAuth, t0.Add(2*time.Hour)); err == nil {
 		t.Fatal("an expired certificate passed")
 	}
-	if err := VerifyInternalPeer(nil, b.InternalCA, GatewaySPIFFEID(td), x509.ExtKeyUsageClientAuth, now); err == nil {
+	if err := VerifyInternalPeer(nil, b.InternalRoots(), GatewaySPIFFEID(td), x509.ExtKeyUsageClientAuth, now); err == nil {
 		t.Fatal("no certificate passed")
 	}
 }

@@ -30,6 +30,10 @@ type TrustBundle struct {
 	// with no approvers refuses every destructive command.
 	Approvers [][]byte `json:"approvers,omitempty"`
 	Threshold int      `json:"threshold,omitempty"`
+	// JoinKeys are the raw Ed25519 join keys whose signature a node accepts
+	// on a later trust bundle, listed only while a join key rotates (more
+	// than one); otherwise it is the key that signed this bundle alone.
+	JoinKeys [][]byte `json:"join_keys,omitempty"`
 }
 
 // Limits on untrusted trust bundles.
@@ -42,14 +46,32 @@ const (
 	trustBundleContext = "bc-trust-bundle-v1\x00"
 )
 
-// TrustBundle returns the trust bundle for b, stamped with now.
+// TrustBundle returns the trust bundle for b: every trusted root (active,
+// staged, previous), stamped with b.IssuedAt, or with now for a bundle
+// that predates rotation.
 func (b *Bundle) TrustBundle(now time.Time) TrustBundle {
-	return TrustBundle{
+	issued := now.Unix()
+	if !b.IssuedAt.IsZero() {
+		issued = b.IssuedAt.Unix()
+	}
+	tb := TrustBundle{
 		Version: 1, TrustDomain: b.TrustDomain, Deployment: b.Deployment,
-		NodeRoots: [][]byte{b.NodeCA.Raw}, ServerRoots: [][]byte{b.InternalCA.Raw},
-		CommandRoots: [][]byte{b.CommandRoot.Raw}, IssuedAt: now.Unix(),
+		NodeRoots: rawCerts(b.NodeRoots()), ServerRoots: rawCerts(b.InternalRoots()),
+		CommandRoots: rawCerts(b.CommandRoots()), IssuedAt: issued,
 		Approvers: approverBytes(b.Approvers), Threshold: b.Threshold,
 	}
+	if keys := b.JoinKeys(); len(keys) > 1 {
+		tb.JoinKeys = approverBytes(keys)
+	}
+	return tb
+}
+
+func rawCerts(certs []*x509.Certificate) [][]byte {
+	out := make([][]byte, len(certs))
+	for i, c := range certs {
+		out[i] = c.Raw
+	}
+	return out
 }
 
 func approverBytes(keys []ed25519.PublicKey) [][]byte {
@@ -119,6 +141,16 @@ func (tb TrustBundle) validate() error {
 	}
 	if err := validateApprovers(tb.Approvers, tb.Threshold); err != nil {
 		return fmt.Errorf("pki: trust bundle: %w", err)
+	}
+	if len(tb.JoinKeys) == 1 || len(tb.JoinKeys) > maxRootsPerList {
+		return fmt.Errorf("pki: trust bundle join_keys must hold 2..%d keys when present", maxRootsPerList)
+	}
+	seen := map[string]bool{}
+	for _, k := range tb.JoinKeys {
+		if len(k) != ed25519.PublicKeySize || seen[string(k)] {
+			return errors.New("pki: trust bundle join key is not a distinct 32-byte Ed25519 key")
+		}
+		seen[string(k)] = true
 	}
 	return nil
 }
@@ -236,4 +268,76 @@ func (tb TrustBundle) CommandRootCerts() ([]*x509.Certificate, error) {
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// JoinSignature is one join key's signature over a trust bundle body
+// (SignTrustBundle). While the join key rotates, the control plane signs
+// each bundle with every join key it holds, so a node or a token pinning
+// any of them finds a signature it can check.
+type JoinSignature struct {
+	Key ed25519.PublicKey
+	Sig []byte
+}
+
+// VerifyTrustBundleAny verifies body with the first signature in sigs
+// whose key's pin is one of pins, then decodes it. It returns the bundle
+// and the key that verified it.
+func VerifyTrustBundleAny(body []byte, sigs []JoinSignature, pins [][32]byte) (TrustBundle, ed25519.PublicKey, error) {
+	for _, s := range sigs {
+		if len(s.Key) != ed25519.PublicKeySize {
+			continue
+		}
+		got := JoinKeyPin(s.Key)
+		for _, pin := range pins {
+			if subtle.ConstantTimeCompare(got[:], pin[:]) == 1 {
+				tb, err := VerifyTrustBundle(body, s.Sig, s.Key, pin)
+				return tb, s.Key, err
+			}
+		}
+	}
+	return TrustBundle{}, nil, errors.New("pki: no signature by a pinned join key")
+}
+
+// Pins returns the pins of the join keys whose signature a node holding tb,
+// which signer's key verified, accepts on a later bundle: tb's JoinKeys
+// while the join key rotates, else signer's alone.
+func (tb TrustBundle) Pins(signer ed25519.PublicKey) [][32]byte {
+	if len(tb.JoinKeys) == 0 {
+		return [][32]byte{JoinKeyPin(signer)}
+	}
+	out := make([][32]byte, len(tb.JoinKeys))
+	for i, k := range tb.JoinKeys {
+		out[i] = JoinKeyPin(k)
+	}
+	return out
+}
+
+// Refresh outcomes other than acceptance.
+var (
+	// ErrBundleNotNewer: the offered bundle is not newer than the pinned one
+	// (the same or a replayed older one): keep the pinned bundle.
+	ErrBundleNotNewer = errors.New("pki: offered trust bundle is not newer than the pinned one")
+	// ErrBundleChangesPins: the offered bundle changes what a refresh may
+	// never change: trust domain, deployment, approvers or threshold. The
+	// approvers change only under their own quorum's signatures.
+	ErrBundleChangesPins = errors.New("pki: offered trust bundle changes the trust domain, deployment or approvers")
+)
+
+// CheckRefresh decides whether a node pinning cur may replace it with
+// next, a bundle already verified by a pinned join key: only a strictly
+// newer bundle for the same trust domain, deployment and approver set.
+func CheckRefresh(cur, next TrustBundle) error {
+	if next.TrustDomain != cur.TrustDomain || next.Deployment != cur.Deployment || next.Threshold != cur.Threshold ||
+		len(next.Approvers) != len(cur.Approvers) {
+		return ErrBundleChangesPins
+	}
+	for i := range cur.Approvers {
+		if !bytes.Equal(cur.Approvers[i], next.Approvers[i]) {
+			return ErrBundleChangesPins
+		}
+	}
+	if next.IssuedAt <= cur.IssuedAt {
+		return ErrBundleNotNewer
+	}
+	return nil
 }

@@ -88,11 +88,15 @@ func (s gatewayServices) TimeStatement(ctx context.Context) (*nodev1.SignedTimeS
 }
 
 func (s gatewayServices) Bundle(context.Context) (*nodev1.SignedTrustBundle, error) {
-	body, sig, pub := s.n.TrustBundle()
+	body, sig, pub, others := s.n.TrustBundle()
 	if len(sig) == 0 {
 		return nil, errs.New(errs.Internal, "this process holds no signed trust bundle")
 	}
-	return &nodev1.SignedTrustBundle{Body: body, Signature: sig, JoinPublicKey: pub}, nil
+	sb := &nodev1.SignedTrustBundle{Body: body, Signature: sig, JoinPublicKey: pub}
+	for _, o := range others {
+		sb.OtherSignatures = append(sb.OtherSignatures, &nodev1.JoinKeySignature{JoinPublicKey: o.Key, Signature: o.Sig})
+	}
+	return sb, nil
 }
 
 func (s gatewayServices) Join(ctx context.Context, token string, csr []byte, name string) (string, [][]byte, error) {

@@ -106,8 +106,9 @@ func (o Options) withDefaults() (Options, roles, error) {
 // unsealed from the bundle; each is zero in a process whose roles do not
 // use it.
 type keys struct {
-	nodeCA                crypto.Signer // api: issues node certificates
-	bundleBody, bundleSig []byte        // api: the trust bundle and its signature by the join key
+	nodeCA                crypto.Signer       // api: issues node certificates
+	bundleBody, bundleSig []byte              // api: the trust bundle and its signature by the join key
+	bundleOthers          []pki.JoinSignature // api: its signatures by the staged and previous join keys
 	commandRoot           ed25519.PrivateKey
 	internal              crypto.Signer // api, when it issues the gateway's or the internal channel's certificate
 }
@@ -121,7 +122,7 @@ func unseal(o Options, r roles, now time.Time) (keys, error) {
 		if err != nil {
 			return k, errs.Wrap(errs.InvalidConfig, "the node CA key does not unseal with this key-encryption key", err)
 		}
-		joinKey, err := b.JoinSigningKey(o.KEK)
+		joinKeys, err := b.JoinSigningKeys(o.KEK)
 		if err != nil {
 			return k, errs.Wrap(errs.InvalidConfig, "the join key does not unseal with this key-encryption key", err)
 		}
@@ -129,7 +130,10 @@ func unseal(o Options, r roles, now time.Time) (keys, error) {
 		if err != nil {
 			return k, fmt.Errorf("server: encode trust bundle: %w", err)
 		}
-		k.nodeCA, k.bundleBody, k.bundleSig = nodeCAKey, tbBody, pki.SignTrustBundle(joinKey, tbBody)
+		k.nodeCA, k.bundleBody, k.bundleSig = nodeCAKey, tbBody, pki.SignTrustBundle(joinKeys[0], tbBody)
+		for _, jk := range joinKeys[1:] {
+			k.bundleOthers = append(k.bundleOthers, pki.JoinSignature{Key: jk.Public().(ed25519.PublicKey), Sig: pki.SignTrustBundle(jk, tbBody)})
+		}
 	}
 	if r.workers {
 		rootKey, err := b.CommandRootKey(o.KEK)

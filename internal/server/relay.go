@@ -154,7 +154,7 @@ func (c *controlServer) Secret(ctx context.Context, req *internalv1.SecretReques
 
 // requireGateway refuses any call whose client certificate is not a
 // gateway's (the TLS layer checked the chain to the internal CA already).
-func requireGateway(td string, internalCA *x509.Certificate, clk clock.Clock) grpc.UnaryServerInterceptor {
+func requireGateway(td string, internalCAs []*x509.Certificate, clk clock.Clock) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		p, ok := peer.FromContext(ctx)
 		if !ok {
@@ -168,7 +168,7 @@ func requireGateway(td string, internalCA *x509.Certificate, clk clock.Clock) gr
 		for _, c := range ti.State.PeerCertificates {
 			raw = append(raw, c.Raw)
 		}
-		if err := pki.VerifyInternalPeer(raw, internalCA, pki.GatewaySPIFFEID(td), x509.ExtKeyUsageClientAuth, clk.Now()); err != nil {
+		if err := pki.VerifyInternalPeer(raw, internalCAs, pki.GatewaySPIFFEID(td), x509.ExtKeyUsageClientAuth, clk.Now()); err != nil {
 			return nil, status.Error(codes.Unauthenticated, string(errs.Unauthenticated))
 		}
 		return handler(ctx, req)
@@ -178,10 +178,12 @@ func requireGateway(td string, internalCA *x509.Certificate, clk clock.Clock) gr
 // controlTLS is the api side of the internal channel: its control
 // certificate as cert gives it on each handshake (so a reissued one takes
 // effect at once), and a client certificate required and chained to the
-// internal CA (the interceptor checks the gateway identity).
-func controlTLS(cert func() (*tls.Certificate, error), internalCA *x509.Certificate) *tls.Config {
+// internal CAs (the interceptor checks the gateway identity).
+func controlTLS(cert func() (*tls.Certificate, error), internalCAs []*x509.Certificate) *tls.Config {
 	pool := x509.NewCertPool()
-	pool.AddCert(internalCA)
+	for _, ca := range internalCAs {
+		pool.AddCert(ca)
+	}
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS13,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert() },
@@ -219,7 +221,7 @@ func dialControl(addr string, cert tls.Certificate, b *pki.Bundle, clk clock.Clo
 		// host name (VerifyPeerCertificate below does the chain too).
 		InsecureSkipVerify: true,
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			return pki.VerifyInternalPeer(raw, b.InternalCA, pki.ControlSPIFFEID(b.TrustDomain), x509.ExtKeyUsageServerAuth, clk.Now())
+			return pki.VerifyInternalPeer(raw, b.InternalRoots(), pki.ControlSPIFFEID(b.TrustDomain), x509.ExtKeyUsageServerAuth, clk.Now())
 		},
 	}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)),

@@ -199,9 +199,9 @@ func (cp *ControlPlane) serveInternal(o Options, local gatewayServices, internal
 		return errs.Wrap(errs.InvalidConfig, "the internal channel cannot listen on its address", err)
 	}
 	cp.InternalAddr = lis.Addr().String()
-	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(controlTLS(certs.get, b.InternalCA))),
+	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(controlTLS(certs.get, b.InternalRoots()))),
 		grpc.MaxRecvMsgSize(nodev1.MaxMessageBytes), grpc.MaxSendMsgSize(nodev1.MaxMessageBytes),
-		grpc.UnaryInterceptor(requireGateway(b.TrustDomain, b.InternalCA, o.Clock)), grpc.WaitForHandlers(true))
+		grpc.UnaryInterceptor(requireGateway(b.TrustDomain, b.InternalRoots(), o.Clock)), grpc.WaitForHandlers(true))
 	internalv1.RegisterGatewayServicesServer(gs, &controlServer{svc: local, roots: roots, td: b.TrustDomain, clk: o.Clock, log: o.Log})
 	cp.serveGRPC("internal channel", gs, lis, nil)
 	return nil

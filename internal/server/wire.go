@@ -32,7 +32,7 @@ func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 	cp.Quotas = quota.New(o.DB, o.Clock, o.Quotas)
 	cp.Nodes = nodes.New(o.DB, o.Clock, cp.Events, cp.Bus, o.Log, cp.Quotas, nodes.Config{TrustDomain: b.TrustDomain, NodeCA: b.NodeCA,
 		CertLifetime: o.NodeCertLifetime, RenewInterval: o.RenewInterval, JoinPublicKey: b.JoinKey, JoinPin: pki.JoinKeyPin(b.JoinKey),
-		NodeCAKey: k.nodeCA, BundleBody: k.bundleBody, BundleSig: k.bundleSig})
+		AcceptedPins: joinPins(b), NodeCAKey: k.nodeCA, BundleBody: k.bundleBody, BundleSig: k.bundleSig, OtherSignatures: k.bundleOthers})
 	tb := b.TrustBundle(o.Clock.Now())
 	var err error
 	if cp.Quorum, err = quorum.New(o.DB, o.Clock, cp.Bus, cp.Nodes, b.Deployment, tb.Approvers, b.Threshold, o.Log); err != nil {
@@ -71,4 +71,14 @@ func (cp *ControlPlane) openImages(o Options) (*blob.Bucket, error) {
 	}
 	cp.closers = append(cp.closers, func() { _ = b.Close() })
 	return b, nil
+}
+
+// joinPins are the pins of every join key b holds: a join token pinning
+// any of them is accepted while the join key rotates.
+func joinPins(b *pki.Bundle) [][32]byte {
+	var out [][32]byte
+	for _, k := range b.JoinKeys() {
+		out = append(out, pki.JoinKeyPin(k))
+	}
+	return out
 }

@@ -131,7 +131,7 @@ func (s *Signer) CurrentKey(ctx context.Context) (string, error) {
 
 func (s *Signer) currentKey(ctx context.Context) (*workerKey, error) {
 	now := s.clk.Now()
-	stored, ok, err := readCurrentKey(ctx, s.db, now.Add(RotateBefore))
+	stored, ok, err := readCurrentKey(ctx, s.db, now.Add(RotateBefore), s.root)
 	if err != nil {
 		return nil, err
 	}

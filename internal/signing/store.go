@@ -2,6 +2,7 @@ package signing
 
 import (
 	"context"
+	"crypto/x509"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -14,7 +15,7 @@ import (
 // The signer's own tables: worker_keys and time_statements. The commands
 // it signs are read and written through commands.Store.
 const (
-	sqlCurrentKey = `SELECT id, cert_der, sealed_key FROM worker_keys WHERE not_after > $1 ORDER BY not_after DESC LIMIT 1`
+	sqlCurrentKey = `SELECT id, cert_der, sealed_key FROM worker_keys WHERE not_after > $1 ORDER BY not_after DESC LIMIT 8`
 	sqlInsertKey  = `INSERT INTO worker_keys (id, cert_der, sealed_key, not_after, created_at) VALUES ($1, $2, $3, $4, $5)`
 	// sqlStoreTime keeps the newest statement as the one row 'latest'.
 	sqlStoreTime = `INSERT INTO time_statements (id, body, signature, signer_cert, time_ms) VALUES ($1, $2, $3, $4, $5)
@@ -34,18 +35,36 @@ type storedKey struct {
 	sealed []byte
 }
 
-// readCurrentKey reads the worker key that is valid after validAfter and
-// runs longest; ok is false when there is none.
-func readCurrentKey(ctx context.Context, db *store.DB, validAfter time.Time) (storedKey, bool, error) {
-	var k storedKey
-	err := db.QueryRowContext(ctx, sqlCurrentKey, validAfter.UnixMilli()).Scan(&k.id, &k.cert, &k.sealed)
-	if errors.Is(err, sql.ErrNoRows) {
-		return storedKey{}, false, nil
-	}
+// readCurrentKey reads the newest worker key valid after validAfter whose
+// certificate root issued (of the eight newest).
+func readCurrentKey(ctx context.Context, db *store.DB, validAfter time.Time, root *x509.Certificate) (storedKey, bool, error) {
+	rows, err := db.QueryContext(ctx, sqlCurrentKey, validAfter.UnixMilli())
 	if err != nil {
 		return storedKey{}, false, fmt.Errorf("signing: read worker key: %w", err)
 	}
-	return k, true, nil
+	defer rows.Close()
+	for rows.Next() {
+		var k storedKey
+		if err := rows.Scan(&k.id, &k.cert, &k.sealed); err != nil {
+			return storedKey{}, false, fmt.Errorf("signing: read worker key: %w", err)
+		}
+		if certifiedBy(k.cert, root) {
+			return k, true, rows.Err()
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return storedKey{}, false, fmt.Errorf("signing: read worker key: %w", err)
+	}
+	return storedKey{}, false, nil
+}
+
+// certifiedBy reports whether the worker certificate der was issued by
+// root: after the command root rotates, a worker makes a key certified by
+// the new root rather than keep signing under the old one (and, while
+// processes with either root run side by side, each uses its own root's).
+func certifiedBy(der []byte, root *x509.Certificate) bool {
+	c, err := x509.ParseCertificate(der)
+	return err == nil && c.CheckSignatureFrom(root) == nil
 }
 
 // insertKey stores a new worker key valid until notAfter.

@@ -64,13 +64,17 @@ func (*BundleRequest) Descriptor() ([]byte, []int) {
 
 // SignedTrustBundle carries the exact bundle bytes and the join key's
 // signature over them; the node checks the key against the pin in its token.
+// While the join key rotates, other_signatures carries the same body signed
+// by the other join keys the control plane holds (staged, previous), so a
+// token or a node pinning any of them finds a signature it checks.
 type SignedTrustBundle struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Body          []byte                 `protobuf:"bytes,1,opt,name=body,proto3" json:"body,omitempty"`
-	Signature     []byte                 `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
-	JoinPublicKey []byte                 `protobuf:"bytes,3,opt,name=join_public_key,json=joinPublicKey,proto3" json:"join_public_key,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Body            []byte                 `protobuf:"bytes,1,opt,name=body,proto3" json:"body,omitempty"`
+	Signature       []byte                 `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	JoinPublicKey   []byte                 `protobuf:"bytes,3,opt,name=join_public_key,json=joinPublicKey,proto3" json:"join_public_key,omitempty"`
+	OtherSignatures []*JoinKeySignature    `protobuf:"bytes,4,rep,name=other_signatures,json=otherSignatures,proto3" json:"other_signatures,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SignedTrustBundle) Reset() {
@@ -124,6 +128,66 @@ func (x *SignedTrustBundle) GetJoinPublicKey() []byte {
 	return nil
 }
 
+func (x *SignedTrustBundle) GetOtherSignatures() []*JoinKeySignature {
+	if x != nil {
+		return x.OtherSignatures
+	}
+	return nil
+}
+
+// JoinKeySignature is one join key's signature over a trust bundle body.
+type JoinKeySignature struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JoinPublicKey []byte                 `protobuf:"bytes,1,opt,name=join_public_key,json=joinPublicKey,proto3" json:"join_public_key,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinKeySignature) Reset() {
+	*x = JoinKeySignature{}
+	mi := &file_node_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinKeySignature) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinKeySignature) ProtoMessage() {}
+
+func (x *JoinKeySignature) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinKeySignature.ProtoReflect.Descriptor instead.
+func (*JoinKeySignature) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *JoinKeySignature) GetJoinPublicKey() []byte {
+	if x != nil {
+		return x.JoinPublicKey
+	}
+	return nil
+}
+
+func (x *JoinKeySignature) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 type JoinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// token is the one-time join token (the part after the pin).
@@ -136,7 +200,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_node_proto_msgTypes[2]
+	mi := &file_node_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -148,7 +212,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[2]
+	mi := &file_node_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -161,7 +225,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{2}
+	return file_node_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *JoinRequest) GetToken() string {
@@ -197,7 +261,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_node_proto_msgTypes[3]
+	mi := &file_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -209,7 +273,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[3]
+	mi := &file_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -222,7 +286,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{3}
+	return file_node_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *JoinResponse) GetNodeId() string {
@@ -261,7 +325,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_node_proto_msgTypes[4]
+	mi := &file_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -273,7 +337,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[4]
+	mi := &file_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -286,7 +350,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{4}
+	return file_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RenewRequest) GetCsrDer() []byte {
@@ -313,7 +377,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_node_proto_msgTypes[5]
+	mi := &file_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +389,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[5]
+	mi := &file_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +402,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{5}
+	return file_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RenewResponse) GetCertChainDer() [][]byte {
@@ -370,7 +434,7 @@ type NodeMessage struct {
 
 func (x *NodeMessage) Reset() {
 	*x = NodeMessage{}
-	mi := &file_node_proto_msgTypes[6]
+	mi := &file_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +446,7 @@ func (x *NodeMessage) String() string {
 func (*NodeMessage) ProtoMessage() {}
 
 func (x *NodeMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[6]
+	mi := &file_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +459,7 @@ func (x *NodeMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMessage.ProtoReflect.Descriptor instead.
 func (*NodeMessage) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{6}
+	return file_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NodeMessage) GetMsg() isNodeMessage_Msg {
@@ -488,7 +552,7 @@ type ServerMessage struct {
 
 func (x *ServerMessage) Reset() {
 	*x = ServerMessage{}
-	mi := &file_node_proto_msgTypes[7]
+	mi := &file_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -500,7 +564,7 @@ func (x *ServerMessage) String() string {
 func (*ServerMessage) ProtoMessage() {}
 
 func (x *ServerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[7]
+	mi := &file_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -513,7 +577,7 @@ func (x *ServerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerMessage.ProtoReflect.Descriptor instead.
 func (*ServerMessage) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{7}
+	return file_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ServerMessage) GetMsg() isServerMessage_Msg {
@@ -630,7 +694,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_node_proto_msgTypes[8]
+	mi := &file_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +706,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[8]
+	mi := &file_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +719,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{8}
+	return file_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Hello) GetNodeId() string {
@@ -707,7 +771,7 @@ type Inventory struct {
 
 func (x *Inventory) Reset() {
 	*x = Inventory{}
-	mi := &file_node_proto_msgTypes[9]
+	mi := &file_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +783,7 @@ func (x *Inventory) String() string {
 func (*Inventory) ProtoMessage() {}
 
 func (x *Inventory) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[9]
+	mi := &file_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +796,7 @@ func (x *Inventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inventory.ProtoReflect.Descriptor instead.
 func (*Inventory) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{9}
+	return file_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Inventory) GetDriver() string {
@@ -788,7 +852,7 @@ type Gpu struct {
 
 func (x *Gpu) Reset() {
 	*x = Gpu{}
-	mi := &file_node_proto_msgTypes[10]
+	mi := &file_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +864,7 @@ func (x *Gpu) String() string {
 func (*Gpu) ProtoMessage() {}
 
 func (x *Gpu) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[10]
+	mi := &file_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +877,7 @@ func (x *Gpu) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gpu.ProtoReflect.Descriptor instead.
 func (*Gpu) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{10}
+	return file_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Gpu) GetId() string {
@@ -848,7 +912,7 @@ type Disk struct {
 
 func (x *Disk) Reset() {
 	*x = Disk{}
-	mi := &file_node_proto_msgTypes[11]
+	mi := &file_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +924,7 @@ func (x *Disk) String() string {
 func (*Disk) ProtoMessage() {}
 
 func (x *Disk) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[11]
+	mi := &file_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +937,7 @@ func (x *Disk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disk.ProtoReflect.Descriptor instead.
 func (*Disk) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{11}
+	return file_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Disk) GetId() string {
@@ -921,7 +985,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_node_proto_msgTypes[12]
+	mi := &file_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +997,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[12]
+	mi := &file_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1010,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{12}
+	return file_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Welcome) GetServerTimeMs() int64 {
@@ -999,7 +1063,7 @@ type SignedTimeStatement struct {
 
 func (x *SignedTimeStatement) Reset() {
 	*x = SignedTimeStatement{}
-	mi := &file_node_proto_msgTypes[13]
+	mi := &file_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1075,7 @@ func (x *SignedTimeStatement) String() string {
 func (*SignedTimeStatement) ProtoMessage() {}
 
 func (x *SignedTimeStatement) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[13]
+	mi := &file_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1088,7 @@ func (x *SignedTimeStatement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedTimeStatement.ProtoReflect.Descriptor instead.
 func (*SignedTimeStatement) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{13}
+	return file_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SignedTimeStatement) GetBody() []byte {
@@ -1064,7 +1128,7 @@ type TimeStatement struct {
 
 func (x *TimeStatement) Reset() {
 	*x = TimeStatement{}
-	mi := &file_node_proto_msgTypes[14]
+	mi := &file_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1140,7 @@ func (x *TimeStatement) String() string {
 func (*TimeStatement) ProtoMessage() {}
 
 func (x *TimeStatement) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[14]
+	mi := &file_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1153,7 @@ func (x *TimeStatement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeStatement.ProtoReflect.Descriptor instead.
 func (*TimeStatement) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{14}
+	return file_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TimeStatement) GetServerTimeMs() int64 {
@@ -1123,7 +1187,7 @@ type ApproverSets struct {
 
 func (x *ApproverSets) Reset() {
 	*x = ApproverSets{}
-	mi := &file_node_proto_msgTypes[15]
+	mi := &file_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1199,7 @@ func (x *ApproverSets) String() string {
 func (*ApproverSets) ProtoMessage() {}
 
 func (x *ApproverSets) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[15]
+	mi := &file_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1212,7 @@ func (x *ApproverSets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproverSets.ProtoReflect.Descriptor instead.
 func (*ApproverSets) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{15}
+	return file_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ApproverSets) GetSets() []*SignedApproverSet {
@@ -1176,7 +1240,7 @@ type SignedApproverSet struct {
 
 func (x *SignedApproverSet) Reset() {
 	*x = SignedApproverSet{}
-	mi := &file_node_proto_msgTypes[16]
+	mi := &file_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1252,7 @@ func (x *SignedApproverSet) String() string {
 func (*SignedApproverSet) ProtoMessage() {}
 
 func (x *SignedApproverSet) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[16]
+	mi := &file_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1265,7 @@ func (x *SignedApproverSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedApproverSet.ProtoReflect.Descriptor instead.
 func (*SignedApproverSet) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{16}
+	return file_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SignedApproverSet) GetDeployment() string {
@@ -1250,7 +1314,7 @@ type ApproverSignature struct {
 
 func (x *ApproverSignature) Reset() {
 	*x = ApproverSignature{}
-	mi := &file_node_proto_msgTypes[17]
+	mi := &file_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1326,7 @@ func (x *ApproverSignature) String() string {
 func (*ApproverSignature) ProtoMessage() {}
 
 func (x *ApproverSignature) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[17]
+	mi := &file_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1339,7 @@ func (x *ApproverSignature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproverSignature.ProtoReflect.Descriptor instead.
 func (*ApproverSignature) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{17}
+	return file_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ApproverSignature) GetPublicKey() []byte {
@@ -1310,7 +1374,7 @@ type BatchApproval struct {
 
 func (x *BatchApproval) Reset() {
 	*x = BatchApproval{}
-	mi := &file_node_proto_msgTypes[18]
+	mi := &file_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1386,7 @@ func (x *BatchApproval) String() string {
 func (*BatchApproval) ProtoMessage() {}
 
 func (x *BatchApproval) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[18]
+	mi := &file_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1399,7 @@ func (x *BatchApproval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchApproval.ProtoReflect.Descriptor instead.
 func (*BatchApproval) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{18}
+	return file_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BatchApproval) GetDeployment() string {
@@ -1387,7 +1451,7 @@ type InclusionProof struct {
 
 func (x *InclusionProof) Reset() {
 	*x = InclusionProof{}
-	mi := &file_node_proto_msgTypes[19]
+	mi := &file_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1463,7 @@ func (x *InclusionProof) String() string {
 func (*InclusionProof) ProtoMessage() {}
 
 func (x *InclusionProof) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[19]
+	mi := &file_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1476,7 @@ func (x *InclusionProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InclusionProof.ProtoReflect.Descriptor instead.
 func (*InclusionProof) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{19}
+	return file_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *InclusionProof) GetLeaf() []byte {
@@ -1467,7 +1531,7 @@ type SignedCommand struct {
 
 func (x *SignedCommand) Reset() {
 	*x = SignedCommand{}
-	mi := &file_node_proto_msgTypes[20]
+	mi := &file_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1543,7 @@ func (x *SignedCommand) String() string {
 func (*SignedCommand) ProtoMessage() {}
 
 func (x *SignedCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[20]
+	mi := &file_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1556,7 @@ func (x *SignedCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedCommand.ProtoReflect.Descriptor instead.
 func (*SignedCommand) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{20}
+	return file_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SignedCommand) GetId() string {
@@ -1555,7 +1619,7 @@ type CommandBody struct {
 
 func (x *CommandBody) Reset() {
 	*x = CommandBody{}
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1631,7 @@ func (x *CommandBody) String() string {
 func (*CommandBody) ProtoMessage() {}
 
 func (x *CommandBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1644,7 @@ func (x *CommandBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandBody.ProtoReflect.Descriptor instead.
 func (*CommandBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{21}
+	return file_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CommandBody) GetCommandId() string {
@@ -1654,7 +1718,7 @@ type CommandUpdate struct {
 
 func (x *CommandUpdate) Reset() {
 	*x = CommandUpdate{}
-	mi := &file_node_proto_msgTypes[22]
+	mi := &file_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +1730,7 @@ func (x *CommandUpdate) String() string {
 func (*CommandUpdate) ProtoMessage() {}
 
 func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[22]
+	mi := &file_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +1743,7 @@ func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUpdate.ProtoReflect.Descriptor instead.
 func (*CommandUpdate) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{22}
+	return file_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CommandUpdate) GetBody() []byte {
@@ -1725,7 +1789,7 @@ type UpdateBody struct {
 
 func (x *UpdateBody) Reset() {
 	*x = UpdateBody{}
-	mi := &file_node_proto_msgTypes[23]
+	mi := &file_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1801,7 @@ func (x *UpdateBody) String() string {
 func (*UpdateBody) ProtoMessage() {}
 
 func (x *UpdateBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[23]
+	mi := &file_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1814,7 @@ func (x *UpdateBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBody.ProtoReflect.Descriptor instead.
 func (*UpdateBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{23}
+	return file_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UpdateBody) GetCommandId() string {
@@ -1819,7 +1883,7 @@ type UpdateAck struct {
 
 func (x *UpdateAck) Reset() {
 	*x = UpdateAck{}
-	mi := &file_node_proto_msgTypes[24]
+	mi := &file_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +1895,7 @@ func (x *UpdateAck) String() string {
 func (*UpdateAck) ProtoMessage() {}
 
 func (x *UpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[24]
+	mi := &file_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +1908,7 @@ func (x *UpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAck.ProtoReflect.Descriptor instead.
 func (*UpdateAck) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{24}
+	return file_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpdateAck) GetCommandId() string {
@@ -1870,7 +1934,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_node_proto_msgTypes[25]
+	mi := &file_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1882,7 +1946,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[25]
+	mi := &file_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1895,7 +1959,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{25}
+	return file_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Ping) GetTimeMs() int64 {
@@ -1919,7 +1983,7 @@ type SecretRequest struct {
 
 func (x *SecretRequest) Reset() {
 	*x = SecretRequest{}
-	mi := &file_node_proto_msgTypes[26]
+	mi := &file_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +1995,7 @@ func (x *SecretRequest) String() string {
 func (*SecretRequest) ProtoMessage() {}
 
 func (x *SecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[26]
+	mi := &file_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2008,7 @@ func (x *SecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequest.ProtoReflect.Descriptor instead.
 func (*SecretRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{26}
+	return file_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SecretRequest) GetBody() []byte {
@@ -1984,7 +2048,7 @@ type SecretRequestBody struct {
 
 func (x *SecretRequestBody) Reset() {
 	*x = SecretRequestBody{}
-	mi := &file_node_proto_msgTypes[27]
+	mi := &file_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2060,7 @@ func (x *SecretRequestBody) String() string {
 func (*SecretRequestBody) ProtoMessage() {}
 
 func (x *SecretRequestBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[27]
+	mi := &file_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2073,7 @@ func (x *SecretRequestBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequestBody.ProtoReflect.Descriptor instead.
 func (*SecretRequestBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{27}
+	return file_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SecretRequestBody) GetNodeId() string {
@@ -2064,7 +2128,7 @@ type SecretResponse struct {
 
 func (x *SecretResponse) Reset() {
 	*x = SecretResponse{}
-	mi := &file_node_proto_msgTypes[28]
+	mi := &file_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2140,7 @@ func (x *SecretResponse) String() string {
 func (*SecretResponse) ProtoMessage() {}
 
 func (x *SecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[28]
+	mi := &file_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2153,7 @@ func (x *SecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretResponse.ProtoReflect.Descriptor instead.
 func (*SecretResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{28}
+	return file_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SecretResponse) GetJwe() string {
@@ -2116,7 +2180,7 @@ type SandboxReport struct {
 
 func (x *SandboxReport) Reset() {
 	*x = SandboxReport{}
-	mi := &file_node_proto_msgTypes[29]
+	mi := &file_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2192,7 @@ func (x *SandboxReport) String() string {
 func (*SandboxReport) ProtoMessage() {}
 
 func (x *SandboxReport) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[29]
+	mi := &file_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2205,7 @@ func (x *SandboxReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxReport.ProtoReflect.Descriptor instead.
 func (*SandboxReport) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{29}
+	return file_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SandboxReport) GetBody() []byte {
@@ -2180,7 +2244,7 @@ type SandboxReportBody struct {
 
 func (x *SandboxReportBody) Reset() {
 	*x = SandboxReportBody{}
-	mi := &file_node_proto_msgTypes[30]
+	mi := &file_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2256,7 @@ func (x *SandboxReportBody) String() string {
 func (*SandboxReportBody) ProtoMessage() {}
 
 func (x *SandboxReportBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[30]
+	mi := &file_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2269,7 @@ func (x *SandboxReportBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxReportBody.ProtoReflect.Descriptor instead.
 func (*SandboxReportBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{30}
+	return file_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SandboxReportBody) GetSandboxId() string {
@@ -2254,7 +2318,7 @@ type SandboxReportAck struct {
 
 func (x *SandboxReportAck) Reset() {
 	*x = SandboxReportAck{}
-	mi := &file_node_proto_msgTypes[31]
+	mi := &file_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2266,7 +2330,7 @@ func (x *SandboxReportAck) String() string {
 func (*SandboxReportAck) ProtoMessage() {}
 
 func (x *SandboxReportAck) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[31]
+	mi := &file_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2279,7 +2343,7 @@ func (x *SandboxReportAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxReportAck.ProtoReflect.Descriptor instead.
 func (*SandboxReportAck) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{31}
+	return file_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SandboxReportAck) GetSandboxId() string {
@@ -2296,11 +2360,15 @@ const file_node_proto_rawDesc = "" +
 	"\n" +
 	"node.proto\x12\n" +
 	"bc.node.v1\"\x0f\n" +
-	"\rBundleRequest\"m\n" +
+	"\rBundleRequest\"\xb6\x01\n" +
 	"\x11SignedTrustBundle\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12&\n" +
-	"\x0fjoin_public_key\x18\x03 \x01(\fR\rjoinPublicKey\"P\n" +
+	"\x0fjoin_public_key\x18\x03 \x01(\fR\rjoinPublicKey\x12G\n" +
+	"\x10other_signatures\x18\x04 \x03(\v2\x1c.bc.node.v1.JoinKeySignatureR\x0fotherSignatures\"X\n" +
+	"\x10JoinKeySignature\x12&\n" +
+	"\x0fjoin_public_key\x18\x01 \x01(\fR\rjoinPublicKey\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"P\n" +
 	"\vJoinRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x17\n" +
 	"\acsr_der\x18\x02 \x01(\fR\x06csrDer\x12\x12\n" +
@@ -2497,81 +2565,83 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_node_proto_goTypes = []any{
 	(*BundleRequest)(nil),       // 0: bc.node.v1.BundleRequest
 	(*SignedTrustBundle)(nil),   // 1: bc.node.v1.SignedTrustBundle
-	(*JoinRequest)(nil),         // 2: bc.node.v1.JoinRequest
-	(*JoinResponse)(nil),        // 3: bc.node.v1.JoinResponse
-	(*RenewRequest)(nil),        // 4: bc.node.v1.RenewRequest
-	(*RenewResponse)(nil),       // 5: bc.node.v1.RenewResponse
-	(*NodeMessage)(nil),         // 6: bc.node.v1.NodeMessage
-	(*ServerMessage)(nil),       // 7: bc.node.v1.ServerMessage
-	(*Hello)(nil),               // 8: bc.node.v1.Hello
-	(*Inventory)(nil),           // 9: bc.node.v1.Inventory
-	(*Gpu)(nil),                 // 10: bc.node.v1.Gpu
-	(*Disk)(nil),                // 11: bc.node.v1.Disk
-	(*Welcome)(nil),             // 12: bc.node.v1.Welcome
-	(*SignedTimeStatement)(nil), // 13: bc.node.v1.SignedTimeStatement
-	(*TimeStatement)(nil),       // 14: bc.node.v1.TimeStatement
-	(*ApproverSets)(nil),        // 15: bc.node.v1.ApproverSets
-	(*SignedApproverSet)(nil),   // 16: bc.node.v1.SignedApproverSet
-	(*ApproverSignature)(nil),   // 17: bc.node.v1.ApproverSignature
-	(*BatchApproval)(nil),       // 18: bc.node.v1.BatchApproval
-	(*InclusionProof)(nil),      // 19: bc.node.v1.InclusionProof
-	(*SignedCommand)(nil),       // 20: bc.node.v1.SignedCommand
-	(*CommandBody)(nil),         // 21: bc.node.v1.CommandBody
-	(*CommandUpdate)(nil),       // 22: bc.node.v1.CommandUpdate
-	(*UpdateBody)(nil),          // 23: bc.node.v1.UpdateBody
-	(*UpdateAck)(nil),           // 24: bc.node.v1.UpdateAck
-	(*Ping)(nil),                // 25: bc.node.v1.Ping
-	(*SecretRequest)(nil),       // 26: bc.node.v1.SecretRequest
-	(*SecretRequestBody)(nil),   // 27: bc.node.v1.SecretRequestBody
-	(*SecretResponse)(nil),      // 28: bc.node.v1.SecretResponse
-	(*SandboxReport)(nil),       // 29: bc.node.v1.SandboxReport
-	(*SandboxReportBody)(nil),   // 30: bc.node.v1.SandboxReportBody
-	(*SandboxReportAck)(nil),    // 31: bc.node.v1.SandboxReportAck
-	nil,                         // 32: bc.node.v1.Hello.LabelsEntry
+	(*JoinKeySignature)(nil),    // 2: bc.node.v1.JoinKeySignature
+	(*JoinRequest)(nil),         // 3: bc.node.v1.JoinRequest
+	(*JoinResponse)(nil),        // 4: bc.node.v1.JoinResponse
+	(*RenewRequest)(nil),        // 5: bc.node.v1.RenewRequest
+	(*RenewResponse)(nil),       // 6: bc.node.v1.RenewResponse
+	(*NodeMessage)(nil),         // 7: bc.node.v1.NodeMessage
+	(*ServerMessage)(nil),       // 8: bc.node.v1.ServerMessage
+	(*Hello)(nil),               // 9: bc.node.v1.Hello
+	(*Inventory)(nil),           // 10: bc.node.v1.Inventory
+	(*Gpu)(nil),                 // 11: bc.node.v1.Gpu
+	(*Disk)(nil),                // 12: bc.node.v1.Disk
+	(*Welcome)(nil),             // 13: bc.node.v1.Welcome
+	(*SignedTimeStatement)(nil), // 14: bc.node.v1.SignedTimeStatement
+	(*TimeStatement)(nil),       // 15: bc.node.v1.TimeStatement
+	(*ApproverSets)(nil),        // 16: bc.node.v1.ApproverSets
+	(*SignedApproverSet)(nil),   // 17: bc.node.v1.SignedApproverSet
+	(*ApproverSignature)(nil),   // 18: bc.node.v1.ApproverSignature
+	(*BatchApproval)(nil),       // 19: bc.node.v1.BatchApproval
+	(*InclusionProof)(nil),      // 20: bc.node.v1.InclusionProof
+	(*SignedCommand)(nil),       // 21: bc.node.v1.SignedCommand
+	(*CommandBody)(nil),         // 22: bc.node.v1.CommandBody
+	(*CommandUpdate)(nil),       // 23: bc.node.v1.CommandUpdate
+	(*UpdateBody)(nil),          // 24: bc.node.v1.UpdateBody
+	(*UpdateAck)(nil),           // 25: bc.node.v1.UpdateAck
+	(*Ping)(nil),                // 26: bc.node.v1.Ping
+	(*SecretRequest)(nil),       // 27: bc.node.v1.SecretRequest
+	(*SecretRequestBody)(nil),   // 28: bc.node.v1.SecretRequestBody
+	(*SecretResponse)(nil),      // 29: bc.node.v1.SecretResponse
+	(*SandboxReport)(nil),       // 30: bc.node.v1.SandboxReport
+	(*SandboxReportBody)(nil),   // 31: bc.node.v1.SandboxReportBody
+	(*SandboxReportAck)(nil),    // 32: bc.node.v1.SandboxReportAck
+	nil,                         // 33: bc.node.v1.Hello.LabelsEntry
 }
 var file_node_proto_depIdxs = []int32{
-	1,  // 0: bc.node.v1.JoinResponse.bundle:type_name -> bc.node.v1.SignedTrustBundle
-	1,  // 1: bc.node.v1.RenewResponse.bundle:type_name -> bc.node.v1.SignedTrustBundle
-	8,  // 2: bc.node.v1.NodeMessage.hello:type_name -> bc.node.v1.Hello
-	22, // 3: bc.node.v1.NodeMessage.update:type_name -> bc.node.v1.CommandUpdate
-	25, // 4: bc.node.v1.NodeMessage.ping:type_name -> bc.node.v1.Ping
-	29, // 5: bc.node.v1.NodeMessage.sandbox_report:type_name -> bc.node.v1.SandboxReport
-	12, // 6: bc.node.v1.ServerMessage.welcome:type_name -> bc.node.v1.Welcome
-	20, // 7: bc.node.v1.ServerMessage.command:type_name -> bc.node.v1.SignedCommand
-	24, // 8: bc.node.v1.ServerMessage.ack:type_name -> bc.node.v1.UpdateAck
-	25, // 9: bc.node.v1.ServerMessage.ping:type_name -> bc.node.v1.Ping
-	15, // 10: bc.node.v1.ServerMessage.approver_sets:type_name -> bc.node.v1.ApproverSets
-	31, // 11: bc.node.v1.ServerMessage.sandbox_ack:type_name -> bc.node.v1.SandboxReportAck
-	32, // 12: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
-	9,  // 13: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
-	10, // 14: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
-	11, // 15: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
-	16, // 16: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
-	13, // 17: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
-	16, // 18: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
-	17, // 19: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
-	17, // 20: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
-	18, // 21: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
-	19, // 22: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
-	0,  // 23: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
-	2,  // 24: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
-	4,  // 25: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
-	6,  // 26: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
-	26, // 27: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
-	1,  // 28: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
-	3,  // 29: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
-	5,  // 30: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
-	7,  // 31: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
-	28, // 32: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
-	28, // [28:33] is the sub-list for method output_type
-	23, // [23:28] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	2,  // 0: bc.node.v1.SignedTrustBundle.other_signatures:type_name -> bc.node.v1.JoinKeySignature
+	1,  // 1: bc.node.v1.JoinResponse.bundle:type_name -> bc.node.v1.SignedTrustBundle
+	1,  // 2: bc.node.v1.RenewResponse.bundle:type_name -> bc.node.v1.SignedTrustBundle
+	9,  // 3: bc.node.v1.NodeMessage.hello:type_name -> bc.node.v1.Hello
+	23, // 4: bc.node.v1.NodeMessage.update:type_name -> bc.node.v1.CommandUpdate
+	26, // 5: bc.node.v1.NodeMessage.ping:type_name -> bc.node.v1.Ping
+	30, // 6: bc.node.v1.NodeMessage.sandbox_report:type_name -> bc.node.v1.SandboxReport
+	13, // 7: bc.node.v1.ServerMessage.welcome:type_name -> bc.node.v1.Welcome
+	21, // 8: bc.node.v1.ServerMessage.command:type_name -> bc.node.v1.SignedCommand
+	25, // 9: bc.node.v1.ServerMessage.ack:type_name -> bc.node.v1.UpdateAck
+	26, // 10: bc.node.v1.ServerMessage.ping:type_name -> bc.node.v1.Ping
+	16, // 11: bc.node.v1.ServerMessage.approver_sets:type_name -> bc.node.v1.ApproverSets
+	32, // 12: bc.node.v1.ServerMessage.sandbox_ack:type_name -> bc.node.v1.SandboxReportAck
+	33, // 13: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
+	10, // 14: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
+	11, // 15: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
+	12, // 16: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
+	17, // 17: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
+	14, // 18: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
+	17, // 19: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
+	18, // 20: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
+	18, // 21: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
+	19, // 22: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
+	20, // 23: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
+	0,  // 24: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
+	3,  // 25: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
+	5,  // 26: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
+	7,  // 27: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
+	27, // 28: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
+	1,  // 29: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
+	4,  // 30: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
+	6,  // 31: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
+	8,  // 32: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
+	29, // 33: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
+	29, // [29:34] is the sub-list for method output_type
+	24, // [24:29] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -2579,13 +2649,13 @@ func file_node_proto_init() {
 	if File_node_proto != nil {
 		return
 	}
-	file_node_proto_msgTypes[6].OneofWrappers = []any{
+	file_node_proto_msgTypes[7].OneofWrappers = []any{
 		(*NodeMessage_Hello)(nil),
 		(*NodeMessage_Update)(nil),
 		(*NodeMessage_Ping)(nil),
 		(*NodeMessage_SandboxReport)(nil),
 	}
-	file_node_proto_msgTypes[7].OneofWrappers = []any{
+	file_node_proto_msgTypes[8].OneofWrappers = []any{
 		(*ServerMessage_Welcome)(nil),
 		(*ServerMessage_Command)(nil),
 		(*ServerMessage_Ack)(nil),
@@ -2599,7 +2669,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
