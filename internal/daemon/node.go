@@ -66,6 +66,10 @@ type Config struct {
 	WorkerChains *pki.WorkerChainCache
 }
 
+// DefaultResendAfter is how long a node waits for the ack of a result
+// before it sends the result again on the same session.
+const DefaultResendAfter = 15 * time.Second
+
 // DefaultRunningAfter is Config.RunningAfter when it is zero.
 const DefaultRunningAfter = time.Second
 
@@ -94,6 +98,25 @@ type Node struct {
 
 	// reports are the sandbox reports awaiting their ack.
 	reports *reports
+
+	// pacing is how Run waits between sessions (see Run).
+	pacing pacing
+	// seen is the replay check handle gives the verifier (the journal's
+	// Seen; a test wraps it to hold two deliveries of one command side by
+	// side at that point).
+	seen func(id string) bool
+}
+
+// pacing is the reconnect back-off's clock and jitter: the wall clock and
+// full jitter (a uniform draw in [0, ceiling]) unless a test sets them.
+type pacing struct {
+	clock  clock.Clock
+	jitter func(ceiling time.Duration) time.Duration
+}
+
+// fullJitter draws a delay uniformly in [0, ceiling].
+func fullJitter(ceiling time.Duration) time.Duration {
+	return time.Duration(mrand.Int64N(int64(ceiling) + 1))
 }
 
 // Open loads a joined node from cfg.DataDir and its journal. It reports
@@ -200,7 +223,8 @@ func load(cfg Config) (*Node, error) {
 	}
 	return &Node{cfg: cfg, rec: rec, bundle: tb, journal: j, key: key, chain: chain, highestMS: st.HighestServerTimeMS, approvers: ap,
 		verify: &Verifier{NodeID: rec.NodeID, Role: nid.Role, TrustDomain: tb.TrustDomain, CommandRoots: roots,
-			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains}, reports: newReports()}, nil
+			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains}, reports: newReports(),
+		pacing: pacing{clock: clock.Real{}, jitter: fullJitter}, seen: j.Seen}, nil
 }
 
 // failInterrupted reports (and journals) every command a crash
@@ -389,7 +413,7 @@ func (n *Node) Dial() (*grpc.ClientConn, error) {
 func (n *Node) Run(ctx context.Context) error {
 	backoff := n.cfg.MinBackoff
 	for {
-		start := time.Now()
+		start := n.pacing.clock.Now()
 		err := n.session(ctx)
 		if ctx.Err() != nil {
 			return nil
@@ -399,15 +423,16 @@ func (n *Node) Run(ctx context.Context) error {
 			n.cfg.Log.Error("certificate revoked: not reconnecting", "node_id", n.rec.NodeID, "next", "bcd join with a new join token")
 			return rerr
 		}
-		if time.Since(start) > time.Minute {
+		if n.pacing.clock.Now().Sub(start) > time.Minute {
 			backoff = n.cfg.MinBackoff
 		}
 		n.cfg.Log.Info("session ended", "node_id", n.rec.NodeID, "err", err)
-		delay := time.Duration(mrand.Int64N(int64(backoff) + 1))
+		t := n.pacing.clock.NewTimer(n.pacing.jitter(backoff))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
-		case <-time.After(delay):
+		case <-t.C():
 		}
 		backoff = min(backoff*2, n.cfg.MaxBackoff)
 	}
@@ -773,7 +798,7 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 	if len(c.Id) > 64 {
 		return errors.New("command id too long")
 	}
-	body, reason := n.verify.Check(c, n.now(), allowed, n.journal.Seen)
+	body, reason := n.verify.Check(c, n.now(), allowed, n.seen)
 	if !authenticated(body, reason) {
 		// Nobody signed this id: it is only logged and counted. Journaling
 		// it, or signing a refusal under it, would let anyone who knows a
