@@ -285,7 +285,7 @@ func pkiCmd() *cobra.Command {
 	}
 	show.Flags().StringVar(&showDir, "dir", "pki", "bundle directory")
 	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.AddCommand(initC, show, issueGatewayCmd())
+	c.AddCommand(initC, show, issueGatewayCmd(), rotateKEKCmd())
 	return c
 }
 
