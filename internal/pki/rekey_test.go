@@ -173,11 +173,12 @@ func TestRekeyKeepsAADBinding(t *testing.T) {
 		}
 	}
 	// In a bundle: two re-sealed slots swapped do not unseal.
-	b, bold, dir := newBundle(t)
+	_, bold, dir := newBundle(t)
 	if _, err := RekeyBundle(dir, bold, next); err != nil {
 		t.Fatal(err)
 	}
-	if b, err = Load(dir); err != nil {
+	b, err := Load(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
 	b.sealed[keyJoin], b.sealed[keyAudit] = b.sealed[keyAudit], b.sealed[keyJoin]
