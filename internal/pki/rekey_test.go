@@ -248,3 +248,38 @@ func TestLoadKEKFileIgnoresEnv(t *testing.T) {
 		t.Fatal("LoadKEKFile read a group-readable file")
 	}
 }
+
+// FuzzReseal: whatever bytes a row or slot holds, Reseal never panics; it
+// refuses them (ErrNotUnderEitherKey), finds them done, or answers bytes
+// that open under the new key, with the same aad, to what they held under
+// the old.
+func FuzzReseal(f *testing.F) {
+	old, next := testKEK(1), testKEK(99)
+	for _, k := range []KEK{old, next} {
+		s, err := Seal(k, []byte("seed"), []byte("bc-pki/node-ca"))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(s, []byte("bc-pki/node-ca"))
+	}
+	f.Add([]byte{1}, []byte(nil))
+	f.Fuzz(func(t *testing.T, sealed, aad []byte) {
+		out, changed, err := Reseal(old, next, sealed, aad)
+		switch {
+		case err != nil:
+			if !errors.Is(err, ErrNotUnderEitherKey) {
+				t.Fatalf("refused with %v", err)
+			}
+		case !changed:
+			if _, err := Open(next, sealed, aad); err != nil {
+				t.Fatalf("counted done but does not open under the new key: %v", err)
+			}
+		default:
+			was, err1 := Open(old, sealed, aad)
+			now, err2 := Open(next, out, aad)
+			if err1 != nil || err2 != nil || !bytes.Equal(was, now) {
+				t.Fatalf("re-sealed to other bytes: %v %v", err1, err2)
+			}
+		}
+	})
+}
