@@ -13,7 +13,9 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/daemon/journal"
+	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 	"github.com/bettercompute/bettercompute/internal/testenv"
@@ -139,4 +141,86 @@ func compactJSON(t *testing.T, b []byte) string {
 		t.Fatal(err)
 	}
 	return out.String()
+}
+
+// TestRefusedUpdateIsAnsweredRefused: the gateway answers every update,
+// a refused one too: an update the database did not record (here a
+// trigger makes it fail, as a database that stays down would) is answered
+// refused INTERNAL_ERROR with no state, one naming an unknown command
+// refused NOT_FOUND, so the node knows it must send them again (or that
+// no send will help); sent again once the database works, the result is
+// acknowledged with its final state.
+func TestRefusedUpdateIsAnsweredRefused(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{Nodes: 1})
+		ctx := context.Background()
+		n := e.Nodes[0]
+		c, err := e.CP.Commands.Create(ctx, admin, n.NodeID(), "diag.run", nil, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.WaitCommand(t, c.ID)
+		if _, err := db.ExecContext(ctx, `UPDATE commands SET state = 'sent', update_body = NULL WHERE id = $1`, c.ID); err != nil {
+			t.Fatal(err)
+		}
+		s := openReportSession(t, n)
+		refuse, allow := `CREATE TRIGGER refuse_updates BEFORE UPDATE ON commands BEGIN SELECT RAISE(ABORT, 'refused by test'); END`, `DROP TRIGGER refuse_updates`
+		if db.Dialect == store.Postgres {
+			if _, err := db.ExecContext(ctx, `CREATE FUNCTION refuse_updates() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused by test'; END $$`); err != nil {
+				t.Fatal(err)
+			}
+			refuse, allow = `CREATE TRIGGER refuse_updates BEFORE UPDATE ON commands FOR EACH ROW EXECUTE FUNCTION refuse_updates()`, `DROP TRIGGER refuse_updates ON commands`
+		}
+		if _, err := db.ExecContext(ctx, refuse); err != nil {
+			t.Fatal(err)
+		}
+		result := signedUpdate(t, n, c.ID, "succeeded")
+		if got := s.sendUpdate(result); got.GetRefused() != string(errs.Internal) || got.GetState() != "" || got.GetCommandId() != c.ID {
+			t.Fatalf("update the database refused: ack %v, want refused %s, no state", got, errs.Internal)
+		}
+		if got := s.sendUpdate(signedUpdate(t, n, "c-unknown", "succeeded")); got.GetRefused() != string(errs.NotFound) || got.GetState() != "" {
+			t.Fatalf("update of an unknown command: ack %v, want refused %s", got, errs.NotFound)
+		}
+		if _, err := db.ExecContext(ctx, allow); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.sendUpdate(result); got.GetRefused() != "" || got.GetState() != "succeeded" {
+			t.Fatalf("update sent again: ack %v, want succeeded", got)
+		}
+	})
+}
+
+// signedUpdate is n's signed update of command id to state.
+func signedUpdate(t *testing.T, n *testenv.Node, id, state string) *nodev1.CommandUpdate {
+	t.Helper()
+	raw, err := n.SignUpdate(boundDiagRunUpdate(id, state, `{"ok":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return unmarshalUpdate(t, raw)
+}
+
+// sendUpdate sends u then a ping and returns u's answer: the gateway
+// answers a session's messages in order, so it comes before the ping's.
+func (s *reportSession) sendUpdate(u *nodev1.CommandUpdate) *nodev1.UpdateAck {
+	s.t.Helper()
+	if err := s.stream.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Update{Update: u}}); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.stream.Send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Ping{Ping: &nodev1.Ping{}}}); err != nil {
+		s.t.Fatal(err)
+	}
+	var ack *nodev1.UpdateAck
+	for {
+		m, err := s.stream.Recv()
+		if err != nil {
+			s.t.Fatalf("session: %v", err)
+		}
+		switch msg := m.Msg.(type) {
+		case *nodev1.ServerMessage_Ack:
+			ack = msg.Ack
+		case *nodev1.ServerMessage_Ping:
+			return ack
+		}
+	}
 }
