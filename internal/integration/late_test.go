@@ -3,8 +3,8 @@ package integration
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"crypto/sha256"
+	"encoding/json"
 	"path/filepath"
 	"testing"
 	"time"
