@@ -52,11 +52,26 @@ const (
 	sqlPendingForRn  = `)) q
 			WHERE rn <= `
 	sqlPendingForTail = ` ORDER BY node_id, rn`
-	// sqlMarkSent is built as: set, sent, at, now, where, queued, ids, ")".
-	sqlMarkSentSet   = `UPDATE commands SET state = `
-	sqlMarkSentAt    = `, updated_at = `
-	sqlMarkSentWhere = ` WHERE state = `
-	sqlMarkSentIDs   = ` AND id IN (`
+	// sqlMarkSent is built as: set, sent, at, now, session, one "WHEN id
+	// THEN session" per command, where, queued, ids, ")".
+	sqlMarkSentSet     = `UPDATE commands SET state = `
+	sqlMarkSentAt      = `, updated_at = `
+	sqlMarkSentSession = `, sent_session = CASE id`
+	sqlMarkSentWhere   = ` END WHERE state = `
+	sqlMarkSentIDs     = ` AND id IN (`
+	// sqlRequeue is built as: set, queued, at, now, where, sent, expiry,
+	// now, then one of the two tails: the sent commands of ended sessions
+	// (followed by their ids and ")"), or a node's sent commands not sent
+	// on its current session ($ node, $ session). Only a command still sent
+	// (no update from its node) and not expired moves: a cancelled,
+	// expired, running or finished one never does.
+	sqlRequeueSet      = `UPDATE commands SET state = `
+	sqlRequeueAt       = `, sent_session = NULL, updated_at = `
+	sqlRequeueWhere    = ` WHERE state = `
+	sqlRequeueExpiry   = ` AND expires_at > `
+	sqlRequeueSessions = ` AND sent_session IN (`
+	sqlRequeueNode     = ` AND node_id = `
+	sqlRequeueOther    = ` AND (sent_session IS NULL OR sent_session <> `
 
 	sqlStateOf    = `SELECT state FROM commands WHERE id = $1 AND node_id = $2`
 	sqlBindings   = `SELECT id, node_id, kind, payload FROM commands WHERE id IN (`
@@ -346,18 +361,69 @@ func (s *Store) pending(ctx context.Context, nodeIDs []string, perNode int) ([]p
 	return out, nil
 }
 
-// markSent moves the queued commands of ids to sent, one statement per
-// store.InChunk ids.
-func (s *Store) markSent(ctx context.Context, ids []string, now time.Time) error {
-	for chunk := range slices.Chunk(ids, store.InChunk) {
+// markSent moves the queued commands of sent to sent, each with the
+// session it was written to, one statement per store.InChunk commands.
+func (s *Store) markSent(ctx context.Context, sent []wire.Sent, now time.Time) error {
+	for chunk := range slices.Chunk(sent, store.InChunk) {
 		a := s.db.NewArgs()
-		q := sqlMarkSentSet + a.Add(string(wire.StateSent)) + sqlMarkSentAt + a.Add(now.UnixMilli()) + sqlMarkSentWhere + a.Add(string(wire.StateQueued)) +
-			sqlMarkSentIDs + a.Strings(chunk) + `)`
-		if _, err := s.db.ExecContext(ctx, q, a.Values()...); err != nil {
+		var q strings.Builder
+		q.WriteString(sqlMarkSentSet + a.Add(string(wire.StateSent)) + sqlMarkSentAt + a.Add(now.UnixMilli()) + sqlMarkSentSession)
+		ids := make([]string, len(chunk))
+		for i, c := range chunk {
+			q.WriteString(" WHEN " + a.Typed(c.CommandID, "text") + " THEN " + a.Typed(c.SessionID, "text"))
+			ids[i] = c.CommandID
+		}
+		q.WriteString(sqlMarkSentWhere + a.Add(string(wire.StateQueued)) + sqlMarkSentIDs + a.Strings(ids) + `)`)
+		if _, err := s.db.ExecContext(ctx, q.String(), a.Values()...); err != nil {
 			return fmt.Errorf("commands: mark sent: %w", err)
 		}
 	}
 	return nil
+}
+
+// requeueHead starts a requeue statement on a: sent, unexpired commands
+// back to queued, their session cleared.
+func requeueHead(a *store.Args, now time.Time) string {
+	return sqlRequeueSet + a.Add(string(wire.StateQueued)) + sqlRequeueAt + a.Add(now.UnixMilli()) +
+		sqlRequeueWhere + a.Add(string(wire.StateSent)) + sqlRequeueExpiry + a.Add(now.UnixMilli())
+}
+
+// requeueEnded moves the commands still sent on sessionIDs (sessions that
+// ended) and not expired back to queued, one statement per store.InChunk
+// sessions, and returns how many moved.
+func (s *Store) requeueEnded(ctx context.Context, sessionIDs []string, now time.Time) (int64, error) {
+	var n int64
+	for chunk := range slices.Chunk(sessionIDs, store.InChunk) {
+		a := s.db.NewArgs()
+		q := requeueHead(a, now) + sqlRequeueSessions + a.Strings(chunk) + `)`
+		res, err := s.db.ExecContext(ctx, q, a.Values()...)
+		if err != nil {
+			return n, fmt.Errorf("commands: requeue sent: %w", err)
+		}
+		k, err := res.RowsAffected()
+		if err != nil {
+			return n, fmt.Errorf("commands: requeue sent: %w", err)
+		}
+		n += k
+	}
+	return n, nil
+}
+
+// requeueNode moves nodeID's commands still sent on any session but
+// sessionID (its current one) and not expired back to queued, and returns
+// how many moved.
+func (s *Store) requeueNode(ctx context.Context, nodeID, sessionID string, now time.Time) (int64, error) {
+	a := s.db.NewArgs()
+	q := requeueHead(a, now) + sqlRequeueNode + a.Add(nodeID) + sqlRequeueOther + a.Add(sessionID) + `)`
+	res, err := s.db.ExecContext(ctx, q, a.Values()...)
+	if err != nil {
+		return 0, fmt.Errorf("commands: requeue node: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("commands: requeue node: %w", err)
+	}
+	return n, nil
 }
 
 // updateRow is one node update to record: the values of the command's
