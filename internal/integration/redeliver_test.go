@@ -206,7 +206,8 @@ func TestSentCommandRedeliveredAfterSessionDrop(t *testing.T) {
 
 // TestRedeliveredJournaledCommandAnsweredOnce: the node ran a command and
 // journaled its result, which never reached the gateway, and the session
-// dropped; the command, still sent, goes back to the queue. The restarted
+// dropped; the command, still sent, goes back to the queue when the
+// gateway sees the session end, before any Hello. The restarted
 // node (its journal holding the result as acknowledged, so that only the
 // redelivery can bring it) answers the copy as a replay with the result
 // it journaled: one recorded result, no second run.
@@ -230,6 +231,8 @@ func TestRedeliveredJournaledCommandAnsweredOnce(t *testing.T) {
 		}
 		n.Stop()
 		p.cut()
+		// The gateway's end of the session requeues it, with no Hello yet.
+		pollUntil(t, "command requeued", func() bool { return commandState(t, e, c.ID) == "queued" })
 		j, err := journal.Open(filepath.Join(n.Dir, "journal.log"), time.Now(), time.Hour)
 		if err != nil {
 			t.Fatal(err)
