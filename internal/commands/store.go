@@ -64,9 +64,12 @@ const (
 	// (followed by their ids and ")"), or a node's sent commands not sent
 	// on its current session ($ node, $ session). Only a command still sent
 	// (no update from its node) and not expired moves: a cancelled,
-	// expired, running or finished one never does.
+	// expired, running or finished one never does. It keeps sent_session:
+	// a queued command with a session was delivered once and its node may
+	// have it, so the sweep gives it a sent command's grace and Cancel
+	// refuses it.
 	sqlRequeueSet      = `UPDATE commands SET state = `
-	sqlRequeueAt       = `, sent_session = NULL, updated_at = `
+	sqlRequeueAt       = `, updated_at = `
 	sqlRequeueWhere    = ` WHERE state = `
 	sqlRequeueExpiry   = ` AND expires_at > `
 	sqlRequeueSessions = ` AND sent_session IN (`
@@ -77,8 +80,11 @@ const (
 	sqlBindings   = `SELECT id, node_id, kind, payload FROM commands WHERE id IN (`
 	sqlUnfinished = `SELECT id, kind FROM commands WHERE node_id = $1 AND state IN ($2, $3, $4)`
 	sqlCancel     = `UPDATE commands SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND state IN ($5, $6, $7)`
-	sqlSweep      = `UPDATE commands SET state = $1, reason = $2, updated_at = $3
-		WHERE (state = $4 AND expires_at < $5) OR (state = $6 AND expires_at < $7)`
+	// sqlSweep cancels queued commands never sent ($4) expired before $5,
+	// and sent ones, or queued again after a delivery ($6, $7), expired
+	// before $8.
+	sqlSweep = `UPDATE commands SET state = $1, reason = $2, updated_at = $3
+		WHERE (state = $4 AND sent_session IS NULL AND expires_at < $5) OR (state IN ($6, $7) AND expires_at < $8)`
 	sqlAttestation = `SELECT tenant_id, attested, update_body, node_sig, update_cert_serial FROM commands WHERE id = $1`
 	sqlLivePayload = `SELECT payload, tenant_id FROM commands WHERE id = $1 AND node_id = $2 AND state IN ($3, $4, $5) AND expires_at > $6`
 	// sqlUnsigned is followed by its limit, a number (not a parameter,
@@ -552,11 +558,12 @@ func (s *Store) cancel(ctx context.Context, id, reason string, now time.Time) er
 	return nil
 }
 
-// sweep cancels (reason expired) the queued commands that expired before
-// now and the sent ones that expired before sentBefore.
+// sweep cancels (reason expired) the queued commands never sent that
+// expired before now, and the sent ones (queued again after a delivery
+// too) that expired before sentBefore.
 func (s *Store) sweep(ctx context.Context, now, sentBefore time.Time) (int64, error) {
 	res, err := s.db.ExecContext(ctx, sqlSweep, string(wire.StateCancelled), "expired", now.UnixMilli(),
-		string(wire.StateQueued), now.UnixMilli(), string(wire.StateSent), sentBefore.UnixMilli())
+		string(wire.StateQueued), now.UnixMilli(), string(wire.StateSent), string(wire.StateQueued), sentBefore.UnixMilli())
 	if err != nil {
 		return 0, fmt.Errorf("commands: sweep: %w", err)
 	}

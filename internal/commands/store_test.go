@@ -151,11 +151,13 @@ func sentRow(t *testing.T, db *store.DB, id string) (string, string) {
 
 // TestStoreRequeueSent replays issue 23 item 5 at the table: a command
 // recorded sent on a session that ended (or that the node's next Hello
-// superseded) with nothing reported by the node goes back to queued, its
-// session cleared; one the node reported on (running, finished), one
-// cancelled, one past its expiry, one sent on another session, and one
-// never sent stay as they are. MarkSent never moves a command already
-// sent to another session.
+// superseded) with nothing reported by the node goes back to queued; one
+// the node reported on (running, finished), one cancelled, one past its
+// expiry, one sent on another session, and one never sent stay as they
+// are. MarkSent never moves a command already sent to another session. A
+// requeued command keeps the session it was sent on: its node may have
+// it, so an operator's cancel refuses it and the expiry sweep gives it a
+// sent command's grace.
 func TestStoreRequeueSent(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		ctx := context.Background()
@@ -189,7 +191,7 @@ func TestStoreRequeueSent(t *testing.T) {
 		if n, err := s.requeueEnded(ctx, []string{"s1"}, later); err != nil || n != 1 {
 			t.Fatalf("requeue ended: %d %v, want 1", n, err)
 		}
-		want := map[string][2]string{lost: {"queued", ""}, running: {"running", "s1"}, done: {"succeeded", "s1"}, cancelled: {"cancelled", "s1"},
+		want := map[string][2]string{lost: {"queued", "s1"}, running: {"running", "s1"}, done: {"succeeded", "s1"}, cancelled: {"cancelled", "s1"},
 			expired: {"sent", "s1"}, other: {"sent", "s2"}, queued: {"queued", ""}, current: {"sent", "s3"}, legacy: {"sent", ""}}
 		check := func(when string) {
 			t.Helper()
@@ -204,10 +206,34 @@ func TestStoreRequeueSent(t *testing.T) {
 		if n, err := s.requeueNode(ctx, "n1", "s3", later); err != nil || n != 2 {
 			t.Fatalf("requeue node: %d %v, want 2", n, err)
 		}
-		want[other], want[legacy] = [2]string{"queued", ""}, [2]string{"queued", ""}
+		want[other], want[legacy] = [2]string{"queued", "s2"}, [2]string{"queued", ""}
 		check("after the next Hello")
 		if n, err := s.requeueNode(ctx, "n2", "s4", later); err != nil || n != 0 {
 			t.Fatalf("another node's Hello requeued %d %v", n, err)
+		}
+		for id, want := range map[string]int64{lost: 0, queued: 1} {
+			res, err := db.ExecContext(ctx, sqlCancelQueued, "cancelled", ReasonOperatorCancelled, later.UnixMilli(), id, "queued")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := res.RowsAffected(); n != want {
+				t.Errorf("operator cancel of %s: %d rows, want %d", id, n, want)
+			}
+		}
+		// Within the grace after lost's expiry it stays queued; after it,
+		// the sweep cancels it.
+		exp := now.Add(time.Hour)
+		if _, err := s.sweep(ctx, exp.Add(time.Second), exp.Add(time.Second-SentGrace)); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := sentRow(t, db, lost); st != "queued" {
+			t.Fatalf("requeued command within the grace: %s, want queued", st)
+		}
+		if _, err := s.sweep(ctx, exp.Add(SentGrace+time.Second), exp.Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := sentRow(t, db, lost); st != "cancelled" {
+			t.Fatalf("requeued command past the grace: %s, want cancelled", st)
 		}
 	})
 }

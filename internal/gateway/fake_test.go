@@ -123,7 +123,7 @@ func (q *fakeQueue) requeue(match func(*fakeCmd) bool) int64 {
 	var n int64
 	for _, c := range q.cmds {
 		if c.state == wire.StateSent && match(c) {
-			c.state, c.session = wire.StateQueued, ""
+			c.state = wire.StateQueued // keeps the session it was sent on, as the queue does
 			n++
 		}
 	}
