@@ -13,8 +13,10 @@ import (
 )
 
 // sqlCancelQueued cancels ($1 state, $2 reason, $3 at) a command ($4)
-// still in state $5 (queued).
-const sqlCancelQueued = `UPDATE commands SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND state = $5`
+// still in state $5 (queued) and never sent: one queued again after a
+// delivery its node did not report on (sent_session set) may be running
+// there.
+const sqlCancelQueued = `UPDATE commands SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND state = $5 AND sent_session IS NULL`
 
 // ReasonOperatorCancelled is the reason of a command an operator cancelled.
 const ReasonOperatorCancelled = "cancelled-by-operator"
@@ -27,8 +29,9 @@ const ReasonExpired = "expired"
 // Cancel cancels a queued command visible in scope, with its audit row in
 // the command's tenant, before any node has it: it is never delivered. A
 // command already sent or running answers INVALID_STATE (its node may be
-// running it; revoke the node to stop it), a finished one too, and a
-// command outside scope NOT_FOUND as a missing one.
+// running it; revoke the node to stop it), and so does one queued again
+// after such a delivery (RequeueEnded), a finished one too, and a command
+// outside scope NOT_FOUND as a missing one.
 func (s *Service) Cancel(ctx context.Context, actor audit.Entry, scope iam.Scope, id string) (Command, error) {
 	c, err := s.Get(ctx, scope, id)
 	if err != nil {
@@ -41,7 +44,11 @@ func (s *Service) Cancel(ctx context.Context, actor audit.Entry, scope iam.Scope
 			return fmt.Errorf("commands: cancel: %w", err)
 		}
 		if n, _ := res.RowsAffected(); n != 1 {
-			return errs.New(errs.InvalidState, "only a queued command can be cancelled; this one is "+string(c.State)+" (revoke its node to stop a command it already has)")
+			state := string(c.State)
+			if c.State == wire.StateQueued {
+				state = "queued again after a delivery"
+			}
+			return errs.New(errs.InvalidState, "only a queued command no node has seen can be cancelled; this one is "+state+" (revoke its node to stop a command it already has)")
 		}
 		actor.TenantID, actor.Action, actor.Resource, actor.Outcome = c.TenantID, "compute:commands:cancel", "command/"+id, "allowed"
 		actor.Details = map[string]any{"node_id": c.NodeID, "kind": c.Kind}

@@ -120,10 +120,40 @@ func (s *Service) attachDelivery(ctx context.Context, c *nodev1.SignedCommand, r
 	c.Approval, c.Proof = ap, pr
 }
 
-// MarkSent moves queued commands to sent, one statement per
-// store.InChunk ids (a gateway reports what its sessions sent in batches).
-func (s *Service) MarkSent(ctx context.Context, ids []string) error {
-	return s.retry.Do(ctx, func() error { return s.store.markSent(ctx, ids, s.clk.Now()) })
+// MarkSent moves queued commands to sent, each noting the session it was
+// written to, one statement per store.InChunk commands (a gateway reports
+// what its sessions sent in batches). A command no longer queued (already
+// sent by another session, reported on, or cancelled) is left as it is.
+func (s *Service) MarkSent(ctx context.Context, sent []wire.Sent) error {
+	return s.retry.Do(ctx, func() error { return s.store.markSent(ctx, sent, s.clk.Now()) })
+}
+
+// RequeueEnded puts the commands still sent on sessionIDs back in the
+// queue: those sessions ended (their gateway stopped writing to them)
+// without the node reporting anything on the commands, so the node may
+// never have read them. The node's next session gets them again; a node
+// that had journaled one answers the copy with the result it journaled (a
+// replay), so it never runs twice. Only a command still sent and not
+// expired moves: a cancelled, expired, running or finished one never
+// does, and an expired one is left to SweepExpired's grace. The gateway
+// calls it once the session's deliver loop returned, after recording
+// what it sent.
+func (s *Service) RequeueEnded(ctx context.Context, sessionIDs []string) (int64, error) {
+	var n int64
+	err := s.retry.Do(ctx, func() (err error) { n, err = s.store.requeueEnded(ctx, sessionIDs, s.clk.Now()); return err })
+	return n, err
+}
+
+// RequeueNode puts nodeID's commands still sent on a session other than
+// sessionID back in the queue, as RequeueEnded does. The gateway calls it
+// when the node's new session sessionID is registered: the node's Hello
+// superseded every earlier session, including one whose gateway died
+// before it could requeue (its heartbeat going stale) or that was sent
+// before sessions were recorded.
+func (s *Service) RequeueNode(ctx context.Context, nodeID, sessionID string) (int64, error) {
+	var n int64
+	err := s.retry.Do(ctx, func() (err error) { n, err = s.store.requeueNode(ctx, nodeID, sessionID, s.clk.Now()); return err })
+	return n, err
 }
 
 // CancelDisallowed cancels nodeID's unfinished commands whose kind the

@@ -52,11 +52,29 @@ const (
 	sqlPendingForRn  = `)) q
 			WHERE rn <= `
 	sqlPendingForTail = ` ORDER BY node_id, rn`
-	// sqlMarkSent is built as: set, sent, at, now, where, queued, ids, ")".
-	sqlMarkSentSet   = `UPDATE commands SET state = `
-	sqlMarkSentAt    = `, updated_at = `
-	sqlMarkSentWhere = ` WHERE state = `
-	sqlMarkSentIDs   = ` AND id IN (`
+	// sqlMarkSent is built as: set, sent, at, now, session, one "WHEN id
+	// THEN session" per command, where, queued, ids, ")".
+	sqlMarkSentSet     = `UPDATE commands SET state = `
+	sqlMarkSentAt      = `, updated_at = `
+	sqlMarkSentSession = `, sent_session = CASE id`
+	sqlMarkSentWhere   = ` END WHERE state = `
+	sqlMarkSentIDs     = ` AND id IN (`
+	// sqlRequeue is built as: set, queued, at, now, where, sent, expiry,
+	// now, then one of the two tails: the sent commands of ended sessions
+	// (followed by their ids and ")"), or a node's sent commands not sent
+	// on its current session ($ node, $ session). Only a command still sent
+	// (no update from its node) and not expired moves: a cancelled,
+	// expired, running or finished one never does. It keeps sent_session:
+	// a queued command with a session was delivered once and its node may
+	// have it, so the sweep gives it a sent command's grace and Cancel
+	// refuses it.
+	sqlRequeueSet      = `UPDATE commands SET state = `
+	sqlRequeueAt       = `, updated_at = `
+	sqlRequeueWhere    = ` WHERE state = `
+	sqlRequeueExpiry   = ` AND expires_at > `
+	sqlRequeueSessions = ` AND sent_session IN (`
+	sqlRequeueNode     = ` AND node_id = `
+	sqlRequeueOther    = ` AND (sent_session IS NULL OR sent_session <> `
 
 	sqlStateOf = `SELECT state FROM commands WHERE id = $1 AND node_id = $2`
 	// sqlLockIDs is followed by ids, ")", sqlLockOrder and the dialect's
@@ -65,18 +83,22 @@ const (
 	sqlLockOrder = ` ORDER BY id`
 	// sqlExpiring is sqlSweep's condition as a SELECT, followed by
 	// sqlLockOrder and the lock clause.
-	sqlExpiring   = `SELECT id FROM commands WHERE (state = $1 AND expires_at < $2) OR (state = $3 AND expires_at < $4)`
+	sqlExpiring   = `SELECT id FROM commands WHERE (state = $1 AND sent_session IS NULL AND expires_at < $2) OR (state IN ($3, $4) AND expires_at < $5)`
 	sqlBindings   = `SELECT id, node_id, kind, payload FROM commands WHERE id IN (`
 	sqlUnfinished = `SELECT id, kind FROM commands WHERE node_id = $1 AND state IN ($2, $3, $4)`
 	sqlCancel     = `UPDATE commands SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND state IN ($5, $6, $7)`
-	// sqlSweepHead is followed by sqlSweep's five arguments' placeholders
-	// in its order, then the ids and ")".
+	// sqlSweepHead is followed by sqlSweep's arguments' placeholders in
+	// its order, then the ids and ")": queued commands never sent expired
+	// before now, and sent ones, or queued again after a delivery, expired
+	// before the sent grace.
 	sqlSweepHead   = `UPDATE commands SET state = `
 	sqlSweepSet    = `, reason = `
 	sqlSweepAt     = `, updated_at = `
 	sqlSweepCond   = ` WHERE ((state = `
-	sqlSweepExp    = ` AND expires_at < `
-	sqlSweepOr     = `) OR (state = `
+	sqlSweepNever  = ` AND sent_session IS NULL AND expires_at < `
+	sqlSweepOr     = `) OR (state IN (`
+	sqlSweepComma  = `, `
+	sqlSweepExp    = `) AND expires_at < `
 	sqlSweepIDs    = `)) AND id IN (`
 	sqlAttestation = `SELECT tenant_id, attested, update_body, node_sig, update_cert_serial FROM commands WHERE id = $1`
 	sqlLivePayload = `SELECT payload, tenant_id FROM commands WHERE id = $1 AND node_id = $2 AND state IN ($3, $4, $5) AND expires_at > $6`
@@ -369,21 +391,32 @@ func (s *Store) pending(ctx context.Context, nodeIDs []string, perNode int) ([]p
 	return out, nil
 }
 
-// markSent moves the queued commands of ids to sent in one transaction,
-// one statement per store.InChunk ids, after locking their rows in id
-// order (lockRows), the order every write to many commands takes: two
-// writers that lock the same rows in one order cannot deadlock.
-func (s *Store) markSent(ctx context.Context, ids []string, now time.Time) error {
-	ids = slices.Sorted(slices.Values(ids))
+// markSent moves the queued commands of sent to sent, each with the
+// session it was written to, in one transaction, one statement per
+// store.InChunk commands, after locking their rows in id order (lockRows),
+// the order every write to many commands takes: two writers that lock the
+// same rows in one order cannot deadlock.
+func (s *Store) markSent(ctx context.Context, sent []wire.Sent, now time.Time) error {
+	sent = slices.SortedFunc(slices.Values(sent), func(a, b wire.Sent) int { return strings.Compare(a.CommandID, b.CommandID) })
+	all := make([]string, len(sent))
+	for i, c := range sent {
+		all[i] = c.CommandID
+	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.lockRows(ctx, tx, ids); err != nil {
+		if err := s.lockRows(ctx, tx, all); err != nil {
 			return err
 		}
-		for chunk := range slices.Chunk(ids, store.InChunk) {
+		for chunk := range slices.Chunk(sent, store.InChunk) {
 			a := s.db.NewArgs()
-			q := sqlMarkSentSet + a.Add(string(wire.StateSent)) + sqlMarkSentAt + a.Add(now.UnixMilli()) + sqlMarkSentWhere + a.Add(string(wire.StateQueued)) +
-				sqlMarkSentIDs + a.Strings(chunk) + `)`
-			if _, err := tx.ExecContext(ctx, q, a.Values()...); err != nil {
+			var q strings.Builder
+			q.WriteString(sqlMarkSentSet + a.Add(string(wire.StateSent)) + sqlMarkSentAt + a.Add(now.UnixMilli()) + sqlMarkSentSession)
+			ids := make([]string, len(chunk))
+			for i, c := range chunk {
+				q.WriteString(" WHEN " + a.Typed(c.CommandID, "text") + " THEN " + a.Typed(c.SessionID, "text"))
+				ids[i] = c.CommandID
+			}
+			q.WriteString(sqlMarkSentWhere + a.Add(string(wire.StateQueued)) + sqlMarkSentIDs + a.Strings(ids) + `)`)
+			if _, err := tx.ExecContext(ctx, q.String(), a.Values()...); err != nil {
 				return fmt.Errorf("commands: mark sent: %w", err)
 			}
 		}
@@ -417,6 +450,51 @@ func (s *Store) lockRows(ctx context.Context, tx *sql.Tx, ids []string) error {
 		}
 	}
 	return nil
+}
+
+// requeueHead starts a requeue statement on a: sent, unexpired commands
+// back to queued, their session cleared.
+func requeueHead(a *store.Args, now time.Time) string {
+	return sqlRequeueSet + a.Add(string(wire.StateQueued)) + sqlRequeueAt + a.Add(now.UnixMilli()) +
+		sqlRequeueWhere + a.Add(string(wire.StateSent)) + sqlRequeueExpiry + a.Add(now.UnixMilli())
+}
+
+// requeueEnded moves the commands still sent on sessionIDs (sessions that
+// ended) and not expired back to queued, one statement per store.InChunk
+// sessions, and returns how many moved.
+func (s *Store) requeueEnded(ctx context.Context, sessionIDs []string, now time.Time) (int64, error) {
+	var n int64
+	for chunk := range slices.Chunk(sessionIDs, store.InChunk) {
+		a := s.db.NewArgs()
+		q := requeueHead(a, now) + sqlRequeueSessions + a.Strings(chunk) + `)`
+		res, err := s.db.ExecContext(ctx, q, a.Values()...)
+		if err != nil {
+			return n, fmt.Errorf("commands: requeue sent: %w", err)
+		}
+		k, err := res.RowsAffected()
+		if err != nil {
+			return n, fmt.Errorf("commands: requeue sent: %w", err)
+		}
+		n += k
+	}
+	return n, nil
+}
+
+// requeueNode moves nodeID's commands still sent on any session but
+// sessionID (its current one) and not expired back to queued, and returns
+// how many moved.
+func (s *Store) requeueNode(ctx context.Context, nodeID, sessionID string, now time.Time) (int64, error) {
+	a := s.db.NewArgs()
+	q := requeueHead(a, now) + sqlRequeueNode + a.Add(nodeID) + sqlRequeueOther + a.Add(sessionID) + `)`
+	res, err := s.db.ExecContext(ctx, q, a.Values()...)
+	if err != nil {
+		return 0, fmt.Errorf("commands: requeue node: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("commands: requeue node: %w", err)
+	}
+	return n, nil
 }
 
 // updateRow is one node update to record: the values of the command's
@@ -557,9 +635,10 @@ func (s *Store) cancel(ctx context.Context, id, reason string, now time.Time) er
 	return nil
 }
 
-// sweep cancels (reason expired) the queued commands that expired before
-// now and the sent ones that expired before sentBefore, in one
-// transaction that first locks them in id order (as lockRows does).
+// sweep cancels (reason expired) the queued commands never sent that
+// expired before now, and the sent ones (queued again after a delivery
+// too) that expired before sentBefore, in one transaction that first
+// locks them in id order (as lockRows does).
 func (s *Store) sweep(ctx context.Context, now, sentBefore time.Time) (int64, error) {
 	var n int64
 	err := s.tx(ctx, func(tx *sql.Tx) error {
@@ -571,8 +650,9 @@ func (s *Store) sweep(ctx context.Context, now, sentBefore time.Time) (int64, er
 		for chunk := range slices.Chunk(ids, store.InChunk) {
 			a := s.db.NewArgs()
 			q := sqlSweepHead + a.Add(string(wire.StateCancelled)) + sqlSweepSet + a.Add(ReasonExpired) + sqlSweepAt + a.Add(now.UnixMilli()) +
-				sqlSweepCond + a.Add(string(wire.StateQueued)) + sqlSweepExp + a.Add(now.UnixMilli()) +
-				sqlSweepOr + a.Add(string(wire.StateSent)) + sqlSweepExp + a.Add(sentBefore.UnixMilli()) + sqlSweepIDs + a.Strings(chunk) + `)`
+				sqlSweepCond + a.Add(string(wire.StateQueued)) + sqlSweepNever + a.Add(now.UnixMilli()) +
+				sqlSweepOr + a.Add(string(wire.StateSent)) + sqlSweepComma + a.Add(string(wire.StateQueued)) + sqlSweepExp + a.Add(sentBefore.UnixMilli()) +
+				sqlSweepIDs + a.Strings(chunk) + `)`
 			res, err := tx.ExecContext(ctx, q, a.Values()...)
 			if err != nil {
 				return fmt.Errorf("commands: sweep: %w", err)
@@ -592,7 +672,7 @@ func (s *Store) sweep(ctx context.Context, now, sentBefore time.Time) (int64, er
 // locking them in id order on PostgreSQL.
 func (s *Store) expiring(ctx context.Context, tx *sql.Tx, now, sentBefore time.Time) ([]string, error) {
 	rows, err := tx.QueryContext(ctx, sqlExpiring+sqlLockOrder+s.db.LockClause(),
-		string(wire.StateQueued), now.UnixMilli(), string(wire.StateSent), sentBefore.UnixMilli())
+		string(wire.StateQueued), now.UnixMilli(), string(wire.StateSent), string(wire.StateQueued), sentBefore.UnixMilli())
 	if err != nil {
 		return nil, fmt.Errorf("commands: sweep: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
@@ -133,6 +134,106 @@ func TestStoreListScope(t *testing.T) {
 		}
 		if got, err := s.list(ctx, iam.RootScope(), Filter{State: "bogus", Limit: 10}); err != nil || len(got) != 0 {
 			t.Errorf("unknown state: %+v %v", got, err)
+		}
+	})
+}
+
+// sentRow reads command id's state and the session it is recorded sent on.
+func sentRow(t *testing.T, db *store.DB, id string) (string, string) {
+	t.Helper()
+	var st string
+	var session sql.NullString
+	if err := db.QueryRowContext(context.Background(), `SELECT state, sent_session FROM commands WHERE id = $1`, id).Scan(&st, &session); err != nil {
+		t.Fatal(err)
+	}
+	return st, session.String
+}
+
+// TestStoreRequeueSent replays issue 23 item 5 at the table: a command
+// recorded sent on a session that ended (or that the node's next Hello
+// superseded) with nothing reported by the node goes back to queued; one
+// the node reported on (running, finished), one cancelled, one past its
+// expiry, one sent on another session, and one never sent stay as they
+// are. MarkSent never moves a command already sent to another session. A
+// requeued command keeps the session it was sent on: its node may have
+// it, so an operator's cancel refuses it and the expiry sweep gives it a
+// sent command's grace.
+func TestStoreRequeueSent(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		s := NewStore(db)
+		now := time.UnixMilli(1_800_000_000_000)
+		later := now.Add(2 * time.Minute)
+		mk := func(exp time.Duration) string { return seedCommand(t, s, "n1", "", `{}`, now, exp).ID }
+		lost, running, done, cancelled, expired, other, queued, current, legacy := mk(time.Hour), mk(time.Hour), mk(time.Hour),
+			mk(time.Hour), mk(time.Minute), mk(time.Hour), mk(time.Hour), mk(time.Hour), mk(time.Hour)
+		var sent []wire.Sent
+		for _, id := range []string{lost, running, done, cancelled, expired} {
+			sent = append(sent, wire.Sent{CommandID: id, SessionID: "s1"})
+		}
+		sent = append(sent, wire.Sent{CommandID: other, SessionID: "s2"}, wire.Sent{CommandID: current, SessionID: "s3"}, wire.Sent{CommandID: legacy, SessionID: "s1"})
+		if err := s.markSent(ctx, sent, now); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.markSent(ctx, []wire.Sent{{CommandID: other, SessionID: "s9"}}, now); err != nil {
+			t.Fatal(err)
+		}
+		for q, id := range map[string]string{
+			`UPDATE commands SET state = 'running' WHERE id = $1`:                    running,
+			`UPDATE commands SET state = 'succeeded', result = 'x' WHERE id = $1`:    done,
+			`UPDATE commands SET sent_session = NULL WHERE id = $1`:                  legacy,
+			`UPDATE commands SET state = 'cancelled', reason = 'user' WHERE id = $1`: cancelled,
+		} {
+			if _, err := db.ExecContext(ctx, q, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n, err := s.requeueEnded(ctx, []string{"s1"}, later); err != nil || n != 1 {
+			t.Fatalf("requeue ended: %d %v, want 1", n, err)
+		}
+		want := map[string][2]string{lost: {"queued", "s1"}, running: {"running", "s1"}, done: {"succeeded", "s1"}, cancelled: {"cancelled", "s1"},
+			expired: {"sent", "s1"}, other: {"sent", "s2"}, queued: {"queued", ""}, current: {"sent", "s3"}, legacy: {"sent", ""}}
+		check := func(when string) {
+			t.Helper()
+			for id, w := range want {
+				if st, session := sentRow(t, db, id); st != w[0] || session != w[1] {
+					t.Errorf("%s: %s is %s on %q, want %s on %q", when, id, st, session, w[0], w[1])
+				}
+			}
+		}
+		check("after the session ended")
+		// The node's Hello for session s3 supersedes s2 and the unknown one.
+		if n, err := s.requeueNode(ctx, "n1", "s3", later); err != nil || n != 2 {
+			t.Fatalf("requeue node: %d %v, want 2", n, err)
+		}
+		want[other], want[legacy] = [2]string{"queued", "s2"}, [2]string{"queued", ""}
+		check("after the next Hello")
+		if n, err := s.requeueNode(ctx, "n2", "s4", later); err != nil || n != 0 {
+			t.Fatalf("another node's Hello requeued %d %v", n, err)
+		}
+		for id, want := range map[string]int64{lost: 0, queued: 1} {
+			res, err := db.ExecContext(ctx, sqlCancelQueued, "cancelled", ReasonOperatorCancelled, later.UnixMilli(), id, "queued")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := res.RowsAffected(); n != want {
+				t.Errorf("operator cancel of %s: %d rows, want %d", id, n, want)
+			}
+		}
+		// Within the grace after lost's expiry it stays queued; after it,
+		// the sweep cancels it.
+		exp := now.Add(time.Hour)
+		if _, err := s.sweep(ctx, exp.Add(time.Second), exp.Add(time.Second-SentGrace)); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := sentRow(t, db, lost); st != "queued" {
+			t.Fatalf("requeued command within the grace: %s, want queued", st)
+		}
+		if _, err := s.sweep(ctx, exp.Add(SentGrace+time.Second), exp.Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := sentRow(t, db, lost); st != "cancelled" {
+			t.Fatalf("requeued command past the grace: %s, want cancelled", st)
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 )
 
@@ -48,6 +49,17 @@ func (o *outbox) poke() {
 // its last commands were recorded as sent (one round) gets them again
 // there, and answers the copies as replays with the results it journaled,
 // which changes nothing.
+//
+// A command is recorded sent with the session it was written to. When a
+// session's deliver loop has returned (ended), the next round, after
+// recording what that session sent, puts the commands still sent on it
+// (the node reported nothing on them, so it may never have read them)
+// back in the queue and fetches for the node again: its next session gets
+// them. Because a deliver loop reports its end after its last send, and a
+// round takes the sends and the ends under one lock, an ended session's
+// sends are always recorded before it is requeued; and the session can no
+// longer send, so a requeued command is never in two live sessions of
+// this gateway at once.
 type dispatcher struct {
 	cmds Commands
 	log  *slog.Logger
@@ -55,11 +67,15 @@ type dispatcher struct {
 	mu       sync.Mutex
 	outboxes map[string]*outbox // by node id: its current session's
 	inflight map[string]bool    // command ids handed to a session and not yet recorded as sent
-	sent     []string           // ids sessions sent since the last round recorded them
+	sent     []wire.Sent        // what sessions sent since the last round recorded it
+	ended    []endedSession     // sessions whose deliver loop returned, not yet requeued
 	want     map[string]bool    // nodes to fetch commands for next round
 
 	poke chan struct{} // wakes run; coalesced
 }
+
+// endedSession is a session of nodeID that will send nothing more.
+type endedSession struct{ nodeID, sessionID string }
 
 func newDispatcher(cmds Commands, log *slog.Logger) *dispatcher {
 	return &dispatcher{cmds: cmds, log: log, outboxes: map[string]*outbox{}, inflight: map[string]bool{},
@@ -97,11 +113,22 @@ func (d *dispatcher) take(o *outbox) []*nodev1.SignedCommand {
 	return batch
 }
 
-// markSent notes that a session sent command id; the next round records it.
-func (d *dispatcher) markSent(id string) {
+// markSent notes that session sessionID sent command id; the next round
+// records it.
+func (d *dispatcher) markSent(sessionID, id string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.sent = append(d.sent, id)
+	d.sent = append(d.sent, wire.Sent{CommandID: id, SessionID: sessionID})
+}
+
+// sessionEnded notes that session sessionID of nodeID sends nothing more (its
+// deliver loop returned, after its last markSent); the next round puts
+// what it sent and the node did not report on back in the queue.
+func (d *dispatcher) sessionEnded(nodeID, sessionID string) {
+	d.mu.Lock()
+	d.ended = append(d.ended, endedSession{nodeID: nodeID, sessionID: sessionID})
+	d.mu.Unlock()
+	d.wakeUp()
 }
 
 // release returns commands a session took but could not send to the queue
@@ -165,30 +192,64 @@ func (d *dispatcher) round(ctx context.Context, all bool) {
 	d.fetch(ctx, all)
 }
 
-// recordSent marks what the sessions sent; on failure the ids stay in
-// flight and are tried again next round.
+// recordSent marks what the sessions sent, then requeues what the ended
+// sessions sent and the node did not report on. The sends and the ends
+// are taken together, so every send of an ended session is recorded
+// before its requeue. On failure the ids stay in flight, and the ends
+// wait, for the next round.
 func (d *dispatcher) recordSent(ctx context.Context) {
 	d.mu.Lock()
-	ids := d.sent
-	d.sent = nil
+	sent, ended := d.sent, d.ended
+	d.sent, d.ended = nil, nil
 	d.mu.Unlock()
-	if len(ids) == 0 {
-		return
-	}
-	if err := d.cmds.MarkSent(ctx, ids); err != nil {
-		if ctx.Err() == nil {
-			d.log.Error("mark commands sent", "count", len(ids), "err", err)
+	if len(sent) > 0 {
+		if err := d.cmds.MarkSent(ctx, sent); err != nil {
+			if ctx.Err() == nil {
+				d.log.Error("mark commands sent", "count", len(sent), "err", err)
+			}
+			d.mu.Lock()
+			d.sent = append(sent, d.sent...)
+			d.ended = append(ended, d.ended...)
+			d.mu.Unlock()
+			return
 		}
 		d.mu.Lock()
-		d.sent = append(d.sent, ids...)
+		for _, c := range sent {
+			delete(d.inflight, c.CommandID)
+		}
 		d.mu.Unlock()
+	}
+	d.requeue(ctx, ended)
+}
+
+// requeue puts what the ended sessions sent and their nodes did not
+// report on back in the queue, and asks the next fetch for those nodes
+// (a node's new session on this gateway gets them at once); on failure
+// the ends wait for the next round.
+func (d *dispatcher) requeue(ctx context.Context, ended []endedSession) {
+	if len(ended) == 0 {
 		return
 	}
-	d.mu.Lock()
-	for _, id := range ids {
-		delete(d.inflight, id)
+	sessions := make([]string, len(ended))
+	for i, e := range ended {
+		sessions[i] = e.sessionID
 	}
-	d.mu.Unlock()
+	n, err := d.cmds.RequeueEnded(ctx, sessions)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Error("requeue commands of ended sessions", "sessions", len(sessions), "err", err)
+		}
+		d.ended = append(ended, d.ended...)
+		return
+	}
+	if n > 0 {
+		d.log.Info("requeued commands of ended sessions", "sessions", len(sessions), "count", n)
+		for _, e := range ended {
+			d.want[e.nodeID] = true
+		}
+	}
 }
 
 // fetch hands queued commands to the outboxes of the wanted nodes (and,

@@ -29,7 +29,7 @@ func idsOf(cmds []*nodev1.SignedCommand) []string {
 func sendAll(d *dispatcher, o *outbox) []string {
 	batch := d.take(o)
 	for _, c := range batch {
-		d.markSent(c.Id)
+		d.markSent("s1", c.Id)
 	}
 	return idsOf(batch)
 }
@@ -65,7 +65,7 @@ func TestDispatchHandsEachCommandOnceInFlight(t *testing.T) {
 		t.Fatalf("in-flight commands handed again: %v", got)
 	}
 	for _, c := range batch {
-		d.markSent(c.Id)
+		d.markSent("s1", c.Id)
 	}
 	d.round(ctx, false)
 	if q.state("c1") != wire.StateSent || q.state("c2") != wire.StateSent || q.state("c3") != wire.StateQueued {
@@ -116,7 +116,7 @@ func TestDispatchReleaseAfterFailedSend(t *testing.T) {
 	d.wantNode("n1")
 	d.round(context.Background(), false)
 	batch := d.take(o)
-	d.markSent(batch[0].Id) // c1 went out, c2 did not
+	d.markSent("s1", batch[0].Id) // c1 went out, c2 did not
 	d.release(batch[1:])
 	d.wantNode("n1")
 	d.round(context.Background(), false)
@@ -281,4 +281,74 @@ func TestDispatchRunPollsWithoutWallTime(t *testing.T) {
 			t.Fatalf("c1 is %s after the next round", q.state("c1"))
 		}
 	})
+}
+
+// TestDispatchRequeuesWhatEndedSessionsSent replays issue 23 item 5 in
+// the dispatcher: a session sent c1 and ended before the node reported
+// anything; the next round records c1 sent on that session, then puts it
+// back in the queue and hands it to the node's next session in the same
+// round. A command the node reported on (c2) stays as it is.
+func TestDispatchRequeuesWhatEndedSessionsSent(t *testing.T) {
+	q := newFakeQueue()
+	q.add("n1", "c1", "run")
+	q.add("n1", "c2", "run")
+	d := newTestDispatcher(q)
+	ctx := context.Background()
+	old := newOutbox()
+	d.attach("n1", old)
+	d.wantNode("n1")
+	d.round(ctx, false)
+	for _, c := range d.take(old) {
+		d.markSent("s-old", c.Id)
+	}
+	d.round(ctx, false)
+	if q.session("c1") != "s-old" || q.session("c2") != "s-old" {
+		t.Fatalf("sent on %q and %q, want s-old", q.session("c1"), q.session("c2"))
+	}
+	q.ApplyUpdates(ctx, []wire.UpdateItem{{NodeID: "n1", Update: &nodev1.CommandUpdate{Body: []byte("c2")}}})
+	next := newOutbox()
+	d.attach("n1", next)
+	d.detach("n1", old)
+	d.sessionEnded("n1", "s-old")
+	d.round(ctx, false)
+	if got := idsOf(d.take(next)); !slices.Equal(got, []string{"c1"}) {
+		t.Fatalf("next session got %v, want c1", got)
+	}
+	if q.state("c1") != wire.StateQueued || q.state("c2") != wire.StateSucceeded {
+		t.Fatalf("states %s %s, want queued succeeded", q.state("c1"), q.state("c2"))
+	}
+}
+
+// TestDispatchRequeueWaitsForSends: a session's last sends and its end
+// reach the same round; when recording the sends fails, the end waits
+// too (requeueing first would leave the late-recorded command sent on a
+// dead session), and both go through next round. A failed requeue is
+// tried again next round.
+func TestDispatchRequeueWaitsForSends(t *testing.T) {
+	q := newFakeQueue()
+	q.add("n1", "c1", "run")
+	d := newTestDispatcher(q)
+	ctx := context.Background()
+	o := newOutbox()
+	d.attach("n1", o)
+	d.wantNode("n1")
+	d.round(ctx, false)
+	for _, c := range d.take(o) {
+		d.markSent("s1", c.Id)
+	}
+	d.detach("n1", o)
+	d.sessionEnded("n1", "s1")
+	q.failMark, q.failRequeue = 1, 1
+	d.round(ctx, false)
+	if q.state("c1") != wire.StateQueued || !d.inflight["c1"] {
+		t.Fatalf("after a failed MarkSent: %s, in flight %v", q.state("c1"), d.inflight["c1"])
+	}
+	d.round(ctx, false) // records c1 sent on s1; the requeue fails
+	if q.state("c1") != wire.StateSent || q.session("c1") != "s1" {
+		t.Fatalf("after a failed requeue: %s on %q, want sent on s1", q.state("c1"), q.session("c1"))
+	}
+	d.round(ctx, false)
+	if q.state("c1") != wire.StateQueued || len(d.ended) != 0 {
+		t.Fatalf("after the retry: %s, ends left %v", q.state("c1"), d.ended)
+	}
 }

@@ -12,20 +12,24 @@ import (
 
 // fakeQueue is an in-memory command queue with the behaviour the gateway
 // relies on from Commands: commands are queued per node in order, sent
-// once MarkSent records them, acknowledged by updates, and cancelled when
-// their kind is not allowed. Failures can be injected per call.
+// once MarkSent records them (on the session that sent them), back in the
+// queue when that session ended or was superseded before an update,
+// acknowledged by updates, and cancelled when their kind is not allowed.
+// Failures can be injected per call.
 type fakeQueue struct {
-	mu       sync.Mutex
-	cmds     []*fakeCmd
-	failMark int // the next failMark MarkSent calls fail
-	failRead int // the next failRead PendingFor calls fail
-	marks    int // MarkSent calls that succeeded
-	reads    [][]string
+	mu          sync.Mutex
+	cmds        []*fakeCmd
+	failMark    int // the next failMark MarkSent calls fail
+	failRead    int // the next failRead PendingFor calls fail
+	failRequeue int // the next failRequeue RequeueEnded calls fail
+	marks       int // MarkSent calls that succeeded
+	reads       [][]string
 }
 
 type fakeCmd struct {
 	id, node, kind string
 	state          wire.State
+	session        string // the session it was sent on, while sent
 }
 
 var errInjected = errors.New("injected failure")
@@ -68,7 +72,19 @@ func (q *fakeQueue) PendingFor(_ context.Context, nodeIDs []string, perNode int)
 	return out, nil
 }
 
-func (q *fakeQueue) MarkSent(_ context.Context, ids []string) error {
+// session returns the session command id is recorded sent on.
+func (q *fakeQueue) session(id string) string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, c := range q.cmds {
+		if c.id == id {
+			return c.session
+		}
+	}
+	return ""
+}
+
+func (q *fakeQueue) MarkSent(_ context.Context, sent []wire.Sent) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.failMark > 0 {
@@ -76,12 +92,42 @@ func (q *fakeQueue) MarkSent(_ context.Context, ids []string) error {
 		return errInjected
 	}
 	q.marks++
-	for _, c := range q.cmds {
-		if c.state == wire.StateQueued && slices.Contains(ids, c.id) {
-			c.state = wire.StateSent
+	for _, s := range sent {
+		for _, c := range q.cmds {
+			if c.state == wire.StateQueued && c.id == s.CommandID {
+				c.state, c.session = wire.StateSent, s.SessionID
+			}
 		}
 	}
 	return nil
+}
+
+func (q *fakeQueue) RequeueEnded(_ context.Context, sessionIDs []string) (int64, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.failRequeue > 0 {
+		q.failRequeue--
+		return 0, errInjected
+	}
+	return q.requeue(func(c *fakeCmd) bool { return slices.Contains(sessionIDs, c.session) }), nil
+}
+
+func (q *fakeQueue) RequeueNode(_ context.Context, nodeID, sessionID string) (int64, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.requeue(func(c *fakeCmd) bool { return c.node == nodeID && c.session != sessionID }), nil
+}
+
+// requeue moves the sent commands that match back to queued.
+func (q *fakeQueue) requeue(match func(*fakeCmd) bool) int64 {
+	var n int64
+	for _, c := range q.cmds {
+		if c.state == wire.StateSent && match(c) {
+			c.state = wire.StateQueued // keeps the session it was sent on, as the queue does
+			n++
+		}
+	}
+	return n
 }
 
 // ApplyUpdates takes an update's body as the id of the command it

@@ -80,8 +80,14 @@ type Commands interface {
 	// PendingFor returns the signed, queued commands of nodeIDs, at most
 	// perNode of each node's oldest.
 	PendingFor(ctx context.Context, nodeIDs []string, perNode int) (map[string][]*nodev1.SignedCommand, error)
-	// MarkSent records that the commands were sent.
-	MarkSent(ctx context.Context, ids []string) error
+	// MarkSent records that the commands were sent, each on its session.
+	MarkSent(ctx context.Context, sent []wire.Sent) error
+	// RequeueEnded puts the commands still sent on the ended sessions
+	// (nothing reported on them by the node) back in the queue.
+	RequeueEnded(ctx context.Context, sessionIDs []string) (int64, error)
+	// RequeueNode puts nodeID's commands still sent on a session other
+	// than its current one, sessionID, back in the queue.
+	RequeueNode(ctx context.Context, nodeID, sessionID string) (int64, error)
 	ApplyUpdates(ctx context.Context, items []wire.UpdateItem) []wire.UpdateResult
 	CancelDisallowed(ctx context.Context, nodeID, role string, allowed []string) (int, error)
 	PendingNodes(ctx context.Context) ([]string, error)

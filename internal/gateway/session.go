@@ -71,6 +71,9 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	}
 	g.attach(s)
 	defer g.detach(ctx, s)
+	if err := g.requeueSuperseded(ctx, s); err != nil {
+		return err
+	}
 
 	send := lockedSend(stream)
 	if err := g.welcome(ctx, s, c.ci, send); err != nil {
@@ -180,6 +183,25 @@ func (g *Gateway) detach(ctx context.Context, s *session) {
 	}
 }
 
+// requeueSuperseded puts the node's commands still sent on its earlier
+// sessions back in the queue, for s to deliver. This Hello superseded
+// them all in the registry, and on this gateway s replaced them in the
+// dispatcher before this runs; it catches what no session end requeued:
+// a session whose gateway died (killed after marking a command sent, its
+// heartbeat going stale) or that was recorded on another gateway after
+// that gateway's requeue.
+func (g *Gateway) requeueSuperseded(ctx context.Context, s *session) error {
+	n, err := g.cmds.RequeueNode(ctx, s.nodeID, s.id)
+	if err != nil {
+		g.cfg.Log.Error("requeue commands of earlier sessions", "node_id", s.nodeID, "err", err)
+		return status.Error(codes.Internal, string(errs.Internal))
+	}
+	if n > 0 {
+		g.cfg.Log.Info("requeued commands of earlier sessions", "node_id", s.nodeID, "session_id", s.id, "count", n)
+	}
+	return nil
+}
+
 // welcome sends the Welcome: the session id, the certificate's allowed
 // kinds, the approver-set chain and the latest time statement.
 func (g *Gateway) welcome(ctx context.Context, s *session, ci CertInfo, send sender) error {
@@ -274,11 +296,14 @@ func (g *Gateway) deliverApproverSets(ctx context.Context, nodeID string, send s
 // deliver sends what the dispatcher put in the session's outbox, in
 // order, and reports what it sent. A poke on the node's bus topic (this
 // process signed something for it) asks the dispatcher to fetch for this
-// node.
+// node. When it returns it reports the session ended, after its last
+// send: what it sent that the node never reported on goes back to the
+// queue.
 func (g *Gateway) deliver(ctx context.Context, s *session, send sender) {
 	busPoke, stop := g.poke.Subscribe(bus.NodeTopic(s.nodeID))
 	defer stop()
 	d := g.disp
+	defer d.sessionEnded(s.nodeID, s.id)
 	d.wantNode(s.nodeID) // what was queued before the session came up
 	for {
 		batch := d.take(s.out)
@@ -287,7 +312,7 @@ func (g *Gateway) deliver(ctx context.Context, s *session, send sender) {
 				d.release(batch[i:])
 				return
 			}
-			d.markSent(c.Id)
+			d.markSent(s.id, c.Id)
 		}
 		switch {
 		case len(batch) >= perNodeBatch:

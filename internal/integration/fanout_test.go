@@ -11,6 +11,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/commands"
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
@@ -102,15 +103,15 @@ func TestFanoutAcrossChunks(t *testing.T) {
 		if err != nil || len(pending) != n {
 			t.Fatalf("PendingFor: %d nodes, %v", len(pending), err)
 		}
-		var ids []string
+		var marks []wire.Sent
 		for _, c := range cmds {
 			got := pending[c.NodeID]
 			if len(got) != 1 || got[0].Id != c.ID || len(got[0].Signature) == 0 {
 				t.Fatalf("node %s: pending %v, want its one signed command %s", c.NodeID, got, c.ID)
 			}
-			ids = append(ids, c.ID)
+			marks = append(marks, wire.Sent{CommandID: c.ID, SessionID: "s-" + c.NodeID})
 		}
-		if err := e.CP.Commands.MarkSent(ctx, ids); err != nil {
+		if err := e.CP.Commands.MarkSent(ctx, marks); err != nil {
 			t.Fatal(err)
 		}
 		var sent int
@@ -173,7 +174,7 @@ func TestSweepExpiredGivesSentCommandsGrace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.CP.Commands.MarkSent(ctx, []string{sent.ID}); err != nil {
+		if err := e.CP.Commands.MarkSent(ctx, []wire.Sent{{CommandID: sent.ID, SessionID: "s-sweep"}}); err != nil {
 			t.Fatal(err)
 		}
 		state := func(id string) string {

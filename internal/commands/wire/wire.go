@@ -40,6 +40,14 @@ type UpdateItem struct {
 	Update *nodev1.CommandUpdate
 }
 
+// Sent is one command a gateway session wrote to its node's stream: the
+// command and the session, so that the command goes back to the queue
+// when that session ends before the node reported anything on it.
+type Sent struct {
+	CommandID string
+	SessionID string
+}
+
 // UpdateResult is what the queue recorded for one item: the command's
 // state (to ack), or why the update was refused.
 type UpdateResult struct {
