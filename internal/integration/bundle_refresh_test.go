@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/iam"
@@ -335,4 +336,66 @@ func TestBundleRefreshRefusals(t *testing.T) {
 func withOther(sb *nodev1.SignedTrustBundle, key ed25519.PrivateKey) *nodev1.SignedTrustBundle {
 	sb.OtherSignatures = append(sb.OtherSignatures, &nodev1.JoinKeySignature{JoinPublicKey: key.Public().(ed25519.PublicKey), Signature: pki.SignTrustBundle(key, sb.Body)})
 	return sb
+}
+
+// A connected node asks for the trust bundle every daemon.RefreshInterval
+// by its clock, not only when a session starts: a node kept connected to
+// a gateway-only process while the api restarts with a staged command
+// root learns it on the next tick, and in the same session runs a command
+// signed under that root once it is active.
+func TestBundleRefreshPeriodic(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		clk := clock.NewFake(time.Now())
+		e := testenv.Start(t, db, testenv.Options{Clock: clk})
+		gw := e.StartGateway(t)
+		joined := e.Join(t, pki.RoleNode, "")
+		joined.Close()
+		n := e.OpenNodeAt(t, joined.Dir, "", gw.GatewayAddr)
+		n.Start(t)
+		n.WaitConnected(t)
+		if err := n.NextRefresh(t); !errors.Is(err, pki.ErrBundleNotNewer) {
+			t.Fatalf("first refresh of the session: %v", err)
+		}
+		rotateStep(t, e, func(dir string) (*pki.Bundle, error) {
+			return pki.RotateStage(dir, e.KEK, pki.KindCommandRoot, e.Clock)
+		})
+		refreshed := false
+		for i := 0; i < 20 && !refreshed; i++ {
+			// The ticker was made before the first refresh and is waiting;
+			// each tick past the gateway's one-minute bundle cache asks the
+			// restarted api (a fetch fails while the gateway's internal
+			// channel reconnects: the next tick tries again).
+			clk.Advance(daemon.RefreshInterval)
+			switch err := n.NextRefresh(t); {
+			case err == nil:
+				refreshed = true
+			case !errors.Is(err, daemon.ErrRefreshFetch) && !errors.Is(err, pki.ErrBundleNotNewer):
+				t.Fatalf("periodic refresh: %v", err)
+			}
+		}
+		if !refreshed {
+			t.Fatal("no periodic refresh took the staged bundle")
+		}
+		if !n.Connected() {
+			t.Fatal("the session did not survive the refresh")
+		}
+		if _, _, tb := joinRecord(t, n.Dir); len(tb.CommandRoots) != 2 {
+			t.Fatalf("after the periodic refresh the record lists %d command roots", len(tb.CommandRoots))
+		}
+		// Activate in the PKI directory only, to hold the new root's key;
+		// nothing restarts, so the node's session is the one that refreshed.
+		b, err := pki.RotateActivate(e.PKIDir(), e.KEK, pki.KindCommandRoot, e.Clock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rootKey, err := b.CommandRootKey(e.KEK)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sign := testenv.SignerFromRoot(t, b.CommandRoot, rootKey, b.TrustDomain, clk.Now())
+		id := e.InjectCommand(t, n.NodeID(), e.Body(n.NodeID(), "diag.run"), sign)
+		if c := e.WaitCommand(t, id); c.State != commands.StateSucceeded {
+			t.Fatalf("command under the root learned mid-session: %s %s", c.State, c.Reason)
+		}
+	})
 }

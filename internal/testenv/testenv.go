@@ -393,18 +393,25 @@ func (e *Env) OpenNodeAt(t testing.TB, dir, bootID, addr string) *Node {
 // (pki.ErrBundleNotNewer) or could not fetch it are skipped.
 func (n *Node) WaitRefresh(t testing.TB) error {
 	t.Helper()
-	timeout := time.After(WaitTimeout)
 	for {
-		select {
-		case err := <-n.refresh:
-			if errors.Is(err, pki.ErrBundleNotNewer) || errors.Is(err, daemon.ErrRefreshFetch) {
-				continue
-			}
-			return err
-		case <-timeout:
-			t.Fatalf("node %s: no trust-bundle refresh within %v", n.NodeID(), WaitTimeout)
-			return nil
+		err := n.NextRefresh(t)
+		if errors.Is(err, pki.ErrBundleNotNewer) || errors.Is(err, daemon.ErrRefreshFetch) {
+			continue
 		}
+		return err
+	}
+}
+
+// NextRefresh waits for the outcome of the node's next trust-bundle
+// refresh, whatever it is.
+func (n *Node) NextRefresh(t testing.TB) error {
+	t.Helper()
+	select {
+	case err := <-n.refresh:
+		return err
+	case <-time.After(WaitTimeout):
+		t.Fatalf("node %s: no trust-bundle refresh within %v", n.NodeID(), WaitTimeout)
+		return nil
 	}
 }
 
