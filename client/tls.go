@@ -43,7 +43,8 @@ func loopbackHost(h string) bool {
 
 // LoadRoots reads the CA the client trusts from path: a PEM file of
 // certificates, or a PKI bundle directory (its public half is enough),
-// whose API CA (the internal CA) is taken.
+// whose API CAs (every trusted internal CA, so a client works across the
+// internal CA's rotation) are taken.
 func LoadRoots(path string) (*x509.CertPool, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -55,7 +56,9 @@ func LoadRoots(path string) (*x509.CertPool, error) {
 		if err != nil {
 			return nil, fmt.Errorf("CA file: %w", err)
 		}
-		pool.AddCert(b.InternalCA)
+		for _, ca := range b.InternalRoots() {
+			pool.AddCert(ca)
+		}
 		return pool, nil
 	}
 	pemBytes, err := os.ReadFile(path)

@@ -27,20 +27,41 @@ type WellKnown struct {
 	extra       []jose.JSONWebKey  // for tests: keys added as given
 }
 
-// NewWellKnown describes b's public material: the join key, the audit key
-// and the command-signing root as Ed25519 JWKs, and the CA certificates.
+// NewWellKnown describes b's public material: the join keys, the audit
+// keys and the command-signing roots as Ed25519 JWKs, and the CA
+// certificates (PEM, every trusted one while a CA rotates). The active key
+// of each kind has the plain id ("join", "audit", "command-root"); the
+// others, staged, previous or (audit) retired, follow as "join-2",
+// "audit-2", ….
 func NewWellKnown(b *pki.Bundle) WellKnown {
 	w := WellKnown{TrustDomain: b.TrustDomain, Deployment: b.Deployment,
-		NodeCA: string(pki.CertPEM(b.NodeCA.Raw)), ServerCA: string(pki.CertPEM(b.InternalCA.Raw)), CommandRoot: string(pki.CertPEM(b.CommandRoot.Raw))}
-	add := func(id, use string, key ed25519.PublicKey, chain []*x509.Certificate) {
-		w.Keys.Keys = append(w.Keys.Keys, jose.JSONWebKey{Key: key, KeyID: id, Algorithm: string(jose.EdDSA), Use: use, Certificates: chain})
+		NodeCA: pemAll(b.NodeRoots()), ServerCA: string(b.APICAPEM()), CommandRoot: pemAll(b.CommandRoots())}
+	add := func(id string, i int, key ed25519.PublicKey, chain []*x509.Certificate) {
+		if i > 0 {
+			id = fmt.Sprintf("%s-%d", id, i+1)
+		}
+		w.Keys.Keys = append(w.Keys.Keys, jose.JSONWebKey{Key: key, KeyID: id, Algorithm: string(jose.EdDSA), Use: "sig", Certificates: chain})
 	}
-	add("join", "sig", b.JoinKey, nil)
-	add("audit", "sig", b.AuditKey, nil)
-	if pub, ok := b.CommandRoot.PublicKey.(ed25519.PublicKey); ok {
-		add("command-root", "sig", pub, []*x509.Certificate{b.CommandRoot})
+	for i, k := range b.JoinKeys() {
+		add("join", i, k, nil)
+	}
+	for i, k := range b.AuditKeys() {
+		add("audit", i, k, nil)
+	}
+	for i, c := range b.CommandRoots() {
+		if pub, ok := c.PublicKey.(ed25519.PublicKey); ok {
+			add("command-root", i, pub, []*x509.Certificate{c})
+		}
 	}
 	return w
+}
+
+func pemAll(certs []*x509.Certificate) string {
+	var out []byte
+	for _, c := range certs {
+		out = append(out, pki.CertPEM(c.Raw)...)
+	}
+	return string(out)
 }
 
 // privateMembers are the JWK members that carry private key material

@@ -155,6 +155,77 @@ func ParseVerifierKey(vkey string) (note.Verifier, string, error) {
 	return v, dep, nil
 }
 
+// KeyRing is every audit key a reader trusts for one deployment: while
+// the audit key rotates and after, checkpoints signed by the active, a
+// staged, a previous or a retired key all verify. It is a note.Verifier
+// (its first key's name and hash) so that it goes wherever one key does;
+// OpenCheckpoint looks a signature's key up in the whole ring.
+type KeyRing []note.Verifier
+
+// Name is the keys' common name, "<deployment>/audit".
+func (r KeyRing) Name() string { return r[0].Name() }
+
+// KeyHash is the first (active) key's hash.
+func (r KeyRing) KeyHash() uint32 { return r[0].KeyHash() }
+
+// Verify checks sig with the first key; note.Open goes through lookup,
+// which picks the key a signature names.
+func (r KeyRing) Verify(msg, sig []byte) bool { return r[0].Verify(msg, sig) }
+
+// lookup returns the note.Verifiers for v: all of a KeyRing's keys, or v alone.
+func lookup(v note.Verifier) note.Verifiers {
+	if r, ok := v.(KeyRing); ok {
+		return note.VerifierList(r...)
+	}
+	return note.VerifierList(v)
+}
+
+// NewKeyRing makes the ring of deployment's audit keys (the first signs,
+// see pki.Bundle.AuditKeys).
+func NewKeyRing(deployment string, keys []ed25519.PublicKey) (KeyRing, error) {
+	if len(keys) == 0 {
+		return nil, errors.New("auditlog: no audit key")
+	}
+	var r KeyRing
+	for _, k := range keys {
+		vkey, err := VerifierKey(deployment, k)
+		if err != nil {
+			return nil, err
+		}
+		v, err := note.NewVerifier(vkey)
+		if err != nil {
+			return nil, fmt.Errorf("auditlog: verifier: %w", err)
+		}
+		r = append(r, v)
+	}
+	return r, nil
+}
+
+// ParseKeyRing parses one verifier key per line (blank lines ignored), as
+// `better-compute audit key` prints them, all for one deployment.
+func ParseKeyRing(text string) (KeyRing, string, error) {
+	var r KeyRing
+	var dep string
+	for _, line := range strings.Split(text, "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		v, d, err := ParseVerifierKey(line)
+		if err != nil {
+			return nil, "", err
+		}
+		if dep != "" && d != dep {
+			return nil, "", fmt.Errorf("auditlog: verifier keys name two deployments (%q, %q)", dep, d)
+		}
+		dep = d
+		r = append(r, v)
+	}
+	if len(r) == 0 {
+		return nil, "", errors.New("auditlog: no verifier key")
+	}
+	return r, dep, nil
+}
+
 // SignCheckpoint signs c as a signed note with s.
 func SignCheckpoint(c Checkpoint, s note.Signer) ([]byte, error) {
 	msg, err := note.Sign(&note.Note{Text: string(c.Marshal())}, s)
@@ -193,7 +264,7 @@ func (e *CheckpointError) Unwrap() error { return e.Err }
 // on the note must be canonical base64 and verify: a checkpoint is accepted
 // only exactly as signed.
 func OpenCheckpoint(msg []byte, v note.Verifier, origin string) (Checkpoint, error) {
-	n, err := note.Open(msg, note.VerifierList(v))
+	n, err := note.Open(msg, lookup(v))
 	if err != nil {
 		var unverified *note.UnverifiedNoteError
 		if errors.As(err, &unverified) {

@@ -58,8 +58,10 @@ func openAuditLog(ctx context.Context, dsn, deployment string, migrate bool) (*s
 	return db, l, nil
 }
 
-// auditVerifier reads the verifier key from --key FILE, or from the bundle
-// in --pki DIR.
+// auditVerifier reads the verifier keys from --key FILE (one per line, as
+// `audit key` prints them), or from the bundle in --pki DIR: every audit
+// key the deployment has used, so checkpoints signed before a rotation
+// still verify.
 func auditVerifier(keyFile, pkiDir string) (note.Verifier, string, error) {
 	switch {
 	case keyFile != "" && pkiDir != "":
@@ -69,25 +71,21 @@ func auditVerifier(keyFile, pkiDir string) (note.Verifier, string, error) {
 		if err != nil {
 			return nil, "", badInput(fmt.Errorf("verifier key: %w", err))
 		}
-		v, dep, err := auditlog.ParseVerifierKey(string(b))
+		v, dep, err := auditlog.ParseKeyRing(string(b))
 		if err != nil {
 			return nil, "", badInput(err)
 		}
 		return v, dep, nil
 	case pkiDir != "":
-		b, err := pki.Load(pkiDir)
+		b, err := pki.LoadPublic(pkiDir)
 		if err != nil {
 			return nil, "", badInput(fmt.Errorf("PKI bundle in %s: %w", pkiDir, err))
 		}
-		vkey, err := auditlog.VerifierKey(b.Deployment, b.AuditKey)
+		v, err := auditlog.NewKeyRing(b.Deployment, b.AuditKeys())
 		if err != nil {
 			return nil, "", badInput(err)
 		}
-		v, dep, err := auditlog.ParseVerifierKey(vkey)
-		if err != nil {
-			return nil, "", badInput(err)
-		}
-		return v, dep, nil
+		return v, b.Deployment, nil
 	default:
 		return nil, "", badInput(errors.New("--key FILE or --pki DIR is required"))
 	}
@@ -116,6 +114,9 @@ func auditSealCmd() *cobra.Command {
 			}
 			key, err := auditlog.NewSigningKey(b.Deployment, priv)
 			if err != nil {
+				return err
+			}
+			if key.Verifier, err = auditlog.NewKeyRing(b.Deployment, b.AuditKeys()); err != nil {
 				return err
 			}
 			db, l, err := openAuditLog(ctx, dsn, b.Deployment, true)
@@ -294,18 +295,22 @@ func auditKeyCmd() *cobra.Command {
 	var pkiDir string
 	c := &cobra.Command{
 		Use:   "key",
-		Short: "Print the audit verifier key (signed-note verifier format name+hash+base64)",
-		Args:  cobra.NoArgs,
+		Short: "Print the audit verifier keys (signed-note verifier format name+hash+base64), the active one first",
+		Long: "Print the audit verifier keys, one per line: the active one first, then a staged, a previous and every\n" +
+			"retired audit key, so that checkpoints signed before a rotation still verify. audit verify --key FILE reads the same form.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := pki.Load(pkiDir)
+			b, err := pki.LoadPublic(pkiDir)
 			if err != nil {
 				return badInput(fmt.Errorf("PKI bundle in %s: %w", pkiDir, err))
 			}
-			vkey, err := auditlog.VerifierKey(b.Deployment, b.AuditKey)
-			if err != nil {
-				return err
+			for _, k := range b.AuditKeys() {
+				vkey, err := auditlog.VerifierKey(b.Deployment, k)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), vkey)
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), vkey)
 			return nil
 		},
 	}

@@ -256,7 +256,7 @@ func commandsListCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			in := client.CommandListIn{NodeID: lnode, State: lstate, FanoutID: lfanout, Limit: llimit}
 			return call(cmd, "commands.list", in, ljson,
-				table("commands", "id", "node_id", "kind", "state", "attested", "reason", "created_at", "fanout_id"))
+				table("commands", "id", "node_id", "kind", "state", "attested", "late", "reason", "created_at", "fanout_id"))
 		},
 	}
 	list.Flags().StringVar(&lfanout, "fanout", "", "only this fan-out's (the id commands fanout prints)")
@@ -277,6 +277,10 @@ func showCommand(cmd *cobra.Command, c client.Command, asJSON bool) error {
 	fmt.Fprintf(w, "%s %s\n", pad("kind", 9), c.Kind)
 	fmt.Fprintf(w, "%s %s\n", pad("state", 9), c.State)
 	fmt.Fprintf(w, "%s %v\n", pad("attested", 9), c.Attested)
+	if c.Late {
+		// The node's attested result arrived after the command expired.
+		fmt.Fprintf(w, "%s %v\n", pad("late", 9), c.Late)
+	}
 	if c.BatchID != "" {
 		fmt.Fprintf(w, "%s %s\n", pad("batch", 9), c.BatchID)
 	}

@@ -265,16 +265,20 @@ func pkiCmd() *cobra.Command {
 	initC.Flags().StringVar(&dir, "dir", "pki", "bundle directory")
 	initC.Flags().StringVar(&kekFile, "kek-file", "kek", "key-encryption key file (made 0600 if missing); BC_KEK overrides")
 	initC.Flags().StringVar(&td, "trust-domain", "bc.local", "SPIFFE trust domain")
-	var asJSON bool
+	var asJSON, apiCA bool
 	var showDir string
 	show := &cobra.Command{
 		Use:   "show",
 		Short: "Print the bundle's public material (never a private key)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := pki.Load(showDir)
+			b, err := pki.LoadPublic(showDir)
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
+			}
+			if apiCA {
+				_, err = cmd.OutOrStdout().Write(b.APICAPEM())
+				return err
 			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), b.Show())
@@ -285,7 +289,8 @@ func pkiCmd() *cobra.Command {
 	}
 	show.Flags().StringVar(&showDir, "dir", "pki", "bundle directory")
 	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.AddCommand(initC, show, issueGatewayCmd())
+	show.Flags().BoolVar(&apiCA, "api-ca", false, "print only the PEM of the CAs an API client trusts (BC_CA_FILE), every one while the internal CA rotates")
+	c.AddCommand(initC, show, issueGatewayCmd(), pkiRotateCmd(clock.Real{}), rotateKEKCmd())
 	return c
 }
 

@@ -19,6 +19,11 @@ const sqlCancelQueued = `UPDATE commands SET state = $1, reason = $2, updated_at
 // ReasonOperatorCancelled is the reason of a command an operator cancelled.
 const ReasonOperatorCancelled = "cancelled-by-operator"
 
+// ReasonExpired is the reason of a command the sweep cancelled because it
+// expired before a node reported it running. Only such a command later
+// takes a result a node proves it made (attested), marked late.
+const ReasonExpired = "expired"
+
 // Cancel cancels a queued command visible in scope, with its audit row in
 // the command's tenant, before any node has it: it is never delivered. A
 // command already sent or running answers INVALID_STATE (its node may be

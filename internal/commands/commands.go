@@ -29,6 +29,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/quorum/quorumwire"
 	"github.com/bettercompute/bettercompute/internal/quota"
+	"github.com/bettercompute/bettercompute/internal/store"
 )
 
 // States of a command: the wire.State constants, under the names this
@@ -80,6 +81,11 @@ type Command struct {
 	// FanoutID groups the commands one fan-out made ("" for a command
 	// made alone).
 	FanoutID string `json:"fanout_id,omitempty"`
+	// Late is true when the result arrived after the sweep had cancelled
+	// the command as expired: its node proved (an attested result) that
+	// it ran the command, so State is what the node reported, not
+	// cancelled.
+	Late bool `json:"late"`
 }
 
 // Nodes is what the command queue reads of the fleet; the nodes module
@@ -140,6 +146,10 @@ type Service struct {
 	quotas  *quota.Service
 	secrets SecretChecker // nil: references refused INVALID_CONFIG
 	log     *slog.Logger
+	// retry runs the queue's writes (results, sent marks, the sweep)
+	// again after a deadlock, a serialization failure or a lost database
+	// connection, a bounded number of times (store.DefaultRetry).
+	retry store.Retry
 }
 
 // New returns the commands module. It panics when a required dependency
@@ -162,7 +172,8 @@ func New(d Deps) *Service {
 	case d.Log == nil:
 		panic("commands: New needs Deps.Log")
 	}
-	return &Service{store: d.Store, clk: d.Clock, bus: d.Bus, nodes: d.Nodes, batches: d.Batches, quotas: d.Quotas, secrets: d.Secrets, log: d.Log}
+	return &Service{store: d.Store, clk: d.Clock, bus: d.Bus, nodes: d.Nodes, batches: d.Batches, quotas: d.Quotas, secrets: d.Secrets, log: d.Log,
+		retry: store.DefaultRetry(d.Clock)}
 }
 
 // Store returns the commands table the service writes (the one given in

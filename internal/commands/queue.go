@@ -123,7 +123,7 @@ func (s *Service) attachDelivery(ctx context.Context, c *nodev1.SignedCommand, r
 // MarkSent moves queued commands to sent, one statement per
 // store.InChunk ids (a gateway reports what its sessions sent in batches).
 func (s *Service) MarkSent(ctx context.Context, ids []string) error {
-	return s.store.markSent(ctx, ids, s.clk.Now())
+	return s.retry.Do(ctx, func() error { return s.store.markSent(ctx, ids, s.clk.Now()) })
 }
 
 // CancelDisallowed cancels nodeID's unfinished commands whose kind the
@@ -156,7 +156,13 @@ const SentGrace = time.Minute
 // role runs it.
 func (s *Service) SweepExpired(ctx context.Context) (int64, error) {
 	now := s.clk.Now()
-	return s.store.sweep(ctx, now, now.Add(-SentGrace))
+	var n int64
+	err := s.retry.Do(ctx, func() error {
+		var err error
+		n, err = s.store.sweep(ctx, now, now.Add(-SentGrace))
+		return err
+	})
+	return n, err
 }
 
 // Attestation is an attested result as anyone can check it offline: the

@@ -23,7 +23,7 @@ import (
 // States are never spelled in the text: they are arguments (wire.State).
 const (
 	// commandColumns are the columns of a Command, in scanCommand's order.
-	commandColumns = `id, node_id, tenant_id, kind, payload, state, attested, result, reason, created_by, created_at, updated_at, expires_at, batch_id, fanout_id`
+	commandColumns = `id, node_id, tenant_id, kind, payload, state, attested, result, reason, created_by, created_at, updated_at, expires_at, batch_id, fanout_id, late`
 
 	sqlInsert = `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at, batch_id)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
@@ -58,12 +58,26 @@ const (
 	sqlMarkSentWhere = ` WHERE state = `
 	sqlMarkSentIDs   = ` AND id IN (`
 
-	sqlStateOf    = `SELECT state FROM commands WHERE id = $1 AND node_id = $2`
+	sqlStateOf = `SELECT state FROM commands WHERE id = $1 AND node_id = $2`
+	// sqlLockIDs is followed by ids, ")", sqlLockOrder and the dialect's
+	// lock clause: it locks the named rows in id order.
+	sqlLockIDs   = `SELECT id FROM commands WHERE id IN (`
+	sqlLockOrder = ` ORDER BY id`
+	// sqlExpiring is sqlSweep's condition as a SELECT, followed by
+	// sqlLockOrder and the lock clause.
+	sqlExpiring   = `SELECT id FROM commands WHERE (state = $1 AND expires_at < $2) OR (state = $3 AND expires_at < $4)`
 	sqlBindings   = `SELECT id, node_id, kind, payload FROM commands WHERE id IN (`
 	sqlUnfinished = `SELECT id, kind FROM commands WHERE node_id = $1 AND state IN ($2, $3, $4)`
 	sqlCancel     = `UPDATE commands SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND state IN ($5, $6, $7)`
-	sqlSweep      = `UPDATE commands SET state = $1, reason = $2, updated_at = $3
-		WHERE (state = $4 AND expires_at < $5) OR (state = $6 AND expires_at < $7)`
+	// sqlSweepHead is followed by sqlSweep's five arguments' placeholders
+	// in its order, then the ids and ")".
+	sqlSweepHead   = `UPDATE commands SET state = `
+	sqlSweepSet    = `, reason = `
+	sqlSweepAt     = `, updated_at = `
+	sqlSweepCond   = ` WHERE ((state = `
+	sqlSweepExp    = ` AND expires_at < `
+	sqlSweepOr     = `) OR (state = `
+	sqlSweepIDs    = `)) AND id IN (`
 	sqlAttestation = `SELECT tenant_id, attested, update_body, node_sig, update_cert_serial FROM commands WHERE id = $1`
 	sqlLivePayload = `SELECT payload, tenant_id FROM commands WHERE id = $1 AND node_id = $2 AND state IN ($3, $4, $5) AND expires_at > $6`
 	// sqlUnsigned is followed by its limit, a number (not a parameter,
@@ -71,14 +85,21 @@ const (
 	sqlUnsigned = `SELECT id, node_id, kind, payload, expires_at, batch_id FROM commands WHERE state = $1 AND body IS NULL ORDER BY created_at LIMIT `
 
 	// sqlApplyHead is followed by one row of typed values per update,
-	// then sqlApplySet, now, sqlApplyWhere, the terminal states and ")
-	// RETURNING commands.id".
-	sqlApplyHead = `WITH v(id, node_id, state, reason, result, attested, update_body, node_sig, serial) AS (VALUES `
+	// then sqlApplySet, the cancelled state, sqlApplyAt, now,
+	// sqlApplyWhere, the terminal states, sqlApplyLate, the cancelled
+	// state, sqlApplyLateReason, ReasonExpired and sqlApplyTail. A row
+	// changes when the command is not final, or when it was cancelled as
+	// expired with no update recorded and the update may be late (an
+	// attested result: succeeded or failed); late is then set.
+	sqlApplyHead = `WITH v(id, node_id, state, reason, result, attested, update_body, node_sig, serial, may_be_late) AS (VALUES `
 	sqlApplySet  = `) UPDATE commands SET state = v.state, reason = v.reason, result = v.result, attested = v.attested, update_body = v.update_body,
-		node_sig = v.node_sig, update_cert_serial = v.serial, updated_at = `
+		node_sig = v.node_sig, update_cert_serial = v.serial, late = CASE WHEN commands.state = `
+	sqlApplyAt    = ` THEN 1 ELSE 0 END, updated_at = `
 	sqlApplyWhere = `
-		FROM v WHERE commands.id = v.id AND commands.node_id = v.node_id AND commands.state NOT IN (`
-	sqlApplyTail = `)
+		FROM v WHERE commands.id = v.id AND commands.node_id = v.node_id AND (commands.state NOT IN (`
+	sqlApplyLate       = `) OR (v.may_be_late = 1 AND commands.update_body IS NULL AND commands.state = `
+	sqlApplyLateReason = ` AND commands.reason = `
+	sqlApplyTail       = `))
 		RETURNING commands.id`
 
 	// sqlSignHead is followed by one (id, body, sig) row per command, then
@@ -139,11 +160,13 @@ func scanCommand(row rowScanner) (Command, error) {
 	var state string
 	var attested int
 	var created, updated, expires int64
+	var late int
 	var batch, fanout sql.NullString
 	if err := row.Scan(&c.ID, &c.NodeID, &c.TenantID, &c.Kind, &payload, &state, &attested, &result, &c.Reason,
-		&c.CreatedBy, &created, &updated, &expires, &batch, &fanout); err != nil {
+		&c.CreatedBy, &created, &updated, &expires, &batch, &fanout, &late); err != nil {
 		return Command{}, err
 	}
+	c.Late = late == 1
 	c.State = wire.State(state)
 	c.BatchID, c.FanoutID = batch.String, fanout.String
 	c.Payload = json.RawMessage(payload)
@@ -346,15 +369,51 @@ func (s *Store) pending(ctx context.Context, nodeIDs []string, perNode int) ([]p
 	return out, nil
 }
 
-// markSent moves the queued commands of ids to sent, one statement per
-// store.InChunk ids.
+// markSent moves the queued commands of ids to sent in one transaction,
+// one statement per store.InChunk ids, after locking their rows in id
+// order (lockRows), the order every write to many commands takes: two
+// writers that lock the same rows in one order cannot deadlock.
 func (s *Store) markSent(ctx context.Context, ids []string, now time.Time) error {
+	ids = slices.Sorted(slices.Values(ids))
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockRows(ctx, tx, ids); err != nil {
+			return err
+		}
+		for chunk := range slices.Chunk(ids, store.InChunk) {
+			a := s.db.NewArgs()
+			q := sqlMarkSentSet + a.Add(string(wire.StateSent)) + sqlMarkSentAt + a.Add(now.UnixMilli()) + sqlMarkSentWhere + a.Add(string(wire.StateQueued)) +
+				sqlMarkSentIDs + a.Strings(chunk) + `)`
+			if _, err := tx.ExecContext(ctx, q, a.Values()...); err != nil {
+				return fmt.Errorf("commands: mark sent: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// lockRows locks, inside tx, the commands rows of ids in id order, one
+// statement per store.InChunk ids (on SQLite, whose one writer already
+// serialises write transactions, it does nothing). A write that names
+// rows in another order (UPDATE … FROM (VALUES …) locks them in the order
+// of its join, an IN list in the order of its scan) would otherwise
+// deadlock with a concurrent write naming the same rows in the opposite
+// order, and PostgreSQL would cancel one of them.
+func (s *Store) lockRows(ctx context.Context, tx *sql.Tx, ids []string) error {
+	if s.db.LockClause() == "" || len(ids) == 0 {
+		return nil
+	}
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 	for chunk := range slices.Chunk(ids, store.InChunk) {
 		a := s.db.NewArgs()
-		q := sqlMarkSentSet + a.Add(string(wire.StateSent)) + sqlMarkSentAt + a.Add(now.UnixMilli()) + sqlMarkSentWhere + a.Add(string(wire.StateQueued)) +
-			sqlMarkSentIDs + a.Strings(chunk) + `)`
-		if _, err := s.db.ExecContext(ctx, q, a.Values()...); err != nil {
-			return fmt.Errorf("commands: mark sent: %w", err)
+		rows, err := tx.QueryContext(ctx, sqlLockIDs+a.Strings(chunk)+`)`+sqlLockOrder+s.db.LockClause(), a.Values()...)
+		if err != nil {
+			return fmt.Errorf("commands: lock rows: %w", err)
+		}
+		for rows.Next() {
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("commands: lock rows: %w", err)
 		}
 	}
 	return nil
@@ -370,11 +429,17 @@ type updateRow struct {
 	attested          int
 	body, sig         []byte
 	serial            string
+	// mayBeLate is 1 for an attested result (succeeded or failed): it
+	// is recorded, marked late, on a command the sweep cancelled as
+	// expired before any update of it arrived.
+	mayBeLate int
 }
 
 // applyUpdates writes rows (no command twice, at most applyPerStmt) in one
 // statement inside tx and returns the ids of the commands it changed:
-// those of the named node not already in a terminal state.
+// those of the named node not already in a terminal state, and those
+// cancelled as expired, with no update yet, whose row is a late attested
+// result. The caller locked the rows first (lockRows).
 func (s *Store) applyUpdates(ctx context.Context, tx *sql.Tx, rows []updateRow, now time.Time) (map[string]bool, error) {
 	a := s.db.NewArgs()
 	var q strings.Builder
@@ -385,9 +450,11 @@ func (s *Store) applyUpdates(ctx context.Context, tx *sql.Tx, rows []updateRow, 
 		}
 		q.WriteString("(" + a.Typed(r.commandID, "text") + ", " + a.Typed(r.nodeID, "text") + ", " + a.Typed(string(r.state), "text") + ", " +
 			a.Typed(r.reason, "text") + ", " + a.Typed(r.result, "bytea") + ", " + a.Typed(r.attested, "integer") + ", " +
-			a.Typed(r.body, "bytea") + ", " + a.Typed(r.sig, "bytea") + ", " + a.Typed(r.serial, "text") + ")")
+			a.Typed(r.body, "bytea") + ", " + a.Typed(r.sig, "bytea") + ", " + a.Typed(r.serial, "text") + ", " + a.Typed(r.mayBeLate, "integer") + ")")
 	}
-	q.WriteString(sqlApplySet + a.Add(now.UnixMilli()) + sqlApplyWhere + a.List(stateArgs(terminalStates()...)...) + sqlApplyTail)
+	cancelled := string(wire.StateCancelled)
+	q.WriteString(sqlApplySet + a.Add(cancelled) + sqlApplyAt + a.Add(now.UnixMilli()) + sqlApplyWhere + a.List(stateArgs(terminalStates()...)...) +
+		sqlApplyLate + a.Add(cancelled) + sqlApplyLateReason + a.Add(ReasonExpired) + sqlApplyTail)
 	res, err := tx.QueryContext(ctx, q.String(), a.Values()...)
 	if err != nil {
 		return nil, fmt.Errorf("commands: apply updates: %w", err)
@@ -408,13 +475,17 @@ func (s *Store) applyUpdates(ctx context.Context, tx *sql.Tx, rows []updateRow, 
 }
 
 // stateOf reads, inside tx, the state of nodeID's command id; ok is false
-// when there is none (or it cannot be read).
-func (s *Store) stateOf(ctx context.Context, tx *sql.Tx, id, nodeID string) (wire.State, bool) {
+// when there is none.
+func (s *Store) stateOf(ctx context.Context, tx *sql.Tx, id, nodeID string) (wire.State, bool, error) {
 	var st string
-	if err := tx.QueryRowContext(ctx, sqlStateOf, id, nodeID).Scan(&st); err != nil {
-		return "", false
+	err := tx.QueryRowContext(ctx, sqlStateOf, id, nodeID).Scan(&st)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
 	}
-	return wire.State(st), true
+	if err != nil {
+		return "", false, fmt.Errorf("commands: read state: %w", err)
+	}
+	return wire.State(st), true, nil
 }
 
 // binding is what a signed update must name of its command: the node it
@@ -487,14 +558,57 @@ func (s *Store) cancel(ctx context.Context, id, reason string, now time.Time) er
 }
 
 // sweep cancels (reason expired) the queued commands that expired before
-// now and the sent ones that expired before sentBefore.
+// now and the sent ones that expired before sentBefore, in one
+// transaction that first locks them in id order (as lockRows does).
 func (s *Store) sweep(ctx context.Context, now, sentBefore time.Time) (int64, error) {
-	res, err := s.db.ExecContext(ctx, sqlSweep, string(wire.StateCancelled), "expired", now.UnixMilli(),
+	var n int64
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		n = 0
+		ids, err := s.expiring(ctx, tx, now, sentBefore)
+		if err != nil {
+			return err
+		}
+		for chunk := range slices.Chunk(ids, store.InChunk) {
+			a := s.db.NewArgs()
+			q := sqlSweepHead + a.Add(string(wire.StateCancelled)) + sqlSweepSet + a.Add(ReasonExpired) + sqlSweepAt + a.Add(now.UnixMilli()) +
+				sqlSweepCond + a.Add(string(wire.StateQueued)) + sqlSweepExp + a.Add(now.UnixMilli()) +
+				sqlSweepOr + a.Add(string(wire.StateSent)) + sqlSweepExp + a.Add(sentBefore.UnixMilli()) + sqlSweepIDs + a.Strings(chunk) + `)`
+			res, err := tx.ExecContext(ctx, q, a.Values()...)
+			if err != nil {
+				return fmt.Errorf("commands: sweep: %w", err)
+			}
+			k, err := res.RowsAffected()
+			if err != nil {
+				return fmt.Errorf("commands: sweep: %w", err)
+			}
+			n += k
+		}
+		return nil
+	})
+	return n, err
+}
+
+// expiring reads, inside tx, the ids of the commands sweep cancels,
+// locking them in id order on PostgreSQL.
+func (s *Store) expiring(ctx context.Context, tx *sql.Tx, now, sentBefore time.Time) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, sqlExpiring+sqlLockOrder+s.db.LockClause(),
 		string(wire.StateQueued), now.UnixMilli(), string(wire.StateSent), sentBefore.UnixMilli())
 	if err != nil {
-		return 0, fmt.Errorf("commands: sweep: %w", err)
+		return nil, fmt.Errorf("commands: sweep: %w", err)
 	}
-	return res.RowsAffected()
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("commands: sweep: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("commands: sweep: %w", err)
+	}
+	return ids, nil
 }
 
 // attestationRow is what a command's attestation is made from.
@@ -591,8 +705,15 @@ type Signature struct {
 // It returns the node of each command signed, one entry per command.
 func (s *Store) StoreSignatures(ctx context.Context, sigs []Signature, signerCert []byte, now time.Time) ([]string, error) {
 	var nodes []string
+	ids := make([]string, len(sigs))
+	for i, sg := range sigs {
+		ids[i] = sg.CommandID
+	}
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		nodes = nodes[:0]
+		if err := s.lockRows(ctx, tx, ids); err != nil {
+			return err
+		}
 		for chunk := range slices.Chunk(sigs, signPerStmt) {
 			got, err := s.storeSignatures(ctx, tx, chunk, signerCert, now)
 			if err != nil {

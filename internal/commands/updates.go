@@ -34,7 +34,10 @@ type (
 
 // ApplyUpdates records many updates (from many sessions) in one
 // transaction, each exactly as ApplyUpdate would: a gateway batches them
-// so a fan-out's results do not cost a transaction each.
+// so a fan-out's results do not cost a transaction each. A deadlock, a
+// serialization failure or a lost database connection is tried again
+// (s.retry, bounded) before the batch is refused; a refused update's
+// result carries the error, and the node sends it again.
 func (s *Service) ApplyUpdates(ctx context.Context, items []UpdateItem) []UpdateResult {
 	out := make([]UpdateResult, len(items))
 	var ok []updateTodo
@@ -49,19 +52,22 @@ func (s *Service) ApplyUpdates(ctx context.Context, items []UpdateItem) []Update
 		}
 		ok = append(ok, updateTodo{i: i, body: body})
 	}
-	// Without the certificates nothing can be attested or refused: the
-	// whole batch fails unacknowledged and the nodes send it again.
-	if err := s.attestAll(ctx, items, ok); err != nil {
-		for _, t := range ok {
-			out[t.i].Err = err
-		}
-		return out
-	}
 	if len(ok) == 0 {
 		return out
 	}
-	changed, err := s.writeUpdates(ctx, items, ok, out)
+	var changed []string
+	err := s.retry.Do(ctx, func() error {
+		// Without the certificates nothing can be attested or refused:
+		// the whole batch fails unacknowledged.
+		if err := s.attestAll(ctx, items, ok); err != nil {
+			return err
+		}
+		var err error
+		changed, err = s.writeUpdates(ctx, items, ok, out)
+		return err
+	})
 	if err != nil {
+		s.log.Warn("updates not recorded", "count", len(ok), "err", err)
 		for _, t := range ok {
 			out[t.i].State, out[t.i].Err = "", err
 		}
@@ -76,12 +82,22 @@ func (s *Service) ApplyUpdates(ctx context.Context, items []UpdateItem) []Update
 // writeUpdates records the checked updates todo in one transaction, one
 // statement per round (updateRounds: a round trip per update costs
 // PostgreSQL far more than the write), filling out with the state each
-// command is in after it. It returns the ids of the commands changed.
+// command is in after it. It first locks every named row in id order
+// (lockRows), as marking commands sent does, so the two never deadlock
+// whatever order the updates arrived in. It returns the ids of the
+// commands changed.
 func (s *Service) writeUpdates(ctx context.Context, items []UpdateItem, todo []updateTodo, out []UpdateResult) ([]string, error) {
 	var changed []string
 	now := s.clk.Now()
+	ids := make([]string, len(todo))
+	for k, t := range todo {
+		ids[k] = t.body.CommandId
+	}
 	err := s.store.tx(ctx, func(tx *sql.Tx) error {
 		changed = changed[:0]
+		if err := s.store.lockRows(ctx, tx, ids); err != nil {
+			return err
+		}
 		for _, round := range updateRounds(todo, applyPerStmt) {
 			applied, err := s.store.applyUpdates(ctx, tx, updateRows(items, round), now)
 			if err != nil {
@@ -89,6 +105,7 @@ func (s *Service) writeUpdates(ctx context.Context, items []UpdateItem, todo []u
 			}
 			for _, t := range round {
 				it, body := items[t.i], t.body
+				out[t.i].State, out[t.i].Err = "", nil
 				if applied[body.CommandId] {
 					out[t.i].State = body.State
 					changed = append(changed, body.CommandId)
@@ -96,7 +113,10 @@ func (s *Service) writeUpdates(ctx context.Context, items []UpdateItem, todo []u
 				}
 				// Unknown, another node's, or already final: nothing
 				// changes. The node still gets an ack so it stops resending.
-				st, found := s.store.stateOf(ctx, tx, body.CommandId, it.NodeID)
+				st, found, err := s.store.stateOf(ctx, tx, body.CommandId, it.NodeID)
+				if err != nil {
+					return err
+				}
 				if !found {
 					out[t.i].Err = errs.New(errs.NotFound, "command not found")
 					continue
@@ -115,9 +135,20 @@ func updateRows(items []UpdateItem, round []updateTodo) []updateRow {
 	for k, t := range round {
 		it, body := items[t.i], t.body
 		rows[k] = updateRow{commandID: body.CommandId, nodeID: it.NodeID, state: wire.State(body.State), reason: body.Reason, result: body.Result,
-			attested: t.attested, body: it.Update.Body, sig: it.Update.NodeSig, serial: it.Update.CertSerial}
+			attested: t.attested, body: it.Update.Body, sig: it.Update.NodeSig, serial: it.Update.CertSerial, mayBeLate: mayBeLate(t)}
 	}
 	return rows
+}
+
+// mayBeLate is 1 when t may be recorded on a command already cancelled as
+// expired: an attested result, succeeded or failed (what the node proves
+// it did). A running update or a node's own refusal never revives one.
+func mayBeLate(t updateTodo) int {
+	st := wire.State(t.body.State)
+	if t.attested == 1 && (st == wire.StateSucceeded || st == wire.StateFailed) {
+		return 1
+	}
+	return 0
 }
 
 // attestAll checks the node signatures of the updates in todo and sets
@@ -128,6 +159,9 @@ func updateRows(items []UpdateItem, round []updateTodo) []updateRow {
 func (s *Service) attestAll(ctx context.Context, items []UpdateItem, todo []updateTodo) error {
 	if len(todo) == 0 {
 		return nil
+	}
+	for k := range todo {
+		todo[k].attested = 0
 	}
 	seen := map[string]bool{}
 	var serials []string

@@ -58,6 +58,11 @@ type Config struct {
 	// negative value reports running at once, before the driver starts
 	// (tests that want every update).
 	RunningAfter time.Duration
+	// ResendAfter is how long the node waits, by Config.Clock, for the
+	// control plane's ack of a result it sent before it sends the result
+	// again on the same session; each further wait doubles, up to
+	// MaxResendWait. Zero means DefaultResendAfter.
+	ResendAfter time.Duration
 	// WorkerChains memoises verified worker chains (see
 	// pki.WorkerChainCache). Nil: Open makes one for this node. Nodes of
 	// one process may share one (fleetsim does): the memo answers exactly
@@ -65,6 +70,11 @@ type Config struct {
 	// over its own command and every field of it.
 	WorkerChains *pki.WorkerChainCache
 }
+
+// DefaultResendAfter is Config.ResendAfter when it is zero: how long a
+// node waits for the ack of a result before it sends the result again on
+// the same session.
+const DefaultResendAfter = 15 * time.Second
 
 // DefaultRunningAfter is Config.RunningAfter when it is zero.
 const DefaultRunningAfter = time.Second
@@ -94,6 +104,28 @@ type Node struct {
 
 	// reports are the sandbox reports awaiting their ack.
 	reports *reports
+	// outbox holds the results awaiting their ack, for whichever session
+	// is live to send.
+	outbox *outbox
+
+	// pacing is how Run waits between sessions (see Run).
+	pacing pacing
+	// seen is the replay check handle gives the verifier (the journal's
+	// Seen; a test wraps it to hold two deliveries of one command side by
+	// side at that point).
+	seen func(id string) bool
+}
+
+// pacing is the reconnect back-off's clock and jitter: the wall clock and
+// full jitter (a uniform draw in [0, ceiling]) unless a test sets them.
+type pacing struct {
+	clock  clock.Clock
+	jitter func(ceiling time.Duration) time.Duration
+}
+
+// fullJitter draws a delay uniformly in [0, ceiling].
+func fullJitter(ceiling time.Duration) time.Duration {
+	return time.Duration(mrand.Int64N(int64(ceiling) + 1))
 }
 
 // Open loads a joined node from cfg.DataDir and its journal. It reports
@@ -136,6 +168,9 @@ func withDefaults(cfg Config) (Config, error) {
 	}
 	if cfg.RunningAfter == 0 {
 		cfg.RunningAfter = DefaultRunningAfter
+	}
+	if cfg.ResendAfter <= 0 {
+		cfg.ResendAfter = DefaultResendAfter
 	}
 	if cfg.WorkerChains == nil {
 		cfg.WorkerChains = pki.NewWorkerChainCache(0)
@@ -201,7 +236,8 @@ func load(cfg Config) (*Node, error) {
 	pinned := newPinnedTrust(*rec, tb, roots)
 	return &Node{cfg: cfg, rec: rec, pinned: pinned, journal: j, key: key, chain: chain, highestMS: st.HighestServerTimeMS, approvers: ap,
 		verify: &Verifier{NodeID: rec.NodeID, Role: nid.Role, TrustDomain: tb.TrustDomain, CommandRoots: roots,
-			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains, CurrentRoots: pinned.commandRoots}, reports: newReports()}, nil
+			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains, CurrentRoots: pinned.commandRoots}, reports: newReports(), outbox: newOutbox(cfg.ResendAfter),
+		pacing: pacing{clock: clock.Real{}, jitter: fullJitter}, seen: j.Seen}, nil
 }
 
 // failInterrupted reports (and journals) every command a crash
@@ -382,7 +418,12 @@ func (n *Node) Dial() (*grpc.ClientConn, error) {
 
 // Run keeps a session with the gateway until ctx ends, reconnecting with
 // full-jitter exponential back-off and renewing the certificate before it
-// expires. The back-off is wall time, not Config.Clock: it paces real
+// expires. The back-off doubles after each attempt (Config.MinBackoff up
+// to Config.MaxBackoff) and restarts from the minimum after a session
+// that got its Welcome, however short: a gateway restart then costs the
+// node a fraction of a second however many restarts came before, while a
+// gateway that accepts and drops before answering Hello keeps the node
+// backing off. The back-off is wall time, not Config.Clock: it paces real
 // network retries, and a node on a fake clock that a test does not move
 // must still reconnect (certificate lifetimes and the running delay are
 // what the clock governs). When the gateway says the node's certificate is
@@ -391,8 +432,7 @@ func (n *Node) Dial() (*grpc.ClientConn, error) {
 func (n *Node) Run(ctx context.Context) error {
 	backoff := n.cfg.MinBackoff
 	for {
-		start := time.Now()
-		err := n.session(ctx)
+		welcomed, err := n.session(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -401,15 +441,16 @@ func (n *Node) Run(ctx context.Context) error {
 			n.cfg.Log.Error("certificate revoked: not reconnecting", "node_id", n.rec.NodeID, "next", "bcd join with a new join token")
 			return rerr
 		}
-		if time.Since(start) > time.Minute {
+		if welcomed {
 			backoff = n.cfg.MinBackoff
 		}
-		n.cfg.Log.Info("session ended", "node_id", n.rec.NodeID, "err", err)
-		delay := time.Duration(mrand.Int64N(int64(backoff) + 1))
+		n.cfg.Log.Info("session ended", "node_id", n.rec.NodeID, "welcomed", welcomed, "err", err)
+		t := n.pacing.clock.NewTimer(n.pacing.jitter(backoff))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
-		case <-time.After(delay):
+		case <-t.C():
 		}
 		backoff = min(backoff*2, n.cfg.MaxBackoff)
 	}
@@ -480,18 +521,20 @@ func (n *Node) Renew(ctx context.Context, conn *grpc.ClientConn) error {
 	return nil
 }
 
-// session runs one session: Hello, Welcome, pending reports, then commands.
-func (n *Node) session(ctx context.Context) error {
+// session runs one session: Hello, Welcome, pending results and reports,
+// then commands. It reports whether the gateway answered Hello with a
+// Welcome (Run's back-off restarts then).
+func (n *Node) session(ctx context.Context) (welcomed bool, err error) {
 	conn, err := n.connect(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Close()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, w, err := n.hello(sctx, conn)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer n.startRefresh(sctx, conn)() // trust-bundle refresh while the session lasts (refresh.go)
 	rewound := n.acceptWelcome(w)
@@ -507,8 +550,9 @@ func (n *Node) session(ctx context.Context) error {
 	n.setConnected(true)
 	defer n.setConnected(false)
 	n.cfg.Log.Info("session up", "node_id", n.rec.NodeID, "session_id", w.SessionId)
-	if err := n.resend(send); err != nil {
-		return err
+	n.outbox.requeue(n.journal.Unacked())
+	if err := n.sendReports(send, true); err != nil {
+		return true, err
 	}
 	work := make(chan *nodev1.SignedCommand, 64)
 	defer close(work)
@@ -517,7 +561,7 @@ func (n *Node) session(ctx context.Context) error {
 	}
 	go n.execute(sctx, work, send, allowed, rewound, fetch)
 	recvd, recvErr := recvLoop(sctx, stream)
-	return n.serve(ctx, sessionIO{send: send, work: work, recvd: recvd, recvErr: recvErr,
+	return true, n.serve(ctx, sessionIO{send: send, work: work, recvd: recvd, recvErr: recvErr,
 		renew: func(ctx context.Context) error { return n.Renew(ctx, conn) }})
 }
 
@@ -579,15 +623,59 @@ func lockedSend(stream nodev1.Gateway_SessionClient) func(*nodev1.NodeMessage) e
 	}
 }
 
-// resend sends, at the start of a session, the results made while
-// disconnected (or before a crash), then the pending sandbox reports.
-func (n *Node) resend(send func(*nodev1.NodeMessage) error) error {
-	for _, r := range n.journal.Unacked() {
-		if err := n.sendUpdate(send, r.Update); err != nil {
+// resendTimer is a session's timer for the next result due in the
+// outbox, on the node's clock (Config.Clock); it is armed only while a
+// result awaits its ack.
+type resendTimer struct {
+	clk   clock.Clock
+	t     clock.Timer
+	armed bool
+}
+
+// c is the timer's channel, nil (never ready) while disarmed.
+func (r *resendTimer) c() <-chan time.Time {
+	if !r.armed {
+		return nil
+	}
+	return r.t.C()
+}
+
+// set arms the timer for next (as of now), or disarms it when next is
+// zero.
+func (r *resendTimer) set(next, now time.Time) {
+	switch {
+	case next.IsZero():
+		if r.armed {
+			r.t.Stop()
+		}
+		r.armed = false
+	case r.t == nil:
+		r.t, r.armed = r.clk.NewTimer(next.Sub(now)), true
+	default:
+		r.t.Reset(next.Sub(now))
+		r.armed = true
+	}
+}
+
+func (r *resendTimer) stop() {
+	if r.armed {
+		r.t.Stop()
+	}
+}
+
+// flushResults sends on this session the results due in the outbox (all
+// of them at the start of a session; then each new one at once, and each
+// unacknowledged one again when its wait passed) and sets rt for the next.
+func (n *Node) flushResults(send func(*nodev1.NodeMessage) error, rt *resendTimer) error {
+	now := n.cfg.Clock.Now()
+	due, next := n.outbox.take(now)
+	for _, u := range due {
+		if err := n.sendUpdate(send, u); err != nil {
 			return err
 		}
 	}
-	return n.sendReports(send, true)
+	rt.set(next, now)
+	return nil
 }
 
 // recvLoop reads the stream in a goroutine until it fails (the error goes
@@ -624,7 +712,9 @@ type sessionIO struct {
 }
 
 // serve is the session loop: it hands commands to the executor, applies
-// acks and approver sets, sends sandbox reports as they come, and renews
+// acks and approver sets, sends results from the outbox (at once when a
+// worker hands one over, again when one's ack is late) and sandbox
+// reports as they come, and renews
 // the certificate when renewAt comes by the node's clock (Config.Clock).
 // A renewal ends the session (nil) so the next connects with the new
 // certificate; a failed one is retried a minute later. It returns nil when
@@ -632,12 +722,25 @@ type sessionIO struct {
 func (n *Node) serve(ctx context.Context, sio sessionIO) error {
 	renew := n.cfg.Clock.NewTimer(n.renewAt().Sub(n.cfg.Clock.Now()))
 	defer renew.Stop()
+	rt := &resendTimer{clk: n.cfg.Clock}
+	defer rt.stop()
+	if err := n.flushResults(sio.send, rt); err != nil {
+		return err
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case err := <-sio.recvErr:
 			return err
+		case <-n.outbox.wake:
+			if err := n.flushResults(sio.send, rt); err != nil {
+				return err
+			}
+		case <-rt.c():
+			if err := n.flushResults(sio.send, rt); err != nil {
+				return err
+			}
 		case <-n.reports.wake:
 			if err := n.sendReports(sio.send, false); err != nil {
 				return err
@@ -736,6 +839,7 @@ func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
 // sent again.
 func (n *Node) acknowledge(a *nodev1.UpdateAck) error {
 	if wire.State(a.GetState()).Terminal() {
+		n.outbox.ack(a.GetCommandId())
 		return n.journal.Ack(a.GetCommandId())
 	}
 	return nil
@@ -766,18 +870,24 @@ func (n *Node) execute(ctx context.Context, work <-chan *nodev1.SignedCommand, s
 // only); an authenticated command that is refused gets a "cancelled"
 // update with the reason, journaled as done. For a command that runs,
 // handle journals "start" (fsynced) before the driver starts, runs the
-// driver, journals "done" with the signed final update and sends it. The "running" update is sent
-// only if the driver has not returned within Config.RunningAfter (at once,
-// before the driver starts, when that is negative), so a quick command
-// costs one signed update, not two. Both updates are sent from this
-// goroutine, the running one first, so the final update never precedes
-// it. The driver gets ctx and handle waits for it to return, also when
-// ctx ends (it is then not reported running).
+// driver, journals "done" with the signed final update and hands it to
+// the outbox, which the live session sends (see outbox). The "running"
+// update is sent only if the driver has not returned within
+// Config.RunningAfter (at once, before the driver starts, when that is
+// negative), so a quick command costs one signed update, not two; it is
+// sent before the final update is handed over, so it never follows it.
+// The driver gets ctx and handle waits for it to return, also when ctx
+// ends (it is then not reported running).
+//
+// The replay check and journaling the start (or the refusal) are one step
+// (journal.Begin, journal.Refuse): of two copies of one command that reach
+// two workers at once, both may pass Check's replay test, but only one
+// journals the id; the other is answered as a replay.
 func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*nodev1.NodeMessage) error, allowed []string, rewound bool) error {
 	if len(c.Id) > 64 {
 		return errors.New("command id too long")
 	}
-	body, reason := n.verify.Check(c, n.now(), allowed, n.journal.Seen)
+	body, reason := n.verify.Check(c, n.now(), allowed, n.seen)
 	if !authenticated(body, reason) {
 		// Nobody signed this id: it is only logged and counted. Journaling
 		// it, or signing a refusal under it, would let anyone who knows a
@@ -794,37 +904,58 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 	if body.ExpiresAtMs > 0 && reason != ReasonExpired {
 		expires = time.UnixMilli(body.ExpiresAtMs)
 	}
-	if reason != "" {
-		n.cfg.Log.Warn("command refused", "command_id", c.Id, "reason", reason)
-		n.countRefusal(reason)
-		if reason == ReasonReplayed {
-			// A command this node already has is not run and not reported
-			// again as something else: the node answers with the final
-			// update it journaled the first time (a replayed copy can change
-			// nothing), or with nothing while the first copy still runs here
-			// (its own result follows).
-			if upd, ok := n.journal.Final(c.Id); ok {
-				return n.sendUpdate(send, upd)
-			}
-			return nil
-		}
-		upd, err := n.signUpdate(boundTo(&nodev1.UpdateBody{CommandId: c.Id, State: string(wire.StateCancelled), Reason: reason}, body))
-		if err != nil {
-			return err
-		}
-		if !n.journal.Seen(c.Id) {
-			if err := n.journal.Done(c.Id, expires, upd); err != nil {
-				return err
-			}
-		}
-		return n.sendUpdate(send, upd)
+	switch reason {
+	case "":
+		return n.runCommand(ctx, c.Id, body, expires, send)
+	case ReasonReplayed:
+		return n.answerReplay(c.Id, send)
 	}
-	sum := sha256.Sum256(body.Payload)
-	if err := n.journal.StartCommand(c.Id, expires, body.Kind, sum[:]); err != nil {
+	upd, err := n.signUpdate(boundTo(&nodev1.UpdateBody{CommandId: c.Id, State: string(wire.StateCancelled), Reason: reason}, body))
+	if err != nil {
 		return err
 	}
-	result, runErr := n.run(ctx, c.Id, body, send)
-	ub := boundTo(&nodev1.UpdateBody{CommandId: c.Id, State: string(wire.StateSucceeded), Result: result}, body)
+	fresh, err := n.journal.Refuse(c.Id, expires, upd)
+	if err != nil {
+		return err
+	}
+	if !fresh {
+		// Another copy got here first: what the node did with it stands.
+		return n.answerReplay(c.Id, send)
+	}
+	n.cfg.Log.Warn("command refused", "command_id", c.Id, "reason", reason)
+	n.countRefusal(reason)
+	n.outbox.put(c.Id, upd)
+	return nil
+}
+
+// answerReplay answers a copy of a command this node already has. It is
+// not run and not reported again as something else: the node sends the
+// final update it journaled the first time (a replayed copy can change
+// nothing), or nothing while the first copy still runs here (its own
+// result follows).
+func (n *Node) answerReplay(id string, send func(*nodev1.NodeMessage) error) error {
+	n.cfg.Log.Warn("command refused", "command_id", id, "reason", ReasonReplayed)
+	n.countRefusal(ReasonReplayed)
+	if upd, ok := n.journal.Final(id); ok {
+		return n.sendUpdate(send, upd)
+	}
+	return nil
+}
+
+// runCommand journals the start of a verified command (unless another
+// copy of it was journaled first: then it answers as to a replay), runs
+// it, journals its signed final update and hands that to the outbox.
+func (n *Node) runCommand(ctx context.Context, id string, body *nodev1.CommandBody, expires time.Time, send func(*nodev1.NodeMessage) error) error {
+	sum := sha256.Sum256(body.Payload)
+	fresh, err := n.journal.Begin(id, expires, body.Kind, sum[:])
+	if err != nil {
+		return err
+	}
+	if !fresh {
+		return n.answerReplay(id, send)
+	}
+	result, runErr := n.run(ctx, id, body, send)
+	ub := boundTo(&nodev1.UpdateBody{CommandId: id, State: string(wire.StateSucceeded), Result: result}, body)
 	if runErr != nil {
 		ub.State, ub.Reason, ub.Result = string(wire.StateFailed), runErr.Error(), nil
 	}
@@ -832,10 +963,11 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 	if err != nil {
 		return err
 	}
-	if err := n.journal.Done(c.Id, expires, upd); err != nil {
+	if err := n.journal.Done(id, expires, upd); err != nil {
 		return err
 	}
-	return n.sendUpdate(send, upd)
+	n.outbox.put(id, upd)
+	return nil
 }
 
 // authenticated reports whether Check's verdict rests on a signature

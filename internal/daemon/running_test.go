@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,22 +83,31 @@ func openTestNode(t *testing.T, f fixture, runningAfter time.Duration) (*Node, *
 }
 
 // executor feeds commands to the node's execute loop, as a session does,
-// and collects the updates it sends, checking each one's node signature.
+// and collects the updates it sends, checking each one's node signature:
+// those the worker sends itself (running updates, replay answers) and the
+// final ones it hands to the node's outbox, which the executor sends as a
+// session's loop does.
 type executor struct {
-	t      *testing.T
-	key    *ecdsa.PrivateKey
-	work   chan *nodev1.SignedCommand
-	sent   chan *nodev1.UpdateBody
-	done   chan struct{}
-	cancel context.CancelFunc
+	t       *testing.T
+	key     *ecdsa.PrivateKey
+	work    chan *nodev1.SignedCommand
+	sent    chan *nodev1.UpdateBody
+	done    chan struct{}
+	drained chan struct{}
+	stopOut chan struct{}
+	cancel  context.CancelFunc
 }
 
 // startExecutor runs n.execute with fetch as the secret broker until stop.
 func startExecutor(t *testing.T, n *Node, key *ecdsa.PrivateKey, fetch func(ctx context.Context, commandID, ref string) ([]byte, error)) *executor {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &executor{t: t, key: key, work: make(chan *nodev1.SignedCommand), sent: make(chan *nodev1.UpdateBody, 16), done: make(chan struct{}), cancel: cancel}
+	e := &executor{t: t, key: key, work: make(chan *nodev1.SignedCommand), sent: make(chan *nodev1.UpdateBody, 16), done: make(chan struct{}),
+		drained: make(chan struct{}), stopOut: make(chan struct{}), cancel: cancel}
+	var mu sync.Mutex
 	send := func(m *nodev1.NodeMessage) error {
+		mu.Lock()
+		defer mu.Unlock()
 		u := m.GetUpdate()
 		var b nodev1.UpdateBody
 		if u == nil || proto.Unmarshal(u.Body, &b) != nil {
@@ -114,6 +124,20 @@ func startExecutor(t *testing.T, n *Node, key *ecdsa.PrivateKey, fetch func(ctx 
 	go func() {
 		defer close(e.done)
 		n.execute(ctx, e.work, send, nil, false, fetch)
+	}()
+	go func() {
+		defer close(e.drained)
+		rt := &resendTimer{clk: n.cfg.Clock}
+		defer rt.stop()
+		for {
+			select {
+			case <-n.outbox.wake:
+				_ = n.flushResults(send, rt)
+			case <-e.stopOut:
+				_ = n.flushResults(send, rt)
+				return
+			}
+		}
 	}()
 	t.Cleanup(e.stop)
 	return e
@@ -135,6 +159,8 @@ func (e *executor) finish() {
 	case <-time.After(waitLimit):
 		e.t.Fatalf("execute did not return within %v", waitLimit)
 	}
+	close(e.stopOut)
+	<-e.drained
 	close(e.sent)
 	for b := range e.sent {
 		e.t.Errorf("unexpected extra update %s/%s", b.CommandId, b.State)
@@ -148,6 +174,8 @@ func (e *executor) stop() {
 		close(e.work)
 		e.work = nil
 		<-e.done
+		close(e.stopOut)
+		<-e.drained
 	}
 }
 

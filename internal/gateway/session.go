@@ -222,11 +222,10 @@ func (g *Gateway) receive(ctx context.Context, stream nodev1.Gateway_SessionServ
 			if err != nil {
 				return err
 			}
+			reply = &nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Ack{Ack: updateAck(r)}}
 			if r.Err != nil {
 				g.cfg.Log.Warn("update refused", "node_id", nodeID, "err", r.Err)
-				continue
 			}
-			reply = &nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Ack{Ack: &nodev1.UpdateAck{CommandId: r.CommandID, State: r.State}}}
 		case *nodev1.NodeMessage_SandboxReport:
 			// Relayed as is: the sandboxes module checks the signature and
 			// that the sandbox is this node's.
@@ -304,4 +303,14 @@ func (g *Gateway) deliver(ctx context.Context, s *session, send sender) {
 		case <-s.out.wake:
 		}
 	}
+}
+
+// updateAck is the answer to one update: the state recorded, or, for an
+// update that was not recorded, only the refusal's code (never the
+// error's text), so the node knows to keep it and send it again.
+func updateAck(r wire.UpdateResult) *nodev1.UpdateAck {
+	if r.Err != nil {
+		return &nodev1.UpdateAck{CommandId: r.CommandID, Refused: string(errs.CodeOf(r.Err))}
+	}
+	return &nodev1.UpdateAck{CommandId: r.CommandID, State: r.State}
 }

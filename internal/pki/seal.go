@@ -58,6 +58,13 @@ func LoadKEK(path string) (KEK, error) {
 		}
 		return k, nil
 	}
+	return LoadKEKFile(path)
+}
+
+// LoadKEKFile is LoadKEK without the environment: the key in the file at
+// path only, with the same checks. KEK rotation reads the new key with it,
+// so that BC_KEK (the old key) cannot stand in for the new one.
+func LoadKEKFile(path string) (KEK, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return KEK{}, fmt.Errorf("pki: open KEK file: %w", err)

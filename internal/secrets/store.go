@@ -43,6 +43,15 @@ const (
 	// version in its tenant, for a release.
 	sqlSealedLatest = `SELECT version, sealed FROM secrets WHERE ref = $1 AND tenant_id = $2 AND deleted_at IS NULL ORDER BY version DESC LIMIT 1`
 
+	// sqlResealPage reads the next page of every version, live or deleted,
+	// after (ref, version), for a KEK rotation.
+	sqlResealPage = `SELECT ref, version, tenant_id, sealed FROM secrets
+		WHERE ref > $1 OR (ref = $1 AND version > $2) ORDER BY ref, version LIMIT $3`
+
+	// sqlResealRow replaces one version's sealed value, only if it is still
+	// the one read.
+	sqlResealRow = `UPDATE secrets SET sealed = $1 WHERE ref = $2 AND version = $3 AND sealed = $4`
+
 	// sqlSpendRequest spends a request id; a second insert is a replay.
 	sqlSpendRequest = `INSERT INTO secret_requests (request_id, node_id, at) VALUES ($1, $2, $3)`
 )

@@ -19,6 +19,10 @@ func (cp *ControlPlane) startAudit(o Options) error {
 	if err != nil {
 		return errs.Wrap(errs.InvalidConfig, "the audit key cannot sign", err)
 	}
+	// The last checkpoint may be signed by a key the audit key replaced.
+	if key.Verifier, err = auditlog.NewKeyRing(o.Bundle.Deployment, o.Bundle.AuditKeys()); err != nil {
+		return errs.Wrap(errs.InvalidConfig, "the audit keys cannot verify", err)
+	}
 	l, err := auditlog.New(auditlog.Config{DB: o.DB, Deployment: o.Bundle.Deployment, Clock: o.Clock, Log: o.Log})
 	if err != nil {
 		return err

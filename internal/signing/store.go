@@ -22,6 +22,12 @@ const (
 		ON CONFLICT (id) DO UPDATE SET body = excluded.body, signature = excluded.signature, signer_cert = excluded.signer_cert, time_ms = excluded.time_ms
 		WHERE time_statements.time_ms < excluded.time_ms`
 	sqlLatestTime = `SELECT body, signature, signer_cert FROM time_statements WHERE id = $1`
+	// sqlResealPage reads the next page of worker keys, expired or not,
+	// after an id, for a KEK rotation.
+	sqlResealPage = `SELECT id, sealed_key FROM worker_keys WHERE id > $1 ORDER BY id LIMIT $2`
+	// sqlResealRow replaces one key's sealed form, only if it is still the
+	// one read.
+	sqlResealRow = `UPDATE worker_keys SET sealed_key = $1 WHERE id = $2 AND sealed_key = $3`
 )
 
 // latestTimeID is the id of the one time_statements row.

@@ -55,6 +55,9 @@ type Command struct {
 	ExpiresAt time.Time       `json:"expires_at"`
 	BatchID   string          `json:"batch_id,omitempty"`
 	FanoutID  string          `json:"fanout_id,omitempty"`
+	// Late: the node's attested result arrived after the command had
+	// been cancelled as expired; State is what the node reported.
+	Late bool `json:"late"`
 }
 
 // Terminal reports whether the command's state is final.

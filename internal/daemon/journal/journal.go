@@ -180,12 +180,32 @@ func (j *Journal) rewrite() error {
 // append writes one entry, fsyncing it when durable is set, then applies
 // it.
 func (j *Journal) append(e Entry, durable bool) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.appendLocked(e, durable)
+}
+
+// appendIfNew appends e only if its id was never journaled, and reports
+// whether it did: the check and the append happen under one hold of j.mu,
+// so of two callers with one id exactly one appends.
+func (j *Journal) appendIfNew(e Entry) (bool, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if _, ok := j.records[e.ID]; ok {
+		return false, nil
+	}
+	if err := j.appendLocked(e, true); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// appendLocked is append with j.mu held.
+func (j *Journal) appendLocked(e Entry, durable bool) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("journal: encode: %w", err)
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
 	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("journal: open for append: %w", err)
@@ -239,6 +259,23 @@ func (j *Journal) Start(id string, expires time.Time) error {
 // ("interrupted") names.
 func (j *Journal) StartCommand(id string, expires time.Time, kind string, payloadSHA256 []byte) error {
 	return j.append(Entry{Op: "start", ID: id, ExpiresMS: expires.UnixMilli(), Kind: kind, PayloadSHA256: payloadSHA256}, true)
+}
+
+// Begin is StartCommand for an id never journaled before, in one step: it
+// reports false, and journals nothing, when id was already seen (started,
+// refused or done). Two deliveries of one command that reach two workers
+// at once (the old session's and the new one's) may both pass an earlier
+// Seen check; only one of them gets true from Begin and runs the command.
+func (j *Journal) Begin(id string, expires time.Time, kind string, payloadSHA256 []byte) (bool, error) {
+	return j.appendIfNew(Entry{Op: "start", ID: id, ExpiresMS: expires.UnixMilli(), Kind: kind, PayloadSHA256: payloadSHA256})
+}
+
+// Refuse is Done for an id never journaled before (a refused command), in
+// one step: it reports false, and journals nothing, when id was already
+// seen, so a refusal never overwrites or contradicts what the node did
+// with another copy of the command.
+func (j *Journal) Refuse(id string, expires time.Time, update []byte) (bool, error) {
+	return j.appendIfNew(Entry{Op: "done", ID: id, ExpiresMS: expires.UnixMilli(), Update: update})
 }
 
 // Done records id's final signed update (also for a refusal, which makes

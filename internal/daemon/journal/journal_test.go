@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -197,5 +198,59 @@ func TestJournalKeepsStartedCommand(t *testing.T) {
 			t.Fatalf("interrupted = %+v", got)
 		}
 		must(t, j.Close())
+	}
+}
+
+// TestBeginClaimsOnce checks that Begin and Refuse journal an id only if
+// it was never journaled: of many callers racing with one id exactly one
+// starts it, a refusal after that neither journals nor replaces anything,
+// and a start after a refusal is refused too; what they journaled
+// survives a reopen.
+func TestBeginClaimsOnce(t *testing.T) {
+	path, now, j := openTemp(t)
+	exp := now.Add(time.Hour)
+	const callers = 16
+	wins := make(chan bool, callers)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := j.Begin("c-race", exp, "diag.run", nil)
+			if err != nil {
+				t.Error(err)
+			}
+			wins <- ok
+		}()
+	}
+	wg.Wait()
+	close(wins)
+	won := 0
+	for ok := range wins {
+		if ok {
+			won++
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d of %d racing Begin calls started c-race, want 1", won, callers)
+	}
+	if ok, err := j.Refuse("c-race", exp, []byte("cancelled")); ok || err != nil {
+		t.Fatalf("Refuse of a started id = %v, %v; want false", ok, err)
+	}
+	if ok, err := j.Refuse("c-refused", exp, []byte("cancelled")); !ok || err != nil {
+		t.Fatalf("Refuse of a new id = %v, %v; want true", ok, err)
+	}
+	if ok, err := j.Begin("c-refused", exp, "diag.run", nil); ok || err != nil {
+		t.Fatalf("Begin of a refused id = %v, %v; want false", ok, err)
+	}
+	j, err := Open(path, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := j.Interrupted(); len(got) != 1 || got[0].ID != "c-race" {
+		t.Fatalf("interrupted = %+v, want c-race started and not done", got)
+	}
+	if u, ok := j.Final("c-refused"); !ok || string(u) != "cancelled" {
+		t.Fatalf("final of c-refused = %q, %v", u, ok)
 	}
 }

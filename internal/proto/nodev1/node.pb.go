@@ -1873,10 +1873,20 @@ func (x *UpdateBody) GetPayloadSha256() []byte {
 	return nil
 }
 
+// UpdateAck answers every CommandUpdate, in the order the session sent
+// them. A recorded update is acknowledged with the state its command then
+// has (a final state: the node may stop sending it). An update that was
+// not recorded is answered with refused set and state empty: nothing was
+// stored, and the node keeps the update and sends it again.
 type UpdateAck struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CommandId     string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
-	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	CommandId string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	State     string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// refused is the errs code of why the update was not recorded, empty
+	// when it was: INTERNAL_ERROR when the database failed even after its
+	// retries (a later send can succeed), NOT_FOUND, ACCESS_DENIED or
+	// INVALID_INPUT when no later send will.
+	Refused       string `protobuf:"bytes,3,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1921,6 +1931,13 @@ func (x *UpdateAck) GetCommandId() string {
 func (x *UpdateAck) GetState() string {
 	if x != nil {
 		return x.State
+	}
+	return ""
+}
+
+func (x *UpdateAck) GetRefused() string {
+	if x != nil {
+		return x.Refused
 	}
 	return ""
 }
@@ -2507,11 +2524,12 @@ const file_node_proto_rawDesc = "" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x17\n" +
 	"\atime_ms\x18\x06 \x01(\x03R\x06timeMs\x12\x12\n" +
 	"\x04kind\x18\a \x01(\tR\x04kind\x12%\n" +
-	"\x0epayload_sha256\x18\b \x01(\fR\rpayloadSha256\"@\n" +
+	"\x0epayload_sha256\x18\b \x01(\fR\rpayloadSha256\"Z\n" +
 	"\tUpdateAck\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\tR\x05state\"\x1f\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x18\n" +
+	"\arefused\x18\x03 \x01(\tR\arefused\"\x1f\n" +
 	"\x04Ping\x12\x17\n" +
 	"\atime_ms\x18\x01 \x01(\x03R\x06timeMs\"_\n" +
 	"\rSecretRequest\x12\x12\n" +
