@@ -82,8 +82,8 @@ const DefaultRunningAfter = time.Second
 // Node is a running node agent.
 type Node struct {
 	cfg       Config
-	rec       *JoinRecord
-	bundle    pki.TrustBundle
+	rec       *JoinRecord  // node id and gateway; the trust part is pinned's
+	pinned    *pinnedTrust // the join record's trust bundle, refreshed (refresh.go)
 	verify    *Verifier
 	journal   *journal.Journal
 	approvers *approvers
@@ -233,9 +233,10 @@ func load(cfg Config) (*Node, error) {
 	if cfg.Gateway == "" {
 		cfg.Gateway = rec.Gateway
 	}
-	return &Node{cfg: cfg, rec: rec, bundle: tb, journal: j, key: key, chain: chain, highestMS: st.HighestServerTimeMS, approvers: ap,
+	pinned := newPinnedTrust(*rec, tb, roots)
+	return &Node{cfg: cfg, rec: rec, pinned: pinned, journal: j, key: key, chain: chain, highestMS: st.HighestServerTimeMS, approvers: ap,
 		verify: &Verifier{NodeID: rec.NodeID, Role: nid.Role, TrustDomain: tb.TrustDomain, CommandRoots: roots,
-			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains}, reports: newReports(), outbox: newOutbox(cfg.ResendAfter),
+			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains, CurrentRoots: pinned.commandRoots}, reports: newReports(), outbox: newOutbox(cfg.ResendAfter),
 		pacing: pacing{clock: clock.Real{}, jitter: fullJitter}, seen: j.Seen}, nil
 }
 
@@ -379,11 +380,12 @@ func (n *Node) signUpdate(b *nodev1.UpdateBody) ([]byte, error) {
 // tlsConfig presents the current certificate and accepts only the pinned
 // gateway identity.
 func (n *Node) tlsConfig() (*tls.Config, error) {
-	roots, err := n.bundle.ServerRootPool()
+	tb := n.trustBundle()
+	roots, err := tb.ServerRootPool()
 	if err != nil {
 		return nil, err
 	}
-	cfg := pinnedGatewayTLS(roots, n.bundle.TrustDomain)
+	cfg := pinnedGatewayTLS(roots, tb.TrustDomain)
 	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 		return n.ClientCertificate()
 	}
@@ -486,7 +488,8 @@ func (n *Node) Renew(ctx context.Context, conn *grpc.ClientConn) error {
 	if err != nil {
 		return fmt.Errorf("daemon: renew refused: %w", err)
 	}
-	roots, err := n.bundle.NodeRootPool()
+	tb := n.trustBundle()
+	roots, err := tb.NodeRootPool()
 	if err != nil {
 		return err
 	}
@@ -501,7 +504,7 @@ func (n *Node) Renew(ctx context.Context, conn *grpc.ClientConn) error {
 	if len(chain) == 0 || !key.PublicKey.Equal(chain[0].PublicKey) {
 		return errors.New("daemon: renewed certificate is for another key")
 	}
-	if id, err := pki.VerifyNodeChain(chain, roots, n.bundle.TrustDomain, chain[0].NotBefore.Add(1)); err != nil || id.NodeID != n.rec.NodeID {
+	if id, err := pki.VerifyNodeChain(chain, roots, tb.TrustDomain, chain[0].NotBefore.Add(1)); err != nil || id.NodeID != n.rec.NodeID {
 		return fmt.Errorf("daemon: renewed certificate does not verify: %w", err)
 	}
 	keyPEM, err := pki.MarshalPrivateKeyPEM(key)
@@ -533,6 +536,7 @@ func (n *Node) session(ctx context.Context) (welcomed bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	defer n.startRefresh(sctx, conn)() // trust-bundle refresh while the session lasts (refresh.go)
 	rewound := n.acceptWelcome(w)
 	n.applyApproverSets(w.ApproverSets)
 	var allowed []string

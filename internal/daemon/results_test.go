@@ -256,8 +256,10 @@ func TestResultResentWithinSession(t *testing.T) {
 		a := openAgent(t, j.Dir, e.CP.GatewayAddr, clk, driver.NewSim("n"))
 		a.run(t)
 		a.waitState(t, true)
-		// The session waits on one timer of the node's clock: renewal.
-		blockUntil(t, clk, 1)
+		// The session waits on two timers of the node's clock: renewal and
+		// the trust-bundle refresh ticker (daemon.RefreshInterval, which
+		// this test never reaches).
+		blockUntil(t, clk, 2)
 
 		lift := refuseResults(t, db)
 		c, err := e.CP.Commands.Create(context.Background(), operator, a.NodeID(), kinds.DiagRun, nil, time.Hour)
@@ -266,17 +268,17 @@ func TestResultResentWithinSession(t *testing.T) {
 		}
 		refused.wait(t)
 		// The result went out and was refused: the node now waits for its
-		// ack on a second timer, and sends it again when that passes.
-		blockUntil(t, clk, 2)
+		// ack on a third timer, and sends it again when that passes.
+		blockUntil(t, clk, 3)
 		clk.Advance(daemon.DefaultResendAfter - time.Millisecond)
-		if clk.Waiters() != 2 {
+		if clk.Waiters() != 3 {
 			t.Fatal("result resent before DefaultResendAfter")
 		}
 		clk.Advance(time.Millisecond)
 		refused.wait(t)
-		blockUntil(t, clk, 2)
+		blockUntil(t, clk, 3)
 		clk.Advance(2*daemon.DefaultResendAfter - time.Millisecond)
-		if clk.Waiters() != 2 {
+		if clk.Waiters() != 3 {
 			t.Fatal("second resend before twice DefaultResendAfter")
 		}
 		lift()

@@ -22,12 +22,19 @@ const (
 	journalFile  = "journal.log"
 )
 
-// JoinRecord is what bcd keeps from its join: the trust bundle it checked
-// against the join-key pin in its token, and its node id.
+// JoinRecord is what bcd keeps from its join: its node id, and the trust
+// bundle it pins with the join key whose signature verified it. At join
+// that key is the one the token's pin names; a refresh (refresh.go)
+// replaces the bundle with a newer one signed by a join key the pinned
+// bundle allows, and that key and its pin. The format is the one written
+// before refresh existed, so older records load unchanged.
 type JoinRecord struct {
-	NodeID        string `json:"node_id"`
-	Gateway       string `json:"gateway"`
-	Pin           []byte `json:"pin"`
+	NodeID  string `json:"node_id"`
+	Gateway string `json:"gateway"`
+	// Pin is the SHA-256 pin of JoinPublicKey (pki.JoinKeyPin): at join,
+	// the token's.
+	Pin []byte `json:"pin"`
+	// JoinPublicKey is the join key whose signature BundleSig is.
 	JoinPublicKey []byte `json:"join_public_key"`
 	BundleBody    []byte `json:"bundle_body"`
 	BundleSig     []byte `json:"bundle_sig"`

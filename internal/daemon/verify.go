@@ -79,9 +79,10 @@ const (
 
 // Verifier checks signed commands against what this node pinned at join.
 type Verifier struct {
-	NodeID       string
-	Role         string
-	TrustDomain  string
+	NodeID      string
+	Role        string
+	TrustDomain string
+	// CommandRoots are the pinned command-signing roots (see CurrentRoots).
 	CommandRoots []*x509.Certificate
 	// Deployment is the pinned trust bundle's deployment, which batch
 	// approvals must name.
@@ -95,15 +96,28 @@ type Verifier struct {
 	// answers exactly as pki.VerifyWorkerChain for these roots and trust
 	// domain; nil verifies every chain in full.
 	WorkerChains *pki.WorkerChainCache
+
+	// CurrentRoots, when set, returns the command roots in force and
+	// replaces CommandRoots: a trust-bundle refresh (refresh.go) changes
+	// them for every check from then on.
+	CurrentRoots func() []*x509.Certificate
+}
+
+// commandRoots returns the command roots in force.
+func (v *Verifier) commandRoots() []*x509.Certificate {
+	if v.CurrentRoots != nil {
+		return v.CurrentRoots()
+	}
+	return v.CommandRoots
 }
 
 // workerKey verifies the signer certificate at the issue time, through the
 // memo when there is one.
 func (v *Verifier) workerKey(der []byte, issued time.Time) (ed25519.PublicKey, error) {
 	if v.WorkerChains != nil {
-		return v.WorkerChains.Verify(der, v.CommandRoots, v.TrustDomain, issued)
+		return v.WorkerChains.Verify(der, v.commandRoots(), v.TrustDomain, issued)
 	}
-	return pki.VerifyWorkerChain(der, v.CommandRoots, v.TrustDomain, issued)
+	return pki.VerifyWorkerChain(der, v.commandRoots(), v.TrustDomain, issued)
 }
 
 // Check verifies a signed command at time now and returns its body, or the

@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -94,6 +95,8 @@ type Env struct {
 
 	sandboxRuntime, imageStore string
 	sandboxEgress              bool
+	// opts are the control plane's options, for Restart.
+	opts server.Options
 }
 
 // Node is a bcd agent joined to the environment.
@@ -107,6 +110,7 @@ type Node struct {
 	mu      sync.Mutex
 	state   chan bool
 	sets    chan ApproverSetEvent
+	refresh chan error
 	cancel  context.CancelFunc
 	done    chan struct{}
 	running bool
@@ -184,7 +188,7 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 		t.Fatalf("start control plane: %v", err)
 	}
 	e := &Env{CP: cp, Bundle: b, KEK: kek, Dir: dir, Clock: o.Clock, Log: log, ApproverDir: approverDir, ApproverKeys: approverKeys,
-		sandboxRuntime: o.SandboxRuntime, sandboxEgress: o.SandboxEgress, imageStore: imageStore}
+		sandboxRuntime: o.SandboxRuntime, sandboxEgress: o.SandboxEgress, imageStore: imageStore, opts: so}
 	t.Cleanup(e.Close)
 	_, key, err := cp.APIKeys.Create(context.Background(), audit.Entry{TenantID: iam.RootTenant, Actor: "testenv"}, iam.RootTenant, "admin", "admin", 0)
 	if err != nil {
@@ -200,6 +204,31 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 		e.Nodes = append(e.Nodes, n)
 	}
 	return e
+}
+
+// PKIDir is the directory of the environment's PKI bundle, which the
+// pki.Rotate* steps change.
+func (e *Env) PKIDir() string { return filepath.Join(e.Dir, "pki") }
+
+// Restart stops the control plane and starts it again on the same
+// database, listen addresses and key-encryption key, with the PKI bundle
+// as it now is in PKIDir: a rotation step takes effect in a control plane
+// process when it restarts, as in production. Nodes reconnect on their
+// own; e.Bundle is the reloaded bundle.
+func (e *Env) Restart(t testing.TB) {
+	t.Helper()
+	e.CP.Close()
+	b, err := pki.Load(e.PKIDir())
+	if err != nil {
+		t.Fatalf("reload pki: %v", err)
+	}
+	o := e.opts
+	o.Bundle, o.APIListen, o.GatewayListen, o.InternalListen = b, e.CP.APIAddr, e.CP.GatewayAddr, e.CP.InternalAddr
+	cp, err := server.Start(context.Background(), o)
+	if err != nil {
+		t.Fatalf("restart control plane: %v", err)
+	}
+	e.CP, e.Bundle = cp, b
 }
 
 // StartGateway starts a second control plane process with only the
@@ -335,7 +364,7 @@ func (e *Env) OpenNode(t testing.TB, dir, bootID string) *Node {
 func (e *Env) OpenNodeAt(t testing.TB, dir, bootID, addr string) *Node {
 	t.Helper()
 	sim := driver.NewSim(filepath.Base(dir))
-	n := &Node{Dir: dir, Sim: sim, state: make(chan bool, 64), sets: make(chan ApproverSetEvent, 64)}
+	n := &Node{Dir: dir, Sim: sim, state: make(chan bool, 64), sets: make(chan ApproverSetEvent, 64), refresh: make(chan error, 64)}
 	d, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: addr, Driver: e.nodeDriver(t, n), Clock: e.Clock, Log: e.Log, BootID: bootID,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	if err != nil {
@@ -348,8 +377,54 @@ func (e *Env) OpenNodeAt(t testing.TB, dir, bootID, addr string) *Node {
 		default:
 		}
 	})
+	d.OnRefresh(func(err error) {
+		select {
+		case n.refresh <- err:
+		default:
+		}
+	})
 	n.Node = d
 	return n
+}
+
+// WaitRefresh waits for the node's next trust-bundle refresh that
+// accepted or refused an offered bundle, and returns its outcome (nil:
+// accepted). Refreshes that found the bundle unchanged
+// (pki.ErrBundleNotNewer) or could not fetch it are skipped.
+func (n *Node) WaitRefresh(t testing.TB) error {
+	t.Helper()
+	for {
+		err := n.NextRefresh(t)
+		if errors.Is(err, pki.ErrBundleNotNewer) || errors.Is(err, daemon.ErrRefreshFetch) {
+			continue
+		}
+		return err
+	}
+}
+
+// NextRefresh waits for the outcome of the node's next trust-bundle
+// refresh, whatever it is.
+func (n *Node) NextRefresh(t testing.TB) error {
+	t.Helper()
+	select {
+	case err := <-n.refresh:
+		return err
+	case <-time.After(WaitTimeout):
+		t.Fatalf("node %s: no trust-bundle refresh within %v", n.NodeID(), WaitTimeout)
+		return nil
+	}
+}
+
+// DrainRefreshes forgets the refresh outcomes seen so far, so that
+// WaitRefresh waits for a later one.
+func (n *Node) DrainRefreshes() {
+	for {
+		select {
+		case <-n.refresh:
+		default:
+			return
+		}
+	}
 }
 
 // Start runs the node agent in the background until Stop.
