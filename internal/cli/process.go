@@ -287,7 +287,7 @@ func pkiCmd() *cobra.Command {
 			return err
 		},
 	}
-	show.Flags().StringVar(&showDir, "dir", "pki", "bundle directory")
+	show.Flags().StringVar(&showDir, "dir", envOr(envPKI, "pki"), "bundle directory (default $BC_PKI, else pki)")
 	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	show.Flags().BoolVar(&apiCA, "api-ca", false, "print only the PEM of the CAs an API client trusts (BC_CA_FILE), every one while the internal CA rotates")
 	c.AddCommand(initC, show, issueGatewayCmd(), pkiRotateCmd(clock.Real{}), rotateKEKCmd())
