@@ -21,6 +21,17 @@ const maxCheckpointText = 4096
 // that flipping any bit of an encoded hash changes or breaks it.
 var strictB64 = base64.StdEncoding.Strict()
 
+// decodeB64 decodes canonical standard base64. It refuses the carriage
+// returns and newlines that encoding/base64 skips even when strict, so a
+// value has exactly one encoding (a checkpoint or proof line with a
+// stray "\r" does not parse to the same hash as the line without).
+func decodeB64(s string) ([]byte, error) {
+	if strings.ContainsAny(s, "\r\n") {
+		return nil, errors.New("line break in base64")
+	}
+	return strictB64.DecodeString(s)
+}
+
 // ErrBadCheckpoint is returned (wrapped) for a checkpoint body that is not
 // exactly origin, size and root hash lines; test with errors.Is.
 var ErrBadCheckpoint = errors.New("auditlog: malformed checkpoint")
@@ -71,7 +82,7 @@ func ParseCheckpoint(text []byte) (Checkpoint, error) {
 	if err != nil {
 		return c, fmt.Errorf("%w: size: %v", ErrBadCheckpoint, err)
 	}
-	root, err := strictB64.DecodeString(lines[2])
+	root, err := decodeB64(lines[2])
 	if err != nil || len(root) != HashSize {
 		return c, fmt.Errorf("%w: root hash is not base64 of %d bytes", ErrBadCheckpoint, HashSize)
 	}
@@ -273,7 +284,7 @@ func OpenCheckpoint(msg []byte, v note.Verifier, origin string) (Checkpoint, err
 		return Checkpoint{}, &CheckpointError{ReasonEdited, err}
 	}
 	for _, s := range append(n.Sigs, n.UnverifiedSigs...) {
-		if _, err := strictB64.DecodeString(s.Base64); err != nil {
+		if _, err := decodeB64(s.Base64); err != nil {
 			return Checkpoint{}, &CheckpointError{ReasonEdited, errors.New("non-canonical signature encoding")}
 		}
 	}

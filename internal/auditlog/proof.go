@@ -84,7 +84,7 @@ func ParseProof(b []byte) (Proof, error) {
 	if !ok || !found {
 		return p, fmt.Errorf("%w: no extra line", ErrBadProof)
 	}
-	row, err := strictB64.DecodeString(extra)
+	row, err := decodeB64(extra)
 	if err != nil || len(row) == 0 {
 		return p, fmt.Errorf("%w: extra is not base64", ErrBadProof)
 	}
@@ -108,7 +108,7 @@ func ParseProof(b []byte) (Proof, error) {
 		if len(p.Hashes) == maxProofHashes {
 			return p, fmt.Errorf("%w: too many hashes", ErrBadProof)
 		}
-		h, err := strictB64.DecodeString(l)
+		h, err := decodeB64(l)
 		if err != nil || len(h) != HashSize {
 			return p, fmt.Errorf("%w: hash %d is not base64 of %d bytes", ErrBadProof, len(p.Hashes), HashSize)
 		}
