@@ -126,11 +126,11 @@ func TestRotateEveryKey(t *testing.T) {
 			}
 			old := activeID(orig, k)
 
-			b, err := RotateStage(dir, kek, k, clk)
-			if err != nil {
+			if _, err := RotateStage(dir, kek, k, clk); err != nil {
 				t.Fatal(err)
 			}
-			if b, err = Load(dir); err != nil {
+			b, err := Load(dir)
+			if err != nil {
 				t.Fatalf("reload after stage: %v", err)
 			}
 			if !bytes.Equal(activeID(b, k), old) {
