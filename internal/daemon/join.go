@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/ed25519"
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
@@ -78,7 +77,7 @@ func Join(ctx context.Context, o JoinOptions) (*JoinRecord, error) {
 	if Joined(o.DataDir) {
 		return nil, fmt.Errorf("daemon: %s already holds a join record", o.DataDir)
 	}
-	sb, tb, joinPub, err := fetchBundle(ctx, o.Gateway, tok.Pin)
+	sb, tb, used, err := fetchBundle(ctx, o.Gateway, tok.Pin)
 	if err != nil {
 		return nil, err
 	}
@@ -139,8 +138,8 @@ func Join(ctx context.Context, o JoinOptions) (*JoinRecord, error) {
 	if err := writeJSON(o.DataDir, identityFile, identity{KeyPEM: keyPEM, Chain: resp.CertChainDer}); err != nil {
 		return nil, err
 	}
-	rec := &JoinRecord{NodeID: resp.NodeId, Gateway: o.Gateway, Pin: tok.Pin[:], JoinPublicKey: joinPub, BundleBody: sb.Body,
-		BundleSig: signatureOf(offeredSignatures(sb), joinPub)}
+	rec := &JoinRecord{NodeID: resp.NodeId, Gateway: o.Gateway, Pin: tok.Pin[:], JoinPublicKey: used.Key, BundleBody: sb.Body,
+		BundleSig: used.Sig}
 	if err := writeJSON(o.DataDir, joinFile, rec); err != nil {
 		return nil, err
 	}
@@ -151,28 +150,28 @@ func Join(ctx context.Context, o JoinOptions) (*JoinRecord, error) {
 // connection of its own and checks it under the token's pin: the active
 // join key's signature or, while the join key rotates, another join key's
 // (a token made before an activation pins the now previous key). It
-// returns the join key whose signature verified. Nothing
+// returns the join key's signature that verified. Nothing
 // secret is sent on that connection: the gateway's certificate cannot be
 // judged before the bundle is known, so the connection is closed once the
 // bundle is in hand and never carries the token.
-func fetchBundle(ctx context.Context, addr string, pin [32]byte) (*nodev1.SignedTrustBundle, pki.TrustBundle, ed25519.PublicKey, error) {
+func fetchBundle(ctx context.Context, addr string, pin [32]byte) (*nodev1.SignedTrustBundle, pki.TrustBundle, pki.JoinSignature, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
 		MinVersion:         tls.VersionTLS13,
 		InsecureSkipVerify: true, // only the signed bundle is read here, and it is checked under the pin
 	})))
 	if err != nil {
-		return nil, pki.TrustBundle{}, nil, fmt.Errorf("daemon: dial gateway: %w", err)
+		return nil, pki.TrustBundle{}, pki.JoinSignature{}, fmt.Errorf("daemon: dial gateway: %w", err)
 	}
 	defer conn.Close()
 	sb, err := nodev1.NewGatewayClient(conn).Bundle(ctx, &nodev1.BundleRequest{})
 	if err != nil {
-		return nil, pki.TrustBundle{}, nil, fmt.Errorf("daemon: fetch trust bundle: %w", err)
+		return nil, pki.TrustBundle{}, pki.JoinSignature{}, fmt.Errorf("daemon: fetch trust bundle: %w", err)
 	}
-	tb, signer, err := pki.VerifyTrustBundleAny(sb.GetBody(), offeredSignatures(sb), [][32]byte{pin})
+	tb, used, err := pki.VerifyTrustBundleAny(sb.GetBody(), offeredSignatures(sb), [][32]byte{pin})
 	if err != nil {
-		return nil, pki.TrustBundle{}, nil, fmt.Errorf("daemon: trust bundle does not match the token's pin: %w", err)
+		return nil, pki.TrustBundle{}, pki.JoinSignature{}, fmt.Errorf("daemon: trust bundle does not match the token's pin: %w", err)
 	}
-	return sb, tb, signer, nil
+	return sb, tb, used, nil
 }
 
 // pinnedGatewayTLS is the client TLS configuration for a gateway pinned by

@@ -162,8 +162,7 @@ func (n *Node) OfferTrustBundle(sb *nodev1.SignedTrustBundle) error {
 	p.refreshing.Lock()
 	defer p.refreshing.Unlock()
 	rec, cur := p.get()
-	sigs := offeredSignatures(sb)
-	next, signer, err := pki.VerifyTrustBundleAny(sb.GetBody(), sigs, cur.Pins(ed25519.PublicKey(rec.JoinPublicKey)))
+	next, used, err := pki.VerifyTrustBundleAny(sb.GetBody(), offeredSignatures(sb), cur.Pins(ed25519.PublicKey(rec.JoinPublicKey)))
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrRefreshUnverified, err)
 	}
@@ -174,9 +173,9 @@ func (n *Node) OfferTrustBundle(sb *nodev1.SignedTrustBundle) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrRefreshUnverified, err)
 	}
-	pin := pki.JoinKeyPin(signer)
-	rec.Pin, rec.JoinPublicKey = pin[:], signer
-	rec.BundleBody, rec.BundleSig = bytes.Clone(sb.GetBody()), signatureOf(sigs, signer)
+	pin := pki.JoinKeyPin(used.Key)
+	rec.Pin, rec.JoinPublicKey = pin[:], bytes.Clone(used.Key)
+	rec.BundleBody, rec.BundleSig = bytes.Clone(sb.GetBody()), bytes.Clone(used.Sig)
 	if err := writeJSON(n.cfg.DataDir, joinFile, rec); err != nil {
 		return err
 	}
@@ -194,15 +193,4 @@ func offeredSignatures(sb *nodev1.SignedTrustBundle) []pki.JoinSignature {
 		sigs = append(sigs, pki.JoinSignature{Key: o.GetJoinPublicKey(), Sig: o.GetSignature()})
 	}
 	return sigs
-}
-
-// signatureOf returns the signature in sigs that VerifyTrustBundleAny
-// checked for key (the first by that key, as it takes them).
-func signatureOf(sigs []pki.JoinSignature, key ed25519.PublicKey) []byte {
-	for _, s := range sigs {
-		if bytes.Equal(s.Key, key) {
-			return bytes.Clone(s.Sig)
-		}
-	}
-	return nil
 }

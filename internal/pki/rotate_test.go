@@ -381,11 +381,11 @@ func TestRefreshAcrossJoinKeyRotation(t *testing.T) {
 	b0, kek, dir := newBundle(t)
 	clk := clock.NewFake(t0.Add(time.Hour))
 	body0, sigs0 := signedBy(t, b0, kek)
-	cur, signer, err := VerifyTrustBundleAny(body0, sigs0, [][32]byte{JoinKeyPin(b0.JoinKey)})
+	cur, used, err := VerifyTrustBundleAny(body0, sigs0, [][32]byte{JoinKeyPin(b0.JoinKey)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pins := cur.Pins(signer)
+	pins := cur.Pins(used.Key)
 	if len(pins) != 1 {
 		t.Fatalf("pins before rotation: %d", len(pins))
 	}
@@ -395,14 +395,14 @@ func TestRefreshAcrossJoinKeyRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 		body, sigs := signedBy(t, b, kek)
-		next, signer, err := VerifyTrustBundleAny(body, sigs, pins)
+		next, used, err := VerifyTrustBundleAny(body, sigs, pins)
 		if err != nil {
 			t.Fatalf("refresh: %v", err)
 		}
 		if err := CheckRefresh(cur, next); err != nil {
 			t.Fatalf("refresh: %v", err)
 		}
-		cur, pins = next, next.Pins(signer)
+		cur, pins = next, next.Pins(used.Key)
 	}
 	step(RotateStage(dir, kek, KindJoinKey, clk))
 	if len(pins) != 2 {
@@ -412,7 +412,7 @@ func TestRefreshAcrossJoinKeyRotation(t *testing.T) {
 	// Only the new (active) key's signature: the node must have pinned it.
 	b, _ := Load(dir)
 	body, sigs := signedBy(t, b, kek)
-	if _, k, err := VerifyTrustBundleAny(body, sigs[:1], pins); err != nil || !k.Equal(b.JoinKey) {
+	if _, k, err := VerifyTrustBundleAny(body, sigs[:1], pins); err != nil || !k.Key.Equal(b.JoinKey) {
 		t.Fatalf("new key's signature alone: %v", err)
 	}
 	step(RotateRetire(dir, KindJoinKey, clk, true))

@@ -281,8 +281,8 @@ type JoinSignature struct {
 
 // VerifyTrustBundleAny verifies body with the first signature in sigs
 // whose key's pin is one of pins, then decodes it. It returns the bundle
-// and the key that verified it.
-func VerifyTrustBundleAny(body []byte, sigs []JoinSignature, pins [][32]byte) (TrustBundle, ed25519.PublicKey, error) {
+// and the signature that verified it (its key and bytes).
+func VerifyTrustBundleAny(body []byte, sigs []JoinSignature, pins [][32]byte) (TrustBundle, JoinSignature, error) {
 	for _, s := range sigs {
 		if len(s.Key) != ed25519.PublicKeySize {
 			continue
@@ -291,11 +291,11 @@ func VerifyTrustBundleAny(body []byte, sigs []JoinSignature, pins [][32]byte) (T
 		for _, pin := range pins {
 			if subtle.ConstantTimeCompare(got[:], pin[:]) == 1 {
 				tb, err := VerifyTrustBundle(body, s.Sig, s.Key, pin)
-				return tb, s.Key, err
+				return tb, s, err
 			}
 		}
 	}
-	return TrustBundle{}, nil, errors.New("pki: no signature by a pinned join key")
+	return TrustBundle{}, JoinSignature{}, errors.New("pki: no signature by a pinned join key")
 }
 
 // Pins returns the pins of the join keys whose signature a node holding tb,
