@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"sort"
 	"sync"
 	"time"
 
@@ -28,6 +29,7 @@ type outbox struct {
 
 	mu    sync.Mutex
 	items map[string]*outItem
+	seq   uint64        // the last outItem.seq given
 	wake  chan struct{} // poked when an item is due at once
 }
 
@@ -35,6 +37,7 @@ type outItem struct {
 	update []byte        // the marshalled, signed CommandUpdate
 	due    time.Time     // zero: due at once
 	wait   time.Duration // how long to wait for the ack after the next send
+	seq    uint64        // the order results are sent in: the order they were made
 }
 
 func newOutbox(first time.Duration) *outbox {
@@ -44,7 +47,8 @@ func newOutbox(first time.Duration) *outbox {
 // put makes id's final update due at once and wakes the live session.
 func (o *outbox) put(id string, update []byte) {
 	o.mu.Lock()
-	o.items[id] = &outItem{update: update, wait: o.first}
+	o.seq++
+	o.items[id] = &outItem{update: update, wait: o.first, seq: o.seq}
 	o.mu.Unlock()
 	o.poke()
 }
@@ -58,19 +62,37 @@ func (o *outbox) poke() {
 
 // requeue, at the start of a session, makes every result not yet
 // acknowledged due at once with a fresh wait: those already here and
-// those the journal holds (made before a crash, say). It never drops an
-// item, so a result a worker handed over meanwhile is kept.
+// those the journal holds (made before a crash, say), the journal's in
+// the order they were journaled (unacked is in that order) and ahead of
+// any the journal does not list yet. It never drops an item, so a result
+// a worker handed over meanwhile is kept.
 func (o *outbox) requeue(unacked []journal.Record) {
 	o.mu.Lock()
+	defer o.mu.Unlock()
+	rest := make([]*outItem, 0, len(o.items))
 	for _, it := range o.items {
 		it.due, it.wait = time.Time{}, o.first
+		rest = append(rest, it)
 	}
+	sort.Slice(rest, func(a, b int) bool { return rest[a].seq < rest[b].seq })
+	o.seq = 0
+	listed := make(map[*outItem]bool, len(unacked))
 	for _, r := range unacked {
-		if o.items[r.ID] == nil {
-			o.items[r.ID] = &outItem{update: r.Update, wait: o.first}
+		it := o.items[r.ID]
+		if it == nil {
+			it = &outItem{update: r.Update, wait: o.first}
+			o.items[r.ID] = it
+		}
+		o.seq++
+		it.seq = o.seq
+		listed[it] = true
+	}
+	for _, it := range rest {
+		if !listed[it] {
+			o.seq++
+			it.seq = o.seq
 		}
 	}
-	o.mu.Unlock()
 }
 
 // ack forgets id: the control plane acknowledged its final update.
@@ -80,22 +102,27 @@ func (o *outbox) ack(id string) {
 	o.mu.Unlock()
 }
 
-// take returns the updates due by now, in no particular order, and
-// schedules each to be due again after its wait, which it then doubles
-// (up to the bound). It returns the earliest time an item falls due next
-// (zero when nothing is pending).
+// take returns the updates due by now, oldest result first (the order
+// they were made, see requeue), and schedules each to be due again after
+// its wait, which it then doubles (up to the bound). It returns the
+// earliest time an item falls due next (zero when nothing is pending).
 func (o *outbox) take(now time.Time) (due [][]byte, next time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	var items []*outItem
 	for _, it := range o.items {
 		if !it.due.After(now) {
-			due = append(due, it.update)
+			items = append(items, it)
 			it.due = now.Add(it.wait)
 			it.wait = min(it.wait*2, o.max)
 		}
 		if next.IsZero() || it.due.Before(next) {
 			next = it.due
 		}
+	}
+	sort.Slice(items, func(a, b int) bool { return items[a].seq < items[b].seq })
+	for _, it := range items {
+		due = append(due, it.update)
 	}
 	return due, next
 }

@@ -60,6 +60,11 @@ type Record struct {
 	// Kind and PayloadSHA256 are those StartCommand recorded.
 	Kind          string
 	PayloadSHA256 []byte
+	// Seq orders the finished records: the later its "done" entry was
+	// journaled, the higher (0 while not done). Results are sent in this
+	// order, so the control plane sees them in the order the node
+	// produced them.
+	Seq uint64
 }
 
 // Journal is an open journal; it is safe for concurrent use. It holds no
@@ -69,6 +74,7 @@ type Journal struct {
 	mu      sync.Mutex
 	path    string
 	records map[string]*Record
+	seq     uint64 // the last Record.Seq given
 }
 
 // maxLine bounds a journal line: an entry holds one marshalled
@@ -141,6 +147,8 @@ func (j *Journal) apply(e Entry) {
 	case "done":
 		r.Done = true
 		r.Update = e.Update
+		j.seq++
+		r.Seq = j.seq
 		if e.ExpiresMS > r.ExpiresMS {
 			r.ExpiresMS = e.ExpiresMS
 		}
@@ -150,13 +158,21 @@ func (j *Journal) apply(e Entry) {
 }
 
 // rewrite writes the current records to a temp file and renames it over
-// the journal (atomicfile), so a crash leaves either the old or the new file.
+// the journal (atomicfile), so a crash leaves either the old or the new
+// file. Unfinished records come first (by id), then finished ones in
+// their Seq order, so reading the file back keeps that order.
 func (j *Journal) rewrite() error {
 	ids := make([]string, 0, len(j.records))
 	for id := range j.records {
 		ids = append(ids, id)
 	}
-	sort.Strings(ids)
+	sort.Slice(ids, func(a, b int) bool {
+		ra, rb := j.records[ids[a]], j.records[ids[b]]
+		if ra.Seq != rb.Seq {
+			return ra.Seq < rb.Seq
+		}
+		return ids[a] < ids[b]
+	})
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	for _, id := range ids {
@@ -305,9 +321,11 @@ func (j *Journal) Interrupted() []Record {
 }
 
 // Unacked returns finished commands whose update the gateway has not
-// acknowledged, oldest id first.
+// acknowledged, in the order they finished (Seq).
 func (j *Journal) Unacked() []Record {
-	return j.filter(func(r *Record) bool { return r.Done && !r.Acked })
+	out := j.filter(func(r *Record) bool { return r.Done && !r.Acked })
+	sort.SliceStable(out, func(a, b int) bool { return out[a].Seq < out[b].Seq })
+	return out
 }
 
 func (j *Journal) filter(keep func(*Record) bool) []Record {

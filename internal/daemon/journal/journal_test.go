@@ -254,3 +254,36 @@ func TestBeginClaimsOnce(t *testing.T) {
 		t.Fatalf("final of c-refused = %q, %v", u, ok)
 	}
 }
+
+// TestUnackedInOrderFinished: Unacked lists finished results in the order
+// they were journaled, not by id, and keeps that order across a reopen
+// (which compacts the file).
+func TestUnackedInOrderFinished(t *testing.T) {
+	path, now, j := openTemp(t)
+	exp := now.Add(time.Hour)
+	order := []string{"c9", "c1", "c5", "c3"}
+	for _, id := range order {
+		must(t, j.Start(id, exp))
+	}
+	for _, id := range order {
+		must(t, j.Done(id, exp, []byte(id)))
+	}
+	check := func(j *Journal, when string) {
+		t.Helper()
+		var got []string
+		for _, r := range j.Unacked() {
+			got = append(got, r.ID)
+		}
+		if strings.Join(got, ",") != strings.Join(order, ",") {
+			t.Fatalf("%s: unacked %v, want %v", when, got, order)
+		}
+	}
+	check(j, "open")
+	for i := 0; i < 2; i++ {
+		j2, err := Open(path, now, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(j2, "reopened")
+	}
+}
