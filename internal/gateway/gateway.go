@@ -17,6 +17,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -235,14 +236,23 @@ func (g *Gateway) GRPCServer() *grpc.Server {
 	return s
 }
 
+// CloseStale marks closed the sessions an earlier run of this gateway (same
+// GatewayID) left open in the registry. It must return before the gateway
+// serves: run concurrently, it could close a session a node has just
+// opened here, and that node would look disconnected (no placement, no
+// tunnel) while its session is up.
+func (g *Gateway) CloseStale(ctx context.Context) error {
+	if err := g.reg.CloseGatewaySessions(ctx, g.cfg.GatewayID); err != nil {
+		return fmt.Errorf("gateway: close stale sessions: %w", err)
+	}
+	return nil
+}
+
 // Run closes sessions of revoked or expired certificates, and sessions
 // whose node opened a newer session on another gateway, until ctx ends; it
-// keeps this gateway's sessions' heartbeat fresh in the registry. It first
-// marks this gateway's stale sessions closed.
+// keeps this gateway's sessions' heartbeat fresh in the registry. Call
+// CloseStale before serving.
 func (g *Gateway) Run(ctx context.Context) {
-	if err := g.reg.CloseGatewaySessions(ctx, g.cfg.GatewayID); err != nil {
-		g.cfg.Log.Error("close stale sessions", "err", err)
-	}
 	go g.dispatch(ctx)
 	go g.batchUpdates(ctx)
 	go g.heartbeat(ctx)

@@ -720,3 +720,39 @@ func TestSessionClosesWhenCertificateExpires(t *testing.T) {
 		return
 	}
 }
+
+// TestRestartedGatewayClosesStaleSessionsBeforeServing: a gateway that
+// restarts marks closed the sessions its earlier run left open in the
+// registry (a crash wrote no close), and it does so before it serves, not
+// concurrently: a node that connects at once must not have its new session
+// closed under it (it would look disconnected, and placement would refuse
+// it, while its session is up). The stopped node's session row is made
+// open again, as a crash leaves it; right after the restart returns, the
+// registry shows it closed, and a node that connects stays connected.
+func TestRestartedGatewayClosesStaleSessionsBeforeServing(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{Nodes: 2})
+		ctx := context.Background()
+		stale, live := e.Nodes[0], e.Nodes[1]
+		stale.Stop()
+		live.Stop()
+		waitDisconnectedInRegistry(t, e, stale.NodeID())
+		waitDisconnectedInRegistry(t, e, live.NodeID())
+		if _, err := db.ExecContext(ctx, `UPDATE node_sessions SET closed_at = NULL WHERE node_id = $1`, stale.NodeID()); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := e.CP.Nodes.Get(ctx, iam.RootScope(), stale.NodeID()); err != nil || !n.Connected {
+			t.Fatalf("setup: %+v %v, want the crashed session open", n, err)
+		}
+		e.Restart(t)
+		if n, err := e.CP.Nodes.Get(ctx, iam.RootScope(), stale.NodeID()); err != nil || n.Connected {
+			t.Fatalf("after restart: connected=%v (%v), want the stale session closed before the gateway serves", n.Connected, err)
+		}
+		n2 := e.OpenNode(t, live.Dir, "")
+		n2.Start(t)
+		n2.WaitConnected(t)
+		if n, err := e.CP.Nodes.Get(ctx, iam.RootScope(), live.NodeID()); err != nil || !n.Connected {
+			t.Fatalf("reconnected node: connected=%v (%v), want connected", n.Connected, err)
+		}
+	})
+}

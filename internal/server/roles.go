@@ -99,6 +99,10 @@ func (cp *ControlPlane) startGateway(o Options, r roles, k keys, local gatewaySe
 		lis.Close()
 		return err
 	}
+	if err := gw.CloseStale(cp.ctx); err != nil {
+		lis.Close()
+		return err
+	}
 	cp.Gateway = gw
 	// The gateway's loops (dispatch, revocations, heartbeat) outlive the
 	// roles' context until its listener has stopped, so that sessions still
