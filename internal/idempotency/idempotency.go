@@ -182,19 +182,39 @@ func (s *Store) takeOver(ctx context.Context, c Call, now time.Time, lease int64
 	return nil
 }
 
+// FinishRetry bounds how finish retries a write the database refused
+// with a Transient error: 9 attempts over about 25 s of waits (100 ms
+// doubling). The answer waits for it: a key left running after its
+// request ended would refuse the client's retries (ErrRunning) until its
+// lease ran out, 2 minutes, and a key left unanswered would then let a
+// retry run the call again. A PostgreSQL restart of a few seconds, the
+// usual cause, is outlasted.
+func FinishRetry(clk clock.Clock) store.Retry {
+	return store.Retry{Clock: clk, Attempts: 9, Backoff: 100 * time.Millisecond}
+}
+
 // finish keeps a's answer under c's key, or forgets the key for a 5xx
-// answer (so a retry runs). A ShownOnce answer's body is not kept.
+// answer (so a retry runs). A ShownOnce answer's body is not kept. A
+// transient database failure is retried (FinishRetry).
 func (s *Store) finish(ctx context.Context, c Call, a Answer) {
 	bg := context.WithoutCancel(ctx)
 	if a.Status >= 500 {
-		_, _ = s.db.ExecContext(bg, sqlForget, c.Tenant, c.Identity, c.Key)
+		if err := FinishRetry(s.clk).Do(bg, func() error {
+			_, err := s.db.ExecContext(bg, sqlForget, c.Tenant, c.Identity, c.Key)
+			return err
+		}); err != nil {
+			s.log.Error("forget idempotency key", "request_id", c.RequestID, "err", err)
+		}
 		return
 	}
 	stored := a.Body
 	if c.ShownOnce {
 		stored = nil
 	}
-	if _, err := s.db.ExecContext(bg, sqlFinish, c.Tenant, c.Identity, c.Key, a.Status, stored); err != nil {
+	if err := FinishRetry(s.clk).Do(bg, func() error {
+		_, err := s.db.ExecContext(bg, sqlFinish, c.Tenant, c.Identity, c.Key, a.Status, stored)
+		return err
+	}); err != nil {
 		s.log.Error("store idempotent answer", "request_id", c.RequestID, "err", err)
 	}
 }

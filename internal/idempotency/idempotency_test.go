@@ -180,3 +180,88 @@ func TestDeriveKey(t *testing.T) {
 		t.Fatal("two KEKs derive one key")
 	}
 }
+
+// TestFinishOutlastsADatabaseRestart: when the database refuses the write
+// that ends a request (the 5xx answer's forget, or the answer's store)
+// with a restart's error (SQLSTATE 57P01), the write is retried after the
+// backoff, so the key does not stay "running": the client's retry after
+// a 5xx runs at once instead of being refused (CONFLICT, ErrRunning) until
+// the 2-minute lease ran out, and a 2xx answer is replayed, not run again.
+// The database refuses through a trigger that fails the first two writes
+// of each kind; the waits run on a fake clock the test moves.
+func TestFinishOutlastsADatabaseRestart(t *testing.T) {
+	db := storetest.NewTestPostgres(t)
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `
+		CREATE SEQUENCE refused_delete;
+		CREATE SEQUENCE refused_update;
+		CREATE FUNCTION refuse_as_restart() RETURNS trigger AS $$
+		BEGIN
+			-- A sequence is not rolled back with the refused statement.
+			IF (TG_OP = 'DELETE' AND nextval('refused_delete') <= 2) OR (TG_OP = 'UPDATE' AND nextval('refused_update') <= 2) THEN
+				RAISE EXCEPTION 'terminating connection due to administrator command' USING ERRCODE = '57P01';
+			END IF;
+			IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
+			RETURN NEW;
+		END $$ LANGUAGE plpgsql;
+		CREATE TRIGGER refuse_as_restart BEFORE DELETE OR UPDATE ON idempotency
+			FOR EACH ROW EXECUTE FUNCTION refuse_as_restart();`); err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(time.Now())
+	s := idempotency.New(db, clk, testKey, slog.Default())
+	// run calls s.Run in a goroutine and moves the clock past each retry
+	// wait until it returns.
+	run := func(c idempotency.Call, r *runner) (idempotency.Answer, error) {
+		type result struct {
+			a   idempotency.Answer
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			a, err := s.Run(ctx, c, r.run)
+			done <- result{a, err}
+		}()
+		waits := make(chan struct{})
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				if err := clk.BlockUntil(ctx, 1); err != nil {
+					return
+				}
+				select {
+				case waits <- struct{}{}:
+				case <-stop:
+					return
+				}
+			}
+		}()
+		for {
+			select {
+			case res := <-done:
+				return res.a, res.err
+			case <-waits:
+				clk.Advance(idempotency.FinishRetry(clk).Backoff << 7) // the longest wait; 4 waits stay inside the lease
+			}
+		}
+	}
+
+	failing := &runner{status: http.StatusInternalServerError, body: `{"error":"db"}`}
+	if a, err := run(call("key-r", `{"name":"x"}`), failing); err != nil || a.Status != 500 {
+		t.Fatalf("first call: %d %v, want its 500", a.Status, err)
+	}
+	ok := &runner{status: http.StatusOK, body: `{"id":"ten_1"}`}
+	a, err := run(call("key-r", `{"name":"x"}`), ok)
+	if err != nil || a.Status != 200 || ok.n != 1 {
+		t.Fatalf("retry after the 5xx: %d %v ran=%d, want it run (the key released, not %v)", a.Status, err, ok.n, idempotency.ErrRunning)
+	}
+	// The 2xx answer was stored through two refusals: it is replayed.
+	if a, err := run(call("key-r", `{"name":"x"}`), ok); err != nil || a.Status != 200 || ok.n != 1 {
+		t.Fatalf("replay: %d %v ran=%d, want the stored answer, run once", a.Status, err, ok.n)
+	}
+	var deletes, updates int
+	if err := db.QueryRowContext(ctx, `SELECT (SELECT last_value FROM refused_delete), (SELECT last_value FROM refused_update)`).Scan(&deletes, &updates); err != nil || deletes != 3 || updates != 3 {
+		t.Fatalf("writes tried: %d deletes, %d updates (%v); want 3 of each (two refused, then done)", deletes, updates, err)
+	}
+}
