@@ -259,7 +259,9 @@ func oneRound(ctx context.Context, c *cluster, js *journals, o options, fault st
 	if err := waitConnected(ctx, c, o.settle); err != nil {
 		fs.Errors = append(fs.Errors, fmt.Sprintf("round %d: before the round: %v", r, err))
 	}
-	window := time.Duration(o.fanouts)*o.interval + time.Second
+	// The fault comes before the last fan-out is made, so some of the
+	// round's commands are made, sent or run around it.
+	window := max(time.Duration(o.fanouts)*o.interval, 100*time.Millisecond)
 	at := time.Duration(rng.Int64N(int64(window)))
 	faultRng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
 	start := time.Now()
