@@ -40,6 +40,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/idempotency"
 )
 
 // options are the harness's flags.
@@ -256,6 +257,7 @@ func waitConnected(ctx context.Context, c *cluster, within time.Duration) error 
 // oneRound runs one experiment: fan-outs, one fault at a random moment,
 // the wait for every command to be final, and the checks.
 func oneRound(ctx context.Context, c *cluster, js *journals, o options, fault string, r int, rng *rand.Rand, fs *faultStats) error {
+	errsBefore := len(fs.Errors)
 	if err := waitConnected(ctx, c, o.settle); err != nil {
 		fs.Errors = append(fs.Errors, fmt.Sprintf("round %d: before the round: %v", r, err))
 	}
@@ -282,10 +284,15 @@ func oneRound(ctx context.Context, c *cluster, js *journals, o options, fault st
 				sleep(ctx, o.interval)
 			}
 			key := fmt.Sprintf("chaos-%d-%s-%d-%d", o.seed, fault, r, i)
-			got, err := createFanout(ctx, c, key, o.kind, o.settle)
+			// A call cut by the fault may hold its key for the API's
+			// idempotency lease, so the retries last longer than that.
+			got, took, last, err := createFanout(ctx, c, key, o.kind, o.settle+idempotency.Lease)
 			mu.Lock()
-			if err != nil {
-				fs.Errors = append(fs.Errors, fmt.Sprintf("round %d: fan-out %d: %v", r, i, err))
+			switch {
+			case err != nil:
+				fs.Errors = append(fs.Errors, fmt.Sprintf("round %d: fan-out %d not made after %.1fs of retries: %v", r, i, took.Seconds(), err))
+			case took > 10*time.Second:
+				fs.Errors = append(fs.Errors, fmt.Sprintf("round %d: fan-out %d made only after %.1fs of retries; last refusal: %v", r, i, took.Seconds(), last))
 			}
 			ids = append(ids, got...)
 			lastMade = time.Now()
@@ -352,6 +359,9 @@ func oneRound(ctx context.Context, c *cluster, js *journals, o options, fault st
 	}
 	progress("%s round %d/%d: %d commands, fault at %.2fs: %s; %s; lost %d, run twice %d, state differs %d, audit %s",
 		fault, r, o.rounds, len(ids), at.Seconds(), what, rec, lost, twice, differs, map[bool]string{true: "clean", false: "FAILED"}[auditOK])
+	for _, e := range fs.Errors[errsBefore:] {
+		progress("  %s", e)
+	}
 	for _, d := range defects {
 		progress("  %s %s on %s: database %s; journal %s", d.What, d.Command, d.Node, d.DB, d.Journal)
 	}
@@ -360,21 +370,25 @@ func oneRound(ctx context.Context, c *cluster, js *journals, o options, fault st
 
 // createFanout makes one fan-out of kind to every node, retrying under one
 // Idempotency-Key while the API or its database is down (so a retry never
-// makes a second fan-out), for at most within.
-func createFanout(ctx context.Context, c *cluster, key, kind string, within time.Duration) ([]string, error) {
+// makes a second fan-out), for at most within. It also returns how long
+// the retries took and the last refusal, when there was one.
+func createFanout(ctx context.Context, c *cluster, key, kind string, within time.Duration) ([]string, time.Duration, error, error) {
 	ids := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
 		ids[i] = n.id
 	}
-	deadline := time.Now().Add(within)
+	start := time.Now()
+	deadline := start.Add(within)
+	var last error
 	for {
 		var out client.FanoutOut
 		err := c.cl.CallIdempotent(ctx, "commands.fanout", key, map[string]any{"node_ids": ids, "kind": kind, "ttl_seconds": 3600}, &out)
 		if err == nil {
-			return out.CommandIDs, nil
+			return out.CommandIDs, time.Since(start), last, nil
 		}
+		last = err
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, err
+			return nil, time.Since(start), last, err
 		}
 		sleep(ctx, 200*time.Millisecond)
 	}
