@@ -33,6 +33,26 @@ const (
 	// than MaxSkew behind the highest this node accepted (an old statement
 	// replayed), so nothing on the session runs.
 	ReasonClockRewound = "welcome-time-rewound"
+	// ReasonClockAhead: the body's expiry has passed by the node's own
+	// clock but not by the signed time it holds (see Node.now): the
+	// node's clock is ahead. Refused all the same, since a signed time is
+	// only a lower bound; the reason says which clock to fix.
+	ReasonClockAhead = "node-clock-ahead"
+
+	// The node cannot journal the command, so it does not run it (a
+	// command runs only after its start entry is fsynced). The refusal
+	// itself is journaled when it can be, else kept in memory and sent
+	// (see journal.ErrNotDurable).
+
+	// ReasonDataDirFull: the data folder has less than
+	// Config.MinFreeBytes free, or a journal write failed with ENOSPC or
+	// EDQUOT.
+	ReasonDataDirFull = "data-dir-full"
+	// ReasonDataDirReadOnly: a journal write failed with EROFS.
+	ReasonDataDirReadOnly = "data-dir-read-only"
+	// ReasonJournalUnwritable: a journal write failed otherwise (EIO,
+	// EACCES, ...).
+	ReasonJournalUnwritable = "journal-unwritable"
 
 	// Destructive-batch quorum (docs/quorum.md), checked only after all of
 	// the above, for kinds.Destructive kinds.
