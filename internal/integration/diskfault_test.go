@@ -26,7 +26,9 @@ import (
 // the session survives the ack the journal cannot write; a new command is
 // refused with the reason naming the fault (data-dir-full: less free than
 // daemon.DefaultMinFreeBytes; data-dir-read-only: the journal's start
-// entry failed with EROFS), shown by commands.get, and never runs. Once
+// entry failed with EROFS), shown by commands.get, and never runs; a
+// folder not full but with less free than the node's reserve refuses the
+// same way (data-dir-full). Once
 // the space or the write access returns, the next command runs on the
 // same session, with no restart, and the refusal made during the fault
 // is in the journal file.
@@ -44,6 +46,25 @@ func TestNodeDataDirFaults(t *testing.T) {
 				}
 			}},
 		{"read-only", daemon.ReasonDataDirReadOnly, tmpfs.ReadOnly, tmpfs.ReadWrite},
+		// Not full, but less free than the node keeps for the results,
+		// acks and refusals of commands it already took: the refusal is
+		// journaled at once.
+		{"below-reserve", daemon.ReasonDataDirFull,
+			func(t testing.TB, dir string) {
+				filler := tmpfs.Fill(t, dir)
+				st, err := os.Stat(filler)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Truncate(filler, st.Size()-daemon.DefaultMinFreeBytes/2); err != nil {
+					t.Fatal(err)
+				}
+			},
+			func(t testing.TB, dir string) {
+				if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
+					t.Fatal(err)
+				}
+			}},
 	}
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		for _, f := range faults {
