@@ -812,15 +812,24 @@ func (n *Node) dispatch(ctx context.Context, m *nodev1.ServerMessage, work chan<
 }
 
 // acceptWelcome applies the Welcome's signed time statement; the
-// Welcome's own server_time is unsigned and never read. A statement that is missing
-// or does not verify under the command-signing roots is ignored (the node
-// keeps its own clock) and logged. One more than MaxSkew ahead of the
-// node's time is refused and not saved, so a forged or broken clock cannot
-// push the node into the future. One more than MaxSkew behind the highest
-// the node ever accepted is an old statement replayed: the session is
-// marked rewound and every command on it is refused. Otherwise the node's
-// time becomes at least the statement's, counted on from now by its own
-// clock, and the highest statement time is persisted.
+// Welcome's own server_time is unsigned and never read. A statement that
+// is missing or does not verify under the command-signing roots is
+// ignored (the node keeps its own clock) and logged. One more than
+// MaxSkew behind the highest the node ever accepted is an old statement
+// replayed: the session is marked rewound and every command on it is
+// refused. Otherwise the node's time becomes at least the statement's,
+// counted on from now by its own clock: a statement is a lower bound on
+// the time, which only the workers can sign, so a node whose clock is
+// slow refuses a command past its signed expiry all the same.
+//
+// How far ahead of the node's own clock a statement may be: up to MaxSkew
+// it is also saved as the highest time (state.json), which later
+// statements must not fall behind. More than MaxSkew ahead (the node's
+// clock is slow, or the workers' fast) it sets the time of this process
+// only and is not saved, so a restart is never taken for a rewind because
+// of it. More than MaxClockCorrection ahead it is refused, so a broken
+// clock on the control plane cannot push the node so far into the future
+// that every command looks expired.
 func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
 	st := w.GetTime()
 	if st == nil {
@@ -832,9 +841,10 @@ func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
 		n.cfg.Log.Warn("welcome time ignored", "node_id", n.rec.NodeID, "err", err)
 		return false
 	}
-	now, local := n.now(), n.cfg.Clock.Now()
-	if at.After(now.Add(MaxSkew)) {
-		n.cfg.Log.Warn("signed time too far ahead, refused", "node_id", n.rec.NodeID, "statement_ms", at.UnixMilli(), "node_ms", now.UnixMilli())
+	local := n.cfg.Clock.Now()
+	lead := at.Sub(local)
+	if lead > MaxClockCorrection {
+		n.cfg.Log.Warn("signed time too far ahead, refused", "node_id", n.rec.NodeID, "statement_ms", at.UnixMilli(), "node_clock_ms", local.UnixMilli())
 		return false
 	}
 	ms := at.UnixMilli()
@@ -847,6 +857,10 @@ func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
 	if n.timeAt.IsZero() || at.After(time.UnixMilli(n.timeMS).Add(local.Sub(n.timeAt))) {
 		n.timeMS, n.timeAt = ms, local
 	}
+	if lead > MaxSkew {
+		n.cfg.Log.Warn("node clock behind signed time, using signed time, not saved", "node_id", n.rec.NodeID, "behind_ms", lead.Milliseconds())
+		return false
+	}
 	if ms > n.highestMS {
 		n.highestMS = ms
 		if err := writeJSON(n.cfg.DataDir, stateFile, state{HighestServerTimeMS: n.highestMS}); err != nil {
@@ -854,6 +868,36 @@ func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
 		}
 	}
 	return false
+}
+
+// signedNow is the lower bound on the time that signed statements give
+// (the one this process accepted, counted on by the node's own clock, and
+// the highest ever saved), zero when there is none.
+func (n *Node) signedNow() time.Time {
+	local := n.cfg.Clock.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var t time.Time
+	if !n.timeAt.IsZero() {
+		t = time.UnixMilli(n.timeMS).Add(local.Sub(n.timeAt))
+	}
+	if n.highestMS > 0 {
+		if h := time.UnixMilli(n.highestMS); h.After(t) {
+			t = h
+		}
+	}
+	return t
+}
+
+// clockAhead reports whether a body Check refused as expired is expired
+// only by the node's own clock: its lifetime is within bounds and the
+// signed time the node holds is still before its expiry.
+func (n *Node) clockAhead(body *nodev1.CommandBody) bool {
+	if body.ExpiresAtMs-body.IssuedAtMs > MaxLifetime.Milliseconds() {
+		return false
+	}
+	s := n.signedNow()
+	return !s.IsZero() && s.UnixMilli() < body.ExpiresAtMs
 }
 
 // acknowledge journals the gateway's ack of a command's final update, so
@@ -938,8 +982,11 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 	if rewound && reason != ReasonReplayed {
 		reason = ReasonClockRewound
 	}
+	if reason == ReasonExpired && n.clockAhead(body) {
+		reason = ReasonClockAhead
+	}
 	expires := n.now().Add(MaxLifetime)
-	if body.ExpiresAtMs > 0 && reason != ReasonExpired {
+	if body.ExpiresAtMs > 0 && reason != ReasonExpired && reason != ReasonClockAhead {
 		expires = time.UnixMilli(body.ExpiresAtMs)
 	}
 	switch reason {

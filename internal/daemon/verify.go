@@ -91,10 +91,15 @@ const (
 )
 
 // Freshness bounds: a body may be issued at most MaxSkew in the future of
-// the node's clock and live at most MaxLifetime.
+// the node's clock and live at most MaxLifetime. A signed time statement
+// up to MaxClockCorrection ahead of the node's own clock sets the node's
+// time in this process (a slow clock is corrected); one more than MaxSkew
+// ahead is never saved, and one more than MaxClockCorrection ahead is
+// refused (see Node.acceptWelcome).
 const (
-	MaxSkew     = 5 * time.Minute
-	MaxLifetime = 24 * time.Hour
+	MaxSkew            = 5 * time.Minute
+	MaxLifetime        = 24 * time.Hour
+	MaxClockCorrection = time.Hour
 )
 
 // Verifier checks signed commands against what this node pinned at join.
