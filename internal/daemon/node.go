@@ -890,14 +890,17 @@ func (n *Node) signedNow() time.Time {
 }
 
 // clockAhead reports whether a body Check refused as expired is expired
-// only by the node's own clock: its lifetime is within bounds and the
-// signed time the node holds is still before its expiry.
+// only because the node's own clock is ahead: its lifetime is within
+// bounds, the node's clock is more than MaxSkew ahead of the signed time
+// it holds, and by that signed time the body has not expired. A signed
+// time is only a lower bound (it may be a little old), so a clock within
+// MaxSkew of it is not called ahead.
 func (n *Node) clockAhead(body *nodev1.CommandBody) bool {
 	if body.ExpiresAtMs-body.IssuedAtMs > MaxLifetime.Milliseconds() {
 		return false
 	}
 	s := n.signedNow()
-	return !s.IsZero() && s.UnixMilli() < body.ExpiresAtMs
+	return !s.IsZero() && n.cfg.Clock.Now().Sub(s) > MaxSkew && s.UnixMilli() < body.ExpiresAtMs
 }
 
 // acknowledge journals the gateway's ack of a command's final update, so

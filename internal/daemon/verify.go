@@ -34,9 +34,10 @@ const (
 	// replayed), so nothing on the session runs.
 	ReasonClockRewound = "welcome-time-rewound"
 	// ReasonClockAhead: the body's expiry has passed by the node's own
-	// clock but not by the signed time it holds (see Node.now): the
-	// node's clock is ahead. Refused all the same, since a signed time is
-	// only a lower bound; the reason says which clock to fix.
+	// clock, which is more than MaxSkew ahead of the signed time the node
+	// holds, and by that signed time it has not: the node's clock is
+	// ahead. Refused all the same, since a signed time is only a lower
+	// bound; the reason says which clock to fix.
 	ReasonClockAhead = "node-clock-ahead"
 
 	// The node cannot journal the command, so it does not run it (a
