@@ -59,6 +59,7 @@ var (
 	ErrCSRFRejected      = &Error{Code: "CSRF_REJECTED"}
 	ErrUntrustedOrigin   = &Error{Code: "UNTRUSTED_ORIGIN"}
 	ErrTenantSuspended   = &Error{Code: "TENANT_SUSPENDED"}
+	ErrUnavailable       = &Error{Code: "UNAVAILABLE"}
 	ErrInternal          = &Error{Code: "INTERNAL_ERROR"}
 )
 

@@ -321,7 +321,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 type outcome struct{ retryAfter time.Duration }
 
+// errorAnswer is the error answer for err. A database that refused a
+// write for want of space is UNAVAILABLE with a message saying so
+// (store.Full), whatever the method made of the error: a caller can
+// tell it from a fault of its call, and retry later.
 func (s *Server) errorAnswer(rid string, err error) answer {
+	if store.Full(err) {
+		err = errs.Wrap(errs.Unavailable, store.DatabaseFullMessage, err)
+	}
 	code := errs.CodeOf(err)
 	if code == errs.Internal {
 		s.deps.Log.Error("request failed", "request_id", rid, "err", err)

@@ -279,3 +279,31 @@ func (w *fakeWaiter) reset(d time.Duration) bool {
 	w.f.schedule(w, d)
 	return pending
 }
+
+// Offset is Base (the real clock when nil) read By later: a machine whose
+// clock is off by a fixed amount (By negative: slow). Timers and tickers
+// run as Base's, since durations do not depend on the offset. Tests use
+// it for a node whose clock is wrong.
+type Offset struct {
+	Base Clock
+	By   time.Duration
+}
+
+func (o Offset) base() Clock {
+	if o.Base == nil {
+		return Real{}
+	}
+	return o.Base
+}
+
+// Now returns Base's time plus By.
+func (o Offset) Now() time.Time { return o.base().Now().Add(o.By) }
+
+// NewTimer is Base's timer.
+func (o Offset) NewTimer(d time.Duration) Timer { return o.base().NewTimer(d) }
+
+// NewTicker is Base's ticker.
+func (o Offset) NewTicker(d time.Duration) Ticker { return o.base().NewTicker(d) }
+
+// After is Base's After.
+func (o Offset) After(d time.Duration) <-chan time.Time { return o.base().After(d) }

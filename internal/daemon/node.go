@@ -69,7 +69,18 @@ type Config struct {
 	// as the full verification, and each node still checks the signature
 	// over its own command and every field of it.
 	WorkerChains *pki.WorkerChainCache
+	// MinFreeBytes is the space the data folder must have free for the
+	// node to take a new command (statfs, what an unprivileged writer may
+	// use); below it, new commands are refused data-dir-full, and the
+	// space left is for what commands already taken still write (their
+	// results, acks, refusals). Zero means DefaultMinFreeBytes; negative
+	// turns the check off (a journal write that fails with ENOSPC still
+	// refuses).
+	MinFreeBytes int64
 }
+
+// DefaultMinFreeBytes is Config.MinFreeBytes when it is zero.
+const DefaultMinFreeBytes = 4 << 20
 
 // DefaultResendAfter is Config.ResendAfter when it is zero: how long a
 // node waits for the ack of a result before it sends the result again on
@@ -175,6 +186,9 @@ func withDefaults(cfg Config) (Config, error) {
 	if cfg.WorkerChains == nil {
 		cfg.WorkerChains = pki.NewWorkerChainCache(0)
 	}
+	if cfg.MinFreeBytes == 0 {
+		cfg.MinFreeBytes = DefaultMinFreeBytes
+	}
 	if cfg.Driver == nil {
 		return cfg, errors.New("daemon: no driver")
 	}
@@ -230,6 +244,9 @@ func load(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := j.CompactErr(); err != nil {
+		cfg.Log.Warn("journal not compacted, data folder not writable", "err", err)
+	}
 	if cfg.Gateway == "" {
 		cfg.Gateway = rec.Gateway
 	}
@@ -249,7 +266,12 @@ func (n *Node) failInterrupted() error {
 			return err
 		}
 		if err := n.journal.Done(r.ID, time.UnixMilli(r.ExpiresMS), upd); err != nil {
-			return err
+			if !errors.Is(err, journal.ErrNotDurable) {
+				return err
+			}
+			// Kept in memory and sent: the node's word that the command
+			// did not finish reaches the control plane even now.
+			n.cfg.Log.Warn("result not journaled, data folder not writable", "command_id", r.ID, "err", err)
 		}
 		n.cfg.Log.Warn("command interrupted by restart", "command_id", r.ID)
 	}
@@ -550,6 +572,11 @@ func (n *Node) session(ctx context.Context) (welcomed bool, err error) {
 	n.setConnected(true)
 	defer n.setConnected(false)
 	n.cfg.Log.Info("session up", "node_id", n.rec.NodeID, "session_id", w.SessionId)
+	// What the journal kept in memory through a disk fault (refusals,
+	// results, acks) is written now if the data folder takes it again.
+	if err := n.journal.Flush(); err != nil {
+		n.cfg.Log.Warn("journal still not writable", "node_id", n.rec.NodeID, "err", err)
+	}
 	n.outbox.requeue(n.journal.Unacked())
 	if err := n.sendReports(send, true); err != nil {
 		return true, err
@@ -785,15 +812,24 @@ func (n *Node) dispatch(ctx context.Context, m *nodev1.ServerMessage, work chan<
 }
 
 // acceptWelcome applies the Welcome's signed time statement; the
-// Welcome's own server_time is unsigned and never read. A statement that is missing
-// or does not verify under the command-signing roots is ignored (the node
-// keeps its own clock) and logged. One more than MaxSkew ahead of the
-// node's time is refused and not saved, so a forged or broken clock cannot
-// push the node into the future. One more than MaxSkew behind the highest
-// the node ever accepted is an old statement replayed: the session is
-// marked rewound and every command on it is refused. Otherwise the node's
-// time becomes at least the statement's, counted on from now by its own
-// clock, and the highest statement time is persisted.
+// Welcome's own server_time is unsigned and never read. A statement that
+// is missing or does not verify under the command-signing roots is
+// ignored (the node keeps its own clock) and logged. One more than
+// MaxSkew behind the highest the node ever accepted is an old statement
+// replayed: the session is marked rewound and every command on it is
+// refused. Otherwise the node's time becomes at least the statement's,
+// counted on from now by its own clock: a statement is a lower bound on
+// the time, which only the workers can sign, so a node whose clock is
+// slow refuses a command past its signed expiry all the same.
+//
+// How far ahead of the node's own clock a statement may be: up to MaxSkew
+// it is also saved as the highest time (state.json), which later
+// statements must not fall behind. More than MaxSkew ahead (the node's
+// clock is slow, or the workers' fast) it sets the time of this process
+// only and is not saved, so a restart is never taken for a rewind because
+// of it. More than MaxClockCorrection ahead it is refused, so a broken
+// clock on the control plane cannot push the node so far into the future
+// that every command looks expired.
 func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
 	st := w.GetTime()
 	if st == nil {
@@ -805,9 +841,10 @@ func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
 		n.cfg.Log.Warn("welcome time ignored", "node_id", n.rec.NodeID, "err", err)
 		return false
 	}
-	now, local := n.now(), n.cfg.Clock.Now()
-	if at.After(now.Add(MaxSkew)) {
-		n.cfg.Log.Warn("signed time too far ahead, refused", "node_id", n.rec.NodeID, "statement_ms", at.UnixMilli(), "node_ms", now.UnixMilli())
+	local := n.cfg.Clock.Now()
+	lead := at.Sub(local)
+	if lead > MaxClockCorrection {
+		n.cfg.Log.Warn("signed time too far ahead, refused", "node_id", n.rec.NodeID, "statement_ms", at.UnixMilli(), "node_clock_ms", local.UnixMilli())
 		return false
 	}
 	ms := at.UnixMilli()
@@ -820,6 +857,10 @@ func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
 	if n.timeAt.IsZero() || at.After(time.UnixMilli(n.timeMS).Add(local.Sub(n.timeAt))) {
 		n.timeMS, n.timeAt = ms, local
 	}
+	if lead > MaxSkew {
+		n.cfg.Log.Warn("node clock behind signed time, using signed time, not saved", "node_id", n.rec.NodeID, "behind_ms", lead.Milliseconds())
+		return false
+	}
 	if ms > n.highestMS {
 		n.highestMS = ms
 		if err := writeJSON(n.cfg.DataDir, stateFile, state{HighestServerTimeMS: n.highestMS}); err != nil {
@@ -827,6 +868,39 @@ func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
 		}
 	}
 	return false
+}
+
+// signedNow is the lower bound on the time that signed statements give
+// (the one this process accepted, counted on by the node's own clock, and
+// the highest ever saved), zero when there is none.
+func (n *Node) signedNow() time.Time {
+	local := n.cfg.Clock.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var t time.Time
+	if !n.timeAt.IsZero() {
+		t = time.UnixMilli(n.timeMS).Add(local.Sub(n.timeAt))
+	}
+	if n.highestMS > 0 {
+		if h := time.UnixMilli(n.highestMS); h.After(t) {
+			t = h
+		}
+	}
+	return t
+}
+
+// clockAhead reports whether a body Check refused as expired is expired
+// only because the node's own clock is ahead: its lifetime is within
+// bounds, the node's clock is more than MaxSkew ahead of the signed time
+// it holds, and by that signed time the body has not expired. A signed
+// time is only a lower bound (it may be a little old), so a clock within
+// MaxSkew of it is not called ahead.
+func (n *Node) clockAhead(body *nodev1.CommandBody) bool {
+	if body.ExpiresAtMs-body.IssuedAtMs > MaxLifetime.Milliseconds() {
+		return false
+	}
+	s := n.signedNow()
+	return !s.IsZero() && n.cfg.Clock.Now().Sub(s) > MaxSkew && s.UnixMilli() < body.ExpiresAtMs
 }
 
 // acknowledge journals the gateway's ack of a command's final update, so
@@ -837,10 +911,21 @@ func (n *Node) acceptWelcome(w *nodev1.Welcome) (rewound bool) {
 // of a running update would mark the command acknowledged before its
 // result was sent, and a result lost with the session would then never be
 // sent again.
+//
+// An ack the journal cannot write is kept in memory and logged, and the
+// session goes on: acks are not fsynced anyway, and one lost only makes
+// the node send that result again after a restart (journal's package
+// comment). Ending the session instead would, on a read-only or full data
+// folder, end every session at its first ack.
 func (n *Node) acknowledge(a *nodev1.UpdateAck) error {
 	if wire.State(a.GetState()).Terminal() {
 		n.outbox.ack(a.GetCommandId())
-		return n.journal.Ack(a.GetCommandId())
+		if err := n.journal.Ack(a.GetCommandId()); err != nil {
+			if !errors.Is(err, journal.ErrNotDurable) {
+				return err
+			}
+			n.cfg.Log.Warn("ack not journaled, data folder not writable", "command_id", a.GetCommandId(), "err", err)
+		}
 	}
 	return nil
 }
@@ -900,8 +985,11 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 	if rewound && reason != ReasonReplayed {
 		reason = ReasonClockRewound
 	}
+	if reason == ReasonExpired && n.clockAhead(body) {
+		reason = ReasonClockAhead
+	}
 	expires := n.now().Add(MaxLifetime)
-	if body.ExpiresAtMs > 0 && reason != ReasonExpired {
+	if body.ExpiresAtMs > 0 && reason != ReasonExpired && reason != ReasonClockAhead {
 		expires = time.UnixMilli(body.ExpiresAtMs)
 	}
 	switch reason {
@@ -910,21 +998,35 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 	case ReasonReplayed:
 		return n.answerReplay(c.Id, send)
 	}
-	upd, err := n.signUpdate(boundTo(&nodev1.UpdateBody{CommandId: c.Id, State: string(wire.StateCancelled), Reason: reason}, body))
+	return n.refuse(c.Id, body, reason, expires, send)
+}
+
+// refuse signs a "cancelled" update with reason for an authenticated
+// command, journals it (journal.Refuse) and hands it to the outbox. A
+// refusal the journal cannot write (the data folder full or read-only) is
+// kept in memory by the journal, so the id stays seen in this process and
+// no copy of the command runs, and it is sent all the same: the control
+// plane records the reason, and the journal writes the refusal at its
+// next write that succeeds (before any later command's start).
+func (n *Node) refuse(id string, body *nodev1.CommandBody, reason string, expires time.Time, send func(*nodev1.NodeMessage) error) error {
+	upd, err := n.signUpdate(boundTo(&nodev1.UpdateBody{CommandId: id, State: string(wire.StateCancelled), Reason: reason}, body))
 	if err != nil {
 		return err
 	}
-	fresh, err := n.journal.Refuse(c.Id, expires, upd)
-	if err != nil {
+	fresh, err := n.journal.Refuse(id, expires, upd)
+	switch {
+	case errors.Is(err, journal.ErrNotDurable):
+		n.cfg.Log.Warn("refusal not journaled, data folder not writable", "command_id", id, "reason", reason, "err", err)
+	case err != nil:
 		return err
 	}
 	if !fresh {
 		// Another copy got here first: what the node did with it stands.
-		return n.answerReplay(c.Id, send)
+		return n.answerReplay(id, send)
 	}
-	n.cfg.Log.Warn("command refused", "command_id", c.Id, "reason", reason)
+	n.cfg.Log.Warn("command refused", "command_id", id, "reason", reason)
 	n.countRefusal(reason)
-	n.outbox.put(c.Id, upd)
+	n.outbox.put(id, upd)
 	return nil
 }
 
@@ -945,11 +1047,20 @@ func (n *Node) answerReplay(id string, send func(*nodev1.NodeMessage) error) err
 // runCommand journals the start of a verified command (unless another
 // copy of it was journaled first: then it answers as to a replay), runs
 // it, journals its signed final update and hands that to the outbox.
+//
+// A command the node cannot journal never runs: with less than
+// Config.MinFreeBytes free in the data folder, or when the start entry
+// cannot be written, it is refused with the reason naming the fault
+// (data-dir-full, data-dir-read-only, journal-unwritable).
 func (n *Node) runCommand(ctx context.Context, id string, body *nodev1.CommandBody, expires time.Time, send func(*nodev1.NodeMessage) error) error {
+	if n.lowOnSpace() {
+		return n.refuse(id, body, ReasonDataDirFull, expires, send)
+	}
 	sum := sha256.Sum256(body.Payload)
 	fresh, err := n.journal.Begin(id, expires, body.Kind, sum[:])
 	if err != nil {
-		return err
+		n.cfg.Log.Error("command not journaled, refused", "command_id", id, "err", err)
+		return n.refuse(id, body, journalFault(err), expires, send)
 	}
 	if !fresh {
 		return n.answerReplay(id, send)
@@ -964,7 +1075,14 @@ func (n *Node) runCommand(ctx context.Context, id string, body *nodev1.CommandBo
 		return err
 	}
 	if err := n.journal.Done(id, expires, upd); err != nil {
-		return err
+		if !errors.Is(err, journal.ErrNotDurable) {
+			return err
+		}
+		// The command ran: its result is kept in memory and sent rather
+		// than lost. After a crash before the journal takes it, the node
+		// reports the command interrupted, which the control plane ignores
+		// once it holds this result.
+		n.cfg.Log.Error("result not journaled, data folder not writable", "command_id", id, "err", err)
 	}
 	n.outbox.put(id, upd)
 	return nil

@@ -125,6 +125,29 @@ func TestNodeTimeComesFromSignedStatements(t *testing.T) {
 		e2.finish()
 	})
 
+	t.Run("statement 10 minutes ahead sets the time and is not saved", func(t *testing.T) {
+		f := newFixture(t)
+		n, _, _ := openTestNode(t, f, -1)
+		sign := timeSigner(t, f.bundle, f.kek)
+		ahead := f.now.Add(10 * time.Minute)
+		if n.acceptWelcome(&nodev1.Welcome{Time: sign(ahead)}) {
+			t.Fatal("session marked rewound")
+		}
+		if got := n.now(); got.UnixMilli() != ahead.UnixMilli() {
+			t.Fatalf("node time %v, want the statement's %v", got, ahead)
+		}
+		if h := savedHighest(t, n); h != 0 {
+			t.Fatalf("saved %d as the highest time", h)
+		}
+		// Just past the correction bound: refused, the time stays.
+		if n.acceptWelcome(&nodev1.Welcome{Time: sign(f.now.Add(MaxClockCorrection + time.Second))}) {
+			t.Fatal("session marked rewound")
+		}
+		if got := n.now(); got.UnixMilli() != ahead.UnixMilli() {
+			t.Fatalf("node time %v after a statement past the bound, want %v", got, ahead)
+		}
+	})
+
 	t.Run("forged statements are ignored", func(t *testing.T) {
 		f := newFixture(t)
 		foreignKEK, err := pki.CreateKEK(filepath.Join(t.TempDir(), "kek"))

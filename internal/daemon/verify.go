@@ -33,6 +33,27 @@ const (
 	// than MaxSkew behind the highest this node accepted (an old statement
 	// replayed), so nothing on the session runs.
 	ReasonClockRewound = "welcome-time-rewound"
+	// ReasonClockAhead: the body's expiry has passed by the node's own
+	// clock, which is more than MaxSkew ahead of the signed time the node
+	// holds, and by that signed time it has not: the node's clock is
+	// ahead. Refused all the same, since a signed time is only a lower
+	// bound; the reason says which clock to fix.
+	ReasonClockAhead = "node-clock-ahead"
+
+	// The node cannot journal the command, so it does not run it (a
+	// command runs only after its start entry is fsynced). The refusal
+	// itself is journaled when it can be, else kept in memory and sent
+	// (see journal.ErrNotDurable).
+
+	// ReasonDataDirFull: the data folder has less than
+	// Config.MinFreeBytes free, or a journal write failed with ENOSPC or
+	// EDQUOT.
+	ReasonDataDirFull = "data-dir-full"
+	// ReasonDataDirReadOnly: a journal write failed with EROFS.
+	ReasonDataDirReadOnly = "data-dir-read-only"
+	// ReasonJournalUnwritable: a journal write failed otherwise (EIO,
+	// EACCES, ...).
+	ReasonJournalUnwritable = "journal-unwritable"
 
 	// Destructive-batch quorum (docs/quorum.md), checked only after all of
 	// the above, for kinds.Destructive kinds.
@@ -71,10 +92,15 @@ const (
 )
 
 // Freshness bounds: a body may be issued at most MaxSkew in the future of
-// the node's clock and live at most MaxLifetime.
+// the node's clock and live at most MaxLifetime. A signed time statement
+// up to MaxClockCorrection ahead of the node's own clock sets the node's
+// time in this process (a slow clock is corrected); one more than MaxSkew
+// ahead is never saved, and one more than MaxClockCorrection ahead is
+// refused (see Node.acceptWelcome).
 const (
-	MaxSkew     = 5 * time.Minute
-	MaxLifetime = 24 * time.Hour
+	MaxSkew            = 5 * time.Minute
+	MaxLifetime        = 24 * time.Hour
+	MaxClockCorrection = time.Hour
 )
 
 // Verifier checks signed commands against what this node pinned at join.

@@ -31,7 +31,11 @@ const (
 	CSRFRejected      Code = "CSRF_REJECTED"
 	UntrustedOrigin   Code = "UNTRUSTED_ORIGIN"
 	TenantSuspended   Code = "TENANT_SUSPENDED"
-	Internal          Code = "INTERNAL_ERROR"
+	// Unavailable: the service cannot take the call now for a reason of
+	// its own that does not depend on the call (the database is full);
+	// the same call may succeed later (HTTP 503).
+	Unavailable Code = "UNAVAILABLE"
+	Internal    Code = "INTERNAL_ERROR"
 )
 
 // Error is a coded error: Message is safe to show a caller, Cause is not.
@@ -101,6 +105,8 @@ func HTTPStatus(c Code) int {
 		return http.StatusRequestEntityTooLarge
 	case TenantSuspended:
 		return http.StatusForbidden
+	case Unavailable:
+		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
 	}

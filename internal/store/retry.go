@@ -56,6 +56,28 @@ func Transient(err error) bool {
 	return pgconn.SafeToRetry(err)
 }
 
+// Full reports whether err is the database refusing a write for want of
+// space: SQLite's SQLITE_FULL (the disk, or max_page_count) or
+// PostgreSQL's disk_full (SQLSTATE 53100), classified by driver code,
+// never text. It is not Transient: retrying at once does not help, but
+// the same call succeeds once space returns, with no restart (the api
+// answers UNAVAILABLE, errs.Unavailable, and DatabaseFullMessage).
+func Full(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "53100"
+	}
+	var lite *sqlite.Error
+	if errors.As(err, &lite) {
+		return lite.Code()&0xff == sqlite3.SQLITE_FULL
+	}
+	return false
+}
+
+// DatabaseFullMessage is the safe message of an answer refused because
+// the database is full (Full).
+const DatabaseFullMessage = "the database is full; retry when space returns"
+
 // Retry tries work again after a Transient failure, a bounded number of
 // times with a doubling wait, so that a deadlock, a serialization failure
 // or a database restart of a fraction of a second costs a short delay

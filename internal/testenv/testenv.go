@@ -341,12 +341,22 @@ func (e *Env) Close() {
 // bcd join path; the node is not started.
 func (e *Env) Join(t testing.TB, role, name string) *Node {
 	t.Helper()
+	return e.JoinIn(t, "", role, name)
+}
+
+// JoinIn is Join with the node's data folder at dir (a fresh folder under
+// the environment's when dir is empty), such as a filesystem the test
+// mounted to fill or make read-only.
+func (e *Env) JoinIn(t testing.TB, dir, role, name string) *Node {
+	t.Helper()
 	ctx := context.Background()
 	tok, err := e.CP.Nodes.CreateJoinToken(ctx, audit.Entry{TenantID: iam.RootTenant, Actor: "testenv"}, role, name, time.Hour)
 	if err != nil {
 		t.Fatalf("join token: %v", err)
 	}
-	dir := filepath.Join(e.Dir, "nodes", tok.ID)
+	if dir == "" {
+		dir = filepath.Join(e.Dir, "nodes", tok.ID)
+	}
 	if _, err := daemon.Join(ctx, daemon.JoinOptions{DataDir: dir, Gateway: e.CP.GatewayAddr, Token: tok.Token, Name: name}); err != nil {
 		t.Fatalf("join: %v", err)
 	}
@@ -363,10 +373,26 @@ func (e *Env) OpenNode(t testing.TB, dir, bootID string) *Node {
 // OpenNodeAt is OpenNode against the gateway at addr.
 func (e *Env) OpenNodeAt(t testing.TB, dir, bootID, addr string) *Node {
 	t.Helper()
+	return e.openNode(t, dir, bootID, addr, nil)
+}
+
+// OpenNodeWith is OpenNode with tune applied to the node's configuration
+// before it opens (a node clock of its own, say).
+func (e *Env) OpenNodeWith(t testing.TB, dir, bootID string, tune func(*daemon.Config)) *Node {
+	t.Helper()
+	return e.openNode(t, dir, bootID, e.CP.GatewayAddr, tune)
+}
+
+func (e *Env) openNode(t testing.TB, dir, bootID, addr string, tune func(*daemon.Config)) *Node {
+	t.Helper()
 	sim := driver.NewSim(filepath.Base(dir))
 	n := &Node{Dir: dir, Sim: sim, state: make(chan bool, 64), sets: make(chan ApproverSetEvent, 64), refresh: make(chan error, 64)}
-	d, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: addr, Driver: e.nodeDriver(t, n), Clock: e.Clock, Log: e.Log, BootID: bootID,
-		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	cfg := daemon.Config{DataDir: dir, Gateway: addr, Driver: e.nodeDriver(t, n), Clock: e.Clock, Log: e.Log, BootID: bootID,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
+	if tune != nil {
+		tune(&cfg)
+	}
+	d, err := daemon.Open(cfg)
 	if err != nil {
 		t.Fatalf("open node: %v", err)
 	}

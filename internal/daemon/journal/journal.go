@@ -20,6 +20,17 @@
 // middle: fsync covers the whole file, so the next "start" or "done" makes
 // every earlier ack durable too, and an ack a crash loses or tears is at
 // the tail, where the loader already stops at a torn line.
+//
+// When the journal cannot be written (its folder full or read-only): a
+// "start" that fails is not journaled, so the command does not run. A
+// "done" or "ack" that fails is kept in memory only (the call returns an
+// error wrapping ErrNotDurable and the cause): the id counts as seen and
+// its update is answered and sent, and the entry reaches the file at the
+// next write that succeeds. Any failed write (a failed append may leave a
+// partial line, and a failed compaction a torn tail) marks the file
+// stale, and the next write rewrites the whole journal from memory
+// (atomicfile) before anything is appended to it, so a line written after
+// the fault is never lost behind a broken one.
 package journal
 
 import (
@@ -75,7 +86,19 @@ type Journal struct {
 	path    string
 	records map[string]*Record
 	seq     uint64 // the last Record.Seq given
+	// stale is set when the file may not hold what records hold (a write
+	// or the compaction failed): the next write rewrites it first.
+	stale bool
+	// compactErr is why Open's compaction failed (nil when it did not).
+	compactErr error
 }
+
+// ErrNotDurable is wrapped (with the cause) by Done, Refuse and Ack when
+// the entry could not be written and is kept in memory only: the id is
+// seen and its update stands in this process, and the entry is written at
+// the next write that succeeds. Test with errors.Is; the cause (ENOSPC,
+// EROFS, ...) is in the same chain.
+var ErrNotDurable = errors.New("journal: entry kept in memory only")
 
 // maxLine bounds a journal line: an entry holds one marshalled
 // CommandUpdate (at most nodev1.MaxMessageBytes), base64 in JSON, plus the
@@ -84,7 +107,10 @@ const maxLine = (nodev1.MaxMessageBytes+2)/3*4 + 64<<10
 
 // Open reads the journal at path (creating it 0600), compacts away commands
 // that are acknowledged and expired more than keep ago as of now, and
-// returns it ready for appends.
+// returns it ready for appends. A compaction that cannot be written (the
+// folder full or read-only) does not stop it: the journal is read, its
+// results can be sent, and the next write rewrites the file (see
+// CompactErr).
 func Open(path string, now time.Time, keep time.Duration) (*Journal, error) {
 	j := &Journal{path: path, records: map[string]*Record{}}
 	if err := j.load(); err != nil {
@@ -97,9 +123,17 @@ func Open(path string, now time.Time, keep time.Duration) (*Journal, error) {
 		}
 	}
 	if err := j.rewrite(); err != nil {
-		return nil, err
+		j.stale, j.compactErr = true, err
 	}
 	return j, nil
+}
+
+// CompactErr returns why Open could not compact the journal (nil when it
+// did): the file is then rewritten by the next write that succeeds.
+func (j *Journal) CompactErr() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.compactErr
 }
 
 func (j *Journal) load() error {
@@ -194,33 +228,60 @@ func (j *Journal) rewrite() error {
 }
 
 // append writes one entry, fsyncing it when durable is set, then applies
-// it.
-func (j *Journal) append(e Entry, durable bool) error {
+// it; keep says whether an entry that cannot be written is kept in memory
+// (see ErrNotDurable).
+func (j *Journal) append(e Entry, durable, keep bool) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.appendLocked(e, durable)
+	return j.appendLocked(e, durable, keep)
 }
 
 // appendIfNew appends e only if its id was never journaled, and reports
 // whether it did: the check and the append happen under one hold of j.mu,
-// so of two callers with one id exactly one appends.
-func (j *Journal) appendIfNew(e Entry) (bool, error) {
+// so of two callers with one id exactly one appends. With keep, an entry
+// that cannot be written is kept in memory and counts as appended (with
+// an error wrapping ErrNotDurable).
+func (j *Journal) appendIfNew(e Entry, keep bool) (bool, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if _, ok := j.records[e.ID]; ok {
 		return false, nil
 	}
-	if err := j.appendLocked(e, true); err != nil {
+	err := j.appendLocked(e, true, keep)
+	if err != nil && !errors.Is(err, ErrNotDurable) {
 		return false, err
 	}
-	return true, nil
+	return true, err
 }
 
-// appendLocked is append with j.mu held.
-func (j *Journal) appendLocked(e Entry, durable bool) error {
+// appendLocked is append with j.mu held. A stale file is rewritten from
+// memory before e is appended; a failed write leaves it stale.
+func (j *Journal) appendLocked(e Entry, durable, keep bool) error {
+	err := j.writeLocked(e, durable)
+	if err == nil {
+		j.apply(e)
+		return nil
+	}
+	j.stale = true
+	if keep {
+		j.apply(e)
+		return fmt.Errorf("%w: %w", ErrNotDurable, err)
+	}
+	return err
+}
+
+// writeLocked brings a stale file up to date (a rewrite from memory),
+// then appends e to it.
+func (j *Journal) writeLocked(e Entry, durable bool) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("journal: encode: %w", err)
+	}
+	if j.stale {
+		if err := j.rewrite(); err != nil {
+			return err
+		}
+		j.stale = false
 	}
 	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
@@ -239,7 +300,22 @@ func (j *Journal) appendLocked(e Entry, durable bool) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("journal: close: %w", err)
 	}
-	j.apply(e)
+	return nil
+}
+
+// Flush writes what only memory holds (entries kept after a failed write,
+// a compaction that failed) to the file, and reports whether the file
+// now holds every entry. It does nothing when nothing is pending.
+func (j *Journal) Flush() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.stale {
+		return nil
+	}
+	if err := j.rewrite(); err != nil {
+		return err
+	}
+	j.stale = false
 	return nil
 }
 
@@ -267,14 +343,14 @@ func (j *Journal) Final(id string) ([]byte, bool) {
 // Start records that id is about to run; the entry is fsynced before Start
 // returns, so a command never runs unless its start survives a crash.
 func (j *Journal) Start(id string, expires time.Time) error {
-	return j.append(Entry{Op: "start", ID: id, ExpiresMS: expires.UnixMilli()}, true)
+	return j.append(Entry{Op: "start", ID: id, ExpiresMS: expires.UnixMilli()}, true, false)
 }
 
 // StartCommand is Start that also records the command's kind and the
 // SHA-256 of its payload, which the update signed after a crash
 // ("interrupted") names.
 func (j *Journal) StartCommand(id string, expires time.Time, kind string, payloadSHA256 []byte) error {
-	return j.append(Entry{Op: "start", ID: id, ExpiresMS: expires.UnixMilli(), Kind: kind, PayloadSHA256: payloadSHA256}, true)
+	return j.append(Entry{Op: "start", ID: id, ExpiresMS: expires.UnixMilli(), Kind: kind, PayloadSHA256: payloadSHA256}, true, false)
 }
 
 // Begin is StartCommand for an id never journaled before, in one step: it
@@ -283,22 +359,25 @@ func (j *Journal) StartCommand(id string, expires time.Time, kind string, payloa
 // at once (the old session's and the new one's) may both pass an earlier
 // Seen check; only one of them gets true from Begin and runs the command.
 func (j *Journal) Begin(id string, expires time.Time, kind string, payloadSHA256 []byte) (bool, error) {
-	return j.appendIfNew(Entry{Op: "start", ID: id, ExpiresMS: expires.UnixMilli(), Kind: kind, PayloadSHA256: payloadSHA256})
+	return j.appendIfNew(Entry{Op: "start", ID: id, ExpiresMS: expires.UnixMilli(), Kind: kind, PayloadSHA256: payloadSHA256}, false)
 }
 
 // Refuse is Done for an id never journaled before (a refused command), in
 // one step: it reports false, and journals nothing, when id was already
 // seen, so a refusal never overwrites or contradicts what the node did
-// with another copy of the command.
+// with another copy of the command. A refusal that cannot be written is
+// kept in memory (true, and an error wrapping ErrNotDurable): the id is
+// seen from then on, so no copy of the command runs in this process.
 func (j *Journal) Refuse(id string, expires time.Time, update []byte) (bool, error) {
-	return j.appendIfNew(Entry{Op: "done", ID: id, ExpiresMS: expires.UnixMilli(), Update: update})
+	return j.appendIfNew(Entry{Op: "done", ID: id, ExpiresMS: expires.UnixMilli(), Update: update}, true)
 }
 
 // Done records id's final signed update (also for a refusal, which makes
-// the id seen); the entry is fsynced before Done returns, so the update is
-// never sent unless it survives a crash.
+// the id seen); the entry is fsynced before Done returns, so the update
+// survives a crash. One that cannot be written is kept in memory (an error
+// wrapping ErrNotDurable) and written by the next write that succeeds.
 func (j *Journal) Done(id string, expires time.Time, update []byte) error {
-	return j.append(Entry{Op: "done", ID: id, ExpiresMS: expires.UnixMilli(), Update: update}, true)
+	return j.append(Entry{Op: "done", ID: id, ExpiresMS: expires.UnixMilli(), Update: update}, true, true)
 }
 
 // Ack records that the gateway stored id's final update. The entry is
@@ -312,7 +391,7 @@ func (j *Journal) Ack(id string) error {
 	if r == nil || r.Acked {
 		return nil
 	}
-	return j.append(Entry{Op: "ack", ID: id}, false)
+	return j.append(Entry{Op: "ack", ID: id}, false, true)
 }
 
 // Interrupted returns the commands that started but never finished.
