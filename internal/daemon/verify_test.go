@@ -162,6 +162,9 @@ func FuzzVerifierCheck(f *testing.F) {
 	f.Add(good.Id, good.Body, good.Signature, good.SignerCertDer)
 	f.Add("c1", []byte{}, []byte{1}, []byte{2})
 	f.Add("c1", good.Body[:len(good.Body)/2], good.Signature, good.SignerCertDer)
+	flipped := append([]byte(nil), good.Signature...)
+	flipped[0] ^= 1
+	f.Add(good.Id, good.Body, flipped, good.SignerCertDer) // a signature that does not verify, all else genuine
 	f.Fuzz(func(t *testing.T, id string, body, sig, cert []byte) {
 		c := &nodev1.SignedCommand{Id: id, Body: body, Signature: sig, SignerCertDer: cert}
 		_, reason := fx.v.Check(c, fx.now, nil, never)
