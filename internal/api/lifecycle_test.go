@@ -138,6 +138,22 @@ func TestCommandsCancel(t *testing.T) {
 		if c, err := e.Client.Command(ctx, c1.ID); err != nil || c.State != "cancelled" {
 			t.Fatalf("after cancel: %+v %v", c, err)
 		}
+		// A command a node has seen is not cancelled: one sent, and one
+		// queued again after a delivery its node did not report on (it
+		// keeps the session it was sent on).
+		for _, state := range []string{"sent", "queued"} {
+			c, err := e.Client.CreateCommand(ctx, "ncancelxxxxxxxxxx", "node.ping", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.ExecContext(ctx, `UPDATE commands SET state = $1, sent_session = 'gs-seen' WHERE id = $2`, state, c.ID); err != nil {
+				t.Fatal(err)
+			}
+			expectCode(t, call(e.AdminKey, "commands.cancel", `{"id":"`+c.ID+`"}`), 409, "INVALID_STATE")
+			if got, err := e.Client.Command(ctx, c.ID); err != nil || got.State != state {
+				t.Fatalf("%s command after a refused cancel: %+v %v", state, got, err)
+			}
+		}
 	})
 }
 

@@ -22,7 +22,7 @@ func TestTemplateUpdateAndImageDelete(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		e, rt := startQuotaSandboxes(t, db, quota.Defaults())
 		ctx := context.Background()
-		_, a := tenantWithImage(t, e, "upd-a")
+		tenantA, a := tenantWithImage(t, e, "upd-a")
 		_, b := tenantWithImage(t, e, "upd-b")
 		tpl, err := createTemplate(a, rt, "pool", 64, 1)
 		if err != nil {
@@ -55,6 +55,20 @@ func TestTemplateUpdateAndImageDelete(t *testing.T) {
 				MemoryMB int64 `json:"memory_mb"`
 			}
 		}
+		// The new recipe (2 × 128 MiB) is admitted against the warm-pool
+		// quota as a new template: past the limit it is refused and the
+		// template stays; at exactly the limit it fits, as the old recipe
+		// (64 MiB) no longer counts.
+		setQuotas(t, e, tenantA, client.QuotaOverrides{WarmMemoryMB: client.Limit(255)})
+		if err := a.Call(ctx, "templates.update", update, nil); !errors.Is(err, client.ErrResourceExhausted) {
+			t.Fatalf("an update past the warm-pool quota: %v, want RESOURCE_EXHAUSTED", err)
+		}
+		for _, id := range oldWarm {
+			if st := sandboxState(t, db, id); st != "warm" {
+				t.Fatalf("warm sandbox %s is %s after a refused update", id, st)
+			}
+		}
+		setQuotas(t, e, tenantA, client.QuotaOverrides{WarmMemoryMB: client.Limit(256)})
 		if err := a.Call(ctx, "templates.update", update, &got); err != nil || got.ID != tpl || got.Warm != 2 || got.Limits.MemoryMB != 128 {
 			t.Fatalf("update: %+v %v", got, err)
 		}
