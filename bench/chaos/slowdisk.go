@@ -24,6 +24,7 @@ type slowDisk struct {
 	backing string
 	server  *fuse.Server
 	delay   atomic.Int64 // nanoseconds
+	delayed atomic.Int64 // writes and fsyncs that waited (a nonzero delay)
 }
 
 // newSlowDisk mounts the slow file system at dir/mnt over dir/backing. It
@@ -42,15 +43,14 @@ func newSlowDisk(dir string) (*slowDisk, string) {
 		}
 	}
 	root := &fs.LoopbackRoot{Path: d.backing}
-	root.NewNode = func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
-		return &slowNode{LoopbackNode: fs.LoopbackNode{RootData: r}, disk: d}
-	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(d.backing, &st); err != nil {
 		return nil, err.Error()
 	}
 	root.Dev = uint64(st.Dev)
-	root.RootNode = root.NewNode(root, nil, "", &st)
+	// The root is a slowNode; every node below it is wrapped into one as
+	// it is made (WrapChild).
+	root.RootNode = &slowNode{LoopbackNode: &fs.LoopbackNode{RootData: root}, disk: d}
 	srv, err := fs.Mount(d.mount, root.RootNode, &fs.Options{MountOptions: fuse.MountOptions{
 		DirectMount: true, FsName: "bc-chaos-slow", Name: "bcchaos",
 	}})
@@ -65,6 +65,7 @@ func (d *slowDisk) setDelay(v time.Duration) { d.delay.Store(int64(v)) }
 
 func (d *slowDisk) wait() {
 	if v := time.Duration(d.delay.Load()); v > 0 {
+		d.delayed.Add(1)
 		time.Sleep(v)
 	}
 }
@@ -77,12 +78,21 @@ func (d *slowDisk) close() {
 
 // slowNode is a loopback node whose files are slowFiles.
 type slowNode struct {
-	fs.LoopbackNode
+	*fs.LoopbackNode
 	disk *slowDisk
 }
 
 var _ = (fs.NodeOpener)((*slowNode)(nil))
 var _ = (fs.NodeCreater)((*slowNode)(nil))
+var _ = (fs.NodeWrapChilder)((*slowNode)(nil))
+
+// WrapChild makes every node the loopback creates below n a slowNode too.
+func (n *slowNode) WrapChild(_ context.Context, ops fs.InodeEmbedder) fs.InodeEmbedder {
+	if ln, ok := ops.(*fs.LoopbackNode); ok {
+		return &slowNode{LoopbackNode: ln, disk: n.disk}
+	}
+	return ops
+}
 
 func (n *slowNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	fh, fl, errno := n.LoopbackNode.Open(ctx, flags)
