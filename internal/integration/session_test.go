@@ -1,11 +1,13 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -104,6 +106,18 @@ func TestAllowedKindsNarrowedAtHello(t *testing.T) {
 		}
 		if runs := n2.Sim.Runs("diag.run"); runs != 0 {
 			t.Fatalf("diag.run ran %d times", runs)
+		}
+		// The gateway cancelled them at Hello: the node never saw them. (Its
+		// own refusal would end the same way, but it journals what it
+		// refuses first.)
+		j, err := os.ReadFile(filepath.Join(n2.Dir, "journal.log"))
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		for _, id := range []string{queued.ID, inflight} {
+			if bytes.Contains(j, []byte(id)) {
+				t.Fatalf("%s reached the node (journaled); want it cancelled by the gateway at Hello", id)
+			}
 		}
 		// Sent after Hello: the node itself refuses it from the Welcome list.
 		id := e.InjectCommand(t, n2.NodeID(), e.Body(n2.NodeID(), "diag.run"), e.WorkerSigner(t))
