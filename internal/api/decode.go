@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -299,7 +300,15 @@ func checkList(v any, t reflect.Type, path string, b bounds) error {
 		if !ok {
 			return wrongType(path)
 		}
-		return checkLen(path, s, b)
+		if err := checkLen(path, s, b); err != nil {
+			return err
+		}
+		// What encoding/json accepts for []byte: standard base64, padded
+		// (it skips CR and LF, as DecodeString does).
+		if _, err := base64.StdEncoding.DecodeString(s); err != nil {
+			return invalid(path, "not base64 (standard alphabet, padded)")
+		}
+		return nil
 	}
 	arr, ok := v.([]any)
 	if !ok {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
+	"github.com/bettercompute/bettercompute/internal/errs"
 )
 
 // fuzzIn is an input type with every kind of bound Decode enforces.
@@ -73,4 +74,25 @@ func FuzzDecodeStrict(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDecodeRefusesBadBase64: a []byte field takes only what encoding/json
+// decodes (standard, padded base64); anything else is INVALID_INPUT naming
+// the field, never the internal error of a decode that checks disagreed
+// with (the fuzz corpus keeps the input that found it:
+// testdata/fuzz/FuzzMethodBodies/77ec776f7d748516).
+func TestDecodeRefusesBadBase64(t *testing.T) {
+	type in struct {
+		Sig []byte `json:"sig" api:"max=64"`
+	}
+	var v in
+	if err := Decode([]byte(`{"sig":"AQ=="}`), &v); err != nil || len(v.Sig) != 1 {
+		t.Fatalf("valid base64: %v %v", v.Sig, err)
+	}
+	for _, body := range []string{`{"sig":"A\u00ebQ=="}`, "{\"sig\":\"A\xeb\xebQ==\"}", `{"sig":"AQ"}`, `{"sig":"A-_="}`} {
+		err := Decode([]byte(body), &v)
+		if errs.CodeOf(err) != errs.InvalidInput || err.Error() != `INVALID_INPUT: field "sig": not base64 (standard alphabet, padded)` {
+			t.Errorf("%q: %v, want INVALID_INPUT naming sig", body, err)
+		}
+	}
 }
