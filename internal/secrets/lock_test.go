@@ -1,0 +1,64 @@
+package secrets
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/iam"
+	"github.com/bettercompute/bettercompute/internal/store/storetest"
+)
+
+// TestPutWaitsForTheReferenceLock forces the interleaving the
+// per-reference lock exists for, on PostgreSQL: another writer of the
+// reference holds its lock (taken as Put takes it) and has not committed.
+// A put must wait for it (PostgreSQL's lock table shows it blocked by that
+// writer) and may finish only after it ends, so two writers never read
+// the same latest version. Without the lock the put finishes while the
+// other writer still holds it, and the test fails on that, with no timing
+// involved.
+func TestPutWaitsForTheReferenceLock(t *testing.T) {
+	db := storetest.NewTestPostgres(t)
+	ctx := context.Background()
+	s := New(db, clock.NewFake(testNow), rekeyTestKEK(1), nil, nil, nil, nil, slog.New(slog.DiscardHandler))
+	holder, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback() }() // on a failure, before the schema is dropped
+	var holderPID int
+	if err := holder.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&holderPID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.lockRef(ctx, holder, Ref(iam.RootTenant, "held")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Put(ctx, audit.Entry{TenantID: iam.RootTenant, Actor: "test"}, iam.RootTenant, "held", ScopeTenant, []byte("v"))
+		done <- err
+	}()
+	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for blocked := false; !blocked; {
+		select {
+		case err := <-done:
+			t.Fatalf("the put finished (%v) while another writer held the reference's lock: writers are not serialised", err)
+		default:
+		}
+		var waiting int
+		if err := db.QueryRowContext(wait, `SELECT COUNT(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holderPID).Scan(&waiting); err != nil {
+			t.Fatalf("waiting for the put to block: %v", err)
+		}
+		blocked = waiting > 0
+	}
+	if err := holder.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the put after the other writer ended: %v", err)
+	}
+}
