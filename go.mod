@@ -19,6 +19,7 @@ require (
 	github.com/transparency-dev/merkle v0.0.2
 	github.com/vishvananda/netlink v1.3.1
 	gocloud.dev v0.49.0
+	golang.org/x/crypto v0.58.0
 	golang.org/x/mod v0.43.0
 	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.50.0
