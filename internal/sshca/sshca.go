@@ -15,6 +15,7 @@
 package sshca
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/rsa"
 	"errors"
@@ -145,7 +146,7 @@ func errKeyMalformed(detail string) error {
 
 // ParsePublicKey parses a request's public key: exactly one
 // authorized_keys line ("type base64 [comment]", an optional final
-// newline), no options, no second line, a plain key (not a certificate) of
+// newline or CRLF), no options, no second line, a plain key (not a certificate) of
 // an accepted type. ssh.ParseAuthorizedKey alone skips lines it cannot
 // parse and accepts options, so the line is checked around it.
 func ParsePublicKey(line []byte) (ssh.PublicKey, error) {
@@ -155,10 +156,7 @@ func ParsePublicKey(line []byte) (ssh.PublicKey, error) {
 	if len(line) > MaxPublicKeyLine {
 		return nil, errKeyMalformed(fmt.Sprintf("public key line is over %d bytes", MaxPublicKeyLine))
 	}
-	body := line
-	if body[len(body)-1] == '\n' {
-		body = body[:len(body)-1]
-	}
+	body := bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
 	for _, c := range body {
 		if c < 0x20 && c != '\t' || c == 0x7f {
 			return nil, errKeyMalformed("public key must be one line without control characters")
