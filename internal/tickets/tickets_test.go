@@ -89,7 +89,9 @@ func TestBodyRefusals(t *testing.T) {
 			b.IssuedAtMs = t0.Add(tickets.MaxSkew).UnixMilli() + 1
 			b.ExpiresAtMs = b.IssuedAtMs + tickets.Lifetime.Milliseconds()
 		}), want(), tickets.ReasonNotYetValid},
-		{"expired", edit(func(b *nodev1.TicketBody) { b.IssuedAtMs, b.ExpiresAtMs = t0.Add(-time.Minute).UnixMilli(), t0.UnixMilli() }), want(), tickets.ReasonExpired},
+		{"expired", edit(func(b *nodev1.TicketBody) {
+			b.IssuedAtMs, b.ExpiresAtMs = t0.Add(-time.Minute).UnixMilli(), t0.UnixMilli()
+		}), want(), tickets.ReasonExpired},
 		{"wrong node", edit(func(b *nodev1.TicketBody) { b.NodeId = nodeB }), want(), tickets.ReasonWrongNode},
 		{"wrong port", edit(func(b *nodev1.TicketBody) { b.Port = 8080 }), want(), tickets.ReasonWrongPort},
 		{"sandbox where none is wanted", edit(func(b *nodev1.TicketBody) { b.SandboxId = "sb_one" }), want(), tickets.ReasonWrongSandbox},
