@@ -140,6 +140,15 @@ func TestSignerRefusals(t *testing.T) {
 		{"expired signer", with(func(st *nodev1.SignedTicket) {
 			st.SignerCertDer = f.certify(t, f.root, f.rootKey, trustDomain, t0.Add(-25*time.Hour), 24*time.Hour)
 		}), tickets.ReasonSignerUntrusted},
+		{"signer expired since the ticket was issued", func() *nodev1.SignedTicket {
+			// Valid until t0-30s (NotBefore is backdated a minute); the
+			// ticket was issued at t0-40s and lives until t0+20s.
+			b := body()
+			b.IssuedAtMs, b.ExpiresAtMs = t0.Add(-40*time.Second).UnixMilli(), t0.Add(20*time.Second).UnixMilli()
+			st := f.sign(t, b)
+			st.SignerCertDer = f.certify(t, f.root, f.rootKey, trustDomain, t0.Add(-24*time.Hour-30*time.Second), 24*time.Hour)
+			return st
+		}(), tickets.ReasonSignerUntrusted},
 		{"signer for another trust domain", with(func(st *nodev1.SignedTicket) {
 			st.SignerCertDer = f.certify(t, f.root, f.rootKey, "other.bc.local", t0.Add(-time.Hour), 24*time.Hour)
 		}), tickets.ReasonSignerUntrusted},
