@@ -167,6 +167,7 @@ func TestSignerRefusals(t *testing.T) {
 		{"no signer", with(func(st *nodev1.SignedTicket) { st.SignerCertDer = nil }), tickets.ReasonMalformed},
 		{"no body", f.signRaw(nil, tickets.SigContext), tickets.ReasonMalformed},
 		{"signed body not a TicketBody", f.signRaw([]byte{0xff, 0xff, 0xff}, tickets.SigContext), tickets.ReasonMalformed},
+		{"signed body with trailing junk", f.signRaw(append(marshal(t, body()), 0xff), tickets.SigContext), tickets.ReasonMalformed},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got, r := f.verifier().Verify(marshal(t, c.st), t0, want()); r != c.r || got != nil {
