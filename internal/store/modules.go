@@ -13,6 +13,7 @@ import (
 	sandboxesmig "github.com/bettercompute/bettercompute/internal/sandboxes/migrations"
 	secretsmig "github.com/bettercompute/bettercompute/internal/secrets/migrations"
 	signingmig "github.com/bettercompute/bettercompute/internal/signing/migrations"
+	ticketsmig "github.com/bettercompute/bettercompute/internal/tickets/migrations"
 )
 
 // Modules lists every module's migrations in the order their parts of one
@@ -33,6 +34,7 @@ func Modules() []Source {
 		{Module: "secrets", FS: secretsmig.FS},
 		{Module: "sandboxes", FS: sandboxesmig.FS},
 		{Module: "quota", FS: quotamig.FS},
+		{Module: "tickets", FS: ticketsmig.FS},
 
 		{Module: "idempotency", FS: idempotencymig.FS},
 	}
