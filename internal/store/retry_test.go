@@ -152,3 +152,89 @@ func TestTransientOnRealErrors(t *testing.T) {
 		}
 	})
 }
+
+// TestTransientOnRealConflicts makes PostgreSQL raise the two conflicts a
+// retry gets past, for real, and checks that Transient says so: a
+// serialization failure (40001: a repeatable-read transaction updates a
+// row another committed after its snapshot) and a deadlock (40P01: two
+// transactions lock two rows in opposite order; the second runs the
+// detector within 10 ms, the first never does, so the second is the
+// victim). The wait is PostgreSQL's lock table, not a sleep.
+func TestTransientOnRealConflicts(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewTestPostgres(t)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE c (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO c (id, v) VALUES (1, 0), (2, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	begin := func(setup ...string) (*sql.Tx, int) {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback() })
+		for _, q := range setup {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var pid int
+		if err := tx.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		return tx, pid
+	}
+
+	snap, _ := begin(`SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`)
+	var v int
+	if err := snap.QueryRowContext(ctx, `SELECT v FROM c WHERE id = 1`).Scan(&v); err != nil { // takes the snapshot
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `UPDATE c SET v = v + 1 WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := snap.ExecContext(ctx, `UPDATE c SET v = v + 1 WHERE id = 1`)
+	if code := pgCode(err); code != "40001" || !store.Transient(err) {
+		t.Errorf("serialization failure %v (SQLSTATE %q): transient %v, want 40001 and true", err, code, store.Transient(err))
+	}
+
+	first, firstPID := begin(`SET LOCAL deadlock_timeout = '1h'`)
+	second, _ := begin(`SET LOCAL deadlock_timeout = '10ms'`)
+	if _, err := first.ExecContext(ctx, `UPDATE c SET v = v + 1 WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.ExecContext(ctx, `UPDATE c SET v = v + 1 WHERE id = 2`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := first.ExecContext(ctx, `UPDATE c SET v = v + 1 WHERE id = 2`)
+		done <- err
+	}()
+	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for blocked := false; !blocked; {
+		if err := db.QueryRowContext(wait, `SELECT cardinality(pg_blocking_pids($1)) > 0`, firstPID).Scan(&blocked); err != nil {
+			t.Fatalf("waiting for the first transaction to block: %v", err)
+		}
+	}
+	_, err = second.ExecContext(ctx, `UPDATE c SET v = v + 1 WHERE id = 1`)
+	if code := pgCode(err); code != "40P01" || !store.Transient(err) {
+		t.Errorf("deadlock %v (SQLSTATE %q): transient %v, want 40P01 and true", err, code, store.Transient(err))
+	}
+	_ = second.Rollback()
+	if err := <-done; err != nil {
+		t.Fatalf("the first transaction after the victim rolled back: %v", err)
+	}
+}
+
+// pgCode is err's PostgreSQL SQLSTATE, or "".
+func pgCode(err error) string {
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		return pg.SQLState()
+	}
+	return ""
+}
