@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -14,13 +15,17 @@ import (
 // TestLinuxDiagUsesFixedArgv runs diag.run with PATH holding only
 // recording stand-ins for the diagnostics and for sh, bash and touch: the
 // processes started must be exactly the fixed argument vectors, in order,
-// each run directly (no shell started, nothing from the payload), and each
+// each run directly (no shell started, nothing from the payload: each one's
+// parent is this process), and each
 // check reports what its own process printed.
 func TestLinuxDiagUsesFixedArgv(t *testing.T) {
 	bin := t.TempDir()
 	record := filepath.Join(t.TempDir(), "started")
 	for _, name := range []string{"uname", "nproc", "uptime", "sh", "bash", "dash", "touch"} {
-		script := "#!/bin/sh\n{ printf '%s' " + name + "; for a in \"$@\"; do printf ' %s' \"$a\"; done; echo; } >>" + record + "\necho out-" + name + "\n"
+		// Each stand-in records its parent's process id too: a process
+		// started directly by the driver has the test's own, one started
+		// through any shell (PATH's or /bin/sh by its path) the shell's.
+		script := "#!/bin/sh\n{ printf '%s' " + name + "; for a in \"$@\"; do printf ' %s' \"$a\"; done; echo \" ppid=$PPID\"; } >>" + record + "\necho out-" + name + "\n"
 		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -36,7 +41,7 @@ func TestLinuxDiagUsesFixedArgv(t *testing.T) {
 	}
 	var want []string
 	for _, argv := range diagArgv {
-		want = append(want, strings.Join(argv, " "))
+		want = append(want, strings.Join(argv, " ")+" ppid="+strconv.Itoa(os.Getpid()))
 	}
 	if got := strings.Split(strings.TrimSuffix(string(started), "\n"), "\n"); !slices.Equal(got, want) {
 		t.Fatalf("diag.run started %q, want exactly the fixed %q", got, want)
