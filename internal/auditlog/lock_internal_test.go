@@ -54,10 +54,7 @@ func TestSealWaitsForTheTenantStateLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = other.Rollback() }() // on a failure, before the schema is dropped
-	var otherPID int
-	if err := other.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&otherPID); err != nil {
-		t.Fatal(err)
-	}
+	otherPID := storetest.BackendPID(t, other)
 	if _, _, _, err := l.openState(ctx, other, iam.RootTenant, clk.Now().UnixMilli(), key.Verifier); err != nil {
 		t.Fatal(err)
 	}
@@ -66,20 +63,7 @@ func TestSealWaitsForTheTenantStateLock(t *testing.T) {
 		_, err := l.Seal(ctx, iam.RootTenant, key)
 		done <- err
 	}()
-	wait, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for blocked := false; !blocked; {
-		select {
-		case err := <-done:
-			t.Fatalf("the seal finished (%v) while another sealer held the tenant's log state: sealers are not serialised", err)
-		default:
-		}
-		var waiting int
-		if err := db.QueryRowContext(wait, `SELECT COUNT(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, otherPID).Scan(&waiting); err != nil {
-			t.Fatalf("waiting for the seal to block: %v", err)
-		}
-		blocked = waiting > 0
-	}
+	storetest.WaitBlockedBy(t, db, otherPID, storetest.Finished(done), "the seal finished while another sealer held the tenant's log state: sealers are not serialised")
 	if err := other.Commit(); err != nil {
 		t.Fatal(err)
 	}

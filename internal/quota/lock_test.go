@@ -8,7 +8,6 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/errs"
-	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 )
 
@@ -78,7 +77,7 @@ func TestAdmitHoldsTheTenantLockUntilCommit(t *testing.T) {
 			doneA := admission(true)
 			pidA := <-counted
 			doneB := admission(false)
-			waitBlockedBy(t, db, pidA, counted)
+			storetest.WaitBlockedBy(t, db, pidA, storetest.Finished(counted), "admission B counted while admission A held the tenant's quota lock: the admissions are not serialised")
 			close(release)
 			released = true
 			if err := <-doneA; err != nil {
@@ -92,30 +91,5 @@ func TestAdmitHoldsTheTenantLockUntilCommit(t *testing.T) {
 				t.Fatalf("%d rows (%v), want 1: the limit", rows, err)
 			}
 		})
-	}
-}
-
-// waitBlockedBy returns once a backend waits for a lock that backend
-// holder holds, as PostgreSQL's lock table shows; it fails the test if
-// the other admission counts (sends on counted) first, as it can only
-// without the lock. No sleep: it polls the lock table until one of the
-// two happens, bounded by a minute.
-func waitBlockedBy(t *testing.T, db *store.DB, holder int, counted <-chan int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for {
-		select {
-		case <-counted:
-			t.Fatal("admission B counted while admission A held the tenant's quota lock: the admissions are not serialised")
-		default:
-		}
-		var waiting int
-		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&waiting); err != nil {
-			t.Fatalf("waiting for admission B to block: %v", err)
-		}
-		if waiting > 0 {
-			return
-		}
 	}
 }

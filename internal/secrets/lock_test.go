@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
@@ -29,10 +28,7 @@ func TestPutWaitsForTheReferenceLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = holder.Rollback() }() // on a failure, before the schema is dropped
-	var holderPID int
-	if err := holder.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&holderPID); err != nil {
-		t.Fatal(err)
-	}
+	holderPID := storetest.BackendPID(t, holder)
 	if err := s.lockRef(ctx, holder, Ref(iam.RootTenant, "held")); err != nil {
 		t.Fatal(err)
 	}
@@ -41,20 +37,7 @@ func TestPutWaitsForTheReferenceLock(t *testing.T) {
 		_, err := s.Put(ctx, audit.Entry{TenantID: iam.RootTenant, Actor: "test"}, iam.RootTenant, "held", ScopeTenant, []byte("v"))
 		done <- err
 	}()
-	wait, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for blocked := false; !blocked; {
-		select {
-		case err := <-done:
-			t.Fatalf("the put finished (%v) while another writer held the reference's lock: writers are not serialised", err)
-		default:
-		}
-		var waiting int
-		if err := db.QueryRowContext(wait, `SELECT COUNT(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holderPID).Scan(&waiting); err != nil {
-			t.Fatalf("waiting for the put to block: %v", err)
-		}
-		blocked = waiting > 0
-	}
+	storetest.WaitBlockedBy(t, db, holderPID, storetest.Finished(done), "the put finished while another writer held the reference's lock: writers are not serialised")
 	if err := holder.Commit(); err != nil {
 		t.Fatal(err)
 	}

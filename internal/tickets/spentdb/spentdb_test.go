@@ -173,29 +173,13 @@ func TestSpendWaitsForTheOtherSpender(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = holder.Rollback() }()
-	var holderPID int
-	if err := holder.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&holderPID); err != nil {
-		t.Fatal(err)
-	}
+	holderPID := storetest.BackendPID(t, holder)
 	if _, err := holder.ExecContext(ctx, `INSERT INTO tickets_spent (jti, expires_at_ms) VALUES ($1, $2)`, "tk_held", t0.UnixMilli()); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- spentdb.New(db).Spend(ctx, "tk_held", t0) }()
-	wait, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for blocked := false; !blocked; {
-		select {
-		case err := <-done:
-			t.Fatalf("the spend finished (%v) while another spender's insert of the jti was uncommitted", err)
-		default:
-		}
-		var waiting int
-		if err := db.QueryRowContext(wait, `SELECT COUNT(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holderPID).Scan(&waiting); err != nil {
-			t.Fatalf("waiting for the spend to block: %v", err)
-		}
-		blocked = waiting > 0
-	}
+	storetest.WaitBlockedBy(t, db, holderPID, storetest.Finished(done), "the spend finished while another spender's insert of the jti was uncommitted")
 	if err := holder.Commit(); err != nil {
 		t.Fatal(err)
 	}
