@@ -169,7 +169,7 @@ func TestTransientOnRealConflicts(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `INSERT INTO c (id, v) VALUES (1, 0), (2, 0)`); err != nil {
 		t.Fatal(err)
 	}
-	begin := func(setup ...string) (*sql.Tx, int) {
+	begin := func(setup ...string) *sql.Tx {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -180,14 +180,10 @@ func TestTransientOnRealConflicts(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var pid int
-		if err := tx.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-			t.Fatal(err)
-		}
-		return tx, pid
+		return tx
 	}
 
-	snap, _ := begin(`SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`)
+	snap := begin(`SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`)
 	var v int
 	if err := snap.QueryRowContext(ctx, `SELECT v FROM c WHERE id = 1`).Scan(&v); err != nil { // takes the snapshot
 		t.Fatal(err)
@@ -200,8 +196,8 @@ func TestTransientOnRealConflicts(t *testing.T) {
 		t.Errorf("serialization failure %v (SQLSTATE %q): transient %v, want 40001 and true", err, code, store.Transient(err))
 	}
 
-	first, firstPID := begin(`SET LOCAL deadlock_timeout = '1h'`)
-	second, _ := begin(`SET LOCAL deadlock_timeout = '10ms'`)
+	first := begin(`SET LOCAL deadlock_timeout = '1h'`)
+	second := begin(`SET LOCAL deadlock_timeout = '10ms'`)
 	if _, err := first.ExecContext(ctx, `UPDATE c SET v = v + 1 WHERE id = 1`); err != nil {
 		t.Fatal(err)
 	}
@@ -213,13 +209,7 @@ func TestTransientOnRealConflicts(t *testing.T) {
 		_, err := first.ExecContext(ctx, `UPDATE c SET v = v + 1 WHERE id = 2`)
 		done <- err
 	}()
-	wait, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for blocked := false; !blocked; {
-		if err := db.QueryRowContext(wait, `SELECT cardinality(pg_blocking_pids($1)) > 0`, firstPID).Scan(&blocked); err != nil {
-			t.Fatalf("waiting for the first transaction to block: %v", err)
-		}
-	}
+	storetest.WaitBlockedBy(t, db, storetest.BackendPID(t, second), storetest.Finished(done), "the first transaction locked row 2 while the second held it")
 	_, err = second.ExecContext(ctx, `UPDATE c SET v = v + 1 WHERE id = 1`)
 	if code := pgCode(err); code != "40P01" || !store.Transient(err) {
 		t.Errorf("deadlock %v (SQLSTATE %q): transient %v, want 40P01 and true", err, code, store.Transient(err))
