@@ -289,6 +289,9 @@ func SecurityHeaders(w http.ResponseWriter, r *http.Request) string {
 type answer struct {
 	status int
 	body   []byte
+	// retryAfter is the wait a method's refusal asked for
+	// (errs.RetryAfterOf), sent as Retry-After.
+	retryAfter time.Duration
 }
 
 // ServeHTTP is the envelope. It answers every path it is given: a path
@@ -309,7 +312,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		label = name
 	}
 	a, c := s.serve(r, rid, m, known)
-	if retry := c.retryAfter; retry > 0 {
+	if retry := max(c.retryAfter, a.retryAfter); retry > 0 {
 		w.Header().Set("Retry-After", fmt.Sprint(int((retry+time.Second-1)/time.Second)))
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -335,7 +338,9 @@ func (s *Server) errorAnswer(rid string, err error) answer {
 	} else {
 		s.deps.Log.Info("request refused", "request_id", rid, "code", code, "err", err)
 	}
-	return errorBody(rid, code, errs.SafeMessage(err))
+	a := errorBody(rid, code, errs.SafeMessage(err))
+	a.retryAfter = errs.RetryAfterOf(err)
+	return a
 }
 
 // errorBody is the JSON error answer with the status that fits code.
