@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -161,6 +162,7 @@ func hostname() string {
 func nodeCmd() *cobra.Command {
 	var dir, drv, gw, level string
 	var sbx sandbox.Options
+	var tunnelPorts []uint
 	c := &cobra.Command{
 		Use:   "node",
 		Short: "Run the node agent: hold the session, verify and run signed commands",
@@ -175,6 +177,10 @@ func nodeCmd() *cobra.Command {
 			_ = l.UnmarshalText([]byte(level))
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: l}))
 			d, err := driver.New(drv, hostname())
+			if err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
+			ports, err := TunnelPorts(tunnelPorts)
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
@@ -193,7 +199,7 @@ func nodeCmd() *cobra.Command {
 					log.Info("sandbox host ready", "runtime", h.Runtime())
 				}
 			}
-			n, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: gw, Driver: d, Clock: clock.Real{}, Log: log})
+			n, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: gw, Driver: d, Clock: clock.Real{}, Log: log, TunnelPorts: ports})
 			if err != nil {
 				return err
 			}
@@ -206,6 +212,7 @@ func nodeCmd() *cobra.Command {
 	c.Flags().StringVar(&drv, "driver", "linux", "driver: linux or sim")
 	c.Flags().StringVar(&gw, "gateway", "", "gateway address (default: the one joined)")
 	c.Flags().StringVar(&level, "log-level", "info", "log level")
+	c.Flags().UintSliceVar(&tunnelPorts, "tunnel-port", []uint{22}, "a port on 127.0.0.1 that tunnels may reach (repeatable, or comma-separated); no other port or address is ever dialled")
 	c.Flags().StringVar(&sbx.Runtime, "sandbox-runtime", "auto", "sandbox runtime: auto (runc when usable), runc, runsc, sim or none")
 	c.Flags().StringVar(&sbx.ImageStore, "image-store", "", "gocloud.dev/blob URL of the sandbox image store (file:///dir, s3://…)")
 	c.Flags().IntVar(&sbx.Slots, "sandbox-slots", 16, "most sandboxes at once")
@@ -216,6 +223,24 @@ func nodeCmd() *cobra.Command {
 	c.Flags().Uint32Var(&sbx.IDBase, "sandbox-id-base", sandbox.DefaultIDBase, "first host uid/gid of the range reserved for runc sandboxes' user namespaces (sandbox-slots blocks of sandbox-id-size ids); nothing else on the machine may use it")
 	c.Flags().Uint32Var(&sbx.IDSize, "sandbox-id-size", sandbox.DefaultIDSize, "host uids/gids per runc sandbox (at least 65536)")
 	return c
+}
+
+// TunnelPorts checks a tunnel allow list from flags: each port 1 to
+// 65535, at least one, duplicates dropped.
+func TunnelPorts(in []uint) ([]uint32, error) {
+	if len(in) == 0 {
+		return nil, errors.New("--tunnel-port: at least one port is required")
+	}
+	var out []uint32
+	for _, p := range in {
+		if p < 1 || p > 65535 {
+			return nil, fmt.Errorf("--tunnel-port %d: a port is 1 to 65535", p)
+		}
+		if !slices.Contains(out, uint32(p)) {
+			out = append(out, uint32(p))
+		}
+	}
+	return out, nil
 }
 
 func simulateCmd() *cobra.Command {

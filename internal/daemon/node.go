@@ -77,6 +77,10 @@ type Config struct {
 	// turns the check off (a journal write that fails with ENOSPC still
 	// refuses).
 	MinFreeBytes int64
+	// TunnelPorts is the node's tunnel allow list: a tunnel reaches only
+	// 127.0.0.1:<port> for a port listed here (bcd node --tunnel-port).
+	// Nil means DefaultTunnelPorts (22 only).
+	TunnelPorts []uint32
 }
 
 // DefaultMinFreeBytes is Config.MinFreeBytes when it is zero.
@@ -125,6 +129,9 @@ type Node struct {
 	// Seen; a test wraps it to hold two deliveries of one command side by
 	// side at that point).
 	seen func(id string) bool
+
+	// tunnels is the node's side of tunnels (tunnel.go).
+	tunnels *tunnels
 }
 
 // pacing is the reconnect back-off's clock and jitter: the wall clock and
@@ -254,7 +261,8 @@ func load(cfg Config) (*Node, error) {
 	return &Node{cfg: cfg, rec: rec, pinned: pinned, journal: j, key: key, chain: chain, highestMS: st.HighestServerTimeMS, approvers: ap,
 		verify: &Verifier{NodeID: rec.NodeID, Role: nid.Role, TrustDomain: tb.TrustDomain, CommandRoots: roots,
 			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains, CurrentRoots: pinned.commandRoots}, reports: newReports(), outbox: newOutbox(cfg.ResendAfter),
-		pacing: pacing{clock: clock.Real{}, jitter: fullJitter}, seen: j.Seen}, nil
+		pacing: pacing{clock: clock.Real{}, jitter: fullJitter}, seen: j.Seen,
+		tunnels: newTunnels(cfg, time.UnixMilli(max(st.HighestServerTimeMS, cfg.Clock.Now().UnixMilli())))}, nil
 }
 
 // failInterrupted reports (and journals) every command a crash
@@ -588,7 +596,13 @@ func (n *Node) session(ctx context.Context) (welcomed bool, err error) {
 	}
 	go n.execute(sctx, work, send, allowed, rewound, fetch)
 	recvd, recvErr := recvLoop(sctx, stream)
-	return true, n.serve(ctx, sessionIO{send: send, work: work, recvd: recvd, recvErr: recvErr,
+	// The session's tunnels end with it, before its connection closes.
+	defer func() { cancel(); n.tunnels.wg.Wait() }()
+	tunnel := func(m *nodev1.TunnelOpen) {
+		n.tunnels.wg.Add(1)
+		go func() { defer n.tunnels.wg.Done(); n.openTunnel(sctx, conn, m) }()
+	}
+	return true, n.serve(ctx, sessionIO{send: send, tunnel: tunnel, work: work, recvd: recvd, recvErr: recvErr,
 		renew: func(ctx context.Context) error { return n.Renew(ctx, conn) }})
 }
 
@@ -731,7 +745,9 @@ func recvLoop(ctx context.Context, stream nodev1.Gateway_SessionClient) (<-chan 
 // executor's queue, the received messages and the receive error, and the
 // renewal over the session's connection.
 type sessionIO struct {
-	send    func(*nodev1.NodeMessage) error
+	send func(*nodev1.NodeMessage) error
+	// tunnel answers a TunnelOpen on the session's connection.
+	tunnel  func(*nodev1.TunnelOpen)
 	work    chan<- *nodev1.SignedCommand
 	recvd   <-chan *nodev1.ServerMessage
 	recvErr <-chan error
@@ -780,6 +796,10 @@ func (n *Node) serve(ctx context.Context, sio sessionIO) error {
 			}
 			return nil // reconnect with the new certificate
 		case m := <-sio.recvd:
+			if open := m.GetTunnelOpen(); open != nil {
+				sio.tunnel(open)
+				continue
+			}
 			if stop, err := n.dispatch(ctx, m, sio.work); stop {
 				return err
 			}

@@ -45,6 +45,7 @@ var refusals = map[string]refusal{
 	nodev1.Gateway_Renew_FullMethodName:   {event: "security.renew.refused", err: errAccessDenied},
 	nodev1.Gateway_Secret_FullMethodName:  {event: "security.secret.refused", err: errAccessDenied},
 	nodev1.Gateway_Session_FullMethodName: {event: "security.session.refused", err: errUnauthenticated},
+	nodev1.Gateway_Tunnel_FullMethodName:  {event: "security.tunnel.refused", err: errAccessDenied},
 }
 
 var defaultRefusal = refusal{event: "security.call.refused", err: errUnauthenticated}

@@ -35,6 +35,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/tickets"
 )
 
 // CertInfo is the registry's record of a node certificate.
@@ -149,6 +150,11 @@ type Config struct {
 	// refreshed within the registry's window went quiet.
 	Heartbeat   time.Duration
 	CommandPoll time.Duration // default 250ms: one dispatch round (nodes with work, then their commands) per interval for the whole gateway
+	// Tickets verifies tunnel tickets again (the command-signing roots
+	// and trust domain), and Spent records their jtis across gateways
+	// (tickets/spentdb). Without both, OpenTunnel refuses every tunnel.
+	Tickets *tickets.Verifier
+	Spent   tickets.Spent
 }
 
 // Gateway serves the Gateway gRPC service.
@@ -162,7 +168,8 @@ type Gateway struct {
 
 	// mu guards sessions.
 	mu       sync.Mutex
-	sessions map[string]*session // by node id
+	sessions map[string]*session       // by node id
+	tunnels  map[string]*pendingTunnel // TunnelOpens sent, by tunnel id
 
 	disp    *dispatcher         // command delivery to the sessions
 	updates chan *pendingUpdate // to the update batcher
@@ -196,7 +203,7 @@ func New(cfg Config, svc Services, reg Registry, cmds Commands, poke Poker) (*Ga
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = 10 * time.Second
 	}
-	return &Gateway{cfg: cfg, reg: reg, cmds: cmds, svc: svc, poke: poke, sessions: map[string]*session{},
+	return &Gateway{cfg: cfg, reg: reg, cmds: cmds, svc: svc, poke: poke, sessions: map[string]*session{}, tunnels: map[string]*pendingTunnel{},
 		disp: newDispatcher(cmds, cfg.Log), updates: make(chan *pendingUpdate, maxUpdateBatch)}, nil
 }
 

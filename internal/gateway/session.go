@@ -22,8 +22,12 @@ type session struct {
 	id     string
 	nodeID string
 	serial string
+	ctx    context.Context // ends with the session
 	cancel context.CancelCauseFunc
 	out    *outbox // what the dispatcher handed this session
+	// send sends on the session; nil until the Welcome went out (set
+	// under Gateway.mu), so nothing else is sent before it.
+	send sender
 }
 
 var (
@@ -63,7 +67,7 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	s := &session{id: ids.New("s"), nodeID: id.NodeID, serial: id.Serial, cancel: cancel, out: newOutbox()}
+	s := &session{id: ids.New("s"), nodeID: id.NodeID, serial: id.Serial, ctx: sctx, cancel: cancel, out: newOutbox()}
 	bootTag := BootTag(hello.BootId)
 	if err := g.open(ctx, s, c.ci, HelloInfo{NodeID: id.NodeID, BootID: bootTag, Serial: id.Serial, SessionID: s.id,
 		GatewayID: g.cfg.GatewayID, Version: hello.Version, Labels: hello.Labels, Inventory: inv}); err != nil {
@@ -79,6 +83,9 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	if err := g.welcome(ctx, s, c.ci, send); err != nil {
 		return err
 	}
+	g.mu.Lock()
+	s.send = send
+	g.mu.Unlock()
 	g.cfg.Log.Info("session open", "node_id", id.NodeID, "session_id", s.id, "boot_id", bootTag)
 
 	// A session lives no longer than its certificate: the node renews

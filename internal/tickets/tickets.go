@@ -127,6 +127,10 @@ type Want struct {
 	NodeID string
 	// Port is the port the stream goes to.
 	Port uint32
+	// Ports, when not empty, replaces Port: the ticket's port must be one
+	// of them (bcd's tunnel allow list, where the ticket itself says which
+	// port the client wants).
+	Ports []uint32
 	// SandboxID is the sandbox the stream goes into; empty for a node
 	// tunnel, and then the ticket must name none either.
 	SandboxID string
@@ -244,7 +248,7 @@ func checkBody(b *nodev1.TicketBody, now time.Time, want Want) Reason {
 		return ReasonExpired
 	case b.NodeId != want.NodeID:
 		return ReasonWrongNode
-	case b.Port != want.Port:
+	case len(want.Ports) == 0 && b.Port != want.Port, len(want.Ports) > 0 && !slices.Contains(want.Ports, b.Port):
 		return ReasonWrongPort
 	case b.SandboxId != want.SandboxID:
 		return ReasonWrongSandbox

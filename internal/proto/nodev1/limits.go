@@ -7,3 +7,18 @@ package nodev1
 // signature and ids. 32 MiB holds that with room and still bounds what one
 // authenticated node can make the gateway buffer.
 const MaxMessageBytes = 32 << 20
+
+// MaxTunnelData bounds the data of one TunnelFrame: a sender splits
+// larger writes, and a receiver refuses a larger frame.
+const MaxTunnelData = 32 << 10
+
+// The node's reasons for refusing a tunnel (TunnelHello.refused), besides
+// a ticket's own reason (internal/tickets): the gateway relays them to the
+// client.
+const (
+	// TunnelPortNotAllowed: the ticket's port is not on the node's own
+	// allow list (bcd node --tunnel-port).
+	TunnelPortNotAllowed = "tunnel-port-not-allowed"
+	// TunnelDialFailed: nothing answered on 127.0.0.1:<port> on the node.
+	TunnelDialFailed = "tunnel-dial-failed"
+)

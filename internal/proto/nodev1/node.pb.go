@@ -545,6 +545,7 @@ type ServerMessage struct {
 	//	*ServerMessage_Ping
 	//	*ServerMessage_ApproverSets
 	//	*ServerMessage_SandboxAck
+	//	*ServerMessage_TunnelOpen
 	Msg           isServerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -641,6 +642,15 @@ func (x *ServerMessage) GetSandboxAck() *SandboxReportAck {
 	return nil
 }
 
+func (x *ServerMessage) GetTunnelOpen() *TunnelOpen {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerMessage_TunnelOpen); ok {
+			return x.TunnelOpen
+		}
+	}
+	return nil
+}
+
 type isServerMessage_Msg interface {
 	isServerMessage_Msg()
 }
@@ -669,6 +679,11 @@ type ServerMessage_SandboxAck struct {
 	SandboxAck *SandboxReportAck `protobuf:"bytes,10,opt,name=sandbox_ack,json=sandboxAck,proto3,oneof"`
 }
 
+type ServerMessage_TunnelOpen struct {
+	// A tunnel a client asked for; the node verifies its ticket.
+	TunnelOpen *TunnelOpen `protobuf:"bytes,11,opt,name=tunnel_open,json=tunnelOpen,proto3,oneof"`
+}
+
 func (*ServerMessage_Welcome) isServerMessage_Msg() {}
 
 func (*ServerMessage_Command) isServerMessage_Msg() {}
@@ -680,6 +695,241 @@ func (*ServerMessage_Ping) isServerMessage_Msg() {}
 func (*ServerMessage_ApproverSets) isServerMessage_Msg() {}
 
 func (*ServerMessage_SandboxAck) isServerMessage_Msg() {}
+
+func (*ServerMessage_TunnelOpen) isServerMessage_Msg() {}
+
+// TunnelOpen asks the node to open one tunnel: a Tunnel stream whose
+// TunnelHello names tunnel_id, with bytes to and from 127.0.0.1:<port>,
+// the port the ticket names. ticket is relayed verbatim from
+// tunnels.open: the node verifies it (signature and chain to its pinned
+// command-signing roots, this node, a port on its own allow list, the
+// action, fresh, a jti it never saw) before it dials anything.
+type TunnelOpen struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TunnelId      string                 `protobuf:"bytes,1,opt,name=tunnel_id,json=tunnelId,proto3" json:"tunnel_id,omitempty"`
+	Ticket        *SignedTicket          `protobuf:"bytes,2,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TunnelOpen) Reset() {
+	*x = TunnelOpen{}
+	mi := &file_node_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TunnelOpen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TunnelOpen) ProtoMessage() {}
+
+func (x *TunnelOpen) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TunnelOpen.ProtoReflect.Descriptor instead.
+func (*TunnelOpen) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TunnelOpen) GetTunnelId() string {
+	if x != nil {
+		return x.TunnelId
+	}
+	return ""
+}
+
+func (x *TunnelOpen) GetTicket() *SignedTicket {
+	if x != nil {
+		return x.Ticket
+	}
+	return nil
+}
+
+// TunnelFrame is one frame of a Tunnel stream, either way. The first frame
+// from the node is a hello; then data frames, at most
+// nodev1.MaxTunnelData bytes each; eof says the sender will send no more
+// data (a half-close; the other way may go on); error ends the tunnel with
+// a reason (a refused ticket, a port not on the node's list, a dial that
+// failed, the tunnel closed by the control plane).
+type TunnelFrame struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Frame:
+	//
+	//	*TunnelFrame_Hello
+	//	*TunnelFrame_Data
+	//	*TunnelFrame_Eof
+	//	*TunnelFrame_Error
+	Frame         isTunnelFrame_Frame `protobuf_oneof:"frame"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TunnelFrame) Reset() {
+	*x = TunnelFrame{}
+	mi := &file_node_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TunnelFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TunnelFrame) ProtoMessage() {}
+
+func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TunnelFrame.ProtoReflect.Descriptor instead.
+func (*TunnelFrame) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *TunnelFrame) GetFrame() isTunnelFrame_Frame {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
+func (x *TunnelFrame) GetHello() *TunnelHello {
+	if x != nil {
+		if x, ok := x.Frame.(*TunnelFrame_Hello); ok {
+			return x.Hello
+		}
+	}
+	return nil
+}
+
+func (x *TunnelFrame) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Frame.(*TunnelFrame_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+func (x *TunnelFrame) GetEof() bool {
+	if x != nil {
+		if x, ok := x.Frame.(*TunnelFrame_Eof); ok {
+			return x.Eof
+		}
+	}
+	return false
+}
+
+func (x *TunnelFrame) GetError() string {
+	if x != nil {
+		if x, ok := x.Frame.(*TunnelFrame_Error); ok {
+			return x.Error
+		}
+	}
+	return ""
+}
+
+type isTunnelFrame_Frame interface {
+	isTunnelFrame_Frame()
+}
+
+type TunnelFrame_Hello struct {
+	Hello *TunnelHello `protobuf:"bytes,1,opt,name=hello,proto3,oneof"`
+}
+
+type TunnelFrame_Data struct {
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+type TunnelFrame_Eof struct {
+	Eof bool `protobuf:"varint,3,opt,name=eof,proto3,oneof"`
+}
+
+type TunnelFrame_Error struct {
+	Error string `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
+}
+
+func (*TunnelFrame_Hello) isTunnelFrame_Frame() {}
+
+func (*TunnelFrame_Data) isTunnelFrame_Frame() {}
+
+func (*TunnelFrame_Eof) isTunnelFrame_Frame() {}
+
+func (*TunnelFrame_Error) isTunnelFrame_Frame() {}
+
+// TunnelHello is the node's first frame on a Tunnel stream: the tunnel it
+// answers, and, when it refuses it, why (a ticket reason or
+// tunnel-port-not-allowed, tunnel-dial-failed); no bytes follow a refusal.
+type TunnelHello struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TunnelId      string                 `protobuf:"bytes,1,opt,name=tunnel_id,json=tunnelId,proto3" json:"tunnel_id,omitempty"`
+	Refused       string                 `protobuf:"bytes,2,opt,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TunnelHello) Reset() {
+	*x = TunnelHello{}
+	mi := &file_node_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TunnelHello) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TunnelHello) ProtoMessage() {}
+
+func (x *TunnelHello) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TunnelHello.ProtoReflect.Descriptor instead.
+func (*TunnelHello) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TunnelHello) GetTunnelId() string {
+	if x != nil {
+		return x.TunnelId
+	}
+	return ""
+}
+
+func (x *TunnelHello) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
 
 type Hello struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -694,7 +944,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_node_proto_msgTypes[9]
+	mi := &file_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +956,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[9]
+	mi := &file_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +969,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{9}
+	return file_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Hello) GetNodeId() string {
@@ -771,7 +1021,7 @@ type Inventory struct {
 
 func (x *Inventory) Reset() {
 	*x = Inventory{}
-	mi := &file_node_proto_msgTypes[10]
+	mi := &file_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +1033,7 @@ func (x *Inventory) String() string {
 func (*Inventory) ProtoMessage() {}
 
 func (x *Inventory) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[10]
+	mi := &file_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +1046,7 @@ func (x *Inventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inventory.ProtoReflect.Descriptor instead.
 func (*Inventory) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{10}
+	return file_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Inventory) GetDriver() string {
@@ -852,7 +1102,7 @@ type Gpu struct {
 
 func (x *Gpu) Reset() {
 	*x = Gpu{}
-	mi := &file_node_proto_msgTypes[11]
+	mi := &file_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +1114,7 @@ func (x *Gpu) String() string {
 func (*Gpu) ProtoMessage() {}
 
 func (x *Gpu) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[11]
+	mi := &file_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +1127,7 @@ func (x *Gpu) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gpu.ProtoReflect.Descriptor instead.
 func (*Gpu) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{11}
+	return file_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Gpu) GetId() string {
@@ -912,7 +1162,7 @@ type Disk struct {
 
 func (x *Disk) Reset() {
 	*x = Disk{}
-	mi := &file_node_proto_msgTypes[12]
+	mi := &file_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1174,7 @@ func (x *Disk) String() string {
 func (*Disk) ProtoMessage() {}
 
 func (x *Disk) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[12]
+	mi := &file_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1187,7 @@ func (x *Disk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disk.ProtoReflect.Descriptor instead.
 func (*Disk) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{12}
+	return file_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Disk) GetId() string {
@@ -985,7 +1235,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_node_proto_msgTypes[13]
+	mi := &file_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1247,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[13]
+	mi := &file_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1260,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{13}
+	return file_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Welcome) GetServerTimeMs() int64 {
@@ -1063,7 +1313,7 @@ type SignedTimeStatement struct {
 
 func (x *SignedTimeStatement) Reset() {
 	*x = SignedTimeStatement{}
-	mi := &file_node_proto_msgTypes[14]
+	mi := &file_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1325,7 @@ func (x *SignedTimeStatement) String() string {
 func (*SignedTimeStatement) ProtoMessage() {}
 
 func (x *SignedTimeStatement) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[14]
+	mi := &file_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1338,7 @@ func (x *SignedTimeStatement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedTimeStatement.ProtoReflect.Descriptor instead.
 func (*SignedTimeStatement) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{14}
+	return file_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SignedTimeStatement) GetBody() []byte {
@@ -1128,7 +1378,7 @@ type TimeStatement struct {
 
 func (x *TimeStatement) Reset() {
 	*x = TimeStatement{}
-	mi := &file_node_proto_msgTypes[15]
+	mi := &file_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1390,7 @@ func (x *TimeStatement) String() string {
 func (*TimeStatement) ProtoMessage() {}
 
 func (x *TimeStatement) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[15]
+	mi := &file_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1403,7 @@ func (x *TimeStatement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeStatement.ProtoReflect.Descriptor instead.
 func (*TimeStatement) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{15}
+	return file_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TimeStatement) GetServerTimeMs() int64 {
@@ -1187,7 +1437,7 @@ type ApproverSets struct {
 
 func (x *ApproverSets) Reset() {
 	*x = ApproverSets{}
-	mi := &file_node_proto_msgTypes[16]
+	mi := &file_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1449,7 @@ func (x *ApproverSets) String() string {
 func (*ApproverSets) ProtoMessage() {}
 
 func (x *ApproverSets) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[16]
+	mi := &file_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1462,7 @@ func (x *ApproverSets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproverSets.ProtoReflect.Descriptor instead.
 func (*ApproverSets) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{16}
+	return file_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ApproverSets) GetSets() []*SignedApproverSet {
@@ -1240,7 +1490,7 @@ type SignedApproverSet struct {
 
 func (x *SignedApproverSet) Reset() {
 	*x = SignedApproverSet{}
-	mi := &file_node_proto_msgTypes[17]
+	mi := &file_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1502,7 @@ func (x *SignedApproverSet) String() string {
 func (*SignedApproverSet) ProtoMessage() {}
 
 func (x *SignedApproverSet) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[17]
+	mi := &file_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1515,7 @@ func (x *SignedApproverSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedApproverSet.ProtoReflect.Descriptor instead.
 func (*SignedApproverSet) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{17}
+	return file_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SignedApproverSet) GetDeployment() string {
@@ -1314,7 +1564,7 @@ type ApproverSignature struct {
 
 func (x *ApproverSignature) Reset() {
 	*x = ApproverSignature{}
-	mi := &file_node_proto_msgTypes[18]
+	mi := &file_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1576,7 @@ func (x *ApproverSignature) String() string {
 func (*ApproverSignature) ProtoMessage() {}
 
 func (x *ApproverSignature) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[18]
+	mi := &file_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1589,7 @@ func (x *ApproverSignature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproverSignature.ProtoReflect.Descriptor instead.
 func (*ApproverSignature) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{18}
+	return file_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ApproverSignature) GetPublicKey() []byte {
@@ -1374,7 +1624,7 @@ type BatchApproval struct {
 
 func (x *BatchApproval) Reset() {
 	*x = BatchApproval{}
-	mi := &file_node_proto_msgTypes[19]
+	mi := &file_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1636,7 @@ func (x *BatchApproval) String() string {
 func (*BatchApproval) ProtoMessage() {}
 
 func (x *BatchApproval) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[19]
+	mi := &file_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1649,7 @@ func (x *BatchApproval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchApproval.ProtoReflect.Descriptor instead.
 func (*BatchApproval) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{19}
+	return file_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BatchApproval) GetDeployment() string {
@@ -1451,7 +1701,7 @@ type InclusionProof struct {
 
 func (x *InclusionProof) Reset() {
 	*x = InclusionProof{}
-	mi := &file_node_proto_msgTypes[20]
+	mi := &file_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1713,7 @@ func (x *InclusionProof) String() string {
 func (*InclusionProof) ProtoMessage() {}
 
 func (x *InclusionProof) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[20]
+	mi := &file_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1726,7 @@ func (x *InclusionProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InclusionProof.ProtoReflect.Descriptor instead.
 func (*InclusionProof) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{20}
+	return file_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *InclusionProof) GetLeaf() []byte {
@@ -1531,7 +1781,7 @@ type SignedCommand struct {
 
 func (x *SignedCommand) Reset() {
 	*x = SignedCommand{}
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1793,7 @@ func (x *SignedCommand) String() string {
 func (*SignedCommand) ProtoMessage() {}
 
 func (x *SignedCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1806,7 @@ func (x *SignedCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedCommand.ProtoReflect.Descriptor instead.
 func (*SignedCommand) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{21}
+	return file_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SignedCommand) GetId() string {
@@ -1619,7 +1869,7 @@ type CommandBody struct {
 
 func (x *CommandBody) Reset() {
 	*x = CommandBody{}
-	mi := &file_node_proto_msgTypes[22]
+	mi := &file_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1881,7 @@ func (x *CommandBody) String() string {
 func (*CommandBody) ProtoMessage() {}
 
 func (x *CommandBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[22]
+	mi := &file_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1894,7 @@ func (x *CommandBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandBody.ProtoReflect.Descriptor instead.
 func (*CommandBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{22}
+	return file_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CommandBody) GetCommandId() string {
@@ -1718,7 +1968,7 @@ type CommandUpdate struct {
 
 func (x *CommandUpdate) Reset() {
 	*x = CommandUpdate{}
-	mi := &file_node_proto_msgTypes[23]
+	mi := &file_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1980,7 @@ func (x *CommandUpdate) String() string {
 func (*CommandUpdate) ProtoMessage() {}
 
 func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[23]
+	mi := &file_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1993,7 @@ func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUpdate.ProtoReflect.Descriptor instead.
 func (*CommandUpdate) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{23}
+	return file_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CommandUpdate) GetBody() []byte {
@@ -1789,7 +2039,7 @@ type UpdateBody struct {
 
 func (x *UpdateBody) Reset() {
 	*x = UpdateBody{}
-	mi := &file_node_proto_msgTypes[24]
+	mi := &file_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +2051,7 @@ func (x *UpdateBody) String() string {
 func (*UpdateBody) ProtoMessage() {}
 
 func (x *UpdateBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[24]
+	mi := &file_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +2064,7 @@ func (x *UpdateBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBody.ProtoReflect.Descriptor instead.
 func (*UpdateBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{24}
+	return file_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UpdateBody) GetCommandId() string {
@@ -1893,7 +2143,7 @@ type UpdateAck struct {
 
 func (x *UpdateAck) Reset() {
 	*x = UpdateAck{}
-	mi := &file_node_proto_msgTypes[25]
+	mi := &file_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2155,7 @@ func (x *UpdateAck) String() string {
 func (*UpdateAck) ProtoMessage() {}
 
 func (x *UpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[25]
+	mi := &file_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2168,7 @@ func (x *UpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAck.ProtoReflect.Descriptor instead.
 func (*UpdateAck) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{25}
+	return file_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UpdateAck) GetCommandId() string {
@@ -1951,7 +2201,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_node_proto_msgTypes[26]
+	mi := &file_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2213,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[26]
+	mi := &file_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2226,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{26}
+	return file_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Ping) GetTimeMs() int64 {
@@ -2000,7 +2250,7 @@ type SecretRequest struct {
 
 func (x *SecretRequest) Reset() {
 	*x = SecretRequest{}
-	mi := &file_node_proto_msgTypes[27]
+	mi := &file_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2262,7 @@ func (x *SecretRequest) String() string {
 func (*SecretRequest) ProtoMessage() {}
 
 func (x *SecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[27]
+	mi := &file_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2275,7 @@ func (x *SecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequest.ProtoReflect.Descriptor instead.
 func (*SecretRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{27}
+	return file_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SecretRequest) GetBody() []byte {
@@ -2065,7 +2315,7 @@ type SecretRequestBody struct {
 
 func (x *SecretRequestBody) Reset() {
 	*x = SecretRequestBody{}
-	mi := &file_node_proto_msgTypes[28]
+	mi := &file_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2077,7 +2327,7 @@ func (x *SecretRequestBody) String() string {
 func (*SecretRequestBody) ProtoMessage() {}
 
 func (x *SecretRequestBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[28]
+	mi := &file_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2090,7 +2340,7 @@ func (x *SecretRequestBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequestBody.ProtoReflect.Descriptor instead.
 func (*SecretRequestBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{28}
+	return file_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SecretRequestBody) GetNodeId() string {
@@ -2145,7 +2395,7 @@ type SecretResponse struct {
 
 func (x *SecretResponse) Reset() {
 	*x = SecretResponse{}
-	mi := &file_node_proto_msgTypes[29]
+	mi := &file_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2157,7 +2407,7 @@ func (x *SecretResponse) String() string {
 func (*SecretResponse) ProtoMessage() {}
 
 func (x *SecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[29]
+	mi := &file_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2170,7 +2420,7 @@ func (x *SecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretResponse.ProtoReflect.Descriptor instead.
 func (*SecretResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{29}
+	return file_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SecretResponse) GetJwe() string {
@@ -2197,7 +2447,7 @@ type SandboxReport struct {
 
 func (x *SandboxReport) Reset() {
 	*x = SandboxReport{}
-	mi := &file_node_proto_msgTypes[30]
+	mi := &file_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2459,7 @@ func (x *SandboxReport) String() string {
 func (*SandboxReport) ProtoMessage() {}
 
 func (x *SandboxReport) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[30]
+	mi := &file_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2472,7 @@ func (x *SandboxReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxReport.ProtoReflect.Descriptor instead.
 func (*SandboxReport) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{30}
+	return file_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SandboxReport) GetBody() []byte {
@@ -2261,7 +2511,7 @@ type SandboxReportBody struct {
 
 func (x *SandboxReportBody) Reset() {
 	*x = SandboxReportBody{}
-	mi := &file_node_proto_msgTypes[31]
+	mi := &file_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2523,7 @@ func (x *SandboxReportBody) String() string {
 func (*SandboxReportBody) ProtoMessage() {}
 
 func (x *SandboxReportBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[31]
+	mi := &file_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2536,7 @@ func (x *SandboxReportBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxReportBody.ProtoReflect.Descriptor instead.
 func (*SandboxReportBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{31}
+	return file_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SandboxReportBody) GetSandboxId() string {
@@ -2335,7 +2585,7 @@ type SandboxReportAck struct {
 
 func (x *SandboxReportAck) Reset() {
 	*x = SandboxReportAck{}
-	mi := &file_node_proto_msgTypes[32]
+	mi := &file_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2347,7 +2597,7 @@ func (x *SandboxReportAck) String() string {
 func (*SandboxReportAck) ProtoMessage() {}
 
 func (x *SandboxReportAck) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[32]
+	mi := &file_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2360,7 +2610,7 @@ func (x *SandboxReportAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxReportAck.ProtoReflect.Descriptor instead.
 func (*SandboxReportAck) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{32}
+	return file_node_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SandboxReportAck) GetSandboxId() string {
@@ -2376,7 +2626,7 @@ const file_node_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
 	"node.proto\x12\n" +
-	"bc.node.v1\"\x0f\n" +
+	"bc.node.v1\x1a\fticket.proto\"\x0f\n" +
 	"\rBundleRequest\"\xb6\x01\n" +
 	"\x11SignedTrustBundle\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1c\n" +
@@ -2406,7 +2656,7 @@ const file_node_proto_rawDesc = "" +
 	"\x04ping\x18\x03 \x01(\v2\x10.bc.node.v1.PingH\x00R\x04ping\x12B\n" +
 	"\x0esandbox_report\x18\n" +
 	" \x01(\v2\x19.bc.node.v1.SandboxReportH\x00R\rsandboxReportB\x05\n" +
-	"\x03msg\"\xd3\x02\n" +
+	"\x03msg\"\x8e\x03\n" +
 	"\rServerMessage\x12/\n" +
 	"\awelcome\x18\x01 \x01(\v2\x13.bc.node.v1.WelcomeH\x00R\awelcome\x125\n" +
 	"\acommand\x18\x02 \x01(\v2\x19.bc.node.v1.SignedCommandH\x00R\acommand\x12)\n" +
@@ -2415,8 +2665,23 @@ const file_node_proto_rawDesc = "" +
 	"\rapprover_sets\x18\x05 \x01(\v2\x18.bc.node.v1.ApproverSetsH\x00R\fapproverSets\x12?\n" +
 	"\vsandbox_ack\x18\n" +
 	" \x01(\v2\x1c.bc.node.v1.SandboxReportAckH\x00R\n" +
-	"sandboxAckB\x05\n" +
-	"\x03msg\"\xfa\x01\n" +
+	"sandboxAck\x129\n" +
+	"\vtunnel_open\x18\v \x01(\v2\x16.bc.node.v1.TunnelOpenH\x00R\n" +
+	"tunnelOpenB\x05\n" +
+	"\x03msg\"[\n" +
+	"\n" +
+	"TunnelOpen\x12\x1b\n" +
+	"\ttunnel_id\x18\x01 \x01(\tR\btunnelId\x120\n" +
+	"\x06ticket\x18\x02 \x01(\v2\x18.bc.node.v1.SignedTicketR\x06ticket\"\x89\x01\n" +
+	"\vTunnelFrame\x12/\n" +
+	"\x05hello\x18\x01 \x01(\v2\x17.bc.node.v1.TunnelHelloH\x00R\x05hello\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12\x12\n" +
+	"\x03eof\x18\x03 \x01(\bH\x00R\x03eof\x12\x16\n" +
+	"\x05error\x18\x04 \x01(\tH\x00R\x05errorB\a\n" +
+	"\x05frame\"D\n" +
+	"\vTunnelHello\x12\x1b\n" +
+	"\ttunnel_id\x18\x01 \x01(\tR\btunnelId\x12\x18\n" +
+	"\arefused\x18\x02 \x01(\tR\arefused\"\xfa\x01\n" +
 	"\x05Hello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
 	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x12\x18\n" +
@@ -2563,13 +2828,14 @@ const file_node_proto_rawDesc = "" +
 	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"1\n" +
 	"\x10SandboxReportAck\x12\x1d\n" +
 	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId2\xca\x02\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId2\x8a\x03\n" +
 	"\aGateway\x12B\n" +
 	"\x06Bundle\x12\x19.bc.node.v1.BundleRequest\x1a\x1d.bc.node.v1.SignedTrustBundle\x129\n" +
 	"\x04Join\x12\x17.bc.node.v1.JoinRequest\x1a\x18.bc.node.v1.JoinResponse\x12<\n" +
 	"\x05Renew\x12\x18.bc.node.v1.RenewRequest\x1a\x19.bc.node.v1.RenewResponse\x12A\n" +
 	"\aSession\x12\x17.bc.node.v1.NodeMessage\x1a\x19.bc.node.v1.ServerMessage(\x010\x01\x12?\n" +
-	"\x06Secret\x12\x19.bc.node.v1.SecretRequest\x1a\x1a.bc.node.v1.SecretResponseB>Z<github.com/bettercompute/bettercompute/internal/proto/nodev1b\x06proto3"
+	"\x06Secret\x12\x19.bc.node.v1.SecretRequest\x1a\x1a.bc.node.v1.SecretResponse\x12>\n" +
+	"\x06Tunnel\x12\x17.bc.node.v1.TunnelFrame\x1a\x17.bc.node.v1.TunnelFrame(\x010\x01B>Z<github.com/bettercompute/bettercompute/internal/proto/nodev1b\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -2583,7 +2849,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_node_proto_goTypes = []any{
 	(*BundleRequest)(nil),       // 0: bc.node.v1.BundleRequest
 	(*SignedTrustBundle)(nil),   // 1: bc.node.v1.SignedTrustBundle
@@ -2594,72 +2860,81 @@ var file_node_proto_goTypes = []any{
 	(*RenewResponse)(nil),       // 6: bc.node.v1.RenewResponse
 	(*NodeMessage)(nil),         // 7: bc.node.v1.NodeMessage
 	(*ServerMessage)(nil),       // 8: bc.node.v1.ServerMessage
-	(*Hello)(nil),               // 9: bc.node.v1.Hello
-	(*Inventory)(nil),           // 10: bc.node.v1.Inventory
-	(*Gpu)(nil),                 // 11: bc.node.v1.Gpu
-	(*Disk)(nil),                // 12: bc.node.v1.Disk
-	(*Welcome)(nil),             // 13: bc.node.v1.Welcome
-	(*SignedTimeStatement)(nil), // 14: bc.node.v1.SignedTimeStatement
-	(*TimeStatement)(nil),       // 15: bc.node.v1.TimeStatement
-	(*ApproverSets)(nil),        // 16: bc.node.v1.ApproverSets
-	(*SignedApproverSet)(nil),   // 17: bc.node.v1.SignedApproverSet
-	(*ApproverSignature)(nil),   // 18: bc.node.v1.ApproverSignature
-	(*BatchApproval)(nil),       // 19: bc.node.v1.BatchApproval
-	(*InclusionProof)(nil),      // 20: bc.node.v1.InclusionProof
-	(*SignedCommand)(nil),       // 21: bc.node.v1.SignedCommand
-	(*CommandBody)(nil),         // 22: bc.node.v1.CommandBody
-	(*CommandUpdate)(nil),       // 23: bc.node.v1.CommandUpdate
-	(*UpdateBody)(nil),          // 24: bc.node.v1.UpdateBody
-	(*UpdateAck)(nil),           // 25: bc.node.v1.UpdateAck
-	(*Ping)(nil),                // 26: bc.node.v1.Ping
-	(*SecretRequest)(nil),       // 27: bc.node.v1.SecretRequest
-	(*SecretRequestBody)(nil),   // 28: bc.node.v1.SecretRequestBody
-	(*SecretResponse)(nil),      // 29: bc.node.v1.SecretResponse
-	(*SandboxReport)(nil),       // 30: bc.node.v1.SandboxReport
-	(*SandboxReportBody)(nil),   // 31: bc.node.v1.SandboxReportBody
-	(*SandboxReportAck)(nil),    // 32: bc.node.v1.SandboxReportAck
-	nil,                         // 33: bc.node.v1.Hello.LabelsEntry
+	(*TunnelOpen)(nil),          // 9: bc.node.v1.TunnelOpen
+	(*TunnelFrame)(nil),         // 10: bc.node.v1.TunnelFrame
+	(*TunnelHello)(nil),         // 11: bc.node.v1.TunnelHello
+	(*Hello)(nil),               // 12: bc.node.v1.Hello
+	(*Inventory)(nil),           // 13: bc.node.v1.Inventory
+	(*Gpu)(nil),                 // 14: bc.node.v1.Gpu
+	(*Disk)(nil),                // 15: bc.node.v1.Disk
+	(*Welcome)(nil),             // 16: bc.node.v1.Welcome
+	(*SignedTimeStatement)(nil), // 17: bc.node.v1.SignedTimeStatement
+	(*TimeStatement)(nil),       // 18: bc.node.v1.TimeStatement
+	(*ApproverSets)(nil),        // 19: bc.node.v1.ApproverSets
+	(*SignedApproverSet)(nil),   // 20: bc.node.v1.SignedApproverSet
+	(*ApproverSignature)(nil),   // 21: bc.node.v1.ApproverSignature
+	(*BatchApproval)(nil),       // 22: bc.node.v1.BatchApproval
+	(*InclusionProof)(nil),      // 23: bc.node.v1.InclusionProof
+	(*SignedCommand)(nil),       // 24: bc.node.v1.SignedCommand
+	(*CommandBody)(nil),         // 25: bc.node.v1.CommandBody
+	(*CommandUpdate)(nil),       // 26: bc.node.v1.CommandUpdate
+	(*UpdateBody)(nil),          // 27: bc.node.v1.UpdateBody
+	(*UpdateAck)(nil),           // 28: bc.node.v1.UpdateAck
+	(*Ping)(nil),                // 29: bc.node.v1.Ping
+	(*SecretRequest)(nil),       // 30: bc.node.v1.SecretRequest
+	(*SecretRequestBody)(nil),   // 31: bc.node.v1.SecretRequestBody
+	(*SecretResponse)(nil),      // 32: bc.node.v1.SecretResponse
+	(*SandboxReport)(nil),       // 33: bc.node.v1.SandboxReport
+	(*SandboxReportBody)(nil),   // 34: bc.node.v1.SandboxReportBody
+	(*SandboxReportAck)(nil),    // 35: bc.node.v1.SandboxReportAck
+	nil,                         // 36: bc.node.v1.Hello.LabelsEntry
+	(*SignedTicket)(nil),        // 37: bc.node.v1.SignedTicket
 }
 var file_node_proto_depIdxs = []int32{
 	2,  // 0: bc.node.v1.SignedTrustBundle.other_signatures:type_name -> bc.node.v1.JoinKeySignature
 	1,  // 1: bc.node.v1.JoinResponse.bundle:type_name -> bc.node.v1.SignedTrustBundle
 	1,  // 2: bc.node.v1.RenewResponse.bundle:type_name -> bc.node.v1.SignedTrustBundle
-	9,  // 3: bc.node.v1.NodeMessage.hello:type_name -> bc.node.v1.Hello
-	23, // 4: bc.node.v1.NodeMessage.update:type_name -> bc.node.v1.CommandUpdate
-	26, // 5: bc.node.v1.NodeMessage.ping:type_name -> bc.node.v1.Ping
-	30, // 6: bc.node.v1.NodeMessage.sandbox_report:type_name -> bc.node.v1.SandboxReport
-	13, // 7: bc.node.v1.ServerMessage.welcome:type_name -> bc.node.v1.Welcome
-	21, // 8: bc.node.v1.ServerMessage.command:type_name -> bc.node.v1.SignedCommand
-	25, // 9: bc.node.v1.ServerMessage.ack:type_name -> bc.node.v1.UpdateAck
-	26, // 10: bc.node.v1.ServerMessage.ping:type_name -> bc.node.v1.Ping
-	16, // 11: bc.node.v1.ServerMessage.approver_sets:type_name -> bc.node.v1.ApproverSets
-	32, // 12: bc.node.v1.ServerMessage.sandbox_ack:type_name -> bc.node.v1.SandboxReportAck
-	33, // 13: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
-	10, // 14: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
-	11, // 15: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
-	12, // 16: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
-	17, // 17: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
-	14, // 18: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
-	17, // 19: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
-	18, // 20: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
-	18, // 21: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
-	19, // 22: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
-	20, // 23: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
-	0,  // 24: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
-	3,  // 25: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
-	5,  // 26: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
-	7,  // 27: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
-	27, // 28: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
-	1,  // 29: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
-	4,  // 30: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
-	6,  // 31: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
-	8,  // 32: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
-	29, // 33: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
-	29, // [29:34] is the sub-list for method output_type
-	24, // [24:29] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	12, // 3: bc.node.v1.NodeMessage.hello:type_name -> bc.node.v1.Hello
+	26, // 4: bc.node.v1.NodeMessage.update:type_name -> bc.node.v1.CommandUpdate
+	29, // 5: bc.node.v1.NodeMessage.ping:type_name -> bc.node.v1.Ping
+	33, // 6: bc.node.v1.NodeMessage.sandbox_report:type_name -> bc.node.v1.SandboxReport
+	16, // 7: bc.node.v1.ServerMessage.welcome:type_name -> bc.node.v1.Welcome
+	24, // 8: bc.node.v1.ServerMessage.command:type_name -> bc.node.v1.SignedCommand
+	28, // 9: bc.node.v1.ServerMessage.ack:type_name -> bc.node.v1.UpdateAck
+	29, // 10: bc.node.v1.ServerMessage.ping:type_name -> bc.node.v1.Ping
+	19, // 11: bc.node.v1.ServerMessage.approver_sets:type_name -> bc.node.v1.ApproverSets
+	35, // 12: bc.node.v1.ServerMessage.sandbox_ack:type_name -> bc.node.v1.SandboxReportAck
+	9,  // 13: bc.node.v1.ServerMessage.tunnel_open:type_name -> bc.node.v1.TunnelOpen
+	37, // 14: bc.node.v1.TunnelOpen.ticket:type_name -> bc.node.v1.SignedTicket
+	11, // 15: bc.node.v1.TunnelFrame.hello:type_name -> bc.node.v1.TunnelHello
+	36, // 16: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
+	13, // 17: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
+	14, // 18: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
+	15, // 19: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
+	20, // 20: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
+	17, // 21: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
+	20, // 22: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
+	21, // 23: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
+	21, // 24: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
+	22, // 25: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
+	23, // 26: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
+	0,  // 27: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
+	3,  // 28: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
+	5,  // 29: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
+	7,  // 30: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
+	30, // 31: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
+	10, // 32: bc.node.v1.Gateway.Tunnel:input_type -> bc.node.v1.TunnelFrame
+	1,  // 33: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
+	4,  // 34: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
+	6,  // 35: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
+	8,  // 36: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
+	32, // 37: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
+	10, // 38: bc.node.v1.Gateway.Tunnel:output_type -> bc.node.v1.TunnelFrame
+	33, // [33:39] is the sub-list for method output_type
+	27, // [27:33] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -2667,6 +2942,7 @@ func file_node_proto_init() {
 	if File_node_proto != nil {
 		return
 	}
+	file_ticket_proto_init()
 	file_node_proto_msgTypes[7].OneofWrappers = []any{
 		(*NodeMessage_Hello)(nil),
 		(*NodeMessage_Update)(nil),
@@ -2680,6 +2956,13 @@ func file_node_proto_init() {
 		(*ServerMessage_Ping)(nil),
 		(*ServerMessage_ApproverSets)(nil),
 		(*ServerMessage_SandboxAck)(nil),
+		(*ServerMessage_TunnelOpen)(nil),
+	}
+	file_node_proto_msgTypes[10].OneofWrappers = []any{
+		(*TunnelFrame_Hello)(nil),
+		(*TunnelFrame_Data)(nil),
+		(*TunnelFrame_Eof)(nil),
+		(*TunnelFrame_Error)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2687,7 +2970,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	Gateway_Renew_FullMethodName   = "/bc.node.v1.Gateway/Renew"
 	Gateway_Session_FullMethodName = "/bc.node.v1.Gateway/Session"
 	Gateway_Secret_FullMethodName  = "/bc.node.v1.Gateway/Secret"
+	Gateway_Tunnel_FullMethodName  = "/bc.node.v1.Gateway/Tunnel"
 )
 
 // GatewayClient is the client API for Gateway service.
@@ -52,6 +53,12 @@ type GatewayClient interface {
 	// is doing now; needs mutual TLS. The answer is a JWE to a key the node
 	// made for this one request.
 	Secret(ctx context.Context, in *SecretRequest, opts ...grpc.CallOption) (*SecretResponse, error)
+	// Tunnel carries one tunnel's bytes. The node opens it on the same
+	// mutual-TLS connection as its session, only after the gateway asked
+	// for it on the session (TunnelOpen) and the node verified the ticket
+	// itself, so a node never accepts an inbound connection. Its first frame
+	// is the node's TunnelHello.
+	Tunnel(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TunnelFrame, TunnelFrame], error)
 }
 
 type gatewayClient struct {
@@ -115,6 +122,19 @@ func (c *gatewayClient) Secret(ctx context.Context, in *SecretRequest, opts ...g
 	return out, nil
 }
 
+func (c *gatewayClient) Tunnel(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TunnelFrame, TunnelFrame], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Gateway_ServiceDesc.Streams[1], Gateway_Tunnel_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[TunnelFrame, TunnelFrame]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Gateway_TunnelClient = grpc.BidiStreamingClient[TunnelFrame, TunnelFrame]
+
 // GatewayServer is the server API for Gateway service.
 // All implementations must embed UnimplementedGatewayServer
 // for forward compatibility.
@@ -136,6 +156,12 @@ type GatewayServer interface {
 	// is doing now; needs mutual TLS. The answer is a JWE to a key the node
 	// made for this one request.
 	Secret(context.Context, *SecretRequest) (*SecretResponse, error)
+	// Tunnel carries one tunnel's bytes. The node opens it on the same
+	// mutual-TLS connection as its session, only after the gateway asked
+	// for it on the session (TunnelOpen) and the node verified the ticket
+	// itself, so a node never accepts an inbound connection. Its first frame
+	// is the node's TunnelHello.
+	Tunnel(grpc.BidiStreamingServer[TunnelFrame, TunnelFrame]) error
 	mustEmbedUnimplementedGatewayServer()
 }
 
@@ -160,6 +186,9 @@ func (UnimplementedGatewayServer) Session(grpc.BidiStreamingServer[NodeMessage, 
 }
 func (UnimplementedGatewayServer) Secret(context.Context, *SecretRequest) (*SecretResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Secret not implemented")
+}
+func (UnimplementedGatewayServer) Tunnel(grpc.BidiStreamingServer[TunnelFrame, TunnelFrame]) error {
+	return status.Error(codes.Unimplemented, "method Tunnel not implemented")
 }
 func (UnimplementedGatewayServer) mustEmbedUnimplementedGatewayServer() {}
 func (UnimplementedGatewayServer) testEmbeddedByValue()                 {}
@@ -261,6 +290,13 @@ func _Gateway_Secret_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_Tunnel_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(GatewayServer).Tunnel(&grpc.GenericServerStream[TunnelFrame, TunnelFrame]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Gateway_TunnelServer = grpc.BidiStreamingServer[TunnelFrame, TunnelFrame]
+
 // Gateway_ServiceDesc is the grpc.ServiceDesc for Gateway service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -289,6 +325,12 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Session",
 			Handler:       _Gateway_Session_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Tunnel",
+			Handler:       _Gateway_Tunnel_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

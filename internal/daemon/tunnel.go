@@ -1,0 +1,187 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/tickets"
+)
+
+// DefaultTunnelPorts is the tunnel allow list of a node configured with
+// none: only sshd.
+var DefaultTunnelPorts = []uint32{22}
+
+// MaxSpentTickets bounds the jtis the node keeps spent at once (tickets
+// live 60 s; a node opening more tunnels than this a minute refuses
+// ticket-spent-store-full rather than forget one).
+const MaxSpentTickets = 10000
+
+// tunnelDialTimeout bounds the node's dial of 127.0.0.1:<port>.
+const tunnelDialTimeout = 5 * time.Second
+
+// ReasonTicketBeforeStart: the ticket was issued before this bcd process
+// started. The node's spent store is in memory, so a ticket spent by the
+// process before a restart would pass again; refusing tickets older than
+// the process closes that replay (a client whose ticket raced a restart
+// asks for a new one).
+const ReasonTicketBeforeStart = "ticket-before-start"
+
+// tunnels is the node's side of tunnels: its allow list and spent jtis.
+type tunnels struct {
+	ports   []uint32
+	spent   *tickets.Memory
+	started time.Time // by the node's signed-time-corrected clock
+	wg      sync.WaitGroup
+}
+
+// openTunnel answers a TunnelOpen: it verifies the ticket (signed by a
+// worker under the pinned command-signing roots, for this node, the
+// tunnel action, fresh, issued after this process started, a port on the
+// allow list, a jti never seen) and only then dials 127.0.0.1:<port> and
+// opens a Tunnel stream on conn, the session's connection. A refusal is
+// also a Tunnel stream, whose hello carries the reason and nothing else.
+func (n *Node) openTunnel(ctx context.Context, conn *grpc.ClientConn, m *nodev1.TunnelOpen) {
+	port, reason := n.checkTicket(ctx, m.GetTicket())
+	var local net.Conn
+	if reason == "" {
+		d := net.Dialer{Timeout: tunnelDialTimeout}
+		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
+		if err != nil {
+			n.cfg.Log.Info("tunnel dial failed", "node_id", n.rec.NodeID, "port", port, "err", err)
+			reason = nodev1.TunnelDialFailed
+		} else {
+			local = c
+			defer local.Close()
+		}
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := nodev1.NewGatewayClient(conn).Tunnel(sctx)
+	if err != nil {
+		n.cfg.Log.Info("tunnel stream failed", "node_id", n.rec.NodeID, "err", err)
+		return
+	}
+	if err := stream.Send(&nodev1.TunnelFrame{Frame: &nodev1.TunnelFrame_Hello{Hello: &nodev1.TunnelHello{TunnelId: m.GetTunnelId(), Refused: reason}}}); err != nil || reason != "" {
+		if reason != "" {
+			n.countRefusal("tunnel:" + reason)
+			n.cfg.Log.Info("tunnel refused", "node_id", n.rec.NodeID, "tunnel_id", m.GetTunnelId(), "reason", reason)
+			_ = stream.CloseSend()
+			_, _ = stream.Recv() // wait for the gateway to end the call
+		}
+		return
+	}
+	n.cfg.Log.Info("tunnel open", "node_id", n.rec.NodeID, "tunnel_id", m.GetTunnelId(), "port", port)
+	pumpTunnel(stream, local.(*net.TCPConn), cancel)
+	n.cfg.Log.Info("tunnel closed", "node_id", n.rec.NodeID, "tunnel_id", m.GetTunnelId())
+}
+
+// checkTicket verifies a TunnelOpen's ticket and spends its jti; it
+// returns the port, or why the tunnel is refused. A ticket for a port not
+// on the allow list is refused tunnel-port-not-allowed.
+func (n *Node) checkTicket(ctx context.Context, st *nodev1.SignedTicket) (uint32, string) {
+	t := n.tunnels
+	now := n.now()
+	v := &tickets.Verifier{Roots: n.verify.commandRoots, TrustDomain: n.verify.TrustDomain, WorkerChains: n.verify.WorkerChains}
+	want := tickets.Want{NodeID: n.rec.NodeID, Ports: t.ports, Actions: []string{tickets.ActionNodeTunnel}}
+	body, r := v.VerifySigned(st, now, want)
+	switch {
+	case r == tickets.ReasonWrongPort:
+		return 0, nodev1.TunnelPortNotAllowed
+	case r != "":
+		return 0, string(r)
+	case time.UnixMilli(body.IssuedAtMs).Before(t.started):
+		return 0, ReasonTicketBeforeStart
+	}
+	if _, r := v.RedeemSigned(ctx, st, now, want, t.spent); r != "" {
+		return 0, string(r)
+	}
+	return body.Port, ""
+}
+
+// pumpTunnel copies bytes between the Tunnel stream and the local
+// connection both ways, half-closing each side on the other's eof, until
+// both ways ended or either failed; then it ends the stream (cancel).
+func pumpTunnel(stream nodev1.Gateway_TunnelClient, local *net.TCPConn, cancel context.CancelFunc) {
+	var sendMu sync.Mutex
+	send := func(f *nodev1.TunnelFrame) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(f)
+	}
+	done := make(chan struct{}, 2)
+	// local -> gateway
+	go func() {
+		defer func() { done <- struct{}{} }()
+		buf := make([]byte, nodev1.MaxTunnelData)
+		for {
+			k, err := local.Read(buf)
+			if k > 0 {
+				if send(&nodev1.TunnelFrame{Frame: &nodev1.TunnelFrame_Data{Data: buf[:k]}}) != nil {
+					cancel()
+					return
+				}
+			}
+			if errors.Is(err, io.EOF) {
+				_ = send(&nodev1.TunnelFrame{Frame: &nodev1.TunnelFrame_Eof{Eof: true}})
+				return
+			}
+			if err != nil {
+				_ = send(&nodev1.TunnelFrame{Frame: &nodev1.TunnelFrame_Error{Error: "local-read-failed"}})
+				cancel()
+				return
+			}
+		}
+	}()
+	// gateway -> local
+	go func() {
+		defer func() { done <- struct{}{} }()
+		for {
+			f, err := stream.Recv()
+			if err != nil {
+				cancel()
+				_ = local.Close()
+				return
+			}
+			switch x := f.Frame.(type) {
+			case *nodev1.TunnelFrame_Data:
+				if len(x.Data) > nodev1.MaxTunnelData {
+					cancel()
+					_ = local.Close()
+					return
+				}
+				if _, err := local.Write(x.Data); err != nil {
+					_ = send(&nodev1.TunnelFrame{Frame: &nodev1.TunnelFrame_Error{Error: "local-write-failed"}})
+					cancel()
+					return
+				}
+			case *nodev1.TunnelFrame_Eof:
+				_ = local.CloseWrite()
+			default: // an error frame (the control plane closed it) or anything else
+				cancel()
+				_ = local.Close()
+				return
+			}
+		}
+	}()
+	<-done
+	<-done
+}
+
+// newTunnels is the node's tunnel state: cfg's allow list (or the
+// default) and an empty spent store; tickets issued before started are
+// refused.
+func newTunnels(cfg Config, started time.Time) *tunnels {
+	ports := cfg.TunnelPorts
+	if ports == nil {
+		ports = DefaultTunnelPorts
+	}
+	return &tunnels{ports: ports, spent: tickets.NewMemory(cfg.Clock, MaxSpentTickets), started: started}
+}
