@@ -33,6 +33,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/jsontime"
 	"github.com/bettercompute/bettercompute/internal/store"
+	"github.com/bettercompute/bettercompute/internal/tunnels"
 )
 
 // MaxBody bounds a request body.
@@ -192,6 +193,9 @@ type Server struct {
 	idem         *idempotency.Store
 	// uploads is the upload endpoint's module (nil: no endpoint).
 	uploads Uploads
+	// tunnels serves the tunnel endpoint (nil: its path is an unknown
+	// method).
+	tunnels *tunnels.Service
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -300,6 +304,10 @@ type answer struct {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.uploads != nil && strings.HasPrefix(r.URL.Path, UploadPath) {
 		s.serveUploadHTTP(w, r)
+		return
+	}
+	if s.tunnels != nil && r.URL.Path == TunnelConnectPath {
+		s.serveTunnelHTTP(w, r)
 		return
 	}
 	start := time.Now()

@@ -14,6 +14,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/secrets"
+	"github.com/bettercompute/bettercompute/internal/tunnels"
 )
 
 // Modules are the domain services the API exposes.
@@ -28,6 +29,8 @@ type Modules struct {
 	Sandboxes *sandboxes.Service
 	// Quotas is optional (nil: no quota methods).
 	Quotas *quota.Service
+	// Tunnels is optional (nil: no tunnel methods or endpoint).
+	Tunnels *tunnels.Service
 }
 
 // Resolvers returns how each resource kind's tenant is found.
@@ -140,7 +143,7 @@ func Methods(m Modules) []Method {
 				}
 				return map[string]any{"events": evs}, nil
 			}),
-	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), append(quotaMethods(m), lifecycleMethods(m)...)...)...)
+	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), append(append(quotaMethods(m), lifecycleMethods(m)...), tunnelMethods(m)...)...)...)
 }
 
 // sandboxResolver returns f of the sandbox module, or a resolver that

@@ -17,6 +17,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/signing"
 	"github.com/bettercompute/bettercompute/internal/store"
+	"github.com/bettercompute/bettercompute/internal/tunnels"
 )
 
 // registry adapts the nodes module to the gateway's Registry, so that the
@@ -129,4 +130,16 @@ func (s gatewayServices) SandboxReport(ctx context.Context, nodeID, serial strin
 		return "", errs.New(errs.InvalidConfig, "this process has no sandboxes module")
 	}
 	return s.sbx.ApplyReport(ctx, nodeID, serial, r)
+}
+
+// tunnelOpener opens the tunnels module's tunnels through this process's
+// gateway.
+type tunnelOpener struct{ g *gateway.Gateway }
+
+func (o tunnelOpener) OpenTunnel(ctx context.Context, nodeID string, port uint32, action string, t *nodev1.SignedTicket) (tunnels.NodeStream, error) {
+	s, err := o.g.OpenTunnel(ctx, nodeID, port, action, t)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/internalv1"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/tickets/spentdb"
 )
 
 // Intervals of the workers role's loops.
@@ -54,6 +55,8 @@ func (cp *ControlPlane) sweep(ctx context.Context, o Options) {
 	logErr(ctx, o.Log, "sweep expired commands", err)
 	_, err = idempotency.Sweep(ctx, cp.DB, o.Clock.Now())
 	logErr(ctx, o.Log, "sweep idempotency keys", err)
+	_, err = spentdb.New(cp.DB).Sweep(ctx, o.Clock.Now())
+	logErr(ctx, o.Log, "sweep spent tickets", err)
 }
 
 // startGateway starts the gateway role: its own certificate (or one issued
@@ -93,7 +96,8 @@ func (cp *ControlPlane) startGateway(o Options, r roles, k keys, local gatewaySe
 	host, _ := os.Hostname()
 	gw, err := gateway.New(gateway.Config{TrustDomain: b.TrustDomain, NodeRoots: roots, ServerCert: serverCert, GetServerCert: getCert,
 		GatewayID: "gw-" + host + "-" + cp.GatewayAddr, Clock: o.Clock, Log: o.Log,
-		RevocationPoll: o.RevocationPoll, CommandPoll: o.CommandPoll, Heartbeat: o.SessionHeartbeat},
+		RevocationPoll: o.RevocationPoll, CommandPoll: o.CommandPoll, Heartbeat: o.SessionHeartbeat,
+		Tickets: cp.ticketVerifier, Spent: spentdb.New(o.DB)},
 		svc, registry{cp.Nodes}, cp.Commands, cp.Bus)
 	if err != nil {
 		lis.Close()
@@ -104,6 +108,9 @@ func (cp *ControlPlane) startGateway(o Options, r roles, k keys, local gatewaySe
 		return err
 	}
 	cp.Gateway = gw
+	if cp.Tunnels != nil {
+		cp.Tunnels.SetOpener(tunnelOpener{gw})
+	}
 	// The gateway's loops (dispatch, revocations, heartbeat) outlive the
 	// roles' context until its listener has stopped, so that sessions still
 	// open in the shutdown grace keep getting their commands.
@@ -136,7 +143,8 @@ func gatewayCert(o Options, k keys, now time.Time) (tls.Certificate, *certSource
 // well-known and health pages, and the HTTP listener.
 func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 	b := o.Bundle
-	mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys, Secrets: cp.Secrets, Sandboxes: cp.Sandboxes, Quotas: cp.Quotas}
+	mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys, Secrets: cp.Secrets, Sandboxes: cp.Sandboxes, Quotas: cp.Quotas,
+		Tunnels: cp.Tunnels}
 	// Idempotency digests are keyed, so a stored digest of a body that
 	// carried a secret is no guessing oracle.
 	srv, err := api.NewServer(api.Config{TrustedProxies: o.TrustedProxies, SessionCookies: o.SessionCookies, BaseURL: o.BaseURL, RateLimits: o.RateLimits, TenantMutates: o.TenantMutates},
@@ -154,6 +162,10 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 	if cp.Sandboxes != nil {
 		srv.ServeUploads(cp.Sandboxes)
 	}
+	srv.ServeTunnels(cp.Tunnels)
+	// Tunnels are hijacked connections, which the HTTP server's shutdown
+	// does not wait for: they are closed when the roles stop.
+	cp.runLoop(func(ctx context.Context) { <-ctx.Done(); cp.Tunnels.CloseAll() })
 	cp.API = srv
 	pages := map[string]http.Handler{
 		"/.well-known/better-compute": api.NewWellKnown(b).Handler(o.Log),

@@ -32,6 +32,8 @@ import (
 	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/signing"
 	"github.com/bettercompute/bettercompute/internal/store"
+	"github.com/bettercompute/bettercompute/internal/tickets"
+	"github.com/bettercompute/bettercompute/internal/tunnels"
 )
 
 // Roles a process can run.
@@ -144,6 +146,10 @@ type ControlPlane struct {
 	Metrics *prometheus.Registry
 	Gateway *gateway.Gateway
 	Quorum  *quorum.Service
+	// Tunnels is the tunnels module (api role only).
+	Tunnels *tunnels.Service
+	// ticketVerifier checks tunnel tickets (api and gateway).
+	ticketVerifier *tickets.Verifier
 	// API is the public API's envelope and method table (api role only).
 	API *api.Server
 	// Audit is the audit log's sealing job (workers role only).

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/x509"
 	"fmt"
 
 	"gocloud.dev/blob"
@@ -19,6 +20,8 @@ import (
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/signing"
+	"github.com/bettercompute/bettercompute/internal/tickets"
+	"github.com/bettercompute/bettercompute/internal/tunnels"
 )
 
 // buildModules is the one place the modules are made: each from its
@@ -56,7 +59,29 @@ func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 		cp.Signer = signing.New(signing.Deps{DB: o.DB, Commands: commandStore, Clock: o.Clock, KEK: o.KEK, Root: b.CommandRoot, RootKey: k.commandRoot,
 			TrustDomain: b.TrustDomain, Bus: cp.Bus, Batches: cp.Quorum, Log: o.Log})
 	}
+	if cp.ticketVerifier, err = ticketVerifier(o); err != nil {
+		return err
+	}
+	if r.api {
+		ticketSigner := cp.Signer
+		if ticketSigner == nil {
+			ticketSigner = signing.NewTicketSigner(o.DB, o.Clock, o.KEK, b.CommandRoot, b.TrustDomain, o.Log)
+		}
+		cp.Tunnels = tunnels.New(tunnels.Deps{DB: o.DB, Clock: o.Clock, Signer: ticketSigner, Verifier: cp.ticketVerifier, Log: o.Log})
+	}
 	return nil
+}
+
+// ticketVerifier checks tunnel tickets against the command-signing roots
+// of the trust bundle (the api before it asks the gateway, the gateway
+// before it asks the node).
+func ticketVerifier(o Options) (*tickets.Verifier, error) {
+	roots, err := o.Bundle.TrustBundle(o.Clock.Now()).CommandRootCerts()
+	if err != nil {
+		return nil, fmt.Errorf("server: command roots: %w", err)
+	}
+	return &tickets.Verifier{Roots: func() []*x509.Certificate { return roots }, TrustDomain: o.Bundle.TrustDomain,
+		WorkerChains: pki.NewWorkerChainCache(0)}, nil
 }
 
 // openImages opens the sandbox image store when one is configured (nil

@@ -12,6 +12,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -145,7 +146,22 @@ func (s *Signer) currentKey(ctx context.Context) (*workerKey, error) {
 		}
 		return &workerKey{id: stored.id, cert: stored.cert, key: ed25519.PrivateKey(raw)}, nil
 	}
+	if s.rootKey == nil {
+		return nil, ErrNoWorkerKey
+	}
 	return s.newKey(ctx, now)
+}
+
+// ErrNoWorkerKey: a ticket signer (NewTicketSigner) found no current
+// worker key; only the workers role makes one.
+var ErrNoWorkerKey = errors.New("signing: no current worker key yet (the workers role makes one)")
+
+// NewTicketSigner returns a signer for an api process without the
+// workers role: it signs tickets (SignTicket) with the current worker key
+// the workers made and stored, sealed under kek, and never makes one
+// itself (it holds no command-signing root key). It signs no commands.
+func NewTicketSigner(db *store.DB, clk clock.Clock, kek pki.KEK, root *x509.Certificate, trustDomain string, log *slog.Logger) *Signer {
+	return &Signer{db: db, clk: clk, kek: kek, root: root, trustDomain: trustDomain, log: log}
 }
 
 // newKey makes, certifies, seals and stores a new worker key.
