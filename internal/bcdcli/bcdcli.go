@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -180,7 +179,7 @@ func nodeCmd() *cobra.Command {
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
-			ports, err := TunnelPorts(tunnelPorts)
+			ports, err := daemon.ParseTunnelPorts("--tunnel-port", tunnelPorts)
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
@@ -223,24 +222,6 @@ func nodeCmd() *cobra.Command {
 	c.Flags().Uint32Var(&sbx.IDBase, "sandbox-id-base", sandbox.DefaultIDBase, "first host uid/gid of the range reserved for runc sandboxes' user namespaces (sandbox-slots blocks of sandbox-id-size ids); nothing else on the machine may use it")
 	c.Flags().Uint32Var(&sbx.IDSize, "sandbox-id-size", sandbox.DefaultIDSize, "host uids/gids per runc sandbox (at least 65536)")
 	return c
-}
-
-// TunnelPorts checks a tunnel allow list from flags: each port 1 to
-// 65535, at least one, duplicates dropped.
-func TunnelPorts(in []uint) ([]uint32, error) {
-	if len(in) == 0 {
-		return nil, errors.New("--tunnel-port: at least one port is required")
-	}
-	var out []uint32
-	for _, p := range in {
-		if p < 1 || p > 65535 {
-			return nil, fmt.Errorf("--tunnel-port %d: a port is 1 to 65535", p)
-		}
-		if !slices.Contains(out, uint32(p)) {
-			out = append(out, uint32(p))
-		}
-	}
-	return out, nil
 }
 
 func simulateCmd() *cobra.Command {

@@ -19,6 +19,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/auditlog"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/config"
+	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/devenv"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/pprofserve"
@@ -36,6 +37,7 @@ func defaultDevDir() string {
 func devCmd() *cobra.Command {
 	var o devenv.Options
 	var level string
+	var tunnelPorts []uint
 	c := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole system in one process on loopback: api, gateway, workers, SQLite, a fresh PKI and simulated nodes",
@@ -44,6 +46,11 @@ func devCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			o.Log = newLogger(cmd.ErrOrStderr(), level)
+			ports, err := daemon.ParseTunnelPorts("--tunnel-ports", tunnelPorts)
+			if err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
+			o.TunnelPorts = ports
 			abs, err := filepath.Abs(o.DataDir)
 			if err != nil {
 				return err
@@ -74,6 +81,7 @@ func devCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&o.DataDir, "data", defaultDevDir(), "directory that keeps all state (control.db, pki/, nodes/, env)")
 	c.Flags().IntVar(&o.Nodes, "nodes", 3, "number of simulated nodes")
+	c.Flags().UintSliceVar(&tunnelPorts, "tunnel-ports", []uint{22}, "ports on 127.0.0.1 the simulated nodes let tunnels reach (comma-separated), as bcd node --tunnel-port")
 	defaults := config.Default()
 	c.Flags().StringVar(&o.APIListen, "api", defaults.API.Listen, "address of the public API")
 	c.Flags().StringVar(&o.GatewayAddr, "gateway", defaults.Gateway.Listen, "address of the node gateway")

@@ -79,6 +79,7 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(auditCmd())
 	root.AddCommand(bootstrapCmd())
 	root.AddCommand(sandboxCommands()...)
+	root.AddCommand(tunnelCmd())
 	addLifecycleCommands(root)
 	buildinfo.AddVersionFlag(root)
 	addCAFlag(root)

@@ -3,8 +3,10 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -184,4 +186,22 @@ func newTunnels(cfg Config, started time.Time) *tunnels {
 		ports = DefaultTunnelPorts
 	}
 	return &tunnels{ports: ports, spent: tickets.NewMemory(cfg.Clock, MaxSpentTickets), started: started}
+}
+
+// ParseTunnelPorts checks a tunnel allow list given as flag (for errors):
+// each port 1 to 65535, at least one, duplicates dropped.
+func ParseTunnelPorts(flag string, in []uint) ([]uint32, error) {
+	if len(in) == 0 {
+		return nil, fmt.Errorf("%s: at least one port is required", flag)
+	}
+	var out []uint32
+	for _, p := range in {
+		if p < 1 || p > 65535 {
+			return nil, fmt.Errorf("%s %d: a port is 1 to 65535", flag, p)
+		}
+		if !slices.Contains(out, uint32(p)) {
+			out = append(out, uint32(p))
+		}
+	}
+	return out, nil
 }

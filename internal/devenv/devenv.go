@@ -42,6 +42,9 @@ type Options struct {
 	// Clock is the control plane's and the nodes' clock (default the
 	// wall clock).
 	Clock clock.Clock
+	// TunnelPorts is every simulated node's tunnel allow list (nil: the
+	// nodes' default, 22 only).
+	TunnelPorts []uint32
 }
 
 // Env is a running dev system.
@@ -245,7 +248,7 @@ func (e *Env) openNode(ctx, nctx context.Context, o Options, name, images, runti
 	}
 	e.stop = append(e.stop, closeImages)
 	a, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: cp.GatewayAddr, Driver: drv, Clock: o.Clock, Log: o.Log,
-		Labels: map[string]string{"sim": "true"}})
+		Labels: map[string]string{"sim": "true"}, TunnelPorts: o.TunnelPorts})
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", name, err)
 	}
