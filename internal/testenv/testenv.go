@@ -73,6 +73,9 @@ type Options struct {
 	// machine's egress firewall table, a proxy listener per egress
 	// sandbox); it needs root, iproute2 and nftables.
 	SandboxEgress bool
+	// NodeTune, when set, adjusts every node's configuration before it
+	// opens (its tunnel allow list, say), before OpenNodeWith's own tune.
+	NodeTune func(*daemon.Config)
 }
 
 // Env is a running control plane with its nodes.
@@ -94,6 +97,7 @@ type Env struct {
 	ApproverKeys []ed25519.PrivateKey
 
 	sandboxRuntime, imageStore string
+	nodeTune                   func(*daemon.Config)
 	sandboxEgress              bool
 	// opts are the control plane's options, for Restart.
 	opts server.Options
@@ -188,7 +192,7 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 		t.Fatalf("start control plane: %v", err)
 	}
 	e := &Env{CP: cp, Bundle: b, KEK: kek, Dir: dir, Clock: o.Clock, Log: log, ApproverDir: approverDir, ApproverKeys: approverKeys,
-		sandboxRuntime: o.SandboxRuntime, sandboxEgress: o.SandboxEgress, imageStore: imageStore, opts: so}
+		sandboxRuntime: o.SandboxRuntime, sandboxEgress: o.SandboxEgress, imageStore: imageStore, opts: so, nodeTune: o.NodeTune}
 	t.Cleanup(e.Close)
 	_, key, err := cp.APIKeys.Create(context.Background(), audit.Entry{TenantID: iam.RootTenant, Actor: "testenv"}, iam.RootTenant, "admin", "admin", 0)
 	if err != nil {
@@ -376,6 +380,13 @@ func (e *Env) OpenNodeAt(t testing.TB, dir, bootID, addr string) *Node {
 	return e.openNode(t, dir, bootID, addr, nil)
 }
 
+// OpenNodeAtWith is OpenNodeAt with tune applied to the node's
+// configuration before it opens.
+func (e *Env) OpenNodeAtWith(t testing.TB, dir, bootID, addr string, tune func(*daemon.Config)) *Node {
+	t.Helper()
+	return e.openNode(t, dir, bootID, addr, tune)
+}
+
 // OpenNodeWith is OpenNode with tune applied to the node's configuration
 // before it opens (a node clock of its own, say).
 func (e *Env) OpenNodeWith(t testing.TB, dir, bootID string, tune func(*daemon.Config)) *Node {
@@ -389,6 +400,9 @@ func (e *Env) openNode(t testing.TB, dir, bootID, addr string, tune func(*daemon
 	n := &Node{Dir: dir, Sim: sim, state: make(chan bool, 64), sets: make(chan ApproverSetEvent, 64), refresh: make(chan error, 64)}
 	cfg := daemon.Config{DataDir: dir, Gateway: addr, Driver: e.nodeDriver(t, n), Clock: e.Clock, Log: e.Log, BootID: bootID,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
+	if e.nodeTune != nil {
+		e.nodeTune(&cfg)
+	}
 	if tune != nil {
 		tune(&cfg)
 	}
