@@ -289,9 +289,9 @@ func TestTunnelOpenRateLimited(t *testing.T) {
 // tenant node allowing tunnels to port: its client, key id, identity id
 // and tenant, and the node.
 type tunnelCaller struct {
-	c                        *client.Client
+	c                       *client.Client
 	keyID, identity, tenant string
-	node                     *testenv.Node
+	node                    *testenv.Node
 }
 
 func newTunnelCaller(t *testing.T, e *testenv.Env, name string) tunnelCaller {

@@ -26,7 +26,9 @@ type pipeNode struct {
 	reason string
 }
 
-func newPipeNode() *pipeNode { return &pipeNode{data: make(chan []byte, 16), done: make(chan struct{})} }
+func newPipeNode() *pipeNode {
+	return &pipeNode{data: make(chan []byte, 16), done: make(chan struct{})}
+}
 
 func (p *pipeNode) Recv() ([]byte, bool, error) {
 	select {
