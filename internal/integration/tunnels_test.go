@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/bettercompute/bettercompute/client"
@@ -395,5 +397,64 @@ func TestTunnelClosedWhenNodeDisconnects(t *testing.T) {
 		e.Nodes[0].Stop()
 		_, err = io.ReadAll(tun)
 		wantAPIError(t, err, "UNAVAILABLE", "disconnected")
+	})
+}
+
+// TestTunnelEndpointShape: the tunnel endpoint refuses, CSRF_REJECTED,
+// a request a cross-site page could make (no X-Better-Compute header, a
+// POST, no upgrade), before reading any ticket.
+func TestTunnelEndpointShape(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := tunnelEnv(t, db, 1, 22)
+		u := e.APIURL() + api.TunnelConnectPath + "?node=" + e.Nodes[0].NodeID() + "&port=22"
+		for name, mod := range map[string]func(*http.Request){
+			"no X-Better-Compute": func(r *http.Request) { r.Header.Del("X-Better-Compute") },
+			"POST":                func(r *http.Request) { r.Method = http.MethodPost },
+			"no upgrade":          func(r *http.Request) { r.Header.Del("Upgrade") },
+			"another protocol":    func(r *http.Request) { r.Header.Set("Upgrade", "websocket") },
+		} {
+			req, _ := http.NewRequest(http.MethodGet, u, nil)
+			req.Header.Set("X-Better-Compute", "1")
+			req.Header.Set("Authorization", "Bearer "+e.AdminKey)
+			req.Header.Set("Connection", "Upgrade")
+			req.Header.Set("Upgrade", tunnelwire.Protocol)
+			req.Header.Set(api.TicketHeader, "x")
+			mod(req)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var eb apitypes.ErrorBody
+			_ = json.NewDecoder(resp.Body).Decode(&eb)
+			resp.Body.Close()
+			if eb.Error.Code != "CSRF_REJECTED" {
+				t.Errorf("%s: %d %s", name, resp.StatusCode, eb.Error.Code)
+			}
+		}
+	})
+}
+
+// TestGatewayRefusesUnaskedTunnelStream: a node's Tunnel stream naming a
+// tunnel the gateway never asked it to open is refused, PermissionDenied:
+// a node cannot attach itself to a client's tunnel.
+func TestGatewayRefusesUnaskedTunnelStream(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := tunnelEnv(t, db, 1, 22)
+		conn, err := e.Nodes[0].Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		s, err := nodev1.NewGatewayClient(conn).Tunnel(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(&nodev1.TunnelFrame{Frame: &nodev1.TunnelFrame_Hello{Hello: &nodev1.TunnelHello{TunnelId: ids.New("tun")}}}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Recv()
+		if status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("unasked tunnel stream: %v", err)
+		}
 	})
 }
