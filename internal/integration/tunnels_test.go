@@ -375,6 +375,9 @@ func TestTunnelClosedWhenAccessRevoked(t *testing.T) {
 				if err := c.revoke(tc); err != nil {
 					t.Fatalf("revoke: %v", err)
 				}
+				// A tunnel left open fails the test (UNAVAILABLE from the
+				// client's own close) instead of hanging it.
+				defer time.AfterFunc(30*time.Second, func() { tun.Close() }).Stop()
 				_, err = io.ReadAll(tun)
 				wantAPIError(t, err, "ACCESS_DENIED", "revoked")
 			})
@@ -395,6 +398,7 @@ func TestTunnelClosedWhenNodeDisconnects(t *testing.T) {
 		defer tun.Close()
 		echoOnce(t, tun, "before")
 		e.Nodes[0].Stop()
+		defer time.AfterFunc(30*time.Second, func() { tun.Close() }).Stop()
 		_, err = io.ReadAll(tun)
 		wantAPIError(t, err, "UNAVAILABLE", "disconnected")
 	})
