@@ -7,6 +7,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/breakglass"
 	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
@@ -28,6 +29,8 @@ type Modules struct {
 	Sandboxes *sandboxes.Service
 	// Quotas is optional (nil: no quota methods).
 	Quotas *quota.Service
+	// BreakGlass is optional (nil: no break-glass SSH methods).
+	BreakGlass *breakglass.Service
 }
 
 // Resolvers returns how each resource kind's tenant is found.
@@ -140,7 +143,7 @@ func Methods(m Modules) []Method {
 				}
 				return map[string]any{"events": evs}, nil
 			}),
-	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), append(quotaMethods(m), lifecycleMethods(m)...)...)...)
+	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), append(append(quotaMethods(m), lifecycleMethods(m)...), breakGlassMethods(m)...)...)...)
 }
 
 // sandboxResolver returns f of the sandbox module, or a resolver that
