@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -97,7 +98,7 @@ type IssueIn struct {
 // Issued is nodes.issueSshCert's answer.
 type Issued struct {
 	Certificate string    `json:"certificate"` // an authorized_keys line: "<type>-cert-v01@openssh.com base64 ..."
-	Serial      uint64    `json:"serial"`
+	Serial      string    `json:"serial"`      // decimal (a uint64 does not fit a JSON number every client reads exactly)
 	Principal   string    `json:"principal"`
 	ValidAfter  time.Time `json:"validAfter"`
 	ValidBefore time.Time `json:"validBefore"`
@@ -109,12 +110,12 @@ type Issued struct {
 // RevokeIn is nodes.revokeSshCert's input.
 type RevokeIn struct {
 	NodeID string `json:"nodeId"`
-	Serial uint64 `json:"serial"`
+	Serial string `json:"serial"` // decimal, as Issued.Serial
 }
 
 // Revoked is nodes.revokeSshCert's answer.
 type Revoked struct {
-	Serial         uint64 `json:"serial"`
+	Serial         string `json:"serial"`
 	AlreadyRevoked bool   `json:"alreadyRevoked"`
 	CommandID      string `json:"commandId,omitempty"`
 }
@@ -129,7 +130,7 @@ type KRLOut struct {
 	KRL        []byte   `json:"krl"` // OpenSSH KRL bytes (base64 in JSON)
 	Generation uint64   `json:"generation"`
 	CommandID  string   `json:"commandId"`
-	Revoked    []uint64 `json:"revoked"`
+	Revoked    []string `json:"revoked"` // decimal serials
 }
 
 // Issue signs a certificate for in on behalf of the caller whose
@@ -177,7 +178,7 @@ func (s *Service) Issue(ctx context.Context, actor audit.Entry, credential time.
 		}
 		a := actor
 		a.Action, a.Resource, a.Outcome = ActionIssue, "node/"+in.NodeID, "allowed"
-		a.Details = map[string]any{"serial": serial, "account": in.Account, "principal": cert.ValidPrincipals[0],
+		a.Details = map[string]any{"serial": strconv.FormatUint(serial, 10), "account": in.Account, "principal": cert.ValidPrincipals[0],
 			"key_fingerprint": fp, "valid_after": after.Unix(), "valid_before": before.Unix()}
 		if err := audit.Record(ctx, tx, now, a); err != nil {
 			return err
@@ -188,7 +189,7 @@ func (s *Service) Issue(ctx context.Context, actor audit.Entry, credential time.
 	if err != nil {
 		return Issued{}, err
 	}
-	out := Issued{Certificate: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(cert))), Serial: serial,
+	out := Issued{Certificate: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(cert))), Serial: strconv.FormatUint(serial, 10),
 		Principal: cert.ValidPrincipals[0], ValidAfter: after, ValidBefore: before}
 	out.CommandID = s.deliver(ctx, actor, state)
 	return out, nil
@@ -198,8 +199,9 @@ func (s *Service) Issue(ctx context.Context, actor audit.Entry, credential time.
 // audit row and queues the node's new state (also when it was already
 // revoked, so a lost delivery can be sent again).
 func (s *Service) Revoke(ctx context.Context, actor audit.Entry, in RevokeIn) (Revoked, error) {
-	if in.Serial == 0 || in.Serial >= 1<<63 {
-		return Revoked{}, errs.New(errs.InvalidInput, ReasonSerialUnknown+": serial must be 1 to 2^63-1")
+	serial, err := strconv.ParseUint(in.Serial, 10, 63)
+	if err != nil || serial == 0 || strconv.FormatUint(serial, 10) != in.Serial {
+		return Revoked{}, errs.New(errs.InvalidInput, ReasonSerialInvalid+": serial must be a decimal from 1 to 2^63-1")
 	}
 	if _, err := s.node(ctx, actor.TenantID, in.NodeID); err != nil {
 		return Revoked{}, err
@@ -207,16 +209,16 @@ func (s *Service) Revoke(ctx context.Context, actor audit.Entry, in RevokeIn) (R
 	now := s.clk.Now()
 	out := Revoked{Serial: in.Serial}
 	var state *sshca.Access
-	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		var tenant string
-		err := tx.QueryRowContext(ctx, sqlCertOfNode, int64(in.Serial), in.NodeID).Scan(&tenant, &out.AlreadyRevoked)
+		err := tx.QueryRowContext(ctx, sqlCertOfNode, int64(serial), in.NodeID).Scan(&tenant, &out.AlreadyRevoked)
 		if errors.Is(err, sql.ErrNoRows) || err == nil && tenant != actor.TenantID {
 			return errs.New(errs.NotFound, ReasonSerialUnknown+": no certificate of that serial for the node")
 		}
 		if err != nil {
 			return fmt.Errorf("breakglass: read certificate: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, sqlRevokeCert, now.UnixMilli(), actor.Actor, int64(in.Serial)); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlRevokeCert, now.UnixMilli(), actor.Actor, int64(serial)); err != nil {
 			return fmt.Errorf("breakglass: revoke: %w", err)
 		}
 		a := actor
@@ -275,7 +277,11 @@ func (s *Service) KRL(ctx context.Context, scope iam.Scope, nodeID string) (KRLO
 		if err != nil {
 			return KRLOut{}, err
 		}
-		return KRLOut{KRL: b, Generation: a.Generation, CommandID: q.cmd, Revoked: a.Revoked}, nil
+		revoked := make([]string, len(a.Revoked))
+		for i, r := range a.Revoked {
+			revoked[i] = strconv.FormatUint(r, 10)
+		}
+		return KRLOut{KRL: b, Generation: a.Generation, CommandID: q.cmd, Revoked: revoked}, nil
 	}
 	return KRLOut{}, errs.New(errs.NotFound, "ssh-krl-none: the node has applied no break-glass state yet")
 }

@@ -19,6 +19,10 @@ const ReasonValidityInvalid = "ssh-validity-invalid"
 // ssh.access (only role node does).
 const ReasonNodeRole = "ssh-node-role"
 
+// ReasonSerialInvalid refuses a serial that is not a decimal from 1 to
+// 2^63-1.
+const ReasonSerialInvalid = "ssh-serial-invalid"
+
 // ReasonSerialUnknown refuses a revocation of a serial not issued for the
 // node.
 const ReasonSerialUnknown = "ssh-serial-unknown"
