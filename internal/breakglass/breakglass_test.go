@@ -108,6 +108,29 @@ func TestIssueRefusals(t *testing.T) {
 		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM ssh_certs`).Scan(&n); err != nil || n != breakglass.RateLimit {
 			t.Fatalf("%d certificates recorded, want %d (%v)", n, breakglass.RateLimit, err)
 		}
+		// Each recorded serial has its audit row: the serial and the key's
+		// fingerprint, never the key or the certificate.
+		rows, err := db.QueryContext(ctx, `SELECT c.serial, c.key_fingerprint, a.details FROM ssh_certs c JOIN audit_events a
+			ON a.action = 'compute:nodes:ssh-root' AND a.resource = 'node/' || c.node_id AND a.outcome = 'allowed' AND a.details LIKE '%"serial":"' || CAST(c.serial AS TEXT) || '"%'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		audited := 0
+		for rows.Next() {
+			var serial int64
+			var fp, details string
+			if err := rows.Scan(&serial, &fp, &details); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(details, fp) || strings.Contains(details, strings.Fields(line)[1]) {
+				t.Fatalf("audit details %s: want the fingerprint %s and never the key", details, fp)
+			}
+			audited++
+		}
+		rows.Close()
+		if audited != breakglass.RateLimit {
+			t.Fatalf("%d certificates audited, want %d", audited, breakglass.RateLimit)
+		}
 	})
 }
 
