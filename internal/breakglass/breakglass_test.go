@@ -96,8 +96,12 @@ func TestIssueRefusals(t *testing.T) {
 		c := env.NewClient(t, env.AdminKey)
 		c.Retry = client.Retry{MaxTries: 1}
 		for i := range breakglass.RateLimit {
-			if _, err := issue(c, breakglass.IssueIn{NodeID: node, Account: "root", PublicKey: line}); err != nil {
+			got, err := issue(c, breakglass.IssueIn{NodeID: node, Account: "root", PublicKey: line})
+			if err != nil {
 				t.Fatalf("certificate %d: %v", i+1, err)
+			}
+			if got.CommandID != "" { // the first: the node's state, finished before the node stops
+				env.WaitCommand(t, got.CommandID)
 			}
 		}
 		_, err = issue(c, breakglass.IssueIn{NodeID: node, Account: "root", PublicKey: line})
