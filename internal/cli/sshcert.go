@@ -72,6 +72,12 @@ func sshCertCmd() *cobra.Command {
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	forceFlag(c, &force)
 
+	c.AddCommand(sshCertRevokeCmd(), sshCertKRLCmd())
+	return c
+}
+
+// sshCertRevokeCmd is `ssh-cert revoke`: nodes.revokeSshCert.
+func sshCertRevokeCmd() *cobra.Command {
 	var rnode, serial string
 	var rjson bool
 	revoke := &cobra.Command{
@@ -92,6 +98,11 @@ func sshCertCmd() *cobra.Command {
 	revoke.Flags().StringVar(&serial, "serial", "", "the certificate's serial")
 	revoke.Flags().BoolVar(&rjson, "json", false, "print JSON")
 
+	return revoke
+}
+
+// sshCertKRLCmd is `ssh-cert krl`: the node's KRL as the node has it.
+func sshCertKRLCmd() *cobra.Command {
 	var knode, kout string
 	var kjson, kforce bool
 	krl := &cobra.Command{
@@ -124,8 +135,7 @@ func sshCertCmd() *cobra.Command {
 	krl.Flags().StringVar(&kout, "out", "", "write the KRL here (0644)")
 	krl.Flags().BoolVar(&kjson, "json", false, "print JSON")
 	forceFlag(krl, &kforce)
-	c.AddCommand(revoke, krl)
-	return c
+	return krl
 }
 
 // readBounded reads path, refusing a file over limit bytes.
