@@ -32,6 +32,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/idempotency"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/jsontime"
+	"github.com/bettercompute/bettercompute/internal/ratelimit"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/tunnels"
 )
@@ -111,9 +112,25 @@ type Method struct {
 	// idempotent replay answers CONFLICT instead of showing it again.
 	shownOnce bool
 
+	// perIdentity, when set, is a module's own limit on this method per
+	// identity (LimitedPerIdentity), refused in the envelope.
+	perIdentity *ratelimit.PerKey
+	limitMsg    string
+
 	input  reflect.Type
 	decode func(raw []byte) (any, Target, error)
 	run    func(ctx context.Context, c *Caller, in any) (any, error)
+}
+
+// LimitedPerIdentity returns m limited by l per identity: once the
+// caller is decided, a call finding no event left in l is refused
+// RATE_LIMITED with msg and a Retry-After, before the method runs (so a
+// client may send it again, as it does every RATE_LIMITED answer). A
+// module keeps its own limits (10 tunnels a minute, 20 certificates an
+// hour) this way rather than refusing inside its handler.
+func (m Method) LimitedPerIdentity(l *ratelimit.PerKey, msg string) Method {
+	m.perIdentity, m.limitMsg = l, msg
+	return m
 }
 
 // Input is the Go type a call's body decodes into.
@@ -293,9 +310,6 @@ func SecurityHeaders(w http.ResponseWriter, r *http.Request) string {
 type answer struct {
 	status int
 	body   []byte
-	// retryAfter is the wait a method's refusal asked for
-	// (errs.RetryAfterOf), sent as Retry-After.
-	retryAfter time.Duration
 }
 
 // ServeHTTP is the envelope. It answers every path it is given: a path
@@ -320,7 +334,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		label = name
 	}
 	a, c := s.serve(r, rid, m, known)
-	if retry := max(c.retryAfter, a.retryAfter); retry > 0 {
+	if retry := c.retryAfter; retry > 0 {
 		w.Header().Set("Retry-After", fmt.Sprint(int((retry+time.Second-1)/time.Second)))
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -346,9 +360,7 @@ func (s *Server) errorAnswer(rid string, err error) answer {
 	} else {
 		s.deps.Log.Info("request refused", "request_id", rid, "code", code, "err", err)
 	}
-	a := errorBody(rid, code, errs.SafeMessage(err))
-	a.retryAfter = errs.RetryAfterOf(err)
-	return a
+	return errorBody(rid, code, errs.SafeMessage(err))
 }
 
 // errorBody is the JSON error answer with the status that fits code.

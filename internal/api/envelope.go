@@ -59,6 +59,9 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 	if err := s.decide(q); err != nil {
 		return s.errorAnswer(rid, err), q.out
 	}
+	if err := s.moduleLimit(q); err != nil {
+		return s.errorAnswer(rid, err), q.out
+	}
 	return s.runIdempotent(q), q.out
 }
 
@@ -95,6 +98,19 @@ func (s *Server) authenticateCaller(q *call) error {
 	if wait := s.limiter.take(c.Identity, q.known && q.m.Mutates); wait > 0 {
 		q.out.retryAfter = wait
 		return errs.New(errs.RateLimited, "too many requests")
+	}
+	return nil
+}
+
+// moduleLimit is the decided call's module limit per identity
+// (Method.LimitedPerIdentity), before the method runs.
+func (s *Server) moduleLimit(q *call) error {
+	if q.m.perIdentity == nil {
+		return nil
+	}
+	if wait := q.m.perIdentity.Take(q.c.Identity); wait > 0 {
+		q.out.retryAfter = wait
+		return errs.New(errs.RateLimited, q.m.limitMsg)
 	}
 	return nil
 }

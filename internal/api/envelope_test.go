@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -22,6 +23,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/api"
@@ -1167,6 +1170,11 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 		{"sandboxes.delete", func() string { return `{"id":"` + state["sandbox"] + `"}` }, nil},
 		{"templates.delete", func() string { return `{"id":"` + state["template"] + `"}` }, nil},
 		{"images.delete", func() string { return `{"name":"walk"}` }, nil},
+		{"tunnels.open", func() string { return `{"node_id":"` + node + `","port":22}` }, nil},
+		{"nodes.issueSshCert", func() string {
+			return `{"node_id":"` + node + `","account":"root","public_key":"` + sshPublicKeyLine(t) + `"}`
+		}, func(o map[string]any) { state["ssh-serial"] = str(o["serial"]) }},
+		{"nodes.revokeSshCert", func() string { return `{"node_id":"` + node + `","serial":"` + state["ssh-serial"] + `"}` }, nil},
 		{"nodes.restrict", func() string {
 			return `{"node_id":"` + node + `","serial":"` + serial + `","allowed_kinds":["node.ping"]}`
 		}, nil},
@@ -1197,4 +1205,18 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 	if mutating != len(steps) {
 		t.Errorf("%d mutating methods, %d walked", mutating, len(steps))
 	}
+}
+
+// sshPublicKeyLine is a fresh Ed25519 key as an authorized_keys line.
+func sshPublicKeyLine(t *testing.T) string {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(k)))
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/breakglass"
 	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
@@ -31,6 +32,8 @@ type Modules struct {
 	Quotas *quota.Service
 	// Tunnels is optional (nil: no tunnel methods or endpoint).
 	Tunnels *tunnels.Service
+	// BreakGlass is optional (nil: no break-glass SSH methods).
+	BreakGlass *breakglass.Service
 }
 
 // Resolvers returns how each resource kind's tenant is found.
@@ -143,7 +146,7 @@ func Methods(m Modules) []Method {
 				}
 				return map[string]any{"events": evs}, nil
 			}),
-	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), append(append(quotaMethods(m), lifecycleMethods(m)...), tunnelMethods(m)...)...)...)
+	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), append(append(append(quotaMethods(m), lifecycleMethods(m)...), tunnelMethods(m)...), breakGlassMethods(m)...)...)...)
 }
 
 // sandboxResolver returns f of the sandbox module, or a resolver that

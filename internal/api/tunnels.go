@@ -48,7 +48,7 @@ func tunnelMethods(m Modules) []Method {
 				}
 				return apitypes.TunnelTicket{Ticket: tk.Ticket, JTI: tk.JTI, NodeID: tk.NodeID, Port: tk.Port, ExpiresAt: tk.ExpiresAt,
 					ConnectPath: TunnelConnectPath}, nil
-			}).ShownOnce(),
+			}).ShownOnce().LimitedPerIdentity(t.Limiter(), tunnels.LimitMessage),
 	}
 }
 
@@ -60,7 +60,7 @@ func (s *Server) serveTunnelHTTP(w http.ResponseWriter, r *http.Request) {
 	const label = "tunnels.connect"
 	q, t, a := s.admitTunnel(r, rid)
 	if t == nil {
-		if retry := max(q.out.retryAfter, a.retryAfter); retry > 0 {
+		if retry := q.out.retryAfter; retry > 0 {
 			w.Header().Set("Retry-After", fmt.Sprint(int((retry+time.Second-1)/time.Second)))
 		}
 		w.Header().Set("Content-Type", "application/json")

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -25,10 +26,12 @@ import (
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
+	"github.com/bettercompute/bettercompute/internal/daemon/sshaccess"
 	"github.com/bettercompute/bettercompute/internal/fleetsim"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/netguard/egresscmd"
 	"github.com/bettercompute/bettercompute/internal/pprofserve"
+	"github.com/bettercompute/bettercompute/internal/sshca"
 )
 
 // ExitError carries an exit status for main.
@@ -50,7 +53,7 @@ func (e *ExitError) Unwrap() error { return e.Err }
 // stdin when BCD_JOIN_TOKEN is not set.
 func NewRoot(stdin io.Reader) *cobra.Command {
 	root := &cobra.Command{Use: "bcd", Short: "bcd: the Better Compute node daemon", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(joinCmd(stdin), nodeCmd(), simulateCmd(), egresscmd.NewEgressCommand(), egresscmd.NewProxyCommand())
+	root.AddCommand(joinCmd(stdin), nodeCmd(), sshdConfigCmd(), simulateCmd(), egresscmd.NewEgressCommand(), egresscmd.NewProxyCommand())
 	buildinfo.AddVersionFlag(root)
 	clisafe.GuardArgs(root)
 	return root
@@ -159,7 +162,7 @@ func hostname() string {
 }
 
 func nodeCmd() *cobra.Command {
-	var dir, drv, gw, level string
+	var dir, drv, gw, level, sshdDir string
 	var sbx sandbox.Options
 	var tunnelPorts []uint
 	c := &cobra.Command{
@@ -198,11 +201,13 @@ func nodeCmd() *cobra.Command {
 					log.Info("sandbox host ready", "runtime", h.Runtime())
 				}
 			}
-			n, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: gw, Driver: d, Clock: clock.Real{}, Log: log, TunnelPorts: ports})
+			sa := &sshaccess.Driver{Driver: d, Dir: sshdDirFor(sshdDir, drv, dir), StateDir: dir}
+			n, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: gw, Driver: sa, Clock: clock.Real{}, Log: log, TunnelPorts: ports})
 			if err != nil {
 				return err
 			}
 			defer n.Close()
+			sa.SetNodeID(n.NodeID())
 			log.Info("node agent starting", "node_id", n.NodeID(), "driver", drv)
 			return n.Run(ctx)
 		},
@@ -212,6 +217,7 @@ func nodeCmd() *cobra.Command {
 	c.Flags().StringVar(&gw, "gateway", "", "gateway address (default: the one joined)")
 	c.Flags().StringVar(&level, "log-level", "info", "log level")
 	c.Flags().UintSliceVar(&tunnelPorts, "tunnel-port", []uint{22}, "a port on 127.0.0.1 that tunnels may reach (repeatable, or comma-separated); no other port or address is ever dialled")
+	c.Flags().StringVar(&sshdDir, "sshd-dir", "", "where ssh.access writes the break-glass sshd files (default "+DefaultSSHDDir+" on the linux driver, DATA/sshd on sim); bcd sshd-config prints the sshd_config lines")
 	c.Flags().StringVar(&sbx.Runtime, "sandbox-runtime", "auto", "sandbox runtime: auto (runc when usable), runc, runsc, sim or none")
 	c.Flags().StringVar(&sbx.ImageStore, "image-store", "", "gocloud.dev/blob URL of the sandbox image store (file:///dir, s3://…)")
 	c.Flags().IntVar(&sbx.Slots, "sandbox-slots", 16, "most sandboxes at once")
@@ -318,4 +324,45 @@ func simulate(ctx context.Context, cmd *cobra.Command, o fleetsim.Options, renew
 func isTTY(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// DefaultSSHDDir is where bcd node on the linux driver writes the
+// break-glass sshd files unless --sshd-dir says otherwise.
+const DefaultSSHDDir = "/etc/ssh/bettercompute"
+
+// sshdDirFor is the sshd file directory: flag when set, else
+// DefaultSSHDDir on the linux driver and DATA/sshd on any other.
+func sshdDirFor(flag, drv, data string) string {
+	switch {
+	case flag != "":
+		return flag
+	case drv == "linux":
+		return DefaultSSHDDir
+	}
+	abs, err := filepath.Abs(filepath.Join(data, "sshd"))
+	if err != nil {
+		return filepath.Join(data, "sshd")
+	}
+	return abs
+}
+
+// sshdConfigCmd prints the sshd_config lines that make sshd use the files
+// bcd node writes, for operators to add to sshd_config.
+func sshdConfigCmd() *cobra.Command {
+	var dir string
+	c := &cobra.Command{
+		Use:   "sshd-config [--sshd-dir DIR]",
+		Short: "Print the sshd_config lines for break-glass SSH (the CA, principals and KRL files bcd node writes)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := sshca.SSHDConfigSnippet(dir)
+			if err != nil {
+				return &ExitError{Code: 2, Err: err}
+			}
+			_, err = io.WriteString(cmd.OutOrStdout(), s)
+			return err
+		},
+	}
+	c.Flags().StringVar(&dir, "sshd-dir", DefaultSSHDDir, "the directory given to bcd node --sshd-dir")
+	return c
 }

@@ -177,7 +177,8 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, db *store.D
 		if kek, err = pki.LoadKEK(cfg.PKI.KEKFile); err != nil {
 			return &ExitError{Code: 2, Err: fmt.Errorf("INVALID_CONFIG: pki.kek_file: %w", err)}
 		}
-		b, err = pki.Load(cfg.PKI.Dir)
+		// A deployment made before the break-glass SSH CA existed gets one.
+		b, _, err = pki.EnsureBreakGlassCA(cfg.PKI.Dir, kek)
 	} else {
 		b, err = pki.LoadPublic(cfg.PKI.Dir)
 	}

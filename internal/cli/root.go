@@ -73,7 +73,7 @@ func NewRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(devCmd(), serveCmd(), pkiCmd(), nodesCmd(), joinTokensCmd(), commandsCmd(),
-		tenantsCmd(), identitiesCmd(), rolesCmd(), bindingsCmd(), apiKeysCmd(), secretsCmd())
+		tenantsCmd(), identitiesCmd(), rolesCmd(), bindingsCmd(), apiKeysCmd(), secretsCmd(), sshCertCmd())
 	root.AddCommand(sessionsCmd())
 	root.AddCommand(batchCmd(), approversCmd())
 	root.AddCommand(auditCmd())

@@ -165,7 +165,7 @@ func openPKI(o Options) (pki.KEK, *pki.Bundle, error) {
 		return pki.KEK{}, nil, fmt.Errorf("key-encryption key: %w", err)
 	}
 	pkiDir := filepath.Join(o.DataDir, "pki")
-	b, err := pki.Load(pkiDir)
+	b, _, err := pki.EnsureBreakGlassCA(pkiDir, kek) // an older dev folder gets one
 	if errors.Is(err, os.ErrNotExist) {
 		b, err = pki.Init(pkiDir, "dev.bc.local", kek, o.Clock)
 	}

@@ -8,7 +8,6 @@ package errs
 import (
 	"errors"
 	"net/http"
-	"time"
 )
 
 // Code is a stable, documented error code.
@@ -44,9 +43,6 @@ type Error struct {
 	Code    Code
 	Message string
 	Cause   error
-	// RetryAfter, when positive, is how long the caller should wait
-	// before trying again (a RATE_LIMITED refusal's Retry-After).
-	RetryAfter time.Duration
 }
 
 // Error returns the code and safe message (never the cause, which may hold
@@ -67,22 +63,6 @@ func New(code Code, msg string) *Error { return &Error{Code: code, Message: msg}
 // Wrap makes a coded error with a safe message and an internal cause.
 func Wrap(code Code, msg string, cause error) *Error {
 	return &Error{Code: code, Message: msg, Cause: cause}
-}
-
-// RateLimitedFor makes a RATE_LIMITED error with a safe message that
-// tells the caller to wait at least wait (the API's Retry-After header).
-func RateLimitedFor(msg string, wait time.Duration) *Error {
-	return &Error{Code: RateLimited, Message: msg, RetryAfter: wait}
-}
-
-// RetryAfterOf returns the wait the first coded error in err's chain asks
-// for (0 when none).
-func RetryAfterOf(err error) time.Duration {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.RetryAfter
-	}
-	return 0
 }
 
 // CodeOf returns the code of the first coded error in err's chain, or

@@ -93,7 +93,7 @@ func TestTunnelCarriesBytesToAllowedPort(t *testing.T) {
 		var issued, closed bool
 		for _, ev := range list.Events {
 			if ev.Action == tickets.ActionNodeTunnel && ev.Resource == "node/"+e.Nodes[0].NodeID() {
-				issued = issued || ev.Outcome == "ticket-issued"
+				issued = issued || ev.Outcome == "allowed" && strings.Contains(ev.Details, `"event":"ticket-issued"`)
 				closed = closed || ev.Outcome == "tunnel-closed" && strings.Contains(ev.Details, `"reason":"closed"`)
 			}
 		}

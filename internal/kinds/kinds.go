@@ -27,11 +27,15 @@ const (
 	SandboxExec   = "sandbox.exec"
 	SandboxUpdate = "sandbox.update"
 	SandboxDelete = "sandbox.delete"
+	// SSHAccess writes a node's break-glass sshd files (package breakglass
+	// makes it; payload sshca.Access: the CA, the accounts, the revoked
+	// serials and a generation the node never goes back from).
+	SSHAccess = "ssh.access"
 )
 
 // byRole lists the kinds each certificate role accepts.
 var byRole = map[string][]string{
-	pki.RoleNode:       {NodePing, DiagRun, NodeReboot, DiskWipe, SecretDigest, SandboxCreate, SandboxExec, SandboxUpdate, SandboxDelete},
+	pki.RoleNode:       {NodePing, DiagRun, NodeReboot, DiskWipe, SecretDigest, SandboxCreate, SandboxExec, SandboxUpdate, SandboxDelete, SSHAccess},
 	pki.RoleRamdisk:    {NodePing, DiagRun, DiskWipe},
 	pki.RoleSite:       {NodePing},
 	pki.RoleNodeTenant: {NodePing, DiagRun},
@@ -43,13 +47,15 @@ var byRole = map[string][]string{
 // it, so a caller refused the module's method cannot reach the same effect
 // through a raw command.
 const (
-	ModuleSandboxes = "sandboxes"
+	ModuleSandboxes  = "sandboxes"
+	ModuleBreakGlass = "breakglass"
 )
 
 // owners maps a kind prefix to the module that owns every kind under it.
 // A new module that brings kinds of its own adds a row here.
 var owners = []struct{ prefix, module string }{
 	{"sandbox.", ModuleSandboxes},
+	{"ssh.", ModuleBreakGlass},
 }
 
 // Owner returns the module that owns kind, or "" when the kind belongs to

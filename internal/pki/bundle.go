@@ -22,6 +22,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 )
 
 // BundleFile is the name of the bundle inside its directory.
@@ -35,6 +37,10 @@ const (
 	keyCommandRoot = "command-root"
 	keyJoin        = "join-key"
 	keyAudit       = "audit-key"
+	// keyBreakGlass is the break-glass SSH CA (package sshca signs with
+	// it). It is optional in a loaded bundle: a deployment made before it
+	// existed gets one from EnsureBreakGlassCA.
+	keyBreakGlass = "break-glass-ssh-ca"
 )
 
 var keyNames = [...]string{keyNodeCA, keyInternalCA, keyCommandRoot, keyJoin, keyAudit}
@@ -52,6 +58,11 @@ type Bundle struct {
 	CommandRoot *x509.Certificate // Ed25519 self-signed CA, 10y; certifies 24h worker keys
 	JoinKey     ed25519.PublicKey // signs trust bundles handed to nodes at join
 	AuditKey    ed25519.PublicKey // signs audit checkpoints
+	// BreakGlassCA is the break-glass SSH certificate authority's public
+	// key (an OpenSSH user CA; nil in a bundle made before it existed,
+	// until EnsureBreakGlassCA adds it). It is never a node, command or
+	// sandbox key.
+	BreakGlassCA ed25519.PublicKey
 	// Approvers are the destructive-batch approvers' public keys (their
 	// private halves never reach the control plane) and Threshold how many
 	// must sign a batch; pinned into the trust bundle by PinApprovers.
@@ -71,17 +82,19 @@ type Bundle struct {
 
 // bundleJSON is the on-disk form of a Bundle.
 type bundleJSON struct {
-	Version     int               `json:"version"`
-	TrustDomain string            `json:"trust_domain"`
-	Deployment  string            `json:"deployment"`
-	NodeCA      string            `json:"node_ca"`      // PEM
-	InternalCA  string            `json:"internal_ca"`  // PEM
-	CommandRoot string            `json:"command_root"` // PEM
-	JoinKey     []byte            `json:"join_key"`
-	AuditKey    []byte            `json:"audit_key"`
-	Approvers   [][]byte          `json:"approvers,omitempty"`
-	Threshold   int               `json:"threshold,omitempty"`
-	Sealed      map[string][]byte `json:"sealed"`
+	Version     int    `json:"version"`
+	TrustDomain string `json:"trust_domain"`
+	Deployment  string `json:"deployment"`
+	NodeCA      string `json:"node_ca"`      // PEM
+	InternalCA  string `json:"internal_ca"`  // PEM
+	CommandRoot string `json:"command_root"` // PEM
+	JoinKey     []byte `json:"join_key"`
+	AuditKey    []byte `json:"audit_key"`
+	// BreakGlassCA is omitted in bundles made before it existed.
+	BreakGlassCA []byte            `json:"break_glass_ssh_ca,omitempty"`
+	Approvers    [][]byte          `json:"approvers,omitempty"`
+	Threshold    int               `json:"threshold,omitempty"`
+	Sealed       map[string][]byte `json:"sealed"`
 	// Rotation state (rotate.go); all omitted before the first rotation.
 	IssuedAt         int64               `json:"issued_at,omitempty"`
 	Staged           map[string]slotJSON `json:"staged,omitempty"`
@@ -126,7 +139,7 @@ func Init(dir, trustDomain string, kek KEK, clk Clock) (*Bundle, error) {
 	if b.CommandRoot, err = b.newCA(kek, keyCommandRoot, "Better Compute command root", newEd, now); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{keyJoin, keyAudit} {
+	for _, name := range []string{keyJoin, keyAudit, keyBreakGlass} {
 		k, err := newEd()
 		if err != nil {
 			return nil, fmt.Errorf("pki: generate %s: %w", name, err)
@@ -134,10 +147,13 @@ func Init(dir, trustDomain string, kek KEK, clk Clock) (*Bundle, error) {
 		if err := b.seal(kek, name, k); err != nil {
 			return nil, err
 		}
-		if name == keyJoin {
+		switch name {
+		case keyJoin:
 			b.JoinKey = k.Public().(ed25519.PublicKey)
-		} else {
+		case keyAudit:
 			b.AuditKey = k.Public().(ed25519.PublicKey)
+		default:
+			b.BreakGlassCA = k.Public().(ed25519.PublicKey)
 		}
 	}
 	if err := b.write(path, true); err != nil {
@@ -152,7 +168,7 @@ func (b *Bundle) write(path string, exclusive bool) error {
 		Version: 1, TrustDomain: b.TrustDomain, Deployment: b.Deployment,
 		NodeCA: string(CertPEM(b.NodeCA.Raw)), InternalCA: string(CertPEM(b.InternalCA.Raw)),
 		CommandRoot: string(CertPEM(b.CommandRoot.Raw)),
-		JoinKey:     b.JoinKey, AuditKey: b.AuditKey,
+		JoinKey:     b.JoinKey, AuditKey: b.AuditKey, BreakGlassCA: b.BreakGlassCA,
 		Approvers: approverBytes(b.Approvers), Threshold: b.Threshold,
 		Sealed: b.sealed, Staged: encodeSlots(b.staged), Previous: encodeSlots(b.previous),
 		RetiredAuditKeys: approverBytes(b.retiredAudit), IssuedAt: unixOrZero(b.IssuedAt),
@@ -292,6 +308,12 @@ func load(dir string, public bool) (*Bundle, error) {
 		return nil, fmt.Errorf("pki: %s: join and audit keys must be 32-byte Ed25519 keys", path)
 	}
 	b.JoinKey, b.AuditKey = bj.JoinKey, bj.AuditKey
+	if bj.BreakGlassCA != nil {
+		if len(bj.BreakGlassCA) != ed25519.PublicKeySize {
+			return nil, fmt.Errorf("pki: %s: the break-glass SSH CA must be a 32-byte Ed25519 key", path)
+		}
+		b.BreakGlassCA = bj.BreakGlassCA
+	}
 	if err := validateApprovers(bj.Approvers, bj.Threshold); err != nil {
 		return nil, fmt.Errorf("pki: %s: %w", path, err)
 	}
@@ -446,6 +468,47 @@ func (b *Bundle) AuditSigningKey(kek KEK) (ed25519.PrivateKey, error) {
 	return unsealAs[ed25519.PrivateKey](b, kek, keyAudit, b.AuditKey)
 }
 
+// BreakGlassCAKey unseals the break-glass SSH CA's private key with kek;
+// a bundle without one (made before it existed) is refused: run
+// EnsureBreakGlassCA first.
+func (b *Bundle) BreakGlassCAKey(kek KEK) (ed25519.PrivateKey, error) {
+	if b.BreakGlassCA == nil {
+		return nil, errors.New("pki: the bundle has no break-glass SSH CA")
+	}
+	return unsealAs[ed25519.PrivateKey](b, kek, keyBreakGlass, b.BreakGlassCA)
+}
+
+// EnsureBreakGlassCA loads the bundle in dir and, when it has no
+// break-glass SSH CA (a deployment made before there was one), makes one:
+// an Ed25519 key sealed under kek like the other keys, its public half in
+// the bundle, written atomically. It returns the bundle and whether it
+// added the key. The key-encryption key must open the bundle's node CA
+// first, so a wrong KEK never seals a key no one can open.
+func EnsureBreakGlassCA(dir string, kek KEK) (*Bundle, bool, error) {
+	b, err := Load(dir)
+	if err != nil {
+		return nil, false, err
+	}
+	if b.BreakGlassCA != nil {
+		return b, false, nil
+	}
+	if _, err := b.NodeCAKey(kek); err != nil {
+		return nil, false, err
+	}
+	_, k, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, false, fmt.Errorf("pki: generate %s: %w", keyBreakGlass, err)
+	}
+	if err := b.seal(kek, keyBreakGlass, k); err != nil {
+		return nil, false, err
+	}
+	b.BreakGlassCA = k.Public().(ed25519.PublicKey)
+	if err := b.write(filepath.Join(dir, BundleFile), false); err != nil {
+		return nil, false, err
+	}
+	return b, true, nil
+}
+
 // JoinKeyPin is the pin a node is given with its join token: SHA-256 of the
 // raw 32-byte Ed25519 join public key.
 func JoinKeyPin(pub ed25519.PublicKey) [32]byte { return sha256.Sum256(pub) }
@@ -471,8 +534,11 @@ type ShowInfo struct {
 	JoinKey     string   `json:"join_key"`     // base64
 	JoinKeyPin  string   `json:"join_key_pin"` // lowercase hex of JoinKeyPin
 	AuditKey    string   `json:"audit_key"`    // base64
-	Approvers   []string `json:"approvers"`    // base64 Ed25519 keys of the destructive-batch approvers
-	Threshold   int      `json:"threshold"`    // approvals a destructive batch needs
+	// BreakGlassCA is the break-glass SSH CA as an authorized_keys line
+	// ("" when the bundle has none yet).
+	BreakGlassCA string   `json:"break_glass_ssh_ca"`
+	Approvers    []string `json:"approvers"` // base64 Ed25519 keys of the destructive-batch approvers
+	Threshold    int      `json:"threshold"` // approvals a destructive batch needs
 	// IssuedAt is when the trust content last changed (zero before the
 	// first rotation of a bundle made by an older version).
 	IssuedAt time.Time `json:"issued_at"`
@@ -498,10 +564,11 @@ func (b *Bundle) Show() ShowInfo {
 	return ShowInfo{
 		TrustDomain: b.TrustDomain, Deployment: b.Deployment,
 		NodeCA: certInfo(b.NodeCA), InternalCA: certInfo(b.InternalCA), CommandRoot: certInfo(b.CommandRoot),
-		JoinKey:    base64.StdEncoding.EncodeToString(b.JoinKey),
-		JoinKeyPin: hex.EncodeToString(pin[:]),
-		AuditKey:   base64.StdEncoding.EncodeToString(b.AuditKey),
-		Approvers:  approverStrings(b.Approvers), Threshold: b.Threshold,
+		JoinKey:      base64.StdEncoding.EncodeToString(b.JoinKey),
+		JoinKeyPin:   hex.EncodeToString(pin[:]),
+		AuditKey:     base64.StdEncoding.EncodeToString(b.AuditKey),
+		BreakGlassCA: b.breakGlassLine(),
+		Approvers:    approverStrings(b.Approvers), Threshold: b.Threshold,
 		IssuedAt: b.IssuedAt, Rotation: b.rotationInfo(), RetiredAuditKeys: approverStrings(b.retiredAudit),
 	}
 }
@@ -526,6 +593,9 @@ func (s ShowInfo) String() string {
 			c.name, c.ci.Subject, c.ci.Serial, c.ci.NotAfter.Format(time.RFC3339), c.ci.SHA256, c.ci.SPKIPin, c.ci.PEM)
 	}
 	fmt.Fprintf(&w, "\njoin key:     %s\njoin key pin: %s\naudit key:    %s\n", s.JoinKey, s.JoinKeyPin, s.AuditKey)
+	if s.BreakGlassCA != "" {
+		fmt.Fprintf(&w, "break-glass SSH CA: %s\n", s.BreakGlassCA)
+	}
 	if len(s.Approvers) == 0 {
 		fmt.Fprintf(&w, "approvers:    none pinned (destructive commands are refused)\n")
 	} else {
@@ -548,4 +618,17 @@ func (s ShowInfo) String() string {
 		fmt.Fprintf(&w, "retired audit key: %s\n", k)
 	}
 	return w.String()
+}
+
+// breakGlassLine is the break-glass SSH CA as an authorized_keys line, or
+// "" when the bundle has none.
+func (b *Bundle) breakGlassLine() string {
+	if b.BreakGlassCA == nil {
+		return ""
+	}
+	pub, err := ssh.NewPublicKey(b.BreakGlassCA)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub)))
 }

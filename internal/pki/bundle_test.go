@@ -53,7 +53,7 @@ func privateSecrets(t *testing.T, b *Bundle, kek KEK) map[string][]byte {
 		}
 		out[name] = d
 	}
-	for name, f := range map[string]func(KEK) (ed25519.PrivateKey, error){"command-root": b.CommandRootKey, "join-key": b.JoinSigningKey, "audit-key": b.AuditSigningKey} {
+	for name, f := range map[string]func(KEK) (ed25519.PrivateKey, error){"command-root": b.CommandRootKey, "join-key": b.JoinSigningKey, "audit-key": b.AuditSigningKey, "break-glass-ssh-ca": b.BreakGlassCAKey} {
 		k, err := f(kek)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -146,7 +146,7 @@ func TestBundleStoresNoUnsealedKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	secrets := privateSecrets(t, b, kek)
-	if len(secrets) != 5 {
+	if len(secrets) != 6 {
 		t.Fatalf("got %d secrets", len(secrets))
 	}
 	// The checker must itself be able to find a planted secret.

@@ -67,8 +67,8 @@ func TestRekeyBundleRoundTrip(t *testing.T) {
 	want := privateSecrets(t, b, old)
 	_, publicBefore := bundleFile(t, dir)
 	c, err := RekeyBundle(dir, old, next)
-	if err != nil || c != (RekeyCount{Resealed: 5}) {
-		t.Fatalf("rekey: %+v %v, want 5 re-sealed", c, err)
+	if err != nil || c != (RekeyCount{Resealed: 6}) {
+		t.Fatalf("rekey: %+v %v, want 6 re-sealed (five keys and the break-glass SSH CA)", c, err)
 	}
 	raw, publicAfter := bundleFile(t, dir)
 	if publicAfter != publicBefore {
@@ -79,8 +79,8 @@ func TestRekeyBundleRoundTrip(t *testing.T) {
 	}
 	assertUnderOnly(t, dir, next, want, old)
 	c, err = RekeyBundle(dir, old, next)
-	if err != nil || c != (RekeyCount{AlreadyDone: 5}) {
-		t.Fatalf("second run: %+v %v, want 5 already done", c, err)
+	if err != nil || c != (RekeyCount{AlreadyDone: 6}) {
+		t.Fatalf("second run: %+v %v, want 6 already done", c, err)
 	}
 	if again, _ := bundleFile(t, dir); !bytes.Equal(again, raw) {
 		t.Fatal("a run with nothing to do rewrote the bundle")
@@ -103,11 +103,11 @@ func TestRekeyBundleResumes(t *testing.T) {
 	if err := b.write(filepath.Join(dir, BundleFile), false); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := CheckRekeyBundle(dir, old, next); err != nil || c != (RekeyCount{Resealed: 3, AlreadyDone: 2}) {
+	if c, err := CheckRekeyBundle(dir, old, next); err != nil || c != (RekeyCount{Resealed: 4, AlreadyDone: 2}) {
 		t.Fatalf("check: %+v %v", c, err)
 	}
 	c, err := RekeyBundle(dir, old, next)
-	if err != nil || c != (RekeyCount{Resealed: 3, AlreadyDone: 2}) {
+	if err != nil || c != (RekeyCount{Resealed: 4, AlreadyDone: 2}) {
 		t.Fatalf("rekey: %+v %v, want 3 re-sealed and 2 done", c, err)
 	}
 	assertUnderOnly(t, dir, next, want, old)
@@ -199,8 +199,8 @@ func TestRekeySlotsIsGeneric(t *testing.T) {
 	}
 	b.sealed[extra] = s
 	c, err := b.rekeySlots(old, next)
-	if err != nil || c != (RekeyCount{Resealed: 6}) {
-		t.Fatalf("%+v %v, want 6 re-sealed", c, err)
+	if err != nil || c != (RekeyCount{Resealed: 7}) {
+		t.Fatalf("%+v %v, want 7 re-sealed", c, err)
 	}
 	if pt, err := Open(next, b.sealed[extra], bundleAAD(extra)); err != nil || string(pt) != "staged" {
 		t.Fatalf("the extra slot: %q %v", pt, err)

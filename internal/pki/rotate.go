@@ -392,6 +392,9 @@ func (b *Bundle) wantSealed() map[string]bool {
 	for _, n := range keyNames {
 		want[n] = true
 	}
+	if b.BreakGlassCA != nil {
+		want[keyBreakGlass] = true
+	}
 	for k := range b.staged {
 		want[stagedName(k)] = true
 	}

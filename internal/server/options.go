@@ -110,7 +110,8 @@ type keys struct {
 	bundleBody, bundleSig []byte              // api: the trust bundle and its signature by the join key
 	bundleOthers          []pki.JoinSignature // api: its signatures by the staged and previous join keys
 	commandRoot           ed25519.PrivateKey
-	internal              crypto.Signer // api, when it issues the gateway's or the internal channel's certificate
+	internal              crypto.Signer      // api, when it issues the gateway's or the internal channel's certificate
+	breakGlass            ed25519.PrivateKey // api: the break-glass SSH CA (nil when the bundle has none)
 }
 
 // unseal unseals the keys r's roles use, and nothing more.
@@ -131,6 +132,11 @@ func unseal(o Options, r roles, now time.Time) (keys, error) {
 			return k, fmt.Errorf("server: encode trust bundle: %w", err)
 		}
 		k.nodeCA, k.bundleBody, k.bundleSig = nodeCAKey, tbBody, pki.SignTrustBundle(joinKeys[0], tbBody)
+		if b.BreakGlassCA != nil {
+			if k.breakGlass, err = b.BreakGlassCAKey(o.KEK); err != nil {
+				return k, errs.Wrap(errs.InvalidConfig, "the break-glass SSH CA key does not unseal", err)
+			}
+		}
 		for _, jk := range joinKeys[1:] {
 			k.bundleOthers = append(k.bundleOthers, pki.JoinSignature{Key: jk.Public().(ed25519.PublicKey), Sig: pki.SignTrustBundle(jk, tbBody)})
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/auditlog"
+	"github.com/bettercompute/bettercompute/internal/breakglass"
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/commands"
@@ -140,6 +141,8 @@ type ControlPlane struct {
 	Secrets  *secrets.Service
 	// Sandboxes is the sandbox module (package sandboxes).
 	Sandboxes *sandboxes.Service
+	// BreakGlass is the break-glass SSH module (api role only).
+	BreakGlass *breakglass.Service
 	// Quotas are the per-tenant limits the modules admit rows against.
 	Quotas  *quota.Service
 	Signer  *signing.Signer

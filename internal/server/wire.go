@@ -10,6 +10,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/breakglass"
 	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
@@ -55,6 +56,11 @@ func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 	}
 	cp.Sandboxes = sandboxes.New(o.DB, o.Clock, cp.Bus, cp.Commands, cp.Nodes, cp.Quotas, bucket, o.Log)
 	cp.Sandboxes.SetMaxImageBytes(o.SandboxMaxImageBytes)
+	if r.api {
+		if cp.BreakGlass, err = breakglass.New(o.DB, o.Clock, cp.Commands, cp.Nodes, k.breakGlass, o.Log); err != nil {
+			return err
+		}
+	}
 	if r.workers {
 		cp.Signer = signing.New(signing.Deps{DB: o.DB, Commands: commandStore, Clock: o.Clock, KEK: o.KEK, Root: b.CommandRoot, RootKey: k.commandRoot,
 			TrustDomain: b.TrustDomain, Bus: cp.Bus, Batches: cp.Quorum, Log: o.Log})

@@ -4,6 +4,7 @@ import (
 	apikeysmig "github.com/bettercompute/bettercompute/internal/apikeys/migrations"
 	auditmig "github.com/bettercompute/bettercompute/internal/audit/migrations"
 	auditlogmig "github.com/bettercompute/bettercompute/internal/auditlog/migrations"
+	breakglassmig "github.com/bettercompute/bettercompute/internal/breakglass/migrations"
 	commandsmig "github.com/bettercompute/bettercompute/internal/commands/migrations"
 	iammig "github.com/bettercompute/bettercompute/internal/iam/migrations"
 	idempotencymig "github.com/bettercompute/bettercompute/internal/idempotency/migrations"
@@ -35,6 +36,7 @@ func Modules() []Source {
 		{Module: "sandboxes", FS: sandboxesmig.FS},
 		{Module: "quota", FS: quotamig.FS},
 		{Module: "tickets", FS: ticketsmig.FS},
+		{Module: "breakglass", FS: breakglassmig.FS},
 
 		{Module: "idempotency", FS: idempotencymig.FS},
 	}

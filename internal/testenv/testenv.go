@@ -33,6 +33,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
+	"github.com/bettercompute/bettercompute/internal/daemon/sshaccess"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/pki"
@@ -76,6 +77,10 @@ type Options struct {
 	// NodeTune, when set, adjusts every node's configuration before it
 	// opens (its tunnel allow list, say), before OpenNodeWith's own tune.
 	NodeTune func(*daemon.Config)
+	// SSHDRoot, when set, is where each node writes its break-glass sshd
+	// files (SSHDRoot/<node folder name>), such as a folder sshd's
+	// StrictModes accepts; default: the node's data folder's "sshd".
+	SSHDRoot string
 }
 
 // Env is a running control plane with its nodes.
@@ -99,6 +104,7 @@ type Env struct {
 	sandboxRuntime, imageStore string
 	nodeTune                   func(*daemon.Config)
 	sandboxEgress              bool
+	sshdRoot                   string
 	// opts are the control plane's options, for Restart.
 	opts server.Options
 }
@@ -110,6 +116,8 @@ type Node struct {
 	Sim *driver.Sim
 	// Sandbox is the node's sandbox host (nil unless SandboxRuntime).
 	Sandbox *sandbox.Host
+	// SSH is the node's ssh.access driver; SSH.Dir holds its sshd files.
+	SSH *sshaccess.Driver
 
 	mu      sync.Mutex
 	state   chan bool
@@ -192,7 +200,7 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 		t.Fatalf("start control plane: %v", err)
 	}
 	e := &Env{CP: cp, Bundle: b, KEK: kek, Dir: dir, Clock: o.Clock, Log: log, ApproverDir: approverDir, ApproverKeys: approverKeys,
-		sandboxRuntime: o.SandboxRuntime, sandboxEgress: o.SandboxEgress, imageStore: imageStore, opts: so, nodeTune: o.NodeTune}
+		sandboxRuntime: o.SandboxRuntime, sandboxEgress: o.SandboxEgress, imageStore: imageStore, opts: so, nodeTune: o.NodeTune, sshdRoot: o.SSHDRoot}
 	t.Cleanup(e.Close)
 	_, key, err := cp.APIKeys.Create(context.Background(), audit.Entry{TenantID: iam.RootTenant, Actor: "testenv"}, iam.RootTenant, "admin", "admin", 0)
 	if err != nil {
@@ -398,7 +406,12 @@ func (e *Env) openNode(t testing.TB, dir, bootID, addr string, tune func(*daemon
 	t.Helper()
 	sim := driver.NewSim(filepath.Base(dir))
 	n := &Node{Dir: dir, Sim: sim, state: make(chan bool, 64), sets: make(chan ApproverSetEvent, 64), refresh: make(chan error, 64)}
-	cfg := daemon.Config{DataDir: dir, Gateway: addr, Driver: e.nodeDriver(t, n), Clock: e.Clock, Log: e.Log, BootID: bootID,
+	sshDir := filepath.Join(dir, "sshd")
+	if e.sshdRoot != "" {
+		sshDir = filepath.Join(e.sshdRoot, filepath.Base(dir))
+	}
+	n.SSH = &sshaccess.Driver{Driver: e.nodeDriver(t, n), Dir: sshDir, StateDir: dir}
+	cfg := daemon.Config{DataDir: dir, Gateway: addr, Driver: n.SSH, Clock: e.Clock, Log: e.Log, BootID: bootID,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
 	if e.nodeTune != nil {
 		e.nodeTune(&cfg)
@@ -410,6 +423,7 @@ func (e *Env) openNode(t testing.TB, dir, bootID, addr string, tune func(*daemon
 	if err != nil {
 		t.Fatalf("open node: %v", err)
 	}
+	n.SSH.SetNodeID(d.NodeID())
 	d.OnState(func(c bool) { n.state <- c })
 	d.OnApproverSet(func(g uint64, reason string) {
 		select {

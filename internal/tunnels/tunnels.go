@@ -114,6 +114,13 @@ func (s *Service) SetOpener(o Opener) {
 	s.mu.Unlock()
 }
 
+// Limiter is the limit of tickets per identity, PerMinute a minute,
+// which the API enforces before Open runs (api.Method.LimitedPerIdentity).
+func (s *Service) Limiter() *ratelimit.PerKey { return s.limits }
+
+// LimitMessage is the refusal's safe message past Limiter's limit.
+var LimitMessage = fmt.Sprintf("at most %d tunnels a minute per identity", PerMinute)
+
 // Ticket is what tunnels.open answers.
 type Ticket struct {
 	// Ticket is the SignedTicket, marshalled and base64 (standard,
@@ -127,17 +134,14 @@ type Ticket struct {
 
 // Open issues a ticket for actor (whose Actor is the caller's identity
 // and TenantID the node's tenant) to reach port on nodeID by action. The
-// caller was decided by the API envelope; Open limits each identity to
-// PerMinute tickets and records the issue in the audit log.
+// caller was decided (and limited, see Limiter) by the API envelope; Open
+// records the issue in the audit log.
 func (s *Service) Open(ctx context.Context, actor audit.Entry, nodeID string, port uint32, action string) (Ticket, error) {
 	if port < 1 || port > 65535 {
 		return Ticket{}, errs.New(errs.InvalidInput, "port: 1 to 65535")
 	}
 	if !tickets.AllowedAction(action) || action != tickets.ActionNodeTunnel {
 		return Ticket{}, errs.New(errs.InvalidInput, "action: not a tunnel action")
-	}
-	if wait := s.limits.Take(actor.Actor); wait > 0 {
-		return Ticket{}, errs.RateLimitedFor(fmt.Sprintf("at most %d tunnels a minute per identity", PerMinute), wait)
 	}
 	now := s.d.Clock.Now()
 	body := &nodev1.TicketBody{Jti: newJTI(), NodeId: nodeID, Port: port, Action: action, TenantId: actor.TenantID, Caller: actor.Actor,
@@ -150,8 +154,8 @@ func (s *Service) Open(ctx context.Context, actor audit.Entry, nodeID string, po
 	if err != nil {
 		return Ticket{}, fmt.Errorf("tunnels: encode ticket: %w", err)
 	}
-	actor.Action, actor.Resource, actor.Outcome = action, "node/"+nodeID, "ticket-issued"
-	actor.Details = map[string]any{"jti": body.Jti, "port": port, "expires_at_ms": body.ExpiresAtMs}
+	actor.Action, actor.Resource, actor.Outcome = action, "node/"+nodeID, "allowed"
+	actor.Details = map[string]any{"event": "ticket-issued", "jti": body.Jti, "port": port, "expires_at_ms": body.ExpiresAtMs}
 	if err := s.d.DB.Tx(ctx, func(tx *sql.Tx) error { return audit.Record(ctx, tx, now, actor) }); err != nil {
 		return Ticket{}, err
 	}
