@@ -79,7 +79,7 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(auditCmd())
 	root.AddCommand(bootstrapCmd())
 	root.AddCommand(sandboxCommands()...)
-	root.AddCommand(tunnelCmd())
+	root.AddCommand(tunnelCmd(), sshCmd())
 	addLifecycleCommands(root)
 	buildinfo.AddVersionFlag(root)
 	addCAFlag(root)

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/clisafe"
 )
 
 // tunnelCmd is `better-compute tunnel`: a port on a node's loopback,
@@ -57,7 +58,10 @@ func tunnelCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			if stdio {
-				return apiErr(runTunnelStdio(ctx, cl, node, port, cmd.InOrStdin(), cmd.OutOrStdout()))
+				// The stream's bytes are not text for a terminal: they go
+				// out unfiltered (clisafe.Raw), or a protocol such as ssh's
+				// would lose its control bytes.
+				return apiErr(runTunnelStdio(ctx, cl, node, port, cmd.InOrStdin(), clisafe.Raw(cmd.OutOrStdout())))
 			}
 			return runTunnelListen(ctx, cl, node, port, ap.String(), cmd)
 		},
