@@ -212,7 +212,8 @@ type Server struct {
 	uploads Uploads
 	// tunnels serves the tunnel endpoint (nil: its path is an unknown
 	// method).
-	tunnels *tunnels.Service
+	tunnels    *tunnels.Service
+	execTarget ExecTarget
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec

@@ -1166,6 +1166,7 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 		}, nil},
 		{"sandboxes.create", func() string { return `{"template":"walk"}` }, func(o map[string]any) { state["sandbox"] = str(o["id"]) }},
 		{"sandboxes.exec", func() string { return `{"id":"` + state["sandbox"] + `","argv":["echo","hi"],"timeout_seconds":10}` }, nil},
+		{"sandboxes.execTicket", func() string { return `{"id":"` + state["sandbox"] + `","argv":["sh"]}` }, nil},
 		{"sandboxes.extend", func() string { return `{"id":"` + state["sandbox"] + `","seconds":60}` }, nil},
 		{"sandboxes.delete", func() string { return `{"id":"` + state["sandbox"] + `"}` }, nil},
 		{"templates.delete", func() string { return `{"id":"` + state["template"] + `"}` }, nil},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/tickets"
 	"github.com/bettercompute/bettercompute/internal/tunnels"
 	"github.com/bettercompute/bettercompute/internal/tunnelwire"
@@ -30,8 +31,14 @@ const TunnelConnectPath = "/api/v1/tunnels/connect"
 // TicketHeader carries the ticket to the tunnel endpoint.
 const TicketHeader = "Bc-Ticket"
 
-// ServeTunnels enables the tunnel endpoint with t behind it.
-func (s *Server) ServeTunnels(t *tunnels.Service) { s.tunnels = t }
+// ExecTarget returns the node an interactive exec in a sandbox goes to
+// (sandboxes.Service.ExecTarget): a sandbox the scope cannot see is
+// NOT_FOUND, one not running or expiring within a minute INVALID_STATE.
+type ExecTarget func(ctx context.Context, scope iam.Scope, sandboxID string) (nodeID string, err error)
+
+// ServeTunnels enables the tunnel endpoint with t behind it; exec, when
+// set, lets it carry interactive execs in sandboxes.
+func (s *Server) ServeTunnels(t *tunnels.Service, exec ExecTarget) { s.tunnels, s.execTarget = t, exec }
 
 // tunnelMethods are the tunnels module's JSON methods.
 func tunnelMethods(m Modules) []Method {
@@ -39,7 +46,7 @@ func tunnelMethods(m Modules) []Method {
 		return nil
 	}
 	t := m.Tunnels
-	return []Method{
+	methods := []Method{
 		Def("tunnels.open", tickets.ActionNodeTunnel, true, func(in apitypes.TunnelOpenIn) Target { return Target{Kind: "node", ID: in.NodeID} },
 			func(ctx context.Context, c *Caller, in apitypes.TunnelOpenIn) (any, error) {
 				tk, err := t.Open(ctx, c.Actor(), in.NodeID, uint32(in.Port), tickets.ActionNodeTunnel)
@@ -50,6 +57,24 @@ func tunnelMethods(m Modules) []Method {
 					ConnectPath: TunnelConnectPath}, nil
 			}).ShownOnce().LimitedPerIdentity(t.Limiter(), tunnels.LimitMessage),
 	}
+	if m.Sandboxes == nil {
+		return methods
+	}
+	sbx := m.Sandboxes
+	return append(methods,
+		Def("sandboxes.execTicket", tickets.ActionSandboxExec, true, func(in apitypes.ExecTicketIn) Target { return Target{Kind: "sandbox", ID: in.ID} },
+			func(ctx context.Context, c *Caller, in apitypes.ExecTicketIn) (any, error) {
+				node, err := sbx.ExecTarget(ctx, c.Scope(), in.ID)
+				if err != nil {
+					return nil, err
+				}
+				tk, err := t.OpenExec(ctx, c.Actor(), in.ID, node, in.Argv)
+				if err != nil {
+					return nil, err
+				}
+				return apitypes.TunnelTicket{Ticket: tk.Ticket, JTI: tk.JTI, NodeID: tk.NodeID, SandboxID: tk.SandboxID, ExpiresAt: tk.ExpiresAt,
+					ConnectPath: TunnelConnectPath}, nil
+			}).ShownOnce().LimitedPerIdentity(t.Limiter(), tunnels.LimitMessage))
 }
 
 // serveTunnelHTTP answers a request to the tunnel endpoint: an error in
@@ -91,11 +116,15 @@ func (s *Server) admitTunnel(r *http.Request, rid string) (*call, *tunnels.Tunne
 	if err := s.authenticateCaller(q); err != nil {
 		return q, nil, s.errorAnswer(rid, err)
 	}
-	nodeID, port, ticket, err := tunnelParams(r)
+	to, ticket, err := s.tunnelParams(r)
 	if err != nil {
 		return q, nil, s.errorAnswer(rid, err)
 	}
-	q.target = Target{Kind: "node", ID: nodeID}
+	q.m.Action = to.Action
+	q.target = Target{Kind: "node", ID: to.NodeID}
+	if to.SandboxID != "" {
+		q.target = Target{Kind: "sandbox", ID: to.SandboxID}
+	}
 	if err := s.callerState(q); err != nil {
 		return q, nil, s.errorAnswer(rid, err)
 	}
@@ -108,10 +137,14 @@ func (s *Server) admitTunnel(r *http.Request, rid string) (*call, *tunnels.Tunne
 		err = s.decide(q)
 	}
 	release()
+	if err == nil && to.SandboxID != "" {
+		// The sandbox's node, now: running, not expiring within a minute.
+		to.NodeID, err = s.execTarget(q.ctx, q.c.Scope(), to.SandboxID)
+	}
 	if err != nil {
 		return q, nil, s.errorAnswer(rid, err)
 	}
-	t, err := s.tunnels.Connect(q.ctx, q.c.Actor(), nodeID, port, tickets.ActionNodeTunnel, ticket)
+	t, err := s.tunnels.Connect(q.ctx, q.c.Actor(), to, ticket)
 	if err != nil {
 		return q, nil, s.errorAnswer(rid, err)
 	}
@@ -141,22 +174,32 @@ func headerHasToken(h http.Header, name, token string) bool {
 	return false
 }
 
-// tunnelParams reads the node, port and ticket of a tunnel request.
-func tunnelParams(r *http.Request) (nodeID string, port uint32, ticket string, err error) {
+// tunnelParams reads what a tunnel request goes to (node=ID&port=P, or
+// sandbox=ID for an exec, where the node is the sandbox's) and its ticket.
+func (s *Server) tunnelParams(r *http.Request) (tunnels.Target, string, error) {
 	qv := r.URL.Query()
-	nodeID = qv.Get("node")
+	ticket := r.Header.Get(TicketHeader)
+	if ticket == "" {
+		return tunnels.Target{}, "", errs.New(errs.InvalidInput, TicketHeader+": the ticket from tunnels.open or sandboxes.execTicket is required")
+	}
+	if sbx := qv.Get("sandbox"); sbx != "" || qv.Has("sandbox") {
+		if s.execTarget == nil {
+			return tunnels.Target{}, "", errs.New(errs.InvalidInput, "sandbox: this control plane runs no sandboxes")
+		}
+		if sbx == "" || len(sbx) > 64 || qv.Has("node") || qv.Has("port") {
+			return tunnels.Target{}, "", errs.New(errs.InvalidInput, "sandbox: a sandbox id is required, without node or port")
+		}
+		return tunnels.Target{SandboxID: sbx, Action: tickets.ActionSandboxExec}, ticket, nil
+	}
+	nodeID := qv.Get("node")
 	if nodeID == "" || len(nodeID) > 64 {
-		return "", 0, "", errs.New(errs.InvalidInput, "node: a node id is required")
+		return tunnels.Target{}, "", errs.New(errs.InvalidInput, "node: a node id is required")
 	}
 	p, perr := strconv.ParseUint(qv.Get("port"), 10, 16)
 	if perr != nil || p == 0 {
-		return "", 0, "", errs.New(errs.InvalidInput, "port: 1 to 65535")
+		return tunnels.Target{}, "", errs.New(errs.InvalidInput, "port: 1 to 65535")
 	}
-	ticket = r.Header.Get(TicketHeader)
-	if ticket == "" {
-		return "", 0, "", errs.New(errs.InvalidInput, TicketHeader+": the ticket from tunnels.open is required")
-	}
-	return nodeID, uint32(p), ticket, nil
+	return tunnels.Target{NodeID: nodeID, Port: uint32(p), Action: tickets.ActionNodeTunnel}, ticket, nil
 }
 
 // serveTunnel takes over the connection, answers 101 and serves the

@@ -590,11 +590,17 @@ func (n *Node) session(ctx context.Context) (welcomed bool, err error) {
 		return true, err
 	}
 	work := make(chan *nodev1.SignedCommand, 64)
-	defer close(work)
 	fetch := func(ctx context.Context, commandID, ref string) ([]byte, error) {
 		return n.FetchSecret(ctx, conn, commandID, ref)
 	}
-	go n.execute(sctx, work, send, allowed, rewound, fetch)
+	executed := make(chan struct{})
+	go func() {
+		defer close(executed)
+		n.execute(sctx, work, send, allowed, rewound, fetch)
+	}()
+	// The session ends only once its executor has: no driver is still
+	// running (writing files, say) after Run returns.
+	defer func() { cancel(); close(work); <-executed }()
 	recvd, recvErr := recvLoop(sctx, stream)
 	// The session's tunnels end with it, before its connection closes.
 	defer func() { cancel(); n.tunnels.wg.Wait() }()

@@ -53,31 +53,40 @@ type NodeStream struct {
 }
 
 // Recv returns the next bytes from the node. eof is true once the node
-// sent no more (its side of the port closed for writing); err is io.EOF
-// when the tunnel ended in order, or the reason it ended.
-func (t *NodeStream) Recv() (data []byte, eof bool, err error) {
+// sent no more (its side of the port closed for writing); exit is an
+// exec's exit status, after which the node sends nothing; err is the
+// reason the tunnel ended otherwise.
+func (t *NodeStream) Recv() (data []byte, eof bool, exit *int32, err error) {
 	f, err := t.stream.Recv()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, false, io.ErrUnexpectedEOF
+			return nil, false, nil, io.ErrUnexpectedEOF
 		}
 		if t.ctx.Err() != nil {
-			return nil, false, errNodeGone
+			return nil, false, nil, errNodeGone
 		}
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	switch x := f.Frame.(type) {
 	case *nodev1.TunnelFrame_Data:
 		if len(x.Data) > nodev1.MaxTunnelData {
-			return nil, false, errors.New("gateway: tunnel frame over its bound")
+			return nil, false, nil, errors.New("gateway: tunnel frame over its bound")
 		}
-		return x.Data, false, nil
+		return x.Data, false, nil, nil
 	case *nodev1.TunnelFrame_Eof:
-		return nil, true, nil
+		return nil, true, nil, nil
+	case *nodev1.TunnelFrame_ExitCode:
+		code := x.ExitCode
+		return nil, false, &code, nil
 	case *nodev1.TunnelFrame_Error:
-		return nil, false, errs.New(errs.Unavailable, "the node ended the tunnel")
+		return nil, false, nil, errs.New(errs.Unavailable, "the node ended the tunnel")
 	}
-	return nil, false, errors.New("gateway: unexpected tunnel frame")
+	return nil, false, nil, errors.New("gateway: unexpected tunnel frame")
+}
+
+// Resize sends a terminal's new size to the node (an exec's PTY).
+func (t *NodeStream) Resize(cols, rows uint16) error {
+	return t.send(&nodev1.TunnelFrame{Frame: &nodev1.TunnelFrame_Resize{Resize: &nodev1.TunnelResize{Cols: uint32(cols), Rows: uint32(rows)}}})
 }
 
 // errNodeGone: the node's session or Tunnel call ended under the tunnel.
@@ -124,16 +133,26 @@ func (t *NodeStream) Close(reason string) {
 // Done is closed when the tunnel ended.
 func (t *NodeStream) Done() <-chan struct{} { return t.ctx.Done() }
 
-// OpenTunnel opens a tunnel to port on nodeID for a client holding ticket,
-// through the node's session on this gateway. It verifies the ticket
-// again (signed by a worker, for this node, this port and action, fresh)
+// TunnelTarget is what a tunnel goes to: a port on a node's loopback, or
+// a program in a sandbox on a node (SandboxID set, Port 0), by Action.
+type TunnelTarget struct {
+	NodeID    string
+	Port      uint32
+	SandboxID string
+	Action    string
+}
+
+// OpenTunnel opens a tunnel to to for a client holding ticket, through
+// the node's session on this gateway. It verifies the ticket again
+// (signed by a worker, for this node, port or sandbox and action, fresh)
 // and spends its jti before it asks the node, which verifies it once more
 // with its own spent store. It fails with a coded error: the ticket's
 // reason (tickets.Reason.Err), INVALID_STATE when the node has no session
 // on this gateway, UNAVAILABLE when the node does not answer in
 // TunnelOpenTimeout or nothing listens on the port, ACCESS_DENIED with
 // the node's reason when the node refused.
-func (g *Gateway) OpenTunnel(ctx context.Context, nodeID string, port uint32, action string, ticket *nodev1.SignedTicket) (*NodeStream, error) {
+func (g *Gateway) OpenTunnel(ctx context.Context, to TunnelTarget, ticket *nodev1.SignedTicket) (*NodeStream, error) {
+	nodeID, port := to.NodeID, to.Port
 	if g.cfg.Tickets == nil || g.cfg.Spent == nil {
 		return nil, errs.New(errs.Unavailable, "tunnels are not configured on this gateway")
 	}
@@ -141,7 +160,7 @@ func (g *Gateway) OpenTunnel(ctx context.Context, nodeID string, port uint32, ac
 	if s == nil {
 		return nil, errs.New(errs.InvalidState, "the node has no session on this gateway")
 	}
-	body, reason := g.cfg.Tickets.RedeemSigned(ctx, ticket, g.cfg.Clock.Now(), tickets.Want{NodeID: nodeID, Port: port, Actions: []string{action}}, g.cfg.Spent)
+	body, reason := g.cfg.Tickets.RedeemSigned(ctx, ticket, g.cfg.Clock.Now(), tickets.Want{NodeID: nodeID, Port: port, SandboxID: to.SandboxID, Actions: []string{to.Action}}, g.cfg.Spent)
 	if reason != "" {
 		g.cfg.Log.Info("tunnel refused", "node_id", nodeID, "port", port, "reason", reason)
 		return nil, reason.Err()
@@ -156,7 +175,7 @@ func (g *Gateway) OpenTunnel(ctx context.Context, nodeID string, port uint32, ac
 		delete(g.tunnels, id)
 		g.mu.Unlock()
 	}()
-	if err := s.send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_TunnelOpen{TunnelOpen: &nodev1.TunnelOpen{TunnelId: id, Ticket: ticket}}}); err != nil {
+	if err := s.send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_TunnelOpen{TunnelOpen: &nodev1.TunnelOpen{TunnelId: id, Ticket: ticket, SandboxId: to.SandboxID}}}); err != nil {
 		return nil, errNodeGone
 	}
 	timer := g.cfg.Clock.NewTimer(TunnelOpenTimeout)
@@ -185,6 +204,10 @@ func nodeRefusal(reason string, port uint32) error {
 		return errs.New(errs.AccessDenied, fmt.Sprintf("the node refused the tunnel: port %d is not on its tunnel allow list (%s)", port, reason))
 	case nodev1.TunnelDialFailed:
 		return errs.New(errs.Unavailable, fmt.Sprintf("the node refused the tunnel: nothing answers on its port %d (%s)", port, reason))
+	case nodev1.ExecSandboxGone:
+		return errs.New(errs.InvalidState, "the node refused the exec: the sandbox is not running there ("+reason+")")
+	case nodev1.ExecFailed:
+		return errs.New(errs.Unavailable, "the node could not start the program ("+reason+")")
 	}
 	return errs.New(errs.AccessDenied, "the node refused the tunnel: "+reason)
 }

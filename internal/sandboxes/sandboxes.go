@@ -781,3 +781,18 @@ func (s *Service) WarmCount(ctx context.Context, templateID string) (int, error)
 	err := s.db.QueryRowContext(ctx, sqlCountWarm, templateID, StateWarm).Scan(&n)
 	return n, err
 }
+
+// ExecTarget returns the node an interactive exec in sandbox id goes to,
+// for a caller who sees it through scope: the sandbox must be running and
+// not expire within ExecRefuseWithin (INVALID_STATE), as for Exec; one it
+// cannot see is NOT_FOUND. The tunnels module issues the exec's ticket.
+func (s *Service) ExecTarget(ctx context.Context, scope iam.Scope, id string) (string, error) {
+	x, err := s.Get(ctx, scope, id)
+	if err != nil {
+		return "", err
+	}
+	if err := checkExec(x, s.clk.Now()); err != nil {
+		return "", err
+	}
+	return x.NodeID, nil
+}

@@ -136,10 +136,18 @@ func (s gatewayServices) SandboxReport(ctx context.Context, nodeID, serial strin
 // gateway.
 type tunnelOpener struct{ g *gateway.Gateway }
 
-func (o tunnelOpener) OpenTunnel(ctx context.Context, nodeID string, port uint32, action string, t *nodev1.SignedTicket) (tunnels.NodeStream, error) {
-	s, err := o.g.OpenTunnel(ctx, nodeID, port, action, t)
+func (o tunnelOpener) OpenTunnel(ctx context.Context, to tunnels.Target, t *nodev1.SignedTicket) (tunnels.NodeStream, error) {
+	s, err := o.g.OpenTunnel(ctx, gateway.TunnelTarget{NodeID: to.NodeID, Port: to.Port, SandboxID: to.SandboxID, Action: to.Action}, t)
 	if err != nil {
 		return nil, err
 	}
-	return s, nil
+	return nodeStream{s}, nil
+}
+
+// nodeStream is the gateway's node stream as the tunnels module reads it.
+type nodeStream struct{ *gateway.NodeStream }
+
+func (n nodeStream) Recv() (tunnels.Chunk, error) {
+	data, eof, exit, err := n.NodeStream.Recv()
+	return tunnels.Chunk{Data: data, EOF: eof, Exit: exit}, err
 }

@@ -162,7 +162,11 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 	if cp.Sandboxes != nil {
 		srv.ServeUploads(cp.Sandboxes)
 	}
-	srv.ServeTunnels(cp.Tunnels)
+	var execTarget api.ExecTarget
+	if cp.Sandboxes != nil {
+		execTarget = cp.Sandboxes.ExecTarget
+	}
+	srv.ServeTunnels(cp.Tunnels, execTarget)
 	// Tunnels are hijacked connections, which the HTTP server's shutdown
 	// does not wait for: they are closed when the roles stop.
 	cp.runLoop(func(ctx context.Context) { <-ctx.Done(); cp.Tunnels.CloseAll() })

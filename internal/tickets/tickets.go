@@ -21,6 +21,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -56,6 +57,10 @@ const (
 	MaxSize = 4 << 10
 	// MaxJTI bounds the jti, which the spent stores keep as a key.
 	MaxJTI = 128
+	// MaxArgv and MaxArg bound an exec's program: its arguments and each
+	// one's bytes (the whole ticket stays under MaxSize).
+	MaxArgv = 32
+	MaxArg  = 256
 )
 
 // The actions a ticket may carry: the IAM actions tunnels.open decides.
@@ -83,8 +88,9 @@ const (
 	ReasonOversized Reason = "ticket-oversized"
 	// ReasonMalformed: not a SignedTicket, no signature or signer
 	// certificate, or a signed body that does not parse or has an empty
-	// or over-long jti, an empty node, tenant or caller, a port outside 1
-	// to 65535, no sandbox for an exec, or an expiry not after its issue.
+	// or over-long jti, an empty node, tenant or caller, a tunnel with a
+	// port outside 1 to 65535 or a program, an exec without a sandbox or a
+	// valid program or with a port, or an expiry not after its issue.
 	ReasonMalformed Reason = "ticket-malformed"
 	// ReasonSignerUntrusted: the signer certificate does not chain to the
 	// command-signing roots in the trust domain now (another CA, expired,
@@ -225,12 +231,30 @@ func wellFormed(b *nodev1.TicketBody) bool {
 	switch {
 	case b.Jti == "", len(b.Jti) > MaxJTI, b.NodeId == "", b.TenantId == "", b.Caller == "", b.Action == "":
 		return false
-	case b.Port == 0, b.Port > 65535:
-		return false
-	case b.Action == ActionSandboxExec && b.SandboxId == "":
+	case b.Action == ActionSandboxExec:
+		// An exec: a sandbox and a program, no port.
+		if b.SandboxId == "" || b.Port != 0 || !ValidArgv(b.Argv) {
+			return false
+		}
+	case b.Port == 0, b.Port > 65535, len(b.Argv) > 0:
+		// A tunnel: a port, no program.
 		return false
 	case b.IssuedAtMs <= 0, b.ExpiresAtMs <= b.IssuedAtMs:
 		return false
+	}
+	return true
+}
+
+// ValidArgv reports whether argv is a program to exec: 1 to MaxArgv
+// arguments, the first non-empty, each at most MaxArg bytes without NUL.
+func ValidArgv(argv []string) bool {
+	if len(argv) == 0 || len(argv) > MaxArgv || argv[0] == "" {
+		return false
+	}
+	for _, a := range argv {
+		if len(a) > MaxArg || strings.ContainsRune(a, 0) {
+			return false
+		}
 	}
 	return true
 }

@@ -44,8 +44,8 @@ func TestGenuineTicketAccepted(t *testing.T) {
 		t.Fatalf("a millisecond before expiry: %q, want accepted", r)
 	}
 	exec := body()
-	exec.Action, exec.SandboxId = tickets.ActionSandboxExec, "sb_one"
-	if _, r := f.verifier().Verify(f.raw(t, exec), t0, tickets.Want{NodeID: nodeA, Port: 22, SandboxID: "sb_one",
+	exec.Action, exec.SandboxId, exec.Port, exec.Argv = tickets.ActionSandboxExec, "sb_one", 0, []string{"sh", "-l"}
+	if _, r := f.verifier().Verify(f.raw(t, exec), t0, tickets.Want{NodeID: nodeA, SandboxID: "sb_one",
 		Actions: []string{tickets.ActionSandboxExec}}); r != "" {
 		t.Fatalf("sandbox exec ticket: %q, want accepted", r)
 	}
@@ -80,8 +80,16 @@ func TestBodyRefusals(t *testing.T) {
 		{"empty action", edit(func(b *nodev1.TicketBody) { b.Action = "" }), tickets.Want{NodeID: nodeA, Port: 22, Actions: []string{""}}, tickets.ReasonMalformed},
 		{"port 0", edit(func(b *nodev1.TicketBody) { b.Port = 0 }), tickets.Want{NodeID: nodeA, Actions: want().Actions}, tickets.ReasonMalformed},
 		{"port 65536", edit(func(b *nodev1.TicketBody) { b.Port = 65536 }), tickets.Want{NodeID: nodeA, Port: 65536, Actions: want().Actions}, tickets.ReasonMalformed},
-		{"exec without sandbox", edit(func(b *nodev1.TicketBody) { b.Action = tickets.ActionSandboxExec }),
-			tickets.Want{NodeID: nodeA, Port: 22, Actions: []string{tickets.ActionSandboxExec}}, tickets.ReasonMalformed},
+		{"exec without sandbox", edit(func(b *nodev1.TicketBody) { b.Action, b.Port, b.Argv = tickets.ActionSandboxExec, 0, []string{"sh"} }),
+			tickets.Want{NodeID: nodeA, Actions: []string{tickets.ActionSandboxExec}}, tickets.ReasonMalformed},
+		{"exec with a port", edit(func(b *nodev1.TicketBody) { b.Action, b.SandboxId, b.Argv = tickets.ActionSandboxExec, "sb_one", []string{"sh"} }),
+			tickets.Want{NodeID: nodeA, Port: 22, SandboxID: "sb_one", Actions: []string{tickets.ActionSandboxExec}}, tickets.ReasonMalformed},
+		{"exec without a program", edit(func(b *nodev1.TicketBody) { b.Action, b.SandboxId, b.Port = tickets.ActionSandboxExec, "sb_one", 0 }),
+			tickets.Want{NodeID: nodeA, SandboxID: "sb_one", Actions: []string{tickets.ActionSandboxExec}}, tickets.ReasonMalformed},
+		{"exec with an argument holding NUL", edit(func(b *nodev1.TicketBody) {
+			b.Action, b.SandboxId, b.Port, b.Argv = tickets.ActionSandboxExec, "sb_one", 0, []string{"sh", "a\x00b"}
+		}), tickets.Want{NodeID: nodeA, SandboxID: "sb_one", Actions: []string{tickets.ActionSandboxExec}}, tickets.ReasonMalformed},
+		{"tunnel with a program", edit(func(b *nodev1.TicketBody) { b.Argv = []string{"sh"} }), want(), tickets.ReasonMalformed},
 		{"issued at 0", edit(func(b *nodev1.TicketBody) { b.IssuedAtMs = 0 }), want(), tickets.ReasonMalformed},
 		{"expires at issue", edit(func(b *nodev1.TicketBody) { b.ExpiresAtMs = b.IssuedAtMs }), want(), tickets.ReasonMalformed},
 		{"lifetime over 60 s", edit(func(b *nodev1.TicketBody) { b.ExpiresAtMs = b.IssuedAtMs + tickets.Lifetime.Milliseconds() + 1 }), want(), tickets.ReasonLifetimeTooLong},
@@ -95,12 +103,14 @@ func TestBodyRefusals(t *testing.T) {
 		{"wrong node", edit(func(b *nodev1.TicketBody) { b.NodeId = nodeB }), want(), tickets.ReasonWrongNode},
 		{"wrong port", edit(func(b *nodev1.TicketBody) { b.Port = 8080 }), want(), tickets.ReasonWrongPort},
 		{"sandbox where none is wanted", edit(func(b *nodev1.TicketBody) { b.SandboxId = "sb_one" }), want(), tickets.ReasonWrongSandbox},
-		{"other sandbox", edit(func(b *nodev1.TicketBody) { b.Action, b.SandboxId = tickets.ActionSandboxExec, "sb_two" }),
-			tickets.Want{NodeID: nodeA, Port: 22, SandboxID: "sb_one", Actions: []string{tickets.ActionSandboxExec}}, tickets.ReasonWrongSandbox},
+		{"other sandbox", edit(func(b *nodev1.TicketBody) {
+			b.Action, b.SandboxId, b.Port, b.Argv = tickets.ActionSandboxExec, "sb_two", 0, []string{"sh"}
+		}), tickets.Want{NodeID: nodeA, SandboxID: "sb_one", Actions: []string{tickets.ActionSandboxExec}}, tickets.ReasonWrongSandbox},
 		{"action not allowed though wanted", edit(func(b *nodev1.TicketBody) { b.Action = "compute:nodes:ssh-root" }),
 			tickets.Want{NodeID: nodeA, Port: 22, Actions: []string{"compute:nodes:ssh-root"}}, tickets.ReasonUnexpectedAction},
-		{"exec ticket where a tunnel is wanted", edit(func(b *nodev1.TicketBody) { b.Action, b.SandboxId = tickets.ActionSandboxExec, "sb_one" }),
-			tickets.Want{NodeID: nodeA, Port: 22, SandboxID: "sb_one", Actions: []string{tickets.ActionNodeTunnel}}, tickets.ReasonUnexpectedAction},
+		{"exec ticket where a tunnel is wanted", edit(func(b *nodev1.TicketBody) {
+			b.Action, b.SandboxId, b.Port, b.Argv = tickets.ActionSandboxExec, "sb_one", 0, []string{"sh"}
+		}), tickets.Want{NodeID: nodeA, SandboxID: "sb_one", Actions: []string{tickets.ActionNodeTunnel}}, tickets.ReasonUnexpectedAction},
 		{"tunnel ticket where exec is wanted", body(),
 			tickets.Want{NodeID: nodeA, Port: 22, Actions: []string{tickets.ActionSandboxExec}}, tickets.ReasonUnexpectedAction},
 		{"nothing wanted", body(), tickets.Want{}, tickets.ReasonWrongNode},

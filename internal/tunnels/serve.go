@@ -20,7 +20,10 @@ type Tunnel struct {
 	jti    string
 	nodeID string
 	port   uint32
-	opened time.Time
+	// sandboxID and action: an exec's sandbox, and the ticket's action.
+	sandboxID string
+	action    string
+	opened    time.Time
 
 	once   sync.Once
 	why    error // nil: ended in order (both sides sent eof)
@@ -136,13 +139,23 @@ var errNodeGone = errs.New(errs.Unavailable, "the node disconnected; the tunnel 
 func (s *Service) nodeToClient(t *Tunnel, write func([]byte) error, eofs *sync.WaitGroup) {
 	buf := make([]byte, 0, tunnelwire.MaxData+5)
 	for {
-		data, eof, err := t.node.Recv()
+		c, err := t.node.Recv()
+		data, eof := c.Data, c.EOF
 		switch {
 		case err != nil:
 			if errs.CodeOf(err) == errs.Internal {
 				err = errNodeGone
 			}
 			t.close(err)
+			return
+		case c.Exit != nil:
+			// An exec ended: its status is the tunnel's last frame, and
+			// the tunnel ends in order.
+			if write(tunnelwire.ExitFrame(*c.Exit)) != nil {
+				t.close(errClientGone)
+				return
+			}
+			t.close(nil)
 			return
 		case eof:
 			if write(tunnelwire.Append(buf[:0], tunnelwire.EOF, nil)) != nil {
@@ -191,8 +204,16 @@ func (s *Service) clientToNode(t *Tunnel, r io.Reader, eofs *sync.WaitGroup) {
 			eofs.Done()
 			<-t.closed
 			return
+		case tunnelwire.Resize:
+			if t.node.Resize(tunnelwire.DecodeResize(f.Payload)) != nil {
+				t.close(errNodeGone)
+				return
+			}
 		case tunnelwire.Error:
 			t.close(errClientGone)
+			return
+		default: // an exit status is the node's to send
+			t.close(errClientBad)
 			return
 		}
 	}
@@ -203,12 +224,18 @@ func (s *Service) clientToNode(t *Tunnel, r io.Reader, eofs *sync.WaitGroup) {
 func (s *Service) recordClose(ctx context.Context, t *Tunnel, why error) {
 	e := t.actor
 	now := s.d.Clock.Now()
-	e.Action, e.Resource, e.Outcome = "compute:nodes:tunnel", "node/"+t.nodeID, "tunnel-closed"
+	e.Action, e.Resource, e.Outcome = t.action, "node/"+t.nodeID, "tunnel-closed"
+	if t.sandboxID != "" {
+		e.Resource = "sandbox/" + t.sandboxID
+	}
 	reason := "closed"
 	if why != nil {
 		reason = string(errs.CodeOf(why)) + ": " + errs.SafeMessage(why)
 	}
-	e.Details = map[string]any{"jti": t.jti, "port": t.port, "reason": reason, "seconds": int64(now.Sub(t.opened).Seconds())}
+	e.Details = map[string]any{"jti": t.jti, "reason": reason, "seconds": int64(now.Sub(t.opened).Seconds())}
+	if t.port != 0 {
+		e.Details["port"] = t.port
+	}
 	c := context.WithoutCancel(ctx)
 	err := s.d.DB.Tx(c, func(tx *sql.Tx) error { return audit.Record(c, tx, now, e) })
 	if err != nil {

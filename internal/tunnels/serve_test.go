@@ -30,14 +30,15 @@ func newPipeNode() *pipeNode {
 	return &pipeNode{data: make(chan []byte, 16), done: make(chan struct{})}
 }
 
-func (p *pipeNode) Recv() ([]byte, bool, error) {
+func (p *pipeNode) Recv() (Chunk, error) {
 	select {
 	case d := <-p.data:
-		return d, false, nil
+		return Chunk{Data: d}, nil
 	case <-p.done:
-		return nil, false, errors.New("closed")
+		return Chunk{}, errors.New("closed")
 	}
 }
+func (p *pipeNode) Resize(cols, rows uint16) error { return nil }
 func (p *pipeNode) Send(d []byte) error {
 	select {
 	case p.data <- append([]byte(nil), d...):

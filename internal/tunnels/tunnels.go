@@ -15,9 +15,11 @@ package tunnels
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"database/sql"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,19 +64,38 @@ type Signer interface {
 	SignTicket(ctx context.Context, body *nodev1.TicketBody) (*nodev1.SignedTicket, error)
 }
 
+// Chunk is what a node stream gives at a time: data, the node's eof, or
+// an exec's exit status (the last thing it sends).
+type Chunk struct {
+	Data []byte
+	EOF  bool
+	Exit *int32
+}
+
 // NodeStream is one tunnel's stream to a node (gateway.NodeStream).
 type NodeStream interface {
-	Recv() (data []byte, eof bool, err error)
+	Recv() (Chunk, error)
 	Send(data []byte) error
 	CloseSend() error
+	// Resize sends a terminal's new size (an exec's PTY).
+	Resize(cols, rows uint16) error
 	Close(reason string)
 	Done() <-chan struct{}
+}
+
+// Target is what a tunnel goes to: a port on a node's loopback, or a
+// program in a sandbox on a node (SandboxID set, Port 0), by Action.
+type Target struct {
+	NodeID    string
+	Port      uint32
+	SandboxID string
+	Action    string
 }
 
 // Opener opens a tunnel through the node's session: the gateway, which
 // verifies the ticket again and spends its jti.
 type Opener interface {
-	OpenTunnel(ctx context.Context, nodeID string, port uint32, action string, t *nodev1.SignedTicket) (NodeStream, error)
+	OpenTunnel(ctx context.Context, to Target, t *nodev1.SignedTicket) (NodeStream, error)
 }
 
 // Deps is what the module needs.
@@ -129,6 +150,7 @@ type Ticket struct {
 	JTI       string
 	NodeID    string
 	Port      uint32
+	SandboxID string
 	ExpiresAt time.Time
 }
 
@@ -140,12 +162,30 @@ func (s *Service) Open(ctx context.Context, actor audit.Entry, nodeID string, po
 	if port < 1 || port > 65535 {
 		return Ticket{}, errs.New(errs.InvalidInput, "port: 1 to 65535")
 	}
-	if !tickets.AllowedAction(action) || action != tickets.ActionNodeTunnel {
+	if action != tickets.ActionNodeTunnel {
 		return Ticket{}, errs.New(errs.InvalidInput, "action: not a tunnel action")
 	}
+	return s.issue(ctx, actor, &nodev1.TicketBody{NodeId: nodeID, Port: port, Action: action}, "node/"+nodeID)
+}
+
+// OpenExec issues a ticket for actor to run argv interactively in
+// sandboxID on nodeID (the sandbox's node), decided
+// compute:sandboxes:exec on the sandbox by the API envelope; it is
+// recorded in the audit log with argv's digest, never argv.
+func (s *Service) OpenExec(ctx context.Context, actor audit.Entry, sandboxID, nodeID string, argv []string) (Ticket, error) {
+	body := &nodev1.TicketBody{NodeId: nodeID, SandboxId: sandboxID, Argv: argv, Action: tickets.ActionSandboxExec}
+	return s.issue(ctx, actor, body, "sandbox/"+sandboxID)
+}
+
+// issue fills body's jti, caller, tenant and times, has it signed and
+// records the issue under resource.
+func (s *Service) issue(ctx context.Context, actor audit.Entry, body *nodev1.TicketBody, resource string) (Ticket, error) {
 	now := s.d.Clock.Now()
-	body := &nodev1.TicketBody{Jti: newJTI(), NodeId: nodeID, Port: port, Action: action, TenantId: actor.TenantID, Caller: actor.Actor,
-		IssuedAtMs: now.UnixMilli(), ExpiresAtMs: now.Add(tickets.Lifetime).UnixMilli()}
+	body.Jti, body.TenantId, body.Caller = newJTI(), actor.TenantID, actor.Actor
+	body.IssuedAtMs, body.ExpiresAtMs = now.UnixMilli(), now.Add(tickets.Lifetime).UnixMilli()
+	if body.Action == tickets.ActionSandboxExec && !tickets.ValidArgv(body.Argv) {
+		return Ticket{}, errs.New(errs.InvalidInput, fmt.Sprintf("argv: 1 to %d arguments, the first not empty, each at most %d bytes without NUL", tickets.MaxArgv, tickets.MaxArg))
+	}
 	st, err := s.d.Signer.SignTicket(ctx, body)
 	if err != nil {
 		return Ticket{}, errs.Wrap(errs.Unavailable, "no worker key can sign a ticket now; try again shortly", err)
@@ -154,13 +194,20 @@ func (s *Service) Open(ctx context.Context, actor audit.Entry, nodeID string, po
 	if err != nil {
 		return Ticket{}, fmt.Errorf("tunnels: encode ticket: %w", err)
 	}
-	actor.Action, actor.Resource, actor.Outcome = action, "node/"+nodeID, "allowed"
-	actor.Details = map[string]any{"event": "ticket-issued", "jti": body.Jti, "port": port, "expires_at_ms": body.ExpiresAtMs}
+	actor.Action, actor.Resource, actor.Outcome = body.Action, resource, "allowed"
+	actor.Details = map[string]any{"event": "ticket-issued", "jti": body.Jti, "expires_at_ms": body.ExpiresAtMs}
+	if body.Port != 0 {
+		actor.Details["port"] = body.Port
+	}
+	if len(body.Argv) > 0 {
+		argvJSON, _ := json.Marshal(body.Argv)
+		actor.Details["argc"], actor.Details["argv_sha256"] = len(body.Argv), fmt.Sprintf("%x", sha256.Sum256(argvJSON))
+	}
 	if err := s.d.DB.Tx(ctx, func(tx *sql.Tx) error { return audit.Record(ctx, tx, now, actor) }); err != nil {
 		return Ticket{}, err
 	}
-	return Ticket{Ticket: base64.StdEncoding.EncodeToString(raw), JTI: body.Jti, NodeID: nodeID, Port: port,
-		ExpiresAt: time.UnixMilli(body.ExpiresAtMs)}, nil
+	return Ticket{Ticket: base64.StdEncoding.EncodeToString(raw), JTI: body.Jti, NodeID: body.NodeId, Port: body.Port,
+		SandboxID: body.SandboxId, ExpiresAt: time.UnixMilli(body.ExpiresAtMs)}, nil
 }
 
 // newJTI is 16 random bytes in hex.
@@ -192,16 +239,17 @@ func ParseTicket(text string) (*nodev1.SignedTicket, error) {
 }
 
 // Connect opens the tunnel a ticket allows: the ticket must verify (for
-// nodeID, port and action, fresh) and have been issued to actor's
-// identity in actor's tenant; then the gateway verifies it again, spends
-// its jti and asks the node, which verifies it once more. The tunnel is
-// served with Serve.
-func (s *Service) Connect(ctx context.Context, actor audit.Entry, nodeID string, port uint32, action, ticket string) (*Tunnel, error) {
+// to's node, port or sandbox and action, fresh) and have been issued to
+// actor's identity in actor's tenant; then the gateway verifies it again,
+// spends its jti and asks the node, which verifies it once more. The
+// tunnel is served with Serve.
+func (s *Service) Connect(ctx context.Context, actor audit.Entry, to Target, ticket string) (*Tunnel, error) {
 	st, err := ParseTicket(ticket)
 	if err != nil {
 		return nil, err
 	}
-	body, r := s.d.Verifier.VerifySigned(st, s.d.Clock.Now(), tickets.Want{NodeID: nodeID, Port: port, Actions: []string{action}})
+	nodeID, port := to.NodeID, to.Port
+	body, r := s.d.Verifier.VerifySigned(st, s.d.Clock.Now(), tickets.Want{NodeID: nodeID, Port: port, SandboxID: to.SandboxID, Actions: []string{to.Action}})
 	if r != "" {
 		return nil, r.Err()
 	}
@@ -214,11 +262,12 @@ func (s *Service) Connect(ctx context.Context, actor audit.Entry, nodeID string,
 	if o == nil {
 		return nil, errs.New(errs.Unavailable, "this api process serves no gateway; tunnels need the api and gateway roles in one process")
 	}
-	ns, err := o.OpenTunnel(ctx, nodeID, port, action, st)
+	ns, err := o.OpenTunnel(ctx, to, st)
 	if err != nil {
 		return nil, err
 	}
-	t := &Tunnel{node: ns, actor: actor, jti: body.Jti, nodeID: nodeID, port: port, opened: s.d.Clock.Now(), closed: make(chan struct{})}
+	t := &Tunnel{node: ns, actor: actor, jti: body.Jti, nodeID: nodeID, port: port, sandboxID: to.SandboxID, action: to.Action,
+		opened: s.d.Clock.Now(), closed: make(chan struct{})}
 	s.mu.Lock()
 	s.open[t] = struct{}{}
 	s.mu.Unlock()

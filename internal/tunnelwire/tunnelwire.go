@@ -36,6 +36,12 @@ const (
 	EOF Type = 2
 	// Error ends the tunnel with a coded reason (an Error, JSON).
 	Error Type = 3
+	// Resize is a terminal's new size (client to node, for an exec with a
+	// PTY): columns and rows, two big-endian uint16.
+	Resize Type = 4
+	// Exit is an exec's exit status (node to client), a big-endian int32;
+	// the stream ends after it.
+	Exit Type = 5
 )
 
 // Bounds of a frame's payload.
@@ -74,6 +80,8 @@ func maxPayload(t Type) int {
 		return 0
 	case Error:
 		return MaxError
+	case Resize, Exit:
+		return 4
 	}
 	return -1
 }
@@ -115,9 +123,14 @@ func (r *Reader) Next() (Frame, error) {
 	if _, err := io.ReadFull(r.r, p); err != nil {
 		return Frame{}, unexpected(err)
 	}
-	if t == Error {
+	switch t {
+	case Error:
 		if _, err := DecodeRefusal(p); err != nil {
 			return Frame{}, err
+		}
+	case Resize, Exit:
+		if n != 4 {
+			return Frame{}, fmt.Errorf("%w: %d bytes for type %d, want 4", ErrFrame, n, t)
 		}
 	}
 	return Frame{Type: t, Payload: p}, nil
@@ -173,3 +186,21 @@ func RefusalFrame(code, msg string) []byte {
 		msg = msg[:len(msg)/2]
 	}
 }
+
+// ResizeFrame is a Resize frame for cols by rows.
+func ResizeFrame(cols, rows uint16) []byte {
+	return Append(nil, Resize, []byte{byte(cols >> 8), byte(cols), byte(rows >> 8), byte(rows)})
+}
+
+// DecodeResize reads a Resize frame's payload.
+func DecodeResize(p []byte) (cols, rows uint16) {
+	return binary.BigEndian.Uint16(p), binary.BigEndian.Uint16(p[2:])
+}
+
+// ExitFrame is an Exit frame for code.
+func ExitFrame(code int32) []byte {
+	return Append(nil, Exit, binary.BigEndian.AppendUint32(nil, uint32(code)))
+}
+
+// DecodeExit reads an Exit frame's payload.
+func DecodeExit(p []byte) int32 { return int32(binary.BigEndian.Uint32(p)) }

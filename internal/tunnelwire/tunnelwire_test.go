@@ -57,6 +57,8 @@ func TestRefusesBadFrames(t *testing.T) {
 		"eof with payload":  {[]byte{2, 0, 0, 0, 1, 'x'}, ErrFrame},
 		"error not refusal": {append([]byte{3, 0, 0, 0, 2}, "{}"...), ErrFrame},
 		"cut header":        {[]byte{1, 0, 0}, io.ErrUnexpectedEOF},
+		"short resize":      {[]byte{4, 0, 0, 0, 2, 0, 80}, ErrFrame},
+		"long exit":         {[]byte{5, 0, 0, 0, 5, 0, 0, 0, 0, 1}, ErrFrame},
 		"cut payload":       {[]byte{1, 0, 0, 0, 5, 'a'}, io.ErrUnexpectedEOF},
 	} {
 		_, err := NewReader(bytes.NewReader(c.b)).Next()
@@ -81,6 +83,7 @@ func FuzzFrames(f *testing.F) {
 	f.Add(Append(Append(nil, Data, []byte("hello")), EOF, nil))
 	f.Add(RefusalFrame("NOT_FOUND", "node not found"))
 	f.Add([]byte{1, 0xff, 0xff, 0xff, 0xff})
+	f.Add(append(ResizeFrame(120, 40), ExitFrame(3)...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := NewReader(bytes.NewReader(b))
 		var again []byte
@@ -98,4 +101,21 @@ func FuzzFrames(f *testing.F) {
 			again = Append(again, fr.Type, fr.Payload)
 		}
 	})
+}
+
+// TestResizeAndExitRoundTrip: a terminal size and an exit status come
+// back as sent.
+func TestResizeAndExitRoundTrip(t *testing.T) {
+	r := NewReader(bytes.NewReader(append(ResizeFrame(300, 70), ExitFrame(-1)...)))
+	f, err := r.Next()
+	if err != nil || f.Type != Resize {
+		t.Fatal(f.Type, err)
+	}
+	if c, rows := DecodeResize(f.Payload); c != 300 || rows != 70 {
+		t.Fatal(c, rows)
+	}
+	f, err = r.Next()
+	if err != nil || f.Type != Exit || DecodeExit(f.Payload) != -1 {
+		t.Fatal(f.Type, err)
+	}
 }

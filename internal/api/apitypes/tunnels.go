@@ -16,7 +16,15 @@ type TunnelTicket struct {
 	Ticket      string    `json:"ticket"`
 	JTI         string    `json:"jti"`
 	NodeID      string    `json:"node_id"`
-	Port        uint32    `json:"port"`
+	Port        uint32    `json:"port,omitempty"`
+	SandboxID   string    `json:"sandbox_id,omitempty"`
 	ExpiresAt   time.Time `json:"expires_at"`
 	ConnectPath string    `json:"connect_path"`
+}
+
+// ExecTicketIn is sandboxes.execTicket's input: the sandbox and the
+// program to run in it interactively, on a terminal (no shell added).
+type ExecTicketIn struct {
+	ID   string   `json:"id" api:"max=64"`
+	Argv []string `json:"argv" api:"items=32,max=256"`
 }

@@ -21,4 +21,11 @@ const (
 	TunnelPortNotAllowed = "tunnel-port-not-allowed"
 	// TunnelDialFailed: nothing answered on 127.0.0.1:<port> on the node.
 	TunnelDialFailed = "tunnel-dial-failed"
+	// ExecSandboxGone: an exec's sandbox is not running on the node (or
+	// its deadline passed).
+	ExecSandboxGone = "exec-sandbox-gone"
+	// ExecUnsupported: the node's sandbox runtime has no interactive exec.
+	ExecUnsupported = "exec-unsupported"
+	// ExecFailed: the program could not be started.
+	ExecFailed = "exec-failed"
 )

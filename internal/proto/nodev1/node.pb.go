@@ -705,9 +705,12 @@ func (*ServerMessage_TunnelOpen) isServerMessage_Msg() {}
 // command-signing roots, this node, a port on its own allow list, the
 // action, fresh, a jti it never saw) before it dials anything.
 type TunnelOpen struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TunnelId      string                 `protobuf:"bytes,1,opt,name=tunnel_id,json=tunnelId,proto3" json:"tunnel_id,omitempty"`
-	Ticket        *SignedTicket          `protobuf:"bytes,2,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TunnelId string                 `protobuf:"bytes,1,opt,name=tunnel_id,json=tunnelId,proto3" json:"tunnel_id,omitempty"`
+	Ticket   *SignedTicket          `protobuf:"bytes,2,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	// sandbox_id, for an exec, says which sandbox the ticket is for: a hint
+	// the node checks against the signed ticket, never trusts alone.
+	SandboxId     string `protobuf:"bytes,3,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -756,6 +759,13 @@ func (x *TunnelOpen) GetTicket() *SignedTicket {
 	return nil
 }
 
+func (x *TunnelOpen) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
 // TunnelFrame is one frame of a Tunnel stream, either way. The first frame
 // from the node is a hello; then data frames, at most
 // nodev1.MaxTunnelData bytes each; eof says the sender will send no more
@@ -770,6 +780,8 @@ type TunnelFrame struct {
 	//	*TunnelFrame_Data
 	//	*TunnelFrame_Eof
 	//	*TunnelFrame_Error
+	//	*TunnelFrame_Resize
+	//	*TunnelFrame_ExitCode
 	Frame         isTunnelFrame_Frame `protobuf_oneof:"frame"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -848,6 +860,24 @@ func (x *TunnelFrame) GetError() string {
 	return ""
 }
 
+func (x *TunnelFrame) GetResize() *TunnelResize {
+	if x != nil {
+		if x, ok := x.Frame.(*TunnelFrame_Resize); ok {
+			return x.Resize
+		}
+	}
+	return nil
+}
+
+func (x *TunnelFrame) GetExitCode() int32 {
+	if x != nil {
+		if x, ok := x.Frame.(*TunnelFrame_ExitCode); ok {
+			return x.ExitCode
+		}
+	}
+	return 0
+}
+
 type isTunnelFrame_Frame interface {
 	isTunnelFrame_Frame()
 }
@@ -868,6 +898,16 @@ type TunnelFrame_Error struct {
 	Error string `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
 }
 
+type TunnelFrame_Resize struct {
+	// resize is a terminal's new size (client to node, an exec's PTY).
+	Resize *TunnelResize `protobuf:"bytes,5,opt,name=resize,proto3,oneof"`
+}
+
+type TunnelFrame_ExitCode struct {
+	// exit_code ends an exec: the process's status (node to client).
+	ExitCode int32 `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3,oneof"`
+}
+
 func (*TunnelFrame_Hello) isTunnelFrame_Frame() {}
 
 func (*TunnelFrame_Data) isTunnelFrame_Frame() {}
@@ -875,6 +915,63 @@ func (*TunnelFrame_Data) isTunnelFrame_Frame() {}
 func (*TunnelFrame_Eof) isTunnelFrame_Frame() {}
 
 func (*TunnelFrame_Error) isTunnelFrame_Frame() {}
+
+func (*TunnelFrame_Resize) isTunnelFrame_Frame() {}
+
+func (*TunnelFrame_ExitCode) isTunnelFrame_Frame() {}
+
+// TunnelResize is a terminal's size in characters.
+type TunnelResize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cols          uint32                 `protobuf:"varint,1,opt,name=cols,proto3" json:"cols,omitempty"`
+	Rows          uint32                 `protobuf:"varint,2,opt,name=rows,proto3" json:"rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TunnelResize) Reset() {
+	*x = TunnelResize{}
+	mi := &file_node_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TunnelResize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TunnelResize) ProtoMessage() {}
+
+func (x *TunnelResize) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TunnelResize.ProtoReflect.Descriptor instead.
+func (*TunnelResize) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TunnelResize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *TunnelResize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
 
 // TunnelHello is the node's first frame on a Tunnel stream: the tunnel it
 // answers, and, when it refuses it, why (a ticket reason or
@@ -889,7 +986,7 @@ type TunnelHello struct {
 
 func (x *TunnelHello) Reset() {
 	*x = TunnelHello{}
-	mi := &file_node_proto_msgTypes[11]
+	mi := &file_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +998,7 @@ func (x *TunnelHello) String() string {
 func (*TunnelHello) ProtoMessage() {}
 
 func (x *TunnelHello) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[11]
+	mi := &file_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +1011,7 @@ func (x *TunnelHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelHello.ProtoReflect.Descriptor instead.
 func (*TunnelHello) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{11}
+	return file_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TunnelHello) GetTunnelId() string {
@@ -944,7 +1041,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_node_proto_msgTypes[12]
+	mi := &file_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1053,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[12]
+	mi := &file_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1066,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{12}
+	return file_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Hello) GetNodeId() string {
@@ -1021,7 +1118,7 @@ type Inventory struct {
 
 func (x *Inventory) Reset() {
 	*x = Inventory{}
-	mi := &file_node_proto_msgTypes[13]
+	mi := &file_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +1130,7 @@ func (x *Inventory) String() string {
 func (*Inventory) ProtoMessage() {}
 
 func (x *Inventory) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[13]
+	mi := &file_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +1143,7 @@ func (x *Inventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inventory.ProtoReflect.Descriptor instead.
 func (*Inventory) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{13}
+	return file_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Inventory) GetDriver() string {
@@ -1102,7 +1199,7 @@ type Gpu struct {
 
 func (x *Gpu) Reset() {
 	*x = Gpu{}
-	mi := &file_node_proto_msgTypes[14]
+	mi := &file_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1211,7 @@ func (x *Gpu) String() string {
 func (*Gpu) ProtoMessage() {}
 
 func (x *Gpu) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[14]
+	mi := &file_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1224,7 @@ func (x *Gpu) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gpu.ProtoReflect.Descriptor instead.
 func (*Gpu) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{14}
+	return file_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Gpu) GetId() string {
@@ -1162,7 +1259,7 @@ type Disk struct {
 
 func (x *Disk) Reset() {
 	*x = Disk{}
-	mi := &file_node_proto_msgTypes[15]
+	mi := &file_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1271,7 @@ func (x *Disk) String() string {
 func (*Disk) ProtoMessage() {}
 
 func (x *Disk) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[15]
+	mi := &file_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1284,7 @@ func (x *Disk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disk.ProtoReflect.Descriptor instead.
 func (*Disk) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{15}
+	return file_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Disk) GetId() string {
@@ -1235,7 +1332,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_node_proto_msgTypes[16]
+	mi := &file_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1344,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[16]
+	mi := &file_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1357,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{16}
+	return file_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Welcome) GetServerTimeMs() int64 {
@@ -1313,7 +1410,7 @@ type SignedTimeStatement struct {
 
 func (x *SignedTimeStatement) Reset() {
 	*x = SignedTimeStatement{}
-	mi := &file_node_proto_msgTypes[17]
+	mi := &file_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1422,7 @@ func (x *SignedTimeStatement) String() string {
 func (*SignedTimeStatement) ProtoMessage() {}
 
 func (x *SignedTimeStatement) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[17]
+	mi := &file_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1435,7 @@ func (x *SignedTimeStatement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedTimeStatement.ProtoReflect.Descriptor instead.
 func (*SignedTimeStatement) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{17}
+	return file_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SignedTimeStatement) GetBody() []byte {
@@ -1378,7 +1475,7 @@ type TimeStatement struct {
 
 func (x *TimeStatement) Reset() {
 	*x = TimeStatement{}
-	mi := &file_node_proto_msgTypes[18]
+	mi := &file_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1487,7 @@ func (x *TimeStatement) String() string {
 func (*TimeStatement) ProtoMessage() {}
 
 func (x *TimeStatement) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[18]
+	mi := &file_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1500,7 @@ func (x *TimeStatement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeStatement.ProtoReflect.Descriptor instead.
 func (*TimeStatement) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{18}
+	return file_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TimeStatement) GetServerTimeMs() int64 {
@@ -1437,7 +1534,7 @@ type ApproverSets struct {
 
 func (x *ApproverSets) Reset() {
 	*x = ApproverSets{}
-	mi := &file_node_proto_msgTypes[19]
+	mi := &file_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1546,7 @@ func (x *ApproverSets) String() string {
 func (*ApproverSets) ProtoMessage() {}
 
 func (x *ApproverSets) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[19]
+	mi := &file_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1559,7 @@ func (x *ApproverSets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproverSets.ProtoReflect.Descriptor instead.
 func (*ApproverSets) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{19}
+	return file_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ApproverSets) GetSets() []*SignedApproverSet {
@@ -1490,7 +1587,7 @@ type SignedApproverSet struct {
 
 func (x *SignedApproverSet) Reset() {
 	*x = SignedApproverSet{}
-	mi := &file_node_proto_msgTypes[20]
+	mi := &file_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1599,7 @@ func (x *SignedApproverSet) String() string {
 func (*SignedApproverSet) ProtoMessage() {}
 
 func (x *SignedApproverSet) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[20]
+	mi := &file_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,7 +1612,7 @@ func (x *SignedApproverSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedApproverSet.ProtoReflect.Descriptor instead.
 func (*SignedApproverSet) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{20}
+	return file_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SignedApproverSet) GetDeployment() string {
@@ -1564,7 +1661,7 @@ type ApproverSignature struct {
 
 func (x *ApproverSignature) Reset() {
 	*x = ApproverSignature{}
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1673,7 @@ func (x *ApproverSignature) String() string {
 func (*ApproverSignature) ProtoMessage() {}
 
 func (x *ApproverSignature) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[21]
+	mi := &file_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1686,7 @@ func (x *ApproverSignature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproverSignature.ProtoReflect.Descriptor instead.
 func (*ApproverSignature) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{21}
+	return file_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ApproverSignature) GetPublicKey() []byte {
@@ -1624,7 +1721,7 @@ type BatchApproval struct {
 
 func (x *BatchApproval) Reset() {
 	*x = BatchApproval{}
-	mi := &file_node_proto_msgTypes[22]
+	mi := &file_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1733,7 @@ func (x *BatchApproval) String() string {
 func (*BatchApproval) ProtoMessage() {}
 
 func (x *BatchApproval) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[22]
+	mi := &file_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1746,7 @@ func (x *BatchApproval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchApproval.ProtoReflect.Descriptor instead.
 func (*BatchApproval) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{22}
+	return file_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BatchApproval) GetDeployment() string {
@@ -1701,7 +1798,7 @@ type InclusionProof struct {
 
 func (x *InclusionProof) Reset() {
 	*x = InclusionProof{}
-	mi := &file_node_proto_msgTypes[23]
+	mi := &file_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +1810,7 @@ func (x *InclusionProof) String() string {
 func (*InclusionProof) ProtoMessage() {}
 
 func (x *InclusionProof) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[23]
+	mi := &file_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +1823,7 @@ func (x *InclusionProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InclusionProof.ProtoReflect.Descriptor instead.
 func (*InclusionProof) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{23}
+	return file_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *InclusionProof) GetLeaf() []byte {
@@ -1781,7 +1878,7 @@ type SignedCommand struct {
 
 func (x *SignedCommand) Reset() {
 	*x = SignedCommand{}
-	mi := &file_node_proto_msgTypes[24]
+	mi := &file_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1890,7 @@ func (x *SignedCommand) String() string {
 func (*SignedCommand) ProtoMessage() {}
 
 func (x *SignedCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[24]
+	mi := &file_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1903,7 @@ func (x *SignedCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedCommand.ProtoReflect.Descriptor instead.
 func (*SignedCommand) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{24}
+	return file_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SignedCommand) GetId() string {
@@ -1869,7 +1966,7 @@ type CommandBody struct {
 
 func (x *CommandBody) Reset() {
 	*x = CommandBody{}
-	mi := &file_node_proto_msgTypes[25]
+	mi := &file_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +1978,7 @@ func (x *CommandBody) String() string {
 func (*CommandBody) ProtoMessage() {}
 
 func (x *CommandBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[25]
+	mi := &file_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +1991,7 @@ func (x *CommandBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandBody.ProtoReflect.Descriptor instead.
 func (*CommandBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{25}
+	return file_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CommandBody) GetCommandId() string {
@@ -1968,7 +2065,7 @@ type CommandUpdate struct {
 
 func (x *CommandUpdate) Reset() {
 	*x = CommandUpdate{}
-	mi := &file_node_proto_msgTypes[26]
+	mi := &file_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2077,7 @@ func (x *CommandUpdate) String() string {
 func (*CommandUpdate) ProtoMessage() {}
 
 func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[26]
+	mi := &file_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2090,7 @@ func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUpdate.ProtoReflect.Descriptor instead.
 func (*CommandUpdate) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{26}
+	return file_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CommandUpdate) GetBody() []byte {
@@ -2039,7 +2136,7 @@ type UpdateBody struct {
 
 func (x *UpdateBody) Reset() {
 	*x = UpdateBody{}
-	mi := &file_node_proto_msgTypes[27]
+	mi := &file_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2148,7 @@ func (x *UpdateBody) String() string {
 func (*UpdateBody) ProtoMessage() {}
 
 func (x *UpdateBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[27]
+	mi := &file_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2161,7 @@ func (x *UpdateBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBody.ProtoReflect.Descriptor instead.
 func (*UpdateBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{27}
+	return file_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UpdateBody) GetCommandId() string {
@@ -2143,7 +2240,7 @@ type UpdateAck struct {
 
 func (x *UpdateAck) Reset() {
 	*x = UpdateAck{}
-	mi := &file_node_proto_msgTypes[28]
+	mi := &file_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2252,7 @@ func (x *UpdateAck) String() string {
 func (*UpdateAck) ProtoMessage() {}
 
 func (x *UpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[28]
+	mi := &file_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2265,7 @@ func (x *UpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAck.ProtoReflect.Descriptor instead.
 func (*UpdateAck) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{28}
+	return file_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UpdateAck) GetCommandId() string {
@@ -2201,7 +2298,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_node_proto_msgTypes[29]
+	mi := &file_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2310,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[29]
+	mi := &file_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2323,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{29}
+	return file_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Ping) GetTimeMs() int64 {
@@ -2250,7 +2347,7 @@ type SecretRequest struct {
 
 func (x *SecretRequest) Reset() {
 	*x = SecretRequest{}
-	mi := &file_node_proto_msgTypes[30]
+	mi := &file_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2359,7 @@ func (x *SecretRequest) String() string {
 func (*SecretRequest) ProtoMessage() {}
 
 func (x *SecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[30]
+	mi := &file_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2372,7 @@ func (x *SecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequest.ProtoReflect.Descriptor instead.
 func (*SecretRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{30}
+	return file_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SecretRequest) GetBody() []byte {
@@ -2315,7 +2412,7 @@ type SecretRequestBody struct {
 
 func (x *SecretRequestBody) Reset() {
 	*x = SecretRequestBody{}
-	mi := &file_node_proto_msgTypes[31]
+	mi := &file_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2424,7 @@ func (x *SecretRequestBody) String() string {
 func (*SecretRequestBody) ProtoMessage() {}
 
 func (x *SecretRequestBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[31]
+	mi := &file_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2437,7 @@ func (x *SecretRequestBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequestBody.ProtoReflect.Descriptor instead.
 func (*SecretRequestBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{31}
+	return file_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SecretRequestBody) GetNodeId() string {
@@ -2395,7 +2492,7 @@ type SecretResponse struct {
 
 func (x *SecretResponse) Reset() {
 	*x = SecretResponse{}
-	mi := &file_node_proto_msgTypes[32]
+	mi := &file_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2504,7 @@ func (x *SecretResponse) String() string {
 func (*SecretResponse) ProtoMessage() {}
 
 func (x *SecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[32]
+	mi := &file_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2517,7 @@ func (x *SecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretResponse.ProtoReflect.Descriptor instead.
 func (*SecretResponse) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{32}
+	return file_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SecretResponse) GetJwe() string {
@@ -2447,7 +2544,7 @@ type SandboxReport struct {
 
 func (x *SandboxReport) Reset() {
 	*x = SandboxReport{}
-	mi := &file_node_proto_msgTypes[33]
+	mi := &file_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2459,7 +2556,7 @@ func (x *SandboxReport) String() string {
 func (*SandboxReport) ProtoMessage() {}
 
 func (x *SandboxReport) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[33]
+	mi := &file_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2472,7 +2569,7 @@ func (x *SandboxReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxReport.ProtoReflect.Descriptor instead.
 func (*SandboxReport) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{33}
+	return file_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SandboxReport) GetBody() []byte {
@@ -2511,7 +2608,7 @@ type SandboxReportBody struct {
 
 func (x *SandboxReportBody) Reset() {
 	*x = SandboxReportBody{}
-	mi := &file_node_proto_msgTypes[34]
+	mi := &file_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2523,7 +2620,7 @@ func (x *SandboxReportBody) String() string {
 func (*SandboxReportBody) ProtoMessage() {}
 
 func (x *SandboxReportBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[34]
+	mi := &file_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2536,7 +2633,7 @@ func (x *SandboxReportBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxReportBody.ProtoReflect.Descriptor instead.
 func (*SandboxReportBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{34}
+	return file_node_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SandboxReportBody) GetSandboxId() string {
@@ -2585,7 +2682,7 @@ type SandboxReportAck struct {
 
 func (x *SandboxReportAck) Reset() {
 	*x = SandboxReportAck{}
-	mi := &file_node_proto_msgTypes[35]
+	mi := &file_node_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2694,7 @@ func (x *SandboxReportAck) String() string {
 func (*SandboxReportAck) ProtoMessage() {}
 
 func (x *SandboxReportAck) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[35]
+	mi := &file_node_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2707,7 @@ func (x *SandboxReportAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxReportAck.ProtoReflect.Descriptor instead.
 func (*SandboxReportAck) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{35}
+	return file_node_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SandboxReportAck) GetSandboxId() string {
@@ -2668,17 +2765,24 @@ const file_node_proto_rawDesc = "" +
 	"sandboxAck\x129\n" +
 	"\vtunnel_open\x18\v \x01(\v2\x16.bc.node.v1.TunnelOpenH\x00R\n" +
 	"tunnelOpenB\x05\n" +
-	"\x03msg\"[\n" +
+	"\x03msg\"z\n" +
 	"\n" +
 	"TunnelOpen\x12\x1b\n" +
 	"\ttunnel_id\x18\x01 \x01(\tR\btunnelId\x120\n" +
-	"\x06ticket\x18\x02 \x01(\v2\x18.bc.node.v1.SignedTicketR\x06ticket\"\x89\x01\n" +
+	"\x06ticket\x18\x02 \x01(\v2\x18.bc.node.v1.SignedTicketR\x06ticket\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x03 \x01(\tR\tsandboxId\"\xdc\x01\n" +
 	"\vTunnelFrame\x12/\n" +
 	"\x05hello\x18\x01 \x01(\v2\x17.bc.node.v1.TunnelHelloH\x00R\x05hello\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12\x12\n" +
 	"\x03eof\x18\x03 \x01(\bH\x00R\x03eof\x12\x16\n" +
-	"\x05error\x18\x04 \x01(\tH\x00R\x05errorB\a\n" +
-	"\x05frame\"D\n" +
+	"\x05error\x18\x04 \x01(\tH\x00R\x05error\x122\n" +
+	"\x06resize\x18\x05 \x01(\v2\x18.bc.node.v1.TunnelResizeH\x00R\x06resize\x12\x1d\n" +
+	"\texit_code\x18\x06 \x01(\x05H\x00R\bexitCodeB\a\n" +
+	"\x05frame\"6\n" +
+	"\fTunnelResize\x12\x12\n" +
+	"\x04cols\x18\x01 \x01(\rR\x04cols\x12\x12\n" +
+	"\x04rows\x18\x02 \x01(\rR\x04rows\"D\n" +
 	"\vTunnelHello\x12\x1b\n" +
 	"\ttunnel_id\x18\x01 \x01(\tR\btunnelId\x12\x18\n" +
 	"\arefused\x18\x02 \x01(\tR\arefused\"\xfa\x01\n" +
@@ -2849,7 +2953,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_node_proto_goTypes = []any{
 	(*BundleRequest)(nil),       // 0: bc.node.v1.BundleRequest
 	(*SignedTrustBundle)(nil),   // 1: bc.node.v1.SignedTrustBundle
@@ -2862,79 +2966,81 @@ var file_node_proto_goTypes = []any{
 	(*ServerMessage)(nil),       // 8: bc.node.v1.ServerMessage
 	(*TunnelOpen)(nil),          // 9: bc.node.v1.TunnelOpen
 	(*TunnelFrame)(nil),         // 10: bc.node.v1.TunnelFrame
-	(*TunnelHello)(nil),         // 11: bc.node.v1.TunnelHello
-	(*Hello)(nil),               // 12: bc.node.v1.Hello
-	(*Inventory)(nil),           // 13: bc.node.v1.Inventory
-	(*Gpu)(nil),                 // 14: bc.node.v1.Gpu
-	(*Disk)(nil),                // 15: bc.node.v1.Disk
-	(*Welcome)(nil),             // 16: bc.node.v1.Welcome
-	(*SignedTimeStatement)(nil), // 17: bc.node.v1.SignedTimeStatement
-	(*TimeStatement)(nil),       // 18: bc.node.v1.TimeStatement
-	(*ApproverSets)(nil),        // 19: bc.node.v1.ApproverSets
-	(*SignedApproverSet)(nil),   // 20: bc.node.v1.SignedApproverSet
-	(*ApproverSignature)(nil),   // 21: bc.node.v1.ApproverSignature
-	(*BatchApproval)(nil),       // 22: bc.node.v1.BatchApproval
-	(*InclusionProof)(nil),      // 23: bc.node.v1.InclusionProof
-	(*SignedCommand)(nil),       // 24: bc.node.v1.SignedCommand
-	(*CommandBody)(nil),         // 25: bc.node.v1.CommandBody
-	(*CommandUpdate)(nil),       // 26: bc.node.v1.CommandUpdate
-	(*UpdateBody)(nil),          // 27: bc.node.v1.UpdateBody
-	(*UpdateAck)(nil),           // 28: bc.node.v1.UpdateAck
-	(*Ping)(nil),                // 29: bc.node.v1.Ping
-	(*SecretRequest)(nil),       // 30: bc.node.v1.SecretRequest
-	(*SecretRequestBody)(nil),   // 31: bc.node.v1.SecretRequestBody
-	(*SecretResponse)(nil),      // 32: bc.node.v1.SecretResponse
-	(*SandboxReport)(nil),       // 33: bc.node.v1.SandboxReport
-	(*SandboxReportBody)(nil),   // 34: bc.node.v1.SandboxReportBody
-	(*SandboxReportAck)(nil),    // 35: bc.node.v1.SandboxReportAck
-	nil,                         // 36: bc.node.v1.Hello.LabelsEntry
-	(*SignedTicket)(nil),        // 37: bc.node.v1.SignedTicket
+	(*TunnelResize)(nil),        // 11: bc.node.v1.TunnelResize
+	(*TunnelHello)(nil),         // 12: bc.node.v1.TunnelHello
+	(*Hello)(nil),               // 13: bc.node.v1.Hello
+	(*Inventory)(nil),           // 14: bc.node.v1.Inventory
+	(*Gpu)(nil),                 // 15: bc.node.v1.Gpu
+	(*Disk)(nil),                // 16: bc.node.v1.Disk
+	(*Welcome)(nil),             // 17: bc.node.v1.Welcome
+	(*SignedTimeStatement)(nil), // 18: bc.node.v1.SignedTimeStatement
+	(*TimeStatement)(nil),       // 19: bc.node.v1.TimeStatement
+	(*ApproverSets)(nil),        // 20: bc.node.v1.ApproverSets
+	(*SignedApproverSet)(nil),   // 21: bc.node.v1.SignedApproverSet
+	(*ApproverSignature)(nil),   // 22: bc.node.v1.ApproverSignature
+	(*BatchApproval)(nil),       // 23: bc.node.v1.BatchApproval
+	(*InclusionProof)(nil),      // 24: bc.node.v1.InclusionProof
+	(*SignedCommand)(nil),       // 25: bc.node.v1.SignedCommand
+	(*CommandBody)(nil),         // 26: bc.node.v1.CommandBody
+	(*CommandUpdate)(nil),       // 27: bc.node.v1.CommandUpdate
+	(*UpdateBody)(nil),          // 28: bc.node.v1.UpdateBody
+	(*UpdateAck)(nil),           // 29: bc.node.v1.UpdateAck
+	(*Ping)(nil),                // 30: bc.node.v1.Ping
+	(*SecretRequest)(nil),       // 31: bc.node.v1.SecretRequest
+	(*SecretRequestBody)(nil),   // 32: bc.node.v1.SecretRequestBody
+	(*SecretResponse)(nil),      // 33: bc.node.v1.SecretResponse
+	(*SandboxReport)(nil),       // 34: bc.node.v1.SandboxReport
+	(*SandboxReportBody)(nil),   // 35: bc.node.v1.SandboxReportBody
+	(*SandboxReportAck)(nil),    // 36: bc.node.v1.SandboxReportAck
+	nil,                         // 37: bc.node.v1.Hello.LabelsEntry
+	(*SignedTicket)(nil),        // 38: bc.node.v1.SignedTicket
 }
 var file_node_proto_depIdxs = []int32{
 	2,  // 0: bc.node.v1.SignedTrustBundle.other_signatures:type_name -> bc.node.v1.JoinKeySignature
 	1,  // 1: bc.node.v1.JoinResponse.bundle:type_name -> bc.node.v1.SignedTrustBundle
 	1,  // 2: bc.node.v1.RenewResponse.bundle:type_name -> bc.node.v1.SignedTrustBundle
-	12, // 3: bc.node.v1.NodeMessage.hello:type_name -> bc.node.v1.Hello
-	26, // 4: bc.node.v1.NodeMessage.update:type_name -> bc.node.v1.CommandUpdate
-	29, // 5: bc.node.v1.NodeMessage.ping:type_name -> bc.node.v1.Ping
-	33, // 6: bc.node.v1.NodeMessage.sandbox_report:type_name -> bc.node.v1.SandboxReport
-	16, // 7: bc.node.v1.ServerMessage.welcome:type_name -> bc.node.v1.Welcome
-	24, // 8: bc.node.v1.ServerMessage.command:type_name -> bc.node.v1.SignedCommand
-	28, // 9: bc.node.v1.ServerMessage.ack:type_name -> bc.node.v1.UpdateAck
-	29, // 10: bc.node.v1.ServerMessage.ping:type_name -> bc.node.v1.Ping
-	19, // 11: bc.node.v1.ServerMessage.approver_sets:type_name -> bc.node.v1.ApproverSets
-	35, // 12: bc.node.v1.ServerMessage.sandbox_ack:type_name -> bc.node.v1.SandboxReportAck
+	13, // 3: bc.node.v1.NodeMessage.hello:type_name -> bc.node.v1.Hello
+	27, // 4: bc.node.v1.NodeMessage.update:type_name -> bc.node.v1.CommandUpdate
+	30, // 5: bc.node.v1.NodeMessage.ping:type_name -> bc.node.v1.Ping
+	34, // 6: bc.node.v1.NodeMessage.sandbox_report:type_name -> bc.node.v1.SandboxReport
+	17, // 7: bc.node.v1.ServerMessage.welcome:type_name -> bc.node.v1.Welcome
+	25, // 8: bc.node.v1.ServerMessage.command:type_name -> bc.node.v1.SignedCommand
+	29, // 9: bc.node.v1.ServerMessage.ack:type_name -> bc.node.v1.UpdateAck
+	30, // 10: bc.node.v1.ServerMessage.ping:type_name -> bc.node.v1.Ping
+	20, // 11: bc.node.v1.ServerMessage.approver_sets:type_name -> bc.node.v1.ApproverSets
+	36, // 12: bc.node.v1.ServerMessage.sandbox_ack:type_name -> bc.node.v1.SandboxReportAck
 	9,  // 13: bc.node.v1.ServerMessage.tunnel_open:type_name -> bc.node.v1.TunnelOpen
-	37, // 14: bc.node.v1.TunnelOpen.ticket:type_name -> bc.node.v1.SignedTicket
-	11, // 15: bc.node.v1.TunnelFrame.hello:type_name -> bc.node.v1.TunnelHello
-	36, // 16: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
-	13, // 17: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
-	14, // 18: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
-	15, // 19: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
-	20, // 20: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
-	17, // 21: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
-	20, // 22: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
-	21, // 23: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
-	21, // 24: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
-	22, // 25: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
-	23, // 26: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
-	0,  // 27: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
-	3,  // 28: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
-	5,  // 29: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
-	7,  // 30: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
-	30, // 31: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
-	10, // 32: bc.node.v1.Gateway.Tunnel:input_type -> bc.node.v1.TunnelFrame
-	1,  // 33: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
-	4,  // 34: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
-	6,  // 35: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
-	8,  // 36: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
-	32, // 37: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
-	10, // 38: bc.node.v1.Gateway.Tunnel:output_type -> bc.node.v1.TunnelFrame
-	33, // [33:39] is the sub-list for method output_type
-	27, // [27:33] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	38, // 14: bc.node.v1.TunnelOpen.ticket:type_name -> bc.node.v1.SignedTicket
+	12, // 15: bc.node.v1.TunnelFrame.hello:type_name -> bc.node.v1.TunnelHello
+	11, // 16: bc.node.v1.TunnelFrame.resize:type_name -> bc.node.v1.TunnelResize
+	37, // 17: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
+	14, // 18: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
+	15, // 19: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
+	16, // 20: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
+	21, // 21: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
+	18, // 22: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
+	21, // 23: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
+	22, // 24: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
+	22, // 25: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
+	23, // 26: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
+	24, // 27: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
+	0,  // 28: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
+	3,  // 29: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
+	5,  // 30: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
+	7,  // 31: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
+	31, // 32: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
+	10, // 33: bc.node.v1.Gateway.Tunnel:input_type -> bc.node.v1.TunnelFrame
+	1,  // 34: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
+	4,  // 35: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
+	6,  // 36: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
+	8,  // 37: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
+	33, // 38: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
+	10, // 39: bc.node.v1.Gateway.Tunnel:output_type -> bc.node.v1.TunnelFrame
+	34, // [34:40] is the sub-list for method output_type
+	28, // [28:34] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -2963,6 +3069,8 @@ func file_node_proto_init() {
 		(*TunnelFrame_Data)(nil),
 		(*TunnelFrame_Eof)(nil),
 		(*TunnelFrame_Error)(nil),
+		(*TunnelFrame_Resize)(nil),
+		(*TunnelFrame_ExitCode)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2970,7 +3078,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,7 +38,8 @@ type TicketBody struct {
 	Jti string `protobuf:"bytes,1,opt,name=jti,proto3" json:"jti,omitempty"`
 	// node_id is the one node the ticket is for.
 	NodeId string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	// port is the one port on that node's loopback (1 to 65535).
+	// port is the one port on that node's loopback (1 to 65535) for a
+	// tunnel; 0 for an exec, whose stream is a process.
 	Port uint32 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
 	// action is the IAM action decided for the caller (compute:nodes:tunnel
 	// or compute:sandboxes:exec); an open stream is re-decided by it.
@@ -50,8 +51,11 @@ type TicketBody struct {
 	SandboxId string `protobuf:"bytes,7,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	// issued_at_ms and expires_at_ms bound the ticket's use, in Unix
 	// milliseconds; a ticket lives at most 60 s.
-	IssuedAtMs    int64 `protobuf:"varint,8,opt,name=issued_at_ms,json=issuedAtMs,proto3" json:"issued_at_ms,omitempty"`
-	ExpiresAtMs   int64 `protobuf:"varint,9,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	IssuedAtMs  int64 `protobuf:"varint,8,opt,name=issued_at_ms,json=issuedAtMs,proto3" json:"issued_at_ms,omitempty"`
+	ExpiresAtMs int64 `protobuf:"varint,9,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	// argv is the program an exec runs in the sandbox (no shell added);
+	// empty for a tunnel.
+	Argv          []string `protobuf:"bytes,10,rep,name=argv,proto3" json:"argv,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -149,6 +153,13 @@ func (x *TicketBody) GetExpiresAtMs() int64 {
 	return 0
 }
 
+func (x *TicketBody) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
 // SignedTicket carries a TicketBody's exact bytes (deterministic
 // marshalling) and the worker's signature over them:
 // Ed25519(worker key, "bc-ticket-v1\x00" || body). signer_cert_der is the
@@ -218,7 +229,7 @@ var File_ticket_proto protoreflect.FileDescriptor
 const file_ticket_proto_rawDesc = "" +
 	"\n" +
 	"\fticket.proto\x12\n" +
-	"bc.node.v1\"\xfd\x01\n" +
+	"bc.node.v1\"\x91\x02\n" +
 	"\n" +
 	"TicketBody\x12\x10\n" +
 	"\x03jti\x18\x01 \x01(\tR\x03jti\x12\x17\n" +
@@ -231,7 +242,9 @@ const file_ticket_proto_rawDesc = "" +
 	"sandbox_id\x18\a \x01(\tR\tsandboxId\x12 \n" +
 	"\fissued_at_ms\x18\b \x01(\x03R\n" +
 	"issuedAtMs\x12\"\n" +
-	"\rexpires_at_ms\x18\t \x01(\x03R\vexpiresAtMs\"h\n" +
+	"\rexpires_at_ms\x18\t \x01(\x03R\vexpiresAtMs\x12\x12\n" +
+	"\x04argv\x18\n" +
+	" \x03(\tR\x04argv\"h\n" +
 	"\fSignedTicket\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12&\n" +
