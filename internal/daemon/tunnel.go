@@ -13,6 +13,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/bettercompute/bettercompute/internal/daemon/driver"
+
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/tickets"
 )
@@ -51,6 +53,10 @@ type tunnels struct {
 // opens a Tunnel stream on conn, the session's connection. A refusal is
 // also a Tunnel stream, whose hello carries the reason and nothing else.
 func (n *Node) openTunnel(ctx context.Context, conn *grpc.ClientConn, m *nodev1.TunnelOpen) {
+	if m.GetSandboxId() != "" {
+		n.openExec(ctx, conn, m)
+		return
+	}
 	port, reason := n.checkTicket(ctx, m.GetTicket())
 	var local net.Conn
 	if reason == "" {
@@ -204,4 +210,138 @@ func ParseTunnelPorts(flag string, in []uint) ([]uint32, error) {
 		}
 	}
 	return out, nil
+}
+
+// openExec answers a TunnelOpen for an interactive exec: it verifies the
+// ticket (as openTunnel does, for the exec action and the sandbox the
+// TunnelOpen names, which the signed ticket must name too) and starts the
+// ticket's own program in that sandbox on a terminal (driver.Shells);
+// the stream then carries the terminal until the process exits (its
+// status is the last frame) or the stream ends, which kills it.
+func (n *Node) openExec(ctx context.Context, conn *grpc.ClientConn, m *nodev1.TunnelOpen) {
+	argv, reason := n.checkExecTicket(ctx, m.GetTicket(), m.GetSandboxId())
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var sh driver.Shell
+	if reason == "" {
+		shells, ok := n.cfg.Driver.(driver.Shells)
+		if !ok {
+			reason = nodev1.ExecUnsupported
+		} else {
+			var err error
+			switch sh, err = shells.OpenShell(sctx, m.GetSandboxId(), argv); {
+			case err == nil:
+				defer sh.Close()
+			case errors.Is(err, driver.ErrSandboxGone):
+				reason = nodev1.ExecSandboxGone
+			case errors.Is(err, driver.ErrShellUnsupported):
+				reason = nodev1.ExecUnsupported
+			default:
+				n.cfg.Log.Info("exec failed", "node_id", n.rec.NodeID, "sandbox_id", m.GetSandboxId(), "err", err)
+				reason = nodev1.ExecFailed
+			}
+		}
+	}
+	stream, err := nodev1.NewGatewayClient(conn).Tunnel(sctx)
+	if err != nil {
+		n.cfg.Log.Info("tunnel stream failed", "node_id", n.rec.NodeID, "err", err)
+		return
+	}
+	if err := stream.Send(&nodev1.TunnelFrame{Frame: &nodev1.TunnelFrame_Hello{Hello: &nodev1.TunnelHello{TunnelId: m.GetTunnelId(), Refused: reason}}}); err != nil || reason != "" {
+		if reason != "" {
+			n.countRefusal("tunnel:" + reason)
+			n.cfg.Log.Info("exec refused", "node_id", n.rec.NodeID, "tunnel_id", m.GetTunnelId(), "reason", reason)
+			_ = stream.CloseSend()
+			_, _ = stream.Recv()
+		}
+		return
+	}
+	n.cfg.Log.Info("exec open", "node_id", n.rec.NodeID, "tunnel_id", m.GetTunnelId(), "sandbox_id", m.GetSandboxId())
+	pumpShell(stream, sh, cancel)
+	n.cfg.Log.Info("exec closed", "node_id", n.rec.NodeID, "tunnel_id", m.GetTunnelId())
+}
+
+// checkExecTicket verifies an exec's ticket for sandboxID and spends its
+// jti; it returns the program the ticket names, or why it is refused.
+func (n *Node) checkExecTicket(ctx context.Context, st *nodev1.SignedTicket, sandboxID string) ([]string, string) {
+	t := n.tunnels
+	now := n.now()
+	v := &tickets.Verifier{Roots: n.verify.commandRoots, TrustDomain: n.verify.TrustDomain, WorkerChains: n.verify.WorkerChains}
+	want := tickets.Want{NodeID: n.rec.NodeID, SandboxID: sandboxID, Actions: []string{tickets.ActionSandboxExec}}
+	body, r := v.VerifySigned(st, now, want)
+	switch {
+	case r != "":
+		return nil, string(r)
+	case time.UnixMilli(body.IssuedAtMs).Before(t.started):
+		return nil, ReasonTicketBeforeStart
+	}
+	if _, r := v.RedeemSigned(ctx, st, now, want, t.spent); r != "" {
+		return nil, string(r)
+	}
+	return body.Argv, ""
+}
+
+// pumpShell carries a terminal over the Tunnel stream: what the process
+// shows goes out as data, then its exit status; data in is typed, a
+// resize sets the terminal's size; the stream's end or an error frame
+// kills the process (the deferred Close of openExec).
+func pumpShell(stream nodev1.Gateway_TunnelClient, sh driver.Shell, cancel context.CancelFunc) {
+	var sendMu sync.Mutex
+	send := func(f *nodev1.TunnelFrame) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(f)
+	}
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		defer cancel()
+		for {
+			f, err := stream.Recv()
+			if err != nil {
+				_ = sh.Close()
+				return
+			}
+			switch x := f.Frame.(type) {
+			case *nodev1.TunnelFrame_Data:
+				if len(x.Data) > nodev1.MaxTunnelData {
+					_ = sh.Close()
+					return
+				}
+				if _, err := sh.Write(x.Data); err != nil {
+					return
+				}
+			case *nodev1.TunnelFrame_Resize:
+				r := x.Resize
+				if r.GetCols() > 0 && r.GetRows() > 0 && r.GetCols() <= 0xffff && r.GetRows() <= 0xffff {
+					_ = sh.Resize(uint16(r.GetCols()), uint16(r.GetRows()))
+				}
+			case *nodev1.TunnelFrame_Eof:
+				// A terminal has no half-close: input ends with the process.
+			default: // an error frame (the control plane closed it) or anything else
+				_ = sh.Close()
+				return
+			}
+		}
+	}()
+	buf := make([]byte, nodev1.MaxTunnelData)
+	for {
+		k, err := sh.Read(buf)
+		if k > 0 {
+			if send(&nodev1.TunnelFrame{Frame: &nodev1.TunnelFrame_Data{Data: buf[:k]}}) != nil {
+				_ = sh.Close()
+				return
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	code, err := sh.Wait()
+	if err != nil {
+		code = -1
+	}
+	_ = send(&nodev1.TunnelFrame{Frame: &nodev1.TunnelFrame_ExitCode{ExitCode: int32(code)}})
+	_ = stream.CloseSend()
+	<-recvDone // until the gateway ends the call
 }

@@ -35,3 +35,9 @@ func (d *Driver) Labels() map[string]string { return d.Host.Labels() }
 // OnSandboxFailed sets f to be told of each sandbox the host found dead
 // and removed (see Host.OnFailed); the daemon reports them on its session.
 func (d *Driver) OnSandboxFailed(f func(sandboxID, reason string)) { d.Host.OnFailed(f) }
+
+// OpenShell starts an interactive exec in a sandbox on this host (see
+// Host.OpenShell).
+func (d *Driver) OpenShell(ctx context.Context, sandboxID string, argv []string) (driver.Shell, error) {
+	return d.Host.OpenShell(ctx, sandboxID, argv)
+}

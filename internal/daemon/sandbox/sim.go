@@ -16,10 +16,36 @@ import (
 type Sim struct {
 	mu  sync.Mutex
 	sbx map[string]spec.Create
+	// shells counts the simulated interactive processes alive; changed is
+	// told of each change (tests wait on it, never sleep).
+	shells  int
+	changed chan int
 }
 
 // NewSim returns an empty simulated runtime.
-func NewSim() *Sim { return &Sim{sbx: map[string]spec.Create{}} }
+func NewSim() *Sim { return &Sim{sbx: map[string]spec.Create{}, changed: make(chan int, 64)} }
+
+// Shells returns how many simulated interactive processes are alive, and
+// a channel that receives the count after each change.
+func (s *Sim) Shells() (int, <-chan int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shells, s.changed
+}
+
+func (s *Sim) shellStarted() { s.shellDelta(1) }
+func (s *Sim) shellEnded()   { s.shellDelta(-1) }
+
+func (s *Sim) shellDelta(d int) {
+	s.mu.Lock()
+	s.shells += d
+	n := s.shells
+	s.mu.Unlock()
+	select {
+	case s.changed <- n:
+	default:
+	}
+}
 
 // Name returns "sim".
 func (s *Sim) Name() string { return spec.RuntimeSim }

@@ -138,3 +138,12 @@ func (d *Driver) OnSandboxFailed(f func(sandboxID, reason string)) {
 		s.OnSandboxFailed(f)
 	}
 }
+
+// OpenShell passes an interactive exec on to the wrapped driver
+// (driver.Shells), or refuses it when that has none.
+func (d *Driver) OpenShell(ctx context.Context, sandboxID string, argv []string) (driver.Shell, error) {
+	if s, ok := d.Driver.(driver.Shells); ok {
+		return s.OpenShell(ctx, sandboxID, argv)
+	}
+	return nil, driver.ErrShellUnsupported
+}

@@ -1,0 +1,83 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"time"
+
+	"github.com/bettercompute/bettercompute/internal/daemon/driver"
+)
+
+// Sheller is a runtime that runs interactive processes on a terminal.
+type Sheller interface {
+	// Shell starts argv with env in sandbox id on a terminal; ctx ending
+	// kills it.
+	Shell(ctx context.Context, id string, argv, env []string, root bool) (driver.Shell, error)
+}
+
+// OpenShell starts argv on a terminal in sandboxID, as Exec runs a
+// program (the same environment, user and limits), for an exec tunnel
+// the node verified: the sandbox must be running here and not past its
+// deadline (driver.ErrSandboxGone), and its runtime must have interactive
+// execs (driver.ErrShellUnsupported). The process is killed at the
+// sandbox's deadline or when ctx ends.
+func (h *Host) OpenShell(ctx context.Context, sandboxID string, argv []string) (driver.Shell, error) {
+	sh, ok := h.cfg.Runtime.(Sheller)
+	if !ok {
+		return nil, driver.ErrShellUnsupported
+	}
+	h.mu.Lock()
+	st, ok := h.sbx[sandboxID]
+	var env []string
+	var root bool
+	var deadline int64
+	if ok {
+		vars := map[string]string{}
+		for k, v := range st.Env {
+			vars[k] = v
+		}
+		if st.Link != nil {
+			for k, v := range st.Link.Env() {
+				vars[k] = v
+			}
+		}
+		for k, v := range vars {
+			env = append(env, k+"="+v)
+		}
+		root, deadline = st.Root, st.DeadlineMS
+	}
+	dead := h.failed[sandboxID]
+	h.mu.Unlock()
+	if !ok || dead {
+		return nil, driver.ErrSandboxGone
+	}
+	sort.Strings(env)
+	left := time.UnixMilli(deadline).Sub(h.cfg.Clock.Now())
+	if left <= 0 {
+		return nil, driver.ErrSandboxGone
+	}
+	sctx, cancel := context.WithTimeout(ctx, left)
+	s, err := sh.Shell(sctx, sandboxID, argv, append([]string{"TERM=xterm"}, env...), root)
+	if err != nil {
+		cancel()
+		if errors.Is(err, driver.ErrSandboxGone) {
+			return nil, err
+		}
+		h.cfg.Log.Warn("sandbox shell failed", "sandbox_id", sandboxID, "err", err)
+		return nil, err
+	}
+	return &cancelShell{Shell: s, cancel: cancel}, nil
+}
+
+// cancelShell releases the shell's deadline context when it is closed.
+type cancelShell struct {
+	driver.Shell
+	cancel context.CancelFunc
+}
+
+func (c *cancelShell) Close() error {
+	err := c.Shell.Close()
+	c.cancel()
+	return err
+}
