@@ -29,6 +29,7 @@ type Tunnel struct {
 	pending []byte
 	readEOF bool
 	end     error // set once the stream ended: nil in order, else why
+	exit    *int  // an exec's exit status, once read
 
 	wmu  sync.Mutex
 	wbuf []byte
@@ -43,7 +44,24 @@ func (c *Client) OpenTunnel(ctx context.Context, nodeID string, port int) (*Tunn
 	if err := c.Call(ctx, "tunnels.open", apitypes.TunnelOpenIn{NodeID: nodeID, Port: int64(port)}, &tk); err != nil {
 		return nil, err
 	}
-	q := url.Values{"node": {nodeID}, "port": {strconv.Itoa(port)}}
+	return c.connect(ctx, tk, url.Values{"node": {nodeID}, "port": {strconv.Itoa(port)}})
+}
+
+// OpenShell asks sandboxes.execTicket for a ticket to run argv (no shell
+// added) in sandboxID on a terminal, and presents it once to the tunnel
+// endpoint. The Tunnel's reads are what the terminal shows, its writes
+// what is typed; Resize sets the terminal's size, and once Read returns
+// io.EOF, ExitCode gives the program's status.
+func (c *Client) OpenShell(ctx context.Context, sandboxID string, argv []string) (*Tunnel, error) {
+	var tk apitypes.TunnelTicket
+	if err := c.Call(ctx, "sandboxes.execTicket", apitypes.ExecTicketIn{ID: sandboxID, Argv: argv}, &tk); err != nil {
+		return nil, err
+	}
+	return c.connect(ctx, tk, url.Values{"sandbox": {sandboxID}})
+}
+
+// connect presents ticket tk to the tunnel endpoint with query q.
+func (c *Client) connect(ctx context.Context, tk apitypes.TunnelTicket, q url.Values) (*Tunnel, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+tk.ConnectPath+"?"+q.Encode(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("client: tunnel request: %w", err)
@@ -113,6 +131,9 @@ func (t *Tunnel) next() error {
 		t.pending = append(t.pending[:0], f.Payload...)
 	case tunnelwire.EOF:
 		t.readEOF = true
+	case tunnelwire.Exit:
+		code := int(tunnelwire.DecodeExit(f.Payload))
+		t.exit, t.readEOF = &code, true
 	case tunnelwire.Error:
 		ref, _ := tunnelwire.DecodeRefusal(f.Payload)
 		t.end = &Error{Code: ref.Code, Message: ref.Message}
@@ -162,6 +183,25 @@ func (t *Tunnel) Wait() error {
 			return t.end
 		}
 	}
+}
+
+// Resize tells an exec's terminal its new size.
+func (t *Tunnel) Resize(cols, rows uint16) error {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	_, err := t.rwc.Write(tunnelwire.ResizeFrame(cols, rows))
+	return err
+}
+
+// ExitCode returns an exec's exit status once Read has returned io.EOF
+// after it; ok is false before, and for a tunnel to a port.
+func (t *Tunnel) ExitCode() (code int, ok bool) {
+	t.rmu.Lock()
+	defer t.rmu.Unlock()
+	if t.exit == nil {
+		return 0, false
+	}
+	return *t.exit, true
 }
 
 // Close ends the tunnel at once.

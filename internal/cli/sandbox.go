@@ -76,9 +76,14 @@ func sandboxCreateCmd() *cobra.Command {
 // exit code.
 func sandboxExecCmd() *cobra.Command {
 	var timeout time.Duration
-	exe := &cobra.Command{Use: "exec ID -- ARGV...", Short: "Run an argument vector in a sandbox (no shell unless you run one); exits with its exit code",
+	var interactive, tty bool
+	exe := &cobra.Command{Use: "exec [-it] ID -- ARGV...", Short: "Run an argument vector in a sandbox (no shell unless you run one); exits with its exit code",
 		Long: "Run an argument vector in a sandbox (no shell unless you run one). The exit status is docker exec's: the program's own,\n" +
-			"126 when it cannot be executed, 127 when it is not found, and 125 when the CLI or the server failed (usage errors included).",
+			"126 when it cannot be executed, 127 when it is not found, and 125 when the CLI or the server failed (usage errors included).\n\n" +
+			"With -it the program runs on a terminal in the sandbox, over a ticketed stream through its node's own session\n" +
+			"(sandboxes.execTicket, decided compute:sandboxes:exec on the sandbox and again every few seconds while it runs):\n" +
+			"your terminal is put in raw mode, its size follows yours, and closing it kills the program. --timeout does not apply;\n" +
+			"the sandbox's deadline does, and a sandbox expiring within a minute is refused.",
 		Annotations: map[string]string{programExitCodes: "docker"},
 		Args:        cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -86,14 +91,20 @@ func sandboxExecCmd() *cobra.Command {
 				//lint:ignore ST1005 the usage line is printed to the user as it is, ARGV... included
 				return &ExitError{Code: 2, Err: errors.New("usage: sandbox exec ID -- ARGV...")}
 			}
+			if interactive != tty {
+				return &ExitError{Code: 2, Err: errors.New("-i and -t go together (-it): an interactive program on a terminal")}
+			}
 			cl, err := apiClient()
 			if err != nil {
 				return err
 			}
-			cl.HTTP.Timeout = timeout + time.Minute
 			if err := resolveArg(cmd, cl, "sandbox", &args[0]); err != nil {
 				return err
 			}
+			if tty {
+				return runShell(cmd, cl, args[0], args[1:])
+			}
+			cl.HTTP.Timeout = timeout + time.Minute
 			r, err := cl.Exec(contextOf(cmd), args[0], args[1:], int64((timeout+time.Second-1)/time.Second))
 			if err != nil {
 				return apiErr(err)
@@ -115,6 +126,8 @@ func sandboxExecCmd() *cobra.Command {
 			return nil
 		}}
 	exe.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "kill the command after this long (at most 10m)")
+	exe.Flags().BoolVarP(&interactive, "interactive", "i", false, "keep standard input open (with -t)")
+	exe.Flags().BoolVarP(&tty, "tty", "t", false, "run the program on a terminal (with -i)")
 	return exe
 }
 

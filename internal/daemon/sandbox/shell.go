@@ -81,3 +81,15 @@ func (c *cancelShell) Close() error {
 	c.cancel()
 	return err
 }
+
+// Shells returns how many interactive processes the host's simulated
+// runtime has alive and a channel told of each change; ok is false on a
+// real runtime (tests of the sim runtime wait on it).
+func (h *Host) Shells() (n int, changed <-chan int, ok bool) {
+	sim, isSim := h.cfg.Runtime.(*Sim)
+	if !isSim {
+		return 0, nil, false
+	}
+	n, changed = sim.Shells()
+	return n, changed, true
+}
