@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/breakglass"
 	"github.com/bettercompute/bettercompute/internal/clisafe"
 	"github.com/bettercompute/bettercompute/internal/ids"
@@ -27,6 +28,9 @@ import (
 // new certificate needs (its ssh.access command).
 const sshAccessWait = 2 * time.Minute
 
+// defaultAccount is the Unix account break-glass logs in as by default.
+const defaultAccount = "root" // archtest:not-tenant (a Unix account, not a tenant)
+
 // sshCmd is `better-compute ssh`: a break-glass shell on a node through
 // its own session. It makes a one-time key pair, gets a certificate for it
 // (nodes.issueSshCert), waits until the node applied the access state the
@@ -34,8 +38,7 @@ const sshAccessWait = 2 * time.Minute
 // the tunnel as its ProxyCommand, every forwarding and local command off,
 // and "--" before the host, so nothing it adds is read as an ssh option.
 func sshCmd() *cobra.Command {
-	var node, account, sshBin string
-	var port int
+	var o sshOptions
 	c := &cobra.Command{
 		Use:   "ssh --node ID [--account A] [-- COMMAND...]",
 		Short: "Open a break-glass shell on a node: a one-time key, a certificate of at most 1 h, and ssh through the node's own session",
@@ -43,85 +46,112 @@ func sshCmd() *cobra.Command {
 			"nodes.issueSshCert (compute:nodes:ssh-root on the node) signs a certificate for it (at most 1 h, principal ACCOUNT@NODE, " +
 			"permit-pty only), and the system ssh runs with -F none, `better-compute tunnel --stdio` as its ProxyCommand, " +
 			"agent, X11 and port forwarding and local commands off, and `--` before the host. The node's host key is pinned " +
-			"on first use in ~/.better-compute/known_hosts under the node's id. The key pair is deleted when ssh exits; " +
-			"the exit status is ssh's (255 when ssh itself failed), or 125 when this command failed before ssh ran.",
-		Annotations: map[string]string{programExitCodes: "1"},
+			"on first use in ~/.better-compute/known_hosts under the node's id. The key pair is deleted when ssh exits. " +
+			"The exit status is ssh's own (the remote command's, or 255 when ssh failed); 2 for a usage error and 1 when " +
+			"this command failed before ssh ran.",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !ids.ValidName(node) {
-				return &ExitError{Code: 2, Err: errors.New("--node: a node id is required")}
-			}
-			if !sshca.ValidAccount(account) {
-				return &ExitError{Code: 2, Err: errors.New("--account must be a Unix account name (^[a-z_][a-z0-9_-]{0,31}$)")}
-			}
-			if port < 1 || port > 65535 {
-				return &ExitError{Code: 2, Err: errors.New("--port: a port is 1 to 65535")}
-			}
-			if cmd.ArgsLenAtDash() != 0 && len(args) > 0 {
-				return &ExitError{Code: 2, Err: errors.New("a remote command goes after --: better-compute ssh --node ID -- COMMAND")}
-			}
-			self, err := os.Executable()
-			if err != nil || strings.ContainsAny(self, "'\n") {
-				return &ExitError{Code: 2, Err: errors.New("cannot name this program for ssh's ProxyCommand")}
-			}
-			cl, err := apiClient()
-			if err != nil {
+			if err := o.check(cmd, args); err != nil {
 				return err
 			}
-			dir, err := os.MkdirTemp("", "bc-ssh-")
-			if err != nil {
-				return err
-			}
-			defer os.RemoveAll(dir)
-			keyFile, pubLine, err := oneTimeKey(dir)
-			if err != nil {
-				return err
-			}
-			ctx := contextOf(cmd)
-			var got breakglass.Issued
-			if err := cl.Call(ctx, "nodes.issueSshCert", breakglass.IssueIn{NodeID: node, Account: account, PublicKey: pubLine}, &got); err != nil {
-				return apiErr(err)
-			}
-			if err := os.WriteFile(keyFile+"-cert.pub", []byte(got.Certificate+"\n"), 0o600); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "certificate %s for %s, valid until %s\n", got.Serial, got.Principal, got.ValidBefore.UTC().Format(time.RFC3339))
-			if got.CommandID != "" {
-				wctx, cancel := context.WithTimeout(ctx, sshAccessWait)
-				cm, err := cl.WaitCommand(wctx, got.CommandID, 200*time.Millisecond, nil)
-				cancel()
-				if err != nil {
-					return fmt.Errorf("the node did not apply the access state (ssh.access command %s): %w", got.CommandID, apiErr(err))
-				}
-				if cm.State != "succeeded" {
-					return fmt.Errorf("the node did not apply the access state: ssh.access command %s %s", got.CommandID, cm.State)
-				}
-			}
-			known, err := knownHostsFile()
-			if err != nil {
-				return err
-			}
-			argv := sshArgv(sshProxy(self, node, port, caFile()), keyFile, known, account, node, args)
-			ssh := exec.CommandContext(ctx, sshBin, argv...)
-			// ssh talks to the terminal itself (a remote shell's
-			// output, its own prompts): unfiltered, so that a *os.File
-			// reaches it as is and it can tell a terminal.
-			ssh.Stdin, ssh.Stdout, ssh.Stderr = cmd.InOrStdin(), clisafe.Raw(cmd.OutOrStdout()), clisafe.Raw(cmd.ErrOrStderr())
-			err = ssh.Run()
-			var exit *exec.ExitError
-			switch {
-			case err == nil:
-				return nil
-			case errors.As(err, &exit):
-				return &programExit{code: exit.ExitCode()}
-			}
-			return fmt.Errorf("run %s: %w", sshBin, err)
+			return o.run(cmd, args)
 		},
 	}
-	c.Flags().StringVar(&node, "node", "", "node id")
-	c.Flags().StringVar(&account, "account", "root", "Unix account on the node")
-	c.Flags().IntVar(&port, "port", 22, "the node's sshd port on its loopback (on the node's tunnel allow list)")
-	c.Flags().StringVar(&sshBin, "ssh", "ssh", "the ssh program to run")
+	c.Flags().StringVar(&o.node, "node", "", "node id")
+	c.Flags().StringVar(&o.account, "account", defaultAccount, "Unix account on the node")
+	c.Flags().IntVar(&o.port, "port", 22, "the node's sshd port on its loopback (on the node's tunnel allow list)")
+	c.Flags().StringVar(&o.sshBin, "ssh", "ssh", "the ssh program to run")
 	return c
+}
+
+// sshOptions are `better-compute ssh`'s flags.
+type sshOptions struct {
+	node, account, sshBin string
+	port                  int
+}
+
+// check refuses bad flags and arguments (exit 2) before anything is asked.
+func (o *sshOptions) check(cmd *cobra.Command, args []string) error {
+	switch {
+	case !ids.ValidName(o.node):
+		return &ExitError{Code: 2, Err: errors.New("--node: a node id is required")}
+	case !sshca.ValidAccount(o.account):
+		return &ExitError{Code: 2, Err: errors.New("--account must be a Unix account name (^[a-z_][a-z0-9_-]{0,31}$)")}
+	case o.port < 1 || o.port > 65535:
+		return &ExitError{Code: 2, Err: errors.New("--port: a port is 1 to 65535")}
+	case cmd.ArgsLenAtDash() != 0 && len(args) > 0:
+		return &ExitError{Code: 2, Err: errors.New("a remote command goes after --: better-compute ssh --node ID -- COMMAND")}
+	}
+	return nil
+}
+
+// run gets the certificate, waits for the node's access state and runs
+// ssh, exiting with ssh's status.
+func (o *sshOptions) run(cmd *cobra.Command, args []string) error {
+	self, err := os.Executable()
+	if err != nil || strings.ContainsAny(self, "'\n") {
+		return errors.New("cannot name this program for ssh's ProxyCommand")
+	}
+	cl, err := apiClient()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "bc-ssh-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	keyFile, pubLine, err := oneTimeKey(dir)
+	if err != nil {
+		return err
+	}
+	ctx := contextOf(cmd)
+	var got breakglass.Issued
+	if err := cl.Call(ctx, "nodes.issueSshCert", breakglass.IssueIn{NodeID: o.node, Account: o.account, PublicKey: pubLine}, &got); err != nil {
+		return apiErr(err)
+	}
+	if err := os.WriteFile(keyFile+"-cert.pub", []byte(got.Certificate+"\n"), 0o600); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "certificate %s for %s, valid until %s\n", got.Serial, got.Principal, got.ValidBefore.UTC().Format(time.RFC3339))
+	if err := waitAccess(ctx, cl, got.CommandID); err != nil {
+		return err
+	}
+	known, err := knownHostsFile()
+	if err != nil {
+		return err
+	}
+	ssh := exec.CommandContext(ctx, o.sshBin, sshArgv(sshProxy(self, o.node, o.port, caFile()), keyFile, known, o.account, o.node, args)...)
+	// ssh talks to the terminal itself (a remote shell's output, its own
+	// prompts): unfiltered, so that a *os.File reaches it as is and it
+	// can tell a terminal.
+	ssh.Stdin, ssh.Stdout, ssh.Stderr = cmd.InOrStdin(), clisafe.Raw(cmd.OutOrStdout()), clisafe.Raw(cmd.ErrOrStderr())
+	err = ssh.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &exit):
+		return &ExitError{Code: exit.ExitCode()}
+	}
+	return fmt.Errorf("run %s: %w", o.sshBin, err)
+}
+
+// waitAccess waits until the node applied the access state a new
+// certificate needs (its ssh.access command; none when id is "").
+func waitAccess(ctx context.Context, cl *client.Client, id string) error {
+	if id == "" {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, sshAccessWait)
+	defer cancel()
+	cm, err := cl.WaitCommand(wctx, id, 200*time.Millisecond, nil)
+	if err != nil {
+		return fmt.Errorf("the node did not apply the access state (ssh.access command %s): %w", id, apiErr(err))
+	}
+	if cm.State != "succeeded" {
+		return fmt.Errorf("the node did not apply the access state: ssh.access command %s %s", id, cm.State)
+	}
+	return nil
 }
 
 // oneTimeKey writes a fresh Ed25519 key pair into dir (the private key

@@ -81,7 +81,7 @@ func TestSSHThroughTunnel(t *testing.T) {
 			t.Fatalf("sshd did not log the certificate login:\n%s", s.Log.String())
 		}
 		code, _, errOut = run("ssh", "--node", node, "--account", "root;id", "--", "true")
-		if code != 125 || !strings.Contains(errOut, "--account must be a Unix account name") {
+		if code != 2 || !strings.Contains(errOut, "--account must be a Unix account name") {
 			t.Fatalf("bad account: exit %d: %s", code, errOut)
 		}
 	})

@@ -132,6 +132,7 @@ var wantRefusal = map[string]struct {
 	nodev1.Gateway_Renew_FullMethodName:   {codes.PermissionDenied, "security.renew.refused"},
 	nodev1.Gateway_Secret_FullMethodName:  {codes.PermissionDenied, "security.secret.refused"},
 	nodev1.Gateway_Session_FullMethodName: {codes.Unauthenticated, "security.session.refused"},
+	nodev1.Gateway_Tunnel_FullMethodName:  {codes.PermissionDenied, "security.tunnel.refused"},
 }
 
 // authFixture is a gateway served over TLS on loopback, with a node CA,

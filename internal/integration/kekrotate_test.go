@@ -118,10 +118,10 @@ func TestKEKRotation(t *testing.T) {
 		oldFile, newFile := filepath.Join(e.Dir, "kek"), filepath.Join(e.Dir, "kek.new")
 		args := []string{"--pki", filepath.Join(e.Dir, "pki"), "--db", dsn, "--kek-file", oldFile, "--new-kek-file", newFile}
 		res := rotateKEK(t, args...)
-		if !res.CreatedNewKEK || res.BundleSlots != (pki.RekeyCount{Resealed: 5}) || res.Secrets != (pki.RekeyCount{Resealed: 1}) || res.WorkerKeys != (pki.RekeyCount{Resealed: 1}) {
+		if !res.CreatedNewKEK || res.BundleSlots != (pki.RekeyCount{Resealed: 6}) || res.Secrets != (pki.RekeyCount{Resealed: 1}) || res.WorkerKeys != (pki.RekeyCount{Resealed: 1}) {
 			t.Fatalf("first run: %+v", res)
 		}
-		if res := rotateKEK(t, args...); res.CreatedNewKEK || res.BundleSlots != (pki.RekeyCount{AlreadyDone: 5}) || res.Secrets != (pki.RekeyCount{AlreadyDone: 1}) || res.WorkerKeys != (pki.RekeyCount{AlreadyDone: 1}) {
+		if res := rotateKEK(t, args...); res.CreatedNewKEK || res.BundleSlots != (pki.RekeyCount{AlreadyDone: 6}) || res.Secrets != (pki.RekeyCount{AlreadyDone: 1}) || res.WorkerKeys != (pki.RekeyCount{AlreadyDone: 1}) {
 			t.Fatalf("second run: %+v", res)
 		}
 

@@ -82,7 +82,9 @@ func TestBodyRefusals(t *testing.T) {
 		{"port 65536", edit(func(b *nodev1.TicketBody) { b.Port = 65536 }), tickets.Want{NodeID: nodeA, Port: 65536, Actions: want().Actions}, tickets.ReasonMalformed},
 		{"exec without sandbox", edit(func(b *nodev1.TicketBody) { b.Action, b.Port, b.Argv = tickets.ActionSandboxExec, 0, []string{"sh"} }),
 			tickets.Want{NodeID: nodeA, Actions: []string{tickets.ActionSandboxExec}}, tickets.ReasonMalformed},
-		{"exec with a port", edit(func(b *nodev1.TicketBody) { b.Action, b.SandboxId, b.Argv = tickets.ActionSandboxExec, "sb_one", []string{"sh"} }),
+		{"exec with a port", edit(func(b *nodev1.TicketBody) {
+			b.Action, b.SandboxId, b.Argv = tickets.ActionSandboxExec, "sb_one", []string{"sh"}
+		}),
 			tickets.Want{NodeID: nodeA, Port: 22, SandboxID: "sb_one", Actions: []string{tickets.ActionSandboxExec}}, tickets.ReasonMalformed},
 		{"exec without a program", edit(func(b *nodev1.TicketBody) { b.Action, b.SandboxId, b.Port = tickets.ActionSandboxExec, "sb_one", 0 }),
 			tickets.Want{NodeID: nodeA, SandboxID: "sb_one", Actions: []string{tickets.ActionSandboxExec}}, tickets.ReasonMalformed},
