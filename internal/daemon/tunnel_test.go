@@ -117,15 +117,16 @@ func TestNodeVerifiesTunnelTicketsItself(t *testing.T) {
 			}
 			return st
 		}
-		ask := func(st *nodev1.SignedTicket) string {
+		askFor := func(st *nodev1.SignedTicket, sandbox string) string {
 			id := ids.New("tun")
-			g.opens <- &nodev1.TunnelOpen{TunnelId: id, Ticket: st}
+			g.opens <- &nodev1.TunnelOpen{TunnelId: id, Ticket: st, SandboxId: sandbox}
 			h := <-g.hellos
 			if h.GetTunnelId() != id {
 				t.Fatalf("hello for %q, want %q", h.GetTunnelId(), id)
 			}
 			return h.GetRefused()
 		}
+		ask := func(st *nodev1.SignedTicket) string { return askFor(st, "") }
 		good := body(nil)
 		if r := ask(good); r != "" {
 			t.Fatalf("genuine ticket refused: %s", r)
@@ -159,6 +160,28 @@ func TestNodeVerifiesTunnelTicketsItself(t *testing.T) {
 		} {
 			if r := ask(c.st); r != c.want {
 				t.Errorf("%s ticket: refused %q, want %q", c.name, r, c.want)
+			}
+		}
+		// Exec tickets: the sandbox the TunnelOpen names must be the signed
+		// one; this node runs no sandboxes, so a genuine one is refused
+		// exec-unsupported, never run elsewhere.
+		execTicket := func(sandbox string) *nodev1.SignedTicket {
+			return body(func(b *nodev1.TicketBody) {
+				b.Action, b.SandboxId, b.Port, b.Argv = tickets.ActionSandboxExec, sandbox, 0, []string{"sh"}
+			})
+		}
+		for _, c := range []struct {
+			name, hint string
+			st         *nodev1.SignedTicket
+			want       string
+		}{
+			{"an exec ticket for another sandbox than named", "sb-two", execTicket("sb-one"), string(tickets.ReasonWrongSandbox)},
+			{"a tunnel ticket presented as an exec", "sb-one", body(nil), string(tickets.ReasonWrongPort)},
+			{"an exec ticket presented as a tunnel", "", execTicket("sb-one"), nodev1.TunnelPortNotAllowed},
+			{"a genuine exec on a node without sandboxes", "sb-one", execTicket("sb-one"), nodev1.ExecUnsupported},
+		} {
+			if r := askFor(c.st, c.hint); r != c.want {
+				t.Errorf("%s: refused %q, want %q", c.name, r, c.want)
 			}
 		}
 		select {

@@ -216,3 +216,53 @@ func TestSandboxExecTicketRefusals(t *testing.T) {
 		wantAPIError(t, err, "INVALID_STATE", "expires within a minute")
 	})
 }
+
+// TestSandboxShellClosedWhenAccessRevoked: an open shell is re-decided
+// as compute:sandboxes:exec on the sandbox: deleting the caller's role
+// binding closes it with ACCESS_DENIED.
+func TestSandboxShellClosedWhenAccessRevoked(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		s := startSandboxes(t, db, nil, 0)
+		ctx := context.Background()
+		id, err := s.Client.CreateIdentity(ctx, s.tenant, "shell-op", "person")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Client.Bind(ctx, s.tenant, id.ID, "admin"); err != nil {
+			t.Fatal(err)
+		}
+		k, err := s.Client.CreateAPIKey(ctx, s.tenant, id.ID, "shell-op", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		op := s.NewClient(t, k.Key)
+		x, err := op.CreateSandbox(ctx, "", "small")
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		tun, err := op.OpenShell(ctx, x.ID, []string{"sh"})
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		defer tun.Close()
+		scr := watchScreen(tun)
+		if _, err := tun.Write([]byte("echo open\n")); err != nil {
+			t.Fatal(err)
+		}
+		scr.waitFor(t, "open")
+		bs, err := s.Client.Bindings(ctx, s.tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range bs {
+			if b.IdentityID == id.ID {
+				if err := s.Client.Call(ctx, "bindings.delete", apitypes.TenantIDIn{TenantIn: apitypes.TenantIn{TenantID: s.tenant}, ID: b.ID}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		defer time.AfterFunc(30*time.Second, func() { tun.Close() }).Stop()
+		err = <-scr.done
+		wantAPIError(t, err, "ACCESS_DENIED", "revoked")
+	})
+}
