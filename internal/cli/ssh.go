@@ -95,6 +95,9 @@ func (o *sshOptions) run(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := resolveArg(cmd, cl, "node", &o.node); err != nil {
+		return err
+	}
 	dir, err := os.MkdirTemp("", "bc-ssh-")
 	if err != nil {
 		return err

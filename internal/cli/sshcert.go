@@ -44,6 +44,9 @@ func sshCertCmd() *cobra.Command {
 				return err
 			}
 			cl, err := apiClient()
+			if err == nil {
+				err = resolveArg(cmd, cl, "node", &node)
+			}
 			if err != nil {
 				o.Abort()
 				return err
@@ -88,7 +91,7 @@ func sshCertRevokeCmd() *cobra.Command {
 			if rnode == "" || serial == "" {
 				return &ExitError{Code: 2, Err: errors.New("--node and --serial are required")}
 			}
-			return call(cmd, "nodes.revokeSshCert", breakglass.RevokeIn{NodeID: rnode, Serial: serial}, rjson,
+			return call(cmd, "nodes.revokeSshCert", map[string]any{"node_id": rnode, "serial": serial}, rjson,
 				func(o map[string]any) string {
 					return fmt.Sprintf("revoked %v (ssh.access command %v)\n", o["serial"], o["command_id"])
 				})
@@ -115,6 +118,9 @@ func sshCertKRLCmd() *cobra.Command {
 			}
 			cl, err := apiClient()
 			if err != nil {
+				return err
+			}
+			if err := resolveArg(cmd, cl, "node", &knode); err != nil {
 				return err
 			}
 			var got breakglass.KRLOut
