@@ -132,6 +132,8 @@ type Node struct {
 
 	// tunnels is the node's side of tunnels (tunnel.go).
 	tunnels *tunnels
+	// executors counts the sessions' command executors still running.
+	executors sync.WaitGroup
 }
 
 // pacing is the reconnect back-off's clock and jitter: the wall clock and
@@ -460,6 +462,7 @@ func (n *Node) Dial() (*grpc.ClientConn, error) {
 // revoked, Run logs it once at ERROR and returns a *RevokedError (see
 // ErrRevoked) instead of reconnecting.
 func (n *Node) Run(ctx context.Context) error {
+	defer n.executors.Wait()
 	backoff := n.cfg.MinBackoff
 	for {
 		welcomed, err := n.session(ctx)
@@ -593,14 +596,15 @@ func (n *Node) session(ctx context.Context) (welcomed bool, err error) {
 	fetch := func(ctx context.Context, commandID, ref string) ([]byte, error) {
 		return n.FetchSecret(ctx, conn, commandID, ref)
 	}
-	executed := make(chan struct{})
+	defer close(work)
+	// A session's executor may outlive it (its result goes out on the next
+	// session), but not Run: Run waits for every executor before it
+	// returns, so no driver still runs (writing files, say) after it.
+	n.executors.Add(1)
 	go func() {
-		defer close(executed)
+		defer n.executors.Done()
 		n.execute(sctx, work, send, allowed, rewound, fetch)
 	}()
-	// The session ends only once its executor has: no driver is still
-	// running (writing files, say) after Run returns.
-	defer func() { cancel(); close(work); <-executed }()
 	recvd, recvErr := recvLoop(sctx, stream)
 	// The session's tunnels end with it, before its connection closes.
 	defer func() { cancel(); n.tunnels.wg.Wait() }()
