@@ -10,10 +10,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,8 +46,15 @@ func TestDevAndCLI(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// A page on a loopback port the simulated nodes let tunnels reach
+	// (issue 16's "Done when": curl through `tunnel --listen`).
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("the page behind the tunnel\n"))
+	}))
+	defer page.Close()
+	pagePort := page.Listener.Addr().(*net.TCPAddr).Port
 	dev := exec.CommandContext(ctx, filepath.Join(bin, "better-compute"), "dev", "--data", data, "--nodes", "2",
-		"--api", freeAddr(t), "--gateway", freeAddr(t))
+		"--api", freeAddr(t), "--gateway", freeAddr(t), "--tunnel-ports", strconv.Itoa(pagePort))
 	dev.Env = append(os.Environ(), "HOME="+t.TempDir())
 	out, err := dev.StdoutPipe()
 	if err != nil {
@@ -163,5 +174,51 @@ func TestDevAndCLI(t *testing.T) {
 	mac.Write(nonce)
 	if err := json.Unmarshal([]byte(o), &digest); err != nil || code != 0 || digest.State != "succeeded" || digest.Result.HMAC != hex.EncodeToString(mac.Sum(nil)) {
 		t.Fatalf("secret.digest (exit %d): %s", code, o)
+	}
+	devTunnel(t, ctx, bin, env, nodes[0].ID, pagePort, cli)
+}
+
+// devTunnel is the tunnel part of TestDevAndCLI: `tunnel --listen`
+// forwards a local port to the page on the node's allowed port, and a
+// port not on the list is refused with the node's reason.
+func devTunnel(t *testing.T, ctx context.Context, bin string, env map[string]string, node string, pagePort int, cli func(args ...string) (string, int)) {
+	t.Helper()
+	listen := freeAddr(t)
+	tun := exec.CommandContext(ctx, filepath.Join(bin, "better-compute"), "tunnel", "--node", node, "--port", strconv.Itoa(pagePort), "--listen", listen)
+	tun.Env = append(os.Environ(), "BC_ADDR="+env["BC_ADDR"], "BC_API_KEY_FILE="+env["BC_API_KEY_FILE"], "BC_CA_FILE="+env["BC_CA_FILE"])
+	stderr, err := tun.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tun.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = tun.Process.Signal(os.Interrupt)
+		_ = tun.Wait()
+	})
+	sc := bufio.NewScanner(stderr)
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "forwarding ") {
+		t.Fatalf("tunnel --listen did not start: %q", sc.Text())
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	resp, err := http.Get("http://" + listen + "/")
+	if err != nil {
+		t.Fatalf("GET through the tunnel: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "the page behind the tunnel\n" {
+		t.Fatalf("through the tunnel: %q", body)
+	}
+	other := pagePort + 1
+	if other > 65535 {
+		other = pagePort - 1
+	}
+	if o, code := cli("tunnel", "--node", node, "--port", strconv.Itoa(other), "--stdio"); code != 1 || !strings.Contains(o, "tunnel-port-not-allowed") {
+		t.Fatalf("a port not on the list (exit %d): %s", code, o)
 	}
 }
