@@ -826,6 +826,8 @@ func (n *Node) dispatch(ctx context.Context, m *nodev1.ServerMessage, work chan<
 		n.ackReport(msg.SandboxAck)
 	case *nodev1.ServerMessage_ApproverSets:
 		n.applyApproverSets(msg.ApproverSets.GetSets())
+	case *nodev1.ServerMessage_Revocations:
+		n.applyRevocations(ctx, msg.Revocations)
 	case *nodev1.ServerMessage_Ping, *nodev1.ServerMessage_Welcome:
 	}
 	return false, nil
