@@ -116,6 +116,9 @@ type Node struct {
 	// onState, when set, is told of session changes (tests and dev wait on
 	// it instead of sleeping).
 	onState func(connected bool)
+	// onRevocation, when set, is told of each revocation-feed entry the
+	// node took or refused (OnRevocation).
+	onRevocation func(kind, reason string)
 
 	// reports are the sandbox reports awaiting their ack.
 	reports *reports

@@ -43,11 +43,31 @@ func (n *Node) applyRevocations(ctx context.Context, r *nodev1.Revocations) {
 		if reason != "" {
 			n.cfg.Log.Warn("revocation refused", "node_id", n.rec.NodeID, "why", reason)
 			n.countRefusal(string(reason))
+			n.toldRevocation("", string(reason))
 			continue
 		}
 		if err := n.applyRevocation(ctx, body); err != nil {
 			n.cfg.Log.Error("apply revocation", "node_id", n.rec.NodeID, "seq", body.Seq, "kind", body.Kind, "err", err)
 		}
+		n.toldRevocation(body.Kind, "")
+	}
+}
+
+// OnRevocation registers f, told of each revocation-feed entry the node
+// takes (its kind, reason "") or refuses (kind "", the reason), after it
+// acted on it (tests wait on it instead of sleeping).
+func (n *Node) OnRevocation(f func(kind, reason string)) {
+	n.mu.Lock()
+	n.onRevocation = f
+	n.mu.Unlock()
+}
+
+func (n *Node) toldRevocation(kind, reason string) {
+	n.mu.Lock()
+	f := n.onRevocation
+	n.mu.Unlock()
+	if f != nil {
+		f(kind, reason)
 	}
 }
 
