@@ -375,3 +375,56 @@ func TestNodeRevocationAppendsInItsTransaction(t *testing.T) {
 		n.WaitDisconnected(t)
 	})
 }
+
+// TestRevocationsListScoped: revocations.list shows the root tenant every
+// entry of the feed and another tenant only its own, in feed order, with
+// the entries after --since only.
+func TestRevocationsListScoped(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		ctx := context.Background()
+		ta, adminA := e.TenantAdmin(t, "lista")
+		tb, _ := e.TenantAdmin(t, "listb")
+		revokeOne := func(tenant string) string {
+			id, err := e.Client.CreateIdentity(ctx, tenant, "spare-"+tenant, "person")
+			if err != nil {
+				t.Fatal(err)
+			}
+			k, err := e.Client.CreateAPIKey(ctx, tenant, id.ID, "spare", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Client.Call(ctx, "apiKeys.revoke", apitypes.IDIn{ID: k.ID}, nil); err != nil {
+				t.Fatal(err)
+			}
+			return k.ID
+		}
+		keyA, keyB := revokeOne(ta), revokeOne(tb)
+		list := func(c *client.Client, since int64) []apitypes.Revocation {
+			var out struct {
+				Revocations []apitypes.Revocation `json:"revocations"`
+			}
+			if err := c.Call(ctx, "revocations.list", apitypes.RevocationsListIn{Since: since}, &out); err != nil {
+				t.Fatal(err)
+			}
+			return out.Revocations
+		}
+		subjects := func(rs []apitypes.Revocation) []string {
+			var s []string
+			for _, r := range rs {
+				s = append(s, r.TenantID+"/"+r.Subject)
+			}
+			return s
+		}
+		if got := subjects(list(adminA, 0)); !slices.Equal(got, []string{ta + "/" + keyA}) {
+			t.Fatalf("tenant A lists %v, want only its own key", got)
+		}
+		all := list(e.Client, 0)
+		if got := subjects(all); !slices.Equal(got, []string{ta + "/" + keyA, tb + "/" + keyB}) {
+			t.Fatalf("root lists %v, want both tenants' keys in order", got)
+		}
+		if got := subjects(list(e.Client, all[0].Seq)); !slices.Equal(got, []string{tb + "/" + keyB}) {
+			t.Fatalf("root lists %v after %d", got, all[0].Seq)
+		}
+	})
+}
