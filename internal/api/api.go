@@ -73,9 +73,14 @@ func (c *Caller) Allowed(ctx context.Context, action, resource string) (bool, er
 }
 
 // Actor returns the audit entry prefilled with who is calling, from where,
-// and in which tenant.
+// and in which tenant, and the credential presented (a session's id, else
+// the key's; never written to the row).
 func (c *Caller) Actor() audit.Entry {
-	return audit.Entry{TenantID: c.ActingTenant, Actor: c.Identity, RequestID: c.RequestID, Caller: c.Addr}
+	cred := c.KeyID
+	if c.SessionID != "" {
+		cred = c.SessionID
+	}
+	return audit.Entry{TenantID: c.ActingTenant, Actor: c.Identity, RequestID: c.RequestID, Caller: c.Addr, Credential: cred}
 }
 
 // Root reports whether the caller's home tenant (the one its credential

@@ -13,6 +13,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/quota"
+	"github.com/bettercompute/bettercompute/internal/revocations"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/tunnels"
@@ -34,6 +35,8 @@ type Modules struct {
 	Tunnels *tunnels.Service
 	// BreakGlass is optional (nil: no break-glass SSH methods).
 	BreakGlass *breakglass.Service
+	// Revocations is optional (nil: no revocations.list).
+	Revocations *revocations.Feed
 }
 
 // Resolvers returns how each resource kind's tenant is found.
@@ -146,7 +149,7 @@ func Methods(m Modules) []Method {
 				}
 				return map[string]any{"events": evs}, nil
 			}),
-	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), append(append(append(quotaMethods(m), lifecycleMethods(m)...), tunnelMethods(m)...), breakGlassMethods(m)...)...)...)
+	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), append(append(append(quotaMethods(m), lifecycleMethods(m)...), tunnelMethods(m)...), append(breakGlassMethods(m), revocationMethods(m)...)...)...)...)
 }
 
 // sandboxResolver returns f of the sandbox module, or a resolver that

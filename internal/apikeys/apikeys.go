@@ -21,6 +21,8 @@ import (
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/revocations"
+	"github.com/bettercompute/bettercompute/internal/revocations/revwire"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
 
@@ -68,6 +70,8 @@ type Service struct {
 	// qKeyAuth and qSessionAuth are qKeyByHash and qSessionByHash with
 	// iam's identity-exists condition filled in.
 	qKeyAuth, qSessionAuth string
+	// onRevoked is called after each committed revocation (OnRevoked).
+	onRevoked func()
 }
 
 // New returns the API key store. identities answers whether a key's
@@ -269,21 +273,23 @@ type revocation struct {
 	action   string // the audit action
 	resource string // the audit resource prefix
 	sessions string // the audit detail counting the sessions revoked below
+	kind     string // the revocation feed's kind (revwire)
 }
 
 var (
 	revokeKey = revocation{update: qRevokeKey, what: "revoke", notFound: "api key not found or already revoked",
-		action: "compute:api-keys:revoke", resource: "api-key/", sessions: "sessions_revoked"}
+		action: "compute:api-keys:revoke", resource: "api-key/", sessions: "sessions_revoked", kind: revwire.KindAPIKey}
 	revokeSession = revocation{update: qRevokeSession, what: "revoke session", notFound: "session not found or already revoked",
-		action: "compute:sessions:revoke", resource: "session/", sessions: "sessions_below_revoked"}
+		action: "compute:sessions:revoke", resource: "session/", sessions: "sessions_below_revoked", kind: revwire.KindSession}
 )
 
 // revoke revokes the credential id of tenant (a key or a session, per r)
-// and every session and key made from it, with its audit row, in one
-// transaction; NOT_FOUND when tenant has no such unrevoked credential.
+// and every session and key made from it, with its audit row and their
+// revocation-feed entries, in one transaction; NOT_FOUND when tenant has
+// no such unrevoked credential.
 func (s *Service) revoke(ctx context.Context, actor audit.Entry, tenant, id string, r revocation) error {
 	now := s.clk.Now()
-	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, r.update, now.UnixMilli(), id, tenant)
 		if err != nil {
 			return fmt.Errorf("apikeys: %s: %w", r.what, err)
@@ -292,38 +298,59 @@ func (s *Service) revoke(ctx context.Context, actor audit.Entry, tenant, id stri
 			return errs.New(errs.NotFound, r.notFound)
 		}
 		// Sessions and keys made from it, at any depth.
-		keys, sessions, err := RevokeMadeBy(ctx, tx, s.db.Dialect, now.UnixMilli(), []string{id})
+		made, err := RevokeMadeBy(ctx, tx, s.db.Dialect, now.UnixMilli(), []string{id})
 		if err != nil {
 			return err
 		}
+		keys, sessions := countKinds(made)
 		actor.Action, actor.Resource, actor.Outcome = r.action, r.resource+id, "allowed"
 		actor.Details = map[string]any{r.sessions: sessions, "keys_revoked": keys}
-		return audit.Record(ctx, tx, now, actor)
+		if err := audit.Record(ctx, tx, now, actor); err != nil {
+			return err
+		}
+		own := revwire.Entry{Kind: r.kind, Subject: id, TenantID: tenant, At: now, Reason: ReasonRevoked}
+		return revocations.AppendTx(ctx, tx, append([]revwire.Entry{own}, made...)...)
 	})
+	if err == nil {
+		s.revoked()
+	}
+	return err
 }
 
 // RevokeForIdentityTx revokes, inside tx at time at (unix ms), every key
-// and session of identity and everything they made (RevokeMadeBy, keys
-// made for other identities included): the identity store calls it in the
-// transaction that deletes the identity.
-func RevokeForIdentityTx(ctx context.Context, tx *sql.Tx, d store.Dialect, identity string, at int64) error {
+// and session of identity (of tenant) and everything they made
+// (RevokeMadeBy, keys made for other identities included), and appends
+// the identity's, and each credential's, entry to the revocation feed:
+// the identity store calls it in the transaction that deletes the
+// identity, after its own writes.
+func RevokeForIdentityTx(ctx context.Context, tx *sql.Tx, d store.Dialect, tenant, identity string, at int64) error {
+	var own []revwire.Entry
 	var made []string
-	for _, q := range []string{qKeysOfIdentity, qSessionsOfIdentity} {
+	for i, q := range []string{qKeysOfIdentity, qSessionsOfIdentity} {
 		rows, err := tx.QueryContext(ctx, q, identity)
 		if err != nil {
 			return fmt.Errorf("apikeys: read credentials: %w", err)
 		}
-		ids, err := scanIDs(rows)
+		found, err := scanCreds(rows)
 		if err != nil {
 			return fmt.Errorf("apikeys: read credentials: %w", err)
 		}
-		made = append(made, ids...)
+		kind := revwire.KindAPIKey
+		if i == 1 {
+			kind = revwire.KindSession
+		}
+		own = append(own, credEntries(kind, found, at, ReasonIdentityDeleted)...)
+		made = append(made, credIDs(found)...)
 	}
 	for _, q := range []string{qRevokeKeysOfIdentity, qRevokeSessionsOfIdentity} {
 		if _, err := tx.ExecContext(ctx, q, at, identity); err != nil {
 			return fmt.Errorf("apikeys: revoke credentials: %w", err)
 		}
 	}
-	_, _, err := RevokeMadeBy(ctx, tx, d, at, made)
-	return err
+	below, err := RevokeMadeBy(ctx, tx, d, at, made)
+	if err != nil {
+		return err
+	}
+	id := revwire.Entry{Kind: revwire.KindIdentity, Subject: identity, TenantID: tenant, At: time.UnixMilli(at).UTC(), Reason: ReasonIdentityDeleted}
+	return revocations.AppendTx(ctx, tx, append(append([]revwire.Entry{id}, own...), below...)...)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/bettercompute/bettercompute/internal/revocations/revwire"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
 
@@ -45,56 +46,50 @@ func holdMaker(ctx context.Context, tx *sql.Tx, session bool, id, tenant, identi
 // caller), at any depth: the sessions of a key, the sessions a session
 // made, and the keys a key or a session made (api_keys.made_by), then what
 // those made, until nothing unrevoked is left. It returns how many keys
-// and sessions it revoked. Every revocation of a key or session calls it
-// in the same transaction.
-func RevokeMadeBy(ctx context.Context, tx *sql.Tx, d store.Dialect, at int64, ids []string) (keys, sessions int64, err error) {
+// and sessions it revoked as the revocation feed's entries (reason
+// ReasonMadeBy), which the caller appends (revocations.AppendTx) last in
+// the same transaction. Every revocation of a key or session calls it in
+// the same transaction.
+func RevokeMadeBy(ctx context.Context, tx *sql.Tx, d store.Dialect, at int64, ids []string) (made []revwire.Entry, err error) {
 	frontier := slices.Clone(ids)
 	for len(frontier) > 0 {
 		var next []string
 		for chunk := range slices.Chunk(frontier, store.InChunk/2) {
 			k, err := revokeWhere(ctx, tx, d, at, tableKeys, func(a *store.Args) string { return keysMadeBy(a, chunk) })
 			if err != nil {
-				return 0, 0, err
+				return nil, err
 			}
 			s, err := revokeWhere(ctx, tx, d, at, tableSessions, func(a *store.Args) string { return sessionsMadeBy(a, chunk) })
 			if err != nil {
-				return 0, 0, err
+				return nil, err
 			}
-			keys, sessions = keys+int64(len(k)), sessions+int64(len(s))
-			next = append(append(next, k...), s...)
+			made = append(made, credEntries(revwire.KindAPIKey, k, at, ReasonMadeBy)...)
+			made = append(made, credEntries(revwire.KindSession, s, at, ReasonMadeBy)...)
+			next = append(append(next, credIDs(k)...), credIDs(s)...)
 		}
 		frontier = next
 	}
-	return keys, sessions, nil
+	return made, nil
 }
 
 // revokeWhere revokes the unrevoked rows of table matching the condition
-// cond builds and returns their ids.
-func revokeWhere(ctx context.Context, tx *sql.Tx, d store.Dialect, at int64, table string, cond func(*store.Args) string) ([]string, error) {
+// cond builds and returns their ids and tenants.
+func revokeWhere(ctx context.Context, tx *sql.Tx, d store.Dialect, at int64, table string, cond func(*store.Args) string) ([]cred, error) {
 	a := store.NewArgsFor(d)
 	rows, err := tx.QueryContext(ctx, selectUnrevoked(table, cond(a)), a.Values()...)
 	if err != nil {
 		return nil, fmt.Errorf("apikeys: read made credentials: %w", err)
 	}
-	var out []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("apikeys: read made credentials: %w", err)
-		}
-		out = append(out, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	found, err := scanCreds(rows)
+	if err != nil {
 		return nil, fmt.Errorf("apikeys: read made credentials: %w", err)
 	}
-	for chunk := range slices.Chunk(out, store.InChunk) {
+	for chunk := range slices.Chunk(credIDs(found), store.InChunk) {
 		a := store.NewArgsFor(d)
 		at := a.Add(at)
 		if _, err := tx.ExecContext(ctx, revokeIDs(table, at, a.Strings(chunk)), a.Values()...); err != nil {
 			return nil, fmt.Errorf("apikeys: revoke made credentials: %w", err)
 		}
 	}
-	return out, nil
+	return found, nil
 }

@@ -25,7 +25,7 @@ const (
 	qRevokeKey = `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND tenant_id = $3 AND revoked_at IS NULL`
 	qHoldKey   = `UPDATE api_keys SET revoked_at = revoked_at WHERE id = $1 AND tenant_id = $2 AND identity = $3 AND revoked_at IS NULL`
 
-	qKeysOfIdentity       = `SELECT id FROM api_keys WHERE identity = $1 AND revoked_at IS NULL`
+	qKeysOfIdentity       = `SELECT id, tenant_id FROM api_keys WHERE identity = $1 AND revoked_at IS NULL`
 	qRevokeKeysOfIdentity = `UPDATE api_keys SET revoked_at = $1 WHERE identity = $2 AND revoked_at IS NULL`
 
 	qInsertSession = `INSERT INTO sessions (id, hash, tenant_id, identity_id, created_at, expires_at, key_id, parent_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
@@ -48,7 +48,7 @@ const (
 	qCountKeysOf = `SELECT COUNT(*) FROM api_keys WHERE tenant_id = $1 AND identity IN (%s)`
 	qLockKeys    = `LOCK TABLE api_keys IN SHARE ROW EXCLUSIVE MODE`
 
-	qSessionsOfIdentity       = `SELECT id FROM sessions WHERE identity_id = $1 AND revoked_at IS NULL`
+	qSessionsOfIdentity       = `SELECT id, tenant_id FROM sessions WHERE identity_id = $1 AND revoked_at IS NULL`
 	qRevokeSessionsOfIdentity = `UPDATE sessions SET revoked_at = $1 WHERE identity_id = $2 AND revoked_at IS NULL`
 )
 
@@ -70,10 +70,10 @@ func sessionsMadeBy(a *store.Args, ids []string) string {
 	return `(key_id IN (` + a.Strings(ids) + `) OR parent_id IN (` + a.Strings(ids) + `))`
 }
 
-// selectUnrevoked reads the ids of the unrevoked rows of table (tableKeys
-// or tableSessions) that meet cond.
+// selectUnrevoked reads the ids and tenants of the unrevoked rows of
+// table (tableKeys or tableSessions) that meet cond.
 func selectUnrevoked(table, cond string) string {
-	return `SELECT id FROM ` + table + ` WHERE revoked_at IS NULL AND ` + cond
+	return `SELECT id, tenant_id FROM ` + table + ` WHERE revoked_at IS NULL AND ` + cond
 }
 
 // revokeIDs revokes, at the placeholder at, the unrevoked rows of table

@@ -33,6 +33,11 @@ type Entry struct {
 	RequestID string
 	Caller    string
 	Details   map[string]any
+	// Credential is the API key or session id the caller presented (the
+	// api envelope sets it). It is not written to the audit row: it lets
+	// the revocation feed's follower find what a revoked credential still
+	// holds open (tunnels.Service.CloseFor).
+	Credential string
 }
 
 // Record writes e in tx, so that it commits or rolls back with its effect.

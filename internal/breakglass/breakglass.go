@@ -33,6 +33,8 @@ import (
 	"github.com/bettercompute/bettercompute/internal/kinds"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/ratelimit"
+	"github.com/bettercompute/bettercompute/internal/revocations"
+	"github.com/bettercompute/bettercompute/internal/revocations/revwire"
 	"github.com/bettercompute/bettercompute/internal/sshca"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
@@ -79,7 +81,18 @@ type Service struct {
 	ca    ssh.Signer
 	limit *ratelimit.PerKey
 	log   *slog.Logger
+	// onRevoked is called after each committed revocation (OnRevoked).
+	onRevoked func()
 }
+
+// OnRevoked sets f, called after each revocation this module commits (the
+// server pokes the revocation feed's signer and followers with it). Set
+// it before serving.
+func (s *Service) OnRevoked(f func()) { s.onRevoked = f }
+
+// ReasonRevokedByOperator is the revocation feed's reason for a serial
+// revoked by nodes.revokeSshCert.
+const ReasonRevokedByOperator = "operator"
 
 // New returns the module signing with caKey (the bundle's break-glass SSH
 // CA). A nil caKey makes a module whose issue answers INVALID_CONFIG.
@@ -232,11 +245,23 @@ func (s *Service) Revoke(ctx context.Context, actor audit.Entry, in RevokeIn) (R
 		if err := audit.Record(ctx, tx, now, a); err != nil {
 			return err
 		}
-		state, err = s.nextState(ctx, tx, actor.TenantID, in.NodeID, now, true)
-		return err
+		if state, err = s.nextState(ctx, tx, actor.TenantID, in.NodeID, now, true); err != nil || out.AlreadyRevoked {
+			return err
+		}
+		// Last in the transaction (it takes the feed's counter): the
+		// serial goes to the node over its session at once, ahead of the
+		// ssh.access state of this generation that lists it.
+		e := revwire.Entry{Kind: revwire.KindSSHCert, Subject: in.Serial, TenantID: actor.TenantID, NodeID: in.NodeID, At: now, Reason: ReasonRevokedByOperator}
+		if state != nil {
+			e.Generation = state.Generation
+		}
+		return revocations.AppendTx(ctx, tx, e)
 	})
 	if err != nil {
 		return Revoked{}, err
+	}
+	if !out.AlreadyRevoked && s.onRevoked != nil {
+		s.onRevoked()
 	}
 	out.CommandID = s.deliver(ctx, actor, state)
 	return out, nil

@@ -59,6 +59,9 @@ const (
 	TopicApprovers = "approvers.changed"
 	// TopicSigned is poked once per batch of newly signed commands.
 	TopicSigned = "commands.signed"
+	// TopicRevocationsSigned is poked when workers signed entries of the
+	// revocation feed, so the gateways relay them to nodes at once.
+	TopicRevocationsSigned = "revocations.signed"
 	// TopicSessions is poked when a node's session moved to another
 	// gateway, so the gateway that held it closes its copy at once.
 	TopicSessions = "sessions.moved"

@@ -30,6 +30,7 @@ func TestListJSONIsOneShape(t *testing.T) {
 		{[]string{"bindings", "list", "--json"}, "bindings", 1},
 		{[]string{"api-keys", "list", "--json"}, "api_keys", 1},
 		{[]string{"secrets", "list", "--json"}, "secrets", 0},
+		{[]string{"revocations", "list", "--json"}, "revocations", 0},
 	} {
 		code, out, errOut := run(t, c.args...)
 		var m map[string]json.RawMessage

@@ -80,6 +80,7 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(bootstrapCmd())
 	root.AddCommand(sandboxCommands()...)
 	root.AddCommand(tunnelCmd(), sshCmd())
+	root.AddCommand(revocationsCmd())
 	addLifecycleCommands(root)
 	buildinfo.AddVersionFlag(root)
 	addCAFlag(root)

@@ -116,6 +116,9 @@ type Node struct {
 	// onState, when set, is told of session changes (tests and dev wait on
 	// it instead of sleeping).
 	onState func(connected bool)
+	// onRevocation, when set, is told of each revocation-feed entry the
+	// node took or refused (OnRevocation).
+	onRevocation func(kind, reason string)
 
 	// reports are the sandbox reports awaiting their ack.
 	reports *reports
@@ -836,6 +839,8 @@ func (n *Node) dispatch(ctx context.Context, m *nodev1.ServerMessage, work chan<
 		n.ackReport(msg.SandboxAck)
 	case *nodev1.ServerMessage_ApproverSets:
 		n.applyApproverSets(msg.ApproverSets.GetSets())
+	case *nodev1.ServerMessage_Revocations:
+		n.applyRevocations(ctx, msg.Revocations)
 	case *nodev1.ServerMessage_Ping, *nodev1.ServerMessage_Welcome:
 	}
 	return false, nil

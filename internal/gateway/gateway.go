@@ -155,6 +155,11 @@ type Config struct {
 	// (tickets/spentdb). Without both, OpenTunnel refuses every tunnel.
 	Tickets *tickets.Verifier
 	Spent   tickets.Spent
+	// Feed is the revocation feed the gateway follows (revfeed.go): it
+	// closes the sessions of revoked node certificates and relays each
+	// node's own entries to it. Nil: not followed (sessions of revoked
+	// certificates still close by RevokedSince).
+	Feed RevocationFeed
 }
 
 // Gateway serves the Gateway gRPC service.
@@ -263,6 +268,7 @@ func (g *Gateway) Run(ctx context.Context) {
 	go g.dispatch(ctx)
 	go g.batchUpdates(ctx)
 	go g.heartbeat(ctx)
+	go g.followFeed(ctx)
 	poke, stop := g.poke.Subscribe(bus.TopicRevoked)
 	defer stop()
 	remote, stopRemote := g.poke.Subscribe(bus.RemoteTopic(bus.TopicRevoked))

@@ -86,6 +86,7 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	g.mu.Lock()
 	s.send = send
 	g.mu.Unlock()
+	g.sendRevocationWindow(ctx, s, send)
 	g.cfg.Log.Info("session open", "node_id", id.NodeID, "session_id", s.id, "boot_id", bootTag)
 
 	// A session lives no longer than its certificate: the node renews

@@ -266,7 +266,7 @@ func (s *Service) DeleteIdentity(ctx context.Context, actor audit.Entry, tenant,
 		}
 		// Its keys and sessions, and then everything they made (keys it
 		// made for other identities included), are revoked.
-		if err := apikeys.RevokeForIdentityTx(ctx, tx, s.db.Dialect, id, now.UnixMilli()); err != nil {
+		if err := apikeys.RevokeForIdentityTx(ctx, tx, s.db.Dialect, tenant, id, now.UnixMilli()); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, qDeleteIdentity, id); err != nil {

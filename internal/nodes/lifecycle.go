@@ -9,6 +9,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/revocations"
 )
 
 // The statements of join-token listing and revocation and of a tenant's
@@ -23,7 +24,7 @@ const (
 	sqlRevokeTenantTokens = `UPDATE join_tokens SET revoked_at = $1, expires_at = CASE WHEN expires_at > $1 THEN $1 ELSE expires_at END
 		WHERE tenant_id = $2 AND used_at IS NULL AND revoked_at IS NULL`
 	sqlRevokeTenantCerts = `UPDATE node_certs SET revoked_at = $1, revoke_reason = $2
-		WHERE revoked_at IS NULL AND node_id IN (SELECT id FROM nodes WHERE tenant_id = $3)`
+		WHERE revoked_at IS NULL AND node_id IN (SELECT id FROM nodes WHERE tenant_id = $3) RETURNING serial, node_id`
 )
 
 // ReasonTenantDeleted is the revocation reason of a deleted tenant's nodes.
@@ -127,18 +128,22 @@ func (s *Service) RevokeJoinToken(ctx context.Context, actor audit.Entry, tenant
 func (s *Service) EndTenancy(ctx context.Context, actor audit.Entry, tenant string) (certs, tokens int64, err error) {
 	now := s.clk.Now()
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, sqlRevokeTenantCerts, now.UnixMilli(), ReasonTenantDeleted, tenant)
+		feed, err := revokeCerts(ctx, tx, now, tenant, ReasonTenantDeleted, sqlRevokeTenantCerts, now.UnixMilli(), ReasonTenantDeleted, tenant)
 		if err != nil {
 			return fmt.Errorf("nodes: revoke tenant certificates: %w", err)
 		}
-		certs, _ = res.RowsAffected()
-		if res, err = tx.ExecContext(ctx, sqlRevokeTenantTokens, now.UnixMilli(), tenant); err != nil {
+		certs = int64(len(feed))
+		res, err := tx.ExecContext(ctx, sqlRevokeTenantTokens, now.UnixMilli(), tenant)
+		if err != nil {
 			return fmt.Errorf("nodes: revoke tenant tokens: %w", err)
 		}
 		tokens, _ = res.RowsAffected()
 		actor.TenantID, actor.Action, actor.Resource, actor.Outcome = tenant, "compute:tenants:delete", "tenant/"+tenant, "allowed"
 		actor.Details = map[string]any{"step": "nodes", "certificates_revoked": certs, "join_tokens_revoked": tokens}
-		return audit.Record(ctx, tx, now, actor)
+		if err := audit.Record(ctx, tx, now, actor); err != nil {
+			return err
+		}
+		return revocations.AppendTx(ctx, tx, feed...)
 	})
 	if err == nil && certs > 0 {
 		s.bus.Publish(bus.TopicRevoked)
@@ -168,17 +173,20 @@ func (s *Service) Delete(ctx context.Context, actor audit.Entry, nodeID string) 
 		if err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, sqlRevokeNodeCerts, now.UnixMilli(), ReasonNodeDeleted, nodeID)
+		feed, err := revokeCerts(ctx, tx, now, tenant, ReasonNodeDeleted, sqlRevokeNodeCertsReturning, now.UnixMilli(), ReasonNodeDeleted, nodeID)
 		if err != nil {
 			return fmt.Errorf("nodes: delete: revoke: %w", err)
 		}
-		revoked, _ = res.RowsAffected()
+		revoked = int64(len(feed))
 		if _, err := tx.ExecContext(ctx, sqlDeleteNode, now.UnixMilli(), nodeID); err != nil {
 			return fmt.Errorf("nodes: delete: %w", err)
 		}
 		actor.TenantID, actor.Action, actor.Resource, actor.Outcome = tenant, "compute:nodes:delete", "node/"+nodeID, "allowed"
 		actor.Details = map[string]any{"certificates_revoked": revoked}
-		return audit.Record(ctx, tx, now, actor)
+		if err := audit.Record(ctx, tx, now, actor); err != nil {
+			return err
+		}
+		return revocations.AppendTx(ctx, tx, feed...)
 	})
 	if err == nil {
 		s.bus.Publish(bus.TopicRevoked)

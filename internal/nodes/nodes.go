@@ -27,6 +27,8 @@ import (
 	"github.com/bettercompute/bettercompute/internal/jointoken"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/quota"
+	"github.com/bettercompute/bettercompute/internal/revocations"
+	"github.com/bettercompute/bettercompute/internal/revocations/revwire"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
 
@@ -551,25 +553,48 @@ func (s *Service) Revoke(ctx context.Context, actor audit.Entry, nodeID, serial,
 		if err != nil {
 			return err
 		}
-		q, args := sqlRevokeNodeCerts, []any{now.UnixMilli(), reason, nodeID}
+		q, args := sqlRevokeNodeCertsReturning, []any{now.UnixMilli(), reason, nodeID}
 		if serial != "" {
-			q, args = sqlRevokeNodeCert, append(args, serial)
+			q, args = sqlRevokeNodeCertReturning, append(args, serial)
 		}
-		res, err := tx.ExecContext(ctx, q, args...)
+		feed, err := revokeCerts(ctx, tx, now, tenant, reason, q, args...)
 		if err != nil {
 			return fmt.Errorf("nodes: revoke: %w", err)
 		}
-		n, _ = res.RowsAffected()
+		n = int64(len(feed))
 		actor.TenantID = tenant
 		actor.Action, actor.Resource, actor.Outcome = "compute:nodes:revoke", "node/"+nodeID, "allowed"
 		actor.Details = map[string]any{"serial": serial, "reason": reason, "revoked": n}
-		return audit.Record(ctx, tx, now, actor)
+		if err := audit.Record(ctx, tx, now, actor); err != nil {
+			return err
+		}
+		return revocations.AppendTx(ctx, tx, feed...)
 	})
 	if err != nil {
 		return 0, err
 	}
 	s.bus.Publish(bus.TopicRevoked)
 	return int(n), nil
+}
+
+// revokeCerts runs q, an UPDATE of node_certs that returns the serial and
+// node of each certificate it revoked, and returns their revocation-feed
+// entries (tenant, reason, at now), for the caller to append last in tx.
+func revokeCerts(ctx context.Context, tx *sql.Tx, now time.Time, tenant, reason, q string, args ...any) ([]revwire.Entry, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []revwire.Entry
+	for rows.Next() {
+		e := revwire.Entry{Kind: revwire.KindNodeCert, TenantID: tenant, At: now, Reason: reason}
+		if err := rows.Scan(&e.Subject, &e.NodeID); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
 }
 
 // RevokedSince returns the serials revoked at or after since, and the time

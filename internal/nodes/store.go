@@ -45,8 +45,12 @@ const (
 	sqlCertStatesPrefix = `SELECT ` + certStateColumns + ` FROM node_certs WHERE serial IN (`
 	sqlRevokeNodeCerts  = `UPDATE node_certs SET revoked_at = $1, revoke_reason = $2 WHERE revoked_at IS NULL AND node_id = $3`
 	sqlRevokeNodeCert   = sqlRevokeNodeCerts + ` AND serial = $4`
-	sqlRevokedSince     = `SELECT serial, revoked_at FROM node_certs WHERE revoked_at >= $1`
-	sqlCertOfNode       = `SELECT n.tenant_id FROM node_certs c JOIN nodes n ON n.id = c.node_id WHERE c.serial = $1 AND c.node_id = $2`
+	// The same revocations returning what they revoked, for the
+	// revocation feed.
+	sqlRevokeNodeCertsReturning = sqlRevokeNodeCerts + ` RETURNING serial, node_id`
+	sqlRevokeNodeCertReturning  = sqlRevokeNodeCert + ` RETURNING serial, node_id`
+	sqlRevokedSince             = `SELECT serial, revoked_at FROM node_certs WHERE revoked_at >= $1`
+	sqlCertOfNode               = `SELECT n.tenant_id FROM node_certs c JOIN nodes n ON n.id = c.node_id WHERE c.serial = $1 AND c.node_id = $2`
 	// sqlSupersedeOlderCerts revokes ($1 at, $2 reason) the node's ($3)
 	// unrevoked certificates created no later than the one in use ($4).
 	sqlSupersedeOlderCerts = `UPDATE node_certs SET revoked_at = $1, revoke_reason = $2

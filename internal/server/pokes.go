@@ -16,8 +16,9 @@ const pokeChannel = "bc_poke"
 // command (so a gateway in another process sends it at once instead of at
 // its next sweep), a revocation (so it closes the session at once instead
 // of at its next poll) and a session that moved to another gateway (so the
-// gateway that held it closes its copy at once).
-var bridged = []string{bus.TopicSigned, bus.TopicRevoked, bus.TopicSessions}
+// gateway that held it closes its copy at once), and revocation-feed
+// entries the workers signed (so every gateway relays them at once).
+var bridged = []string{bus.TopicSigned, bus.TopicRevoked, bus.TopicSessions, bus.TopicRevocationsSigned}
 
 // bridgePokes forwards the bridged topics to other processes through
 // PostgreSQL NOTIFY, and republishes what other processes send under

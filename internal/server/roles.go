@@ -39,6 +39,7 @@ const (
 // audit job and the sandboxes' loop.
 func (cp *ControlPlane) startWorkers(o Options) error {
 	cp.runLoop(func(ctx context.Context) { cp.Signer.Run(ctx, signInterval) })
+	cp.startRevocationSigner(o)
 	cp.runLoop(func(ctx context.Context) {
 		every(ctx, o.Clock, sweepInterval, func(ctx context.Context) { cp.sweep(ctx, o) })
 	})
@@ -97,7 +98,7 @@ func (cp *ControlPlane) startGateway(o Options, r roles, k keys, local gatewaySe
 	gw, err := gateway.New(gateway.Config{TrustDomain: b.TrustDomain, NodeRoots: roots, ServerCert: serverCert, GetServerCert: getCert,
 		GatewayID: "gw-" + host + "-" + cp.GatewayAddr, Clock: o.Clock, Log: o.Log,
 		RevocationPoll: o.RevocationPoll, CommandPoll: o.CommandPoll, Heartbeat: o.SessionHeartbeat,
-		Tickets: cp.ticketVerifier, Spent: spentdb.New(o.DB)},
+		Tickets: cp.ticketVerifier, Spent: spentdb.New(o.DB), Feed: cp.Revocations},
 		svc, registry{cp.Nodes}, cp.Commands, cp.Bus)
 	if err != nil {
 		lis.Close()
@@ -144,7 +145,7 @@ func gatewayCert(o Options, k keys, now time.Time) (tls.Certificate, *certSource
 func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 	b := o.Bundle
 	mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys, Secrets: cp.Secrets, Sandboxes: cp.Sandboxes, Quotas: cp.Quotas,
-		Tunnels: cp.Tunnels, BreakGlass: cp.BreakGlass}
+		Tunnels: cp.Tunnels, BreakGlass: cp.BreakGlass, Revocations: cp.Revocations}
 	// Idempotency digests are keyed, so a stored digest of a body that
 	// carried a secret is no guessing oracle.
 	srv, err := api.NewServer(api.Config{TrustedProxies: o.TrustedProxies, SessionCookies: o.SessionCookies, BaseURL: o.BaseURL, RateLimits: o.RateLimits, TenantMutates: o.TenantMutates},
@@ -170,6 +171,7 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 	// Tunnels are hijacked connections, which the HTTP server's shutdown
 	// does not wait for: they are closed when the roles stop.
 	cp.runLoop(func(ctx context.Context) { <-ctx.Done(); cp.Tunnels.CloseAll() })
+	cp.followRevocations(o)
 	cp.API = srv
 	pages := map[string]http.Handler{
 		"/.well-known/better-compute": api.NewWellKnown(b).Handler(o.Log),

@@ -29,6 +29,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/quorum"
 	"github.com/bettercompute/bettercompute/internal/quota"
+	"github.com/bettercompute/bettercompute/internal/revocations"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/signing"
@@ -151,6 +152,8 @@ type ControlPlane struct {
 	Quorum  *quorum.Service
 	// Tunnels is the tunnels module (api role only).
 	Tunnels *tunnels.Service
+	// Revocations is the revocation feed (internal/revocations).
+	Revocations *revocations.Feed
 	// ticketVerifier checks tunnel tickets (api and gateway).
 	ticketVerifier *tickets.Verifier
 	// API is the public API's envelope and method table (api role only).

@@ -75,6 +75,7 @@ func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 		}
 		cp.Tunnels = tunnels.New(tunnels.Deps{DB: o.DB, Clock: o.Clock, Signer: ticketSigner, Verifier: cp.ticketVerifier, Log: o.Log})
 	}
+	cp.wireRevocations(o)
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	nodesmig "github.com/bettercompute/bettercompute/internal/nodes/migrations"
 	quorummig "github.com/bettercompute/bettercompute/internal/quorum/migrations"
 	quotamig "github.com/bettercompute/bettercompute/internal/quota/migrations"
+	revocationsmig "github.com/bettercompute/bettercompute/internal/revocations/migrations"
 	sandboxesmig "github.com/bettercompute/bettercompute/internal/sandboxes/migrations"
 	secretsmig "github.com/bettercompute/bettercompute/internal/secrets/migrations"
 	signingmig "github.com/bettercompute/bettercompute/internal/signing/migrations"
@@ -37,6 +38,7 @@ func Modules() []Source {
 		{Module: "quota", FS: quotamig.FS},
 		{Module: "tickets", FS: ticketsmig.FS},
 		{Module: "breakglass", FS: breakglassmig.FS},
+		{Module: "revocations", FS: revocationsmig.FS},
 
 		{Module: "idempotency", FS: idempotencymig.FS},
 	}

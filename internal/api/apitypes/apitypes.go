@@ -22,7 +22,10 @@
 // client keeps its copies of those until the modules return wire types.
 package apitypes
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // TenantIn names the tenant a call acts in ("" is the caller's own).
 type TenantIn struct {
@@ -135,4 +138,27 @@ type ErrorBody struct {
 		Message   string `json:"message"`
 		RequestID string `json:"request_id"`
 	} `json:"error"`
+}
+
+// RevocationsListIn is revocations.list's input: the entries after seq
+// Since (0: from the start), at most Limit (0: 100, at most 1000).
+type RevocationsListIn struct {
+	TenantIn
+	Since int64 `json:"since,omitempty" api:"min=0,max=9007199254740991"`
+	Limit int   `json:"limit,omitempty" api:"min=0,max=1000"`
+}
+
+// Revocation is one entry of the revocation feed as revocations.list
+// shows it. Signed says whether a worker has signed it yet (nodes get
+// only signed entries).
+type Revocation struct {
+	Seq        int64     `json:"seq"`
+	Kind       string    `json:"kind"`
+	Subject    string    `json:"subject"`
+	TenantID   string    `json:"tenant_id"`
+	NodeID     string    `json:"node_id,omitempty"`
+	At         time.Time `json:"at"`
+	Reason     string    `json:"reason"`
+	Generation uint64    `json:"generation,omitempty"`
+	Signed     bool      `json:"signed"`
 }

@@ -13,9 +13,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/bettercompute/bettercompute/internal/atomicfile"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
@@ -27,6 +30,15 @@ import (
 // GenerationFile is the file in StateDir holding the last generation
 // applied (decimal).
 const GenerationFile = "ssh-access.generation"
+
+// StateFile is the file in StateDir holding the last state applied (its
+// payload), from which RevokeSerials rewrites the KRL; FeedFile holds the
+// serials the revocation feed revoked ahead of a state (JSON: serial to
+// the generation that lists it). Both 0600.
+const (
+	StateFile = "ssh-access.state"
+	FeedFile  = "ssh-access.feed-revoked"
+)
 
 // Driver adds ssh.access to another driver.
 type Driver struct {
@@ -89,13 +101,178 @@ func (d *Driver) Apply(payload []byte) (uint64, error) {
 	if a.Generation < have {
 		return 0, errs.New(errs.InvalidState, fmt.Sprintf("%s: generation %d is older than the applied %d", sshca.ReasonAccessStale, a.Generation, have))
 	}
-	if err := sshca.WriteSSHDFiles(d.Dir, a.Files(ca)); err != nil {
+	ahead, err := d.readAhead()
+	if err != nil {
+		return 0, err
+	}
+	ahead = pending(ahead, a)
+	if err := sshca.WriteSSHDFiles(d.Dir, withAhead(a.Files(ca), ahead)); err != nil {
+		return 0, err
+	}
+	if err := atomicfile.Write(filepath.Join(d.StateDir, StateFile), payload, 0o600); err != nil {
+		return 0, fmt.Errorf("sshaccess: record state: %w", err)
+	}
+	if err := d.writeAhead(ahead); err != nil {
 		return 0, err
 	}
 	if err := atomicfile.Write(filepath.Join(d.StateDir, GenerationFile), []byte(strconv.FormatUint(a.Generation, 10)+"\n"), 0o600); err != nil {
 		return 0, fmt.Errorf("sshaccess: record generation: %w", err)
 	}
 	return a.Generation, nil
+}
+
+// RevokeSerials puts serials, which the revocation feed revoked ahead of
+// the state of generation that will list them, into the KRL at once: the
+// KRL of the state applied is rewritten with them added (its version, the
+// applied generation, unchanged: this never applies a state, so the
+// generation rule holds). They stay in every KRL written until a state of
+// that generation or later is applied (which lists them, or has dropped
+// them as expired), so the KRL then equals the control plane's again.
+// Serials a state already applied lists, or that generation is already
+// applied, change nothing. Without a state applied yet, they are kept for
+// the first one (sshd trusts no CA before it).
+func (d *Driver) RevokeSerials(generation uint64, serials ...uint64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	have, err := d.generation()
+	if err != nil {
+		return err
+	}
+	ahead, err := d.readAhead()
+	if err != nil {
+		return err
+	}
+	a, ca, applied, err := d.applied()
+	if err != nil {
+		return err
+	}
+	changed := false
+	for _, s := range serials {
+		if s == 0 || (generation != 0 && generation <= have) || applied && slices.Contains(a.Revoked, s) {
+			continue
+		}
+		if _, ok := ahead[s]; ok {
+			continue
+		}
+		if len(ahead) >= sshca.MaxAccessRevoked {
+			return fmt.Errorf("sshaccess: %d serials revoked ahead of a state already", len(ahead))
+		}
+		ahead[s] = generation
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	if err := d.writeAhead(ahead); err != nil {
+		return err
+	}
+	if !applied {
+		return nil
+	}
+	f := withAhead(a.Files(ca), ahead)
+	krl, err := f.KRL.Marshal()
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(filepath.Join(d.Dir, sshca.KRLFile), krl, sshca.FileMode)
+}
+
+// KRLSerials returns the serials of the KRL the driver last wrote: the
+// applied state's and those revoked ahead of it.
+func (d *Driver) KRLSerials() ([]uint64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ahead, err := d.readAhead()
+	if err != nil {
+		return nil, err
+	}
+	a, ca, applied, err := d.applied()
+	if err != nil || !applied {
+		return nil, err
+	}
+	return withAhead(a.Files(ca), ahead).KRL.Serials, nil
+}
+
+// pending drops from ahead the serials state a settles: those it lists,
+// and those revoked ahead of a generation it reaches.
+func pending(ahead map[uint64]uint64, a sshca.Access) map[uint64]uint64 {
+	for s, gen := range ahead {
+		if slices.Contains(a.Revoked, s) || gen != 0 && gen <= a.Generation {
+			delete(ahead, s)
+		}
+	}
+	return ahead
+}
+
+// withAhead adds the serials of ahead to f's KRL, in order.
+func withAhead(f sshca.Files, ahead map[uint64]uint64) sshca.Files {
+	if len(ahead) == 0 {
+		return f
+	}
+	serials := slices.Clone(f.KRL.Serials)
+	for s := range ahead {
+		if !slices.Contains(serials, s) {
+			serials = append(serials, s)
+		}
+	}
+	slices.Sort(serials)
+	f.KRL.Serials = serials
+	return f
+}
+
+// applied reads the last state applied (false: none, or one applied
+// before StateFile existed; the next state writes it).
+func (d *Driver) applied() (sshca.Access, ssh.PublicKey, bool, error) {
+	b, err := os.ReadFile(filepath.Join(d.StateDir, StateFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return sshca.Access{}, nil, false, nil
+	}
+	if err != nil {
+		return sshca.Access{}, nil, false, fmt.Errorf("sshaccess: read state: %w", err)
+	}
+	a, ca, err := sshca.DecodeAccess(b)
+	if err != nil {
+		return sshca.Access{}, nil, false, fmt.Errorf("sshaccess: stored state: %w", err)
+	}
+	return a, ca, true, nil
+}
+
+func (d *Driver) readAhead() (map[uint64]uint64, error) {
+	out := map[uint64]uint64{}
+	b, err := os.ReadFile(filepath.Join(d.StateDir, FeedFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sshaccess: read feed serials: %w", err)
+	}
+	var m map[string]uint64
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("sshaccess: feed serials file: %w", err)
+	}
+	for k, gen := range m {
+		s, err := strconv.ParseUint(k, 10, 64)
+		if err != nil || s == 0 {
+			return nil, fmt.Errorf("sshaccess: feed serials file holds %q", k)
+		}
+		out[s] = gen
+	}
+	return out, nil
+}
+
+func (d *Driver) writeAhead(ahead map[uint64]uint64) error {
+	m := make(map[string]uint64, len(ahead))
+	for s, gen := range ahead {
+		m[strconv.FormatUint(s, 10)] = gen
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("sshaccess: encode feed serials: %w", err)
+	}
+	if err := atomicfile.Write(filepath.Join(d.StateDir, FeedFile), b, 0o600); err != nil {
+		return fmt.Errorf("sshaccess: record feed serials: %w", err)
+	}
+	return nil
 }
 
 // Generation returns the last generation applied (0: none).

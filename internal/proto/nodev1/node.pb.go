@@ -546,6 +546,7 @@ type ServerMessage struct {
 	//	*ServerMessage_ApproverSets
 	//	*ServerMessage_SandboxAck
 	//	*ServerMessage_TunnelOpen
+	//	*ServerMessage_Revocations
 	Msg           isServerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -651,6 +652,15 @@ func (x *ServerMessage) GetTunnelOpen() *TunnelOpen {
 	return nil
 }
 
+func (x *ServerMessage) GetRevocations() *Revocations {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerMessage_Revocations); ok {
+			return x.Revocations
+		}
+	}
+	return nil
+}
+
 type isServerMessage_Msg interface {
 	isServerMessage_Msg()
 }
@@ -684,6 +694,12 @@ type ServerMessage_TunnelOpen struct {
 	TunnelOpen *TunnelOpen `protobuf:"bytes,11,opt,name=tunnel_open,json=tunnelOpen,proto3,oneof"`
 }
 
+type ServerMessage_Revocations struct {
+	// Entries of the revocation feed that name this node (its SSH
+	// certificate serials, its spent ticket jtis), signed by a worker.
+	Revocations *Revocations `protobuf:"bytes,12,opt,name=revocations,proto3,oneof"`
+}
+
 func (*ServerMessage_Welcome) isServerMessage_Msg() {}
 
 func (*ServerMessage_Command) isServerMessage_Msg() {}
@@ -697,6 +713,8 @@ func (*ServerMessage_ApproverSets) isServerMessage_Msg() {}
 func (*ServerMessage_SandboxAck) isServerMessage_Msg() {}
 
 func (*ServerMessage_TunnelOpen) isServerMessage_Msg() {}
+
+func (*ServerMessage_Revocations) isServerMessage_Msg() {}
 
 // TunnelOpen asks the node to open one tunnel: a Tunnel stream whose
 // TunnelHello names tunnel_id, with bytes to and from 127.0.0.1:<port>,
@@ -2717,6 +2735,243 @@ func (x *SandboxReportAck) GetSandboxId() string {
 	return ""
 }
 
+// RevocationBody is one entry of the revocation feed as a worker signs
+// it: Ed25519(worker key, "bc-revocation-v1\x00" || body), the body
+// marshalled deterministically. Every field is the worker's word only once
+// the signature and the signer's chain verify.
+type RevocationBody struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// deployment and trust_domain name the control plane the entry is of
+	// (the trust bundle's); a node refuses another's.
+	Deployment  string `protobuf:"bytes,1,opt,name=deployment,proto3" json:"deployment,omitempty"`
+	TrustDomain string `protobuf:"bytes,2,opt,name=trust_domain,json=trustDomain,proto3" json:"trust_domain,omitempty"`
+	// seq is the entry's place in the feed (from 1, gapless, in commit order).
+	Seq int64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	// kind is node-cert, ssh-cert, api-key, session, identity or ticket.
+	Kind string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
+	// subject is what is revoked: a certificate serial (decimal for an SSH
+	// certificate), a key, session or identity id, or a ticket's jti.
+	Subject  string `protobuf:"bytes,5,opt,name=subject,proto3" json:"subject,omitempty"`
+	TenantId string `protobuf:"bytes,6,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// node_id is the node the entry names ("" for a credential).
+	NodeId string `protobuf:"bytes,7,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	AtMs   int64  `protobuf:"varint,8,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Reason string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	// generation, for an ssh-cert entry, is the break-glass state generation
+	// that lists the serial (the ssh.access command that follows).
+	Generation    uint64 `protobuf:"varint,10,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevocationBody) Reset() {
+	*x = RevocationBody{}
+	mi := &file_node_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevocationBody) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevocationBody) ProtoMessage() {}
+
+func (x *RevocationBody) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevocationBody.ProtoReflect.Descriptor instead.
+func (*RevocationBody) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *RevocationBody) GetDeployment() string {
+	if x != nil {
+		return x.Deployment
+	}
+	return ""
+}
+
+func (x *RevocationBody) GetTrustDomain() string {
+	if x != nil {
+		return x.TrustDomain
+	}
+	return ""
+}
+
+func (x *RevocationBody) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RevocationBody) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *RevocationBody) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *RevocationBody) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *RevocationBody) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RevocationBody) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *RevocationBody) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RevocationBody) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+// SignedRevocation is a RevocationBody with its worker signature.
+type SignedRevocation struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Body      []byte                 `protobuf:"bytes,1,opt,name=body,proto3" json:"body,omitempty"`
+	Signature []byte                 `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	// signer_cert_der is the worker certificate, which must chain to the
+	// pinned command-signing roots.
+	SignerCertDer []byte `protobuf:"bytes,3,opt,name=signer_cert_der,json=signerCertDer,proto3" json:"signer_cert_der,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignedRevocation) Reset() {
+	*x = SignedRevocation{}
+	mi := &file_node_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignedRevocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignedRevocation) ProtoMessage() {}
+
+func (x *SignedRevocation) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignedRevocation.ProtoReflect.Descriptor instead.
+func (*SignedRevocation) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *SignedRevocation) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *SignedRevocation) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *SignedRevocation) GetSignerCertDer() []byte {
+	if x != nil {
+		return x.SignerCertDer
+	}
+	return nil
+}
+
+// Revocations carries signed feed entries to a node, in feed order.
+type Revocations struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*SignedRevocation    `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Revocations) Reset() {
+	*x = Revocations{}
+	mi := &file_node_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Revocations) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Revocations) ProtoMessage() {}
+
+func (x *Revocations) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Revocations.ProtoReflect.Descriptor instead.
+func (*Revocations) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *Revocations) GetEntries() []*SignedRevocation {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -2753,7 +3008,7 @@ const file_node_proto_rawDesc = "" +
 	"\x04ping\x18\x03 \x01(\v2\x10.bc.node.v1.PingH\x00R\x04ping\x12B\n" +
 	"\x0esandbox_report\x18\n" +
 	" \x01(\v2\x19.bc.node.v1.SandboxReportH\x00R\rsandboxReportB\x05\n" +
-	"\x03msg\"\x8e\x03\n" +
+	"\x03msg\"\xcb\x03\n" +
 	"\rServerMessage\x12/\n" +
 	"\awelcome\x18\x01 \x01(\v2\x13.bc.node.v1.WelcomeH\x00R\awelcome\x125\n" +
 	"\acommand\x18\x02 \x01(\v2\x19.bc.node.v1.SignedCommandH\x00R\acommand\x12)\n" +
@@ -2764,7 +3019,8 @@ const file_node_proto_rawDesc = "" +
 	" \x01(\v2\x1c.bc.node.v1.SandboxReportAckH\x00R\n" +
 	"sandboxAck\x129\n" +
 	"\vtunnel_open\x18\v \x01(\v2\x16.bc.node.v1.TunnelOpenH\x00R\n" +
-	"tunnelOpenB\x05\n" +
+	"tunnelOpen\x12;\n" +
+	"\vrevocations\x18\f \x01(\v2\x17.bc.node.v1.RevocationsH\x00R\vrevocationsB\x05\n" +
 	"\x03msg\"z\n" +
 	"\n" +
 	"TunnelOpen\x12\x1b\n" +
@@ -2932,7 +3188,29 @@ const file_node_proto_rawDesc = "" +
 	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"1\n" +
 	"\x10SandboxReportAck\x12\x1d\n" +
 	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId2\x8a\x03\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x96\x02\n" +
+	"\x0eRevocationBody\x12\x1e\n" +
+	"\n" +
+	"deployment\x18\x01 \x01(\tR\n" +
+	"deployment\x12!\n" +
+	"\ftrust_domain\x18\x02 \x01(\tR\vtrustDomain\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x03R\x03seq\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x18\n" +
+	"\asubject\x18\x05 \x01(\tR\asubject\x12\x1b\n" +
+	"\ttenant_id\x18\x06 \x01(\tR\btenantId\x12\x17\n" +
+	"\anode_id\x18\a \x01(\tR\x06nodeId\x12\x13\n" +
+	"\x05at_ms\x18\b \x01(\x03R\x04atMs\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\x12\x1e\n" +
+	"\n" +
+	"generation\x18\n" +
+	" \x01(\x04R\n" +
+	"generation\"l\n" +
+	"\x10SignedRevocation\x12\x12\n" +
+	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\x12&\n" +
+	"\x0fsigner_cert_der\x18\x03 \x01(\fR\rsignerCertDer\"E\n" +
+	"\vRevocations\x126\n" +
+	"\aentries\x18\x01 \x03(\v2\x1c.bc.node.v1.SignedRevocationR\aentries2\x8a\x03\n" +
 	"\aGateway\x12B\n" +
 	"\x06Bundle\x12\x19.bc.node.v1.BundleRequest\x1a\x1d.bc.node.v1.SignedTrustBundle\x129\n" +
 	"\x04Join\x12\x17.bc.node.v1.JoinRequest\x1a\x18.bc.node.v1.JoinResponse\x12<\n" +
@@ -2953,7 +3231,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_node_proto_goTypes = []any{
 	(*BundleRequest)(nil),       // 0: bc.node.v1.BundleRequest
 	(*SignedTrustBundle)(nil),   // 1: bc.node.v1.SignedTrustBundle
@@ -2992,8 +3270,11 @@ var file_node_proto_goTypes = []any{
 	(*SandboxReport)(nil),       // 34: bc.node.v1.SandboxReport
 	(*SandboxReportBody)(nil),   // 35: bc.node.v1.SandboxReportBody
 	(*SandboxReportAck)(nil),    // 36: bc.node.v1.SandboxReportAck
-	nil,                         // 37: bc.node.v1.Hello.LabelsEntry
-	(*SignedTicket)(nil),        // 38: bc.node.v1.SignedTicket
+	(*RevocationBody)(nil),      // 37: bc.node.v1.RevocationBody
+	(*SignedRevocation)(nil),    // 38: bc.node.v1.SignedRevocation
+	(*Revocations)(nil),         // 39: bc.node.v1.Revocations
+	nil,                         // 40: bc.node.v1.Hello.LabelsEntry
+	(*SignedTicket)(nil),        // 41: bc.node.v1.SignedTicket
 }
 var file_node_proto_depIdxs = []int32{
 	2,  // 0: bc.node.v1.SignedTrustBundle.other_signatures:type_name -> bc.node.v1.JoinKeySignature
@@ -3010,37 +3291,39 @@ var file_node_proto_depIdxs = []int32{
 	20, // 11: bc.node.v1.ServerMessage.approver_sets:type_name -> bc.node.v1.ApproverSets
 	36, // 12: bc.node.v1.ServerMessage.sandbox_ack:type_name -> bc.node.v1.SandboxReportAck
 	9,  // 13: bc.node.v1.ServerMessage.tunnel_open:type_name -> bc.node.v1.TunnelOpen
-	38, // 14: bc.node.v1.TunnelOpen.ticket:type_name -> bc.node.v1.SignedTicket
-	12, // 15: bc.node.v1.TunnelFrame.hello:type_name -> bc.node.v1.TunnelHello
-	11, // 16: bc.node.v1.TunnelFrame.resize:type_name -> bc.node.v1.TunnelResize
-	37, // 17: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
-	14, // 18: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
-	15, // 19: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
-	16, // 20: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
-	21, // 21: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
-	18, // 22: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
-	21, // 23: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
-	22, // 24: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
-	22, // 25: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
-	23, // 26: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
-	24, // 27: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
-	0,  // 28: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
-	3,  // 29: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
-	5,  // 30: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
-	7,  // 31: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
-	31, // 32: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
-	10, // 33: bc.node.v1.Gateway.Tunnel:input_type -> bc.node.v1.TunnelFrame
-	1,  // 34: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
-	4,  // 35: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
-	6,  // 36: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
-	8,  // 37: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
-	33, // 38: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
-	10, // 39: bc.node.v1.Gateway.Tunnel:output_type -> bc.node.v1.TunnelFrame
-	34, // [34:40] is the sub-list for method output_type
-	28, // [28:34] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	39, // 14: bc.node.v1.ServerMessage.revocations:type_name -> bc.node.v1.Revocations
+	41, // 15: bc.node.v1.TunnelOpen.ticket:type_name -> bc.node.v1.SignedTicket
+	12, // 16: bc.node.v1.TunnelFrame.hello:type_name -> bc.node.v1.TunnelHello
+	11, // 17: bc.node.v1.TunnelFrame.resize:type_name -> bc.node.v1.TunnelResize
+	40, // 18: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
+	14, // 19: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
+	15, // 20: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
+	16, // 21: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
+	21, // 22: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
+	18, // 23: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
+	21, // 24: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
+	22, // 25: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
+	22, // 26: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
+	23, // 27: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
+	24, // 28: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
+	38, // 29: bc.node.v1.Revocations.entries:type_name -> bc.node.v1.SignedRevocation
+	0,  // 30: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
+	3,  // 31: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
+	5,  // 32: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
+	7,  // 33: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
+	31, // 34: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
+	10, // 35: bc.node.v1.Gateway.Tunnel:input_type -> bc.node.v1.TunnelFrame
+	1,  // 36: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
+	4,  // 37: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
+	6,  // 38: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
+	8,  // 39: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
+	33, // 40: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
+	10, // 41: bc.node.v1.Gateway.Tunnel:output_type -> bc.node.v1.TunnelFrame
+	36, // [36:42] is the sub-list for method output_type
+	30, // [30:36] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -3063,6 +3346,7 @@ func file_node_proto_init() {
 		(*ServerMessage_ApproverSets)(nil),
 		(*ServerMessage_SandboxAck)(nil),
 		(*ServerMessage_TunnelOpen)(nil),
+		(*ServerMessage_Revocations)(nil),
 	}
 	file_node_proto_msgTypes[10].OneofWrappers = []any{
 		(*TunnelFrame_Hello)(nil),
@@ -3078,7 +3362,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
