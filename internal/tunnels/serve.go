@@ -89,8 +89,10 @@ func (s *Service) Serve(ctx context.Context, t *Tunnel, r io.Reader, w io.Writer
 		_ = write(tunnelwire.RefusalFrame(string(errs.CodeOf(why)), errs.SafeMessage(why)))
 	}
 	t.node.Close(reason)
-	closeClient()
+	// The end is recorded before the client's connection closes, so a
+	// client that saw its tunnel end finds the row.
 	s.recordClose(ctx, t, why)
+	closeClient()
 	return why
 }
 
