@@ -234,6 +234,7 @@ func TestRenewalSupersedesOldCertificate(t *testing.T) {
 		if len(events(t, e, nodes.EventDuplicateSession)) != 0 {
 			t.Fatal("a renewal counted as a duplicate session")
 		}
+		wantFeedEntry(t, e, old, nodes.ReasonSuperseded)
 	})
 }
 

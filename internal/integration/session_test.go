@@ -32,6 +32,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/revocations/revwire"
 	"github.com/bettercompute/bettercompute/internal/server"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
@@ -346,7 +347,24 @@ func TestDuplicateIdentityIsQuarantined(t *testing.T) {
 		if c := rawSessionCode(t, e.CP.GatewayAddr, clientTLS(t, a), a.NodeID()); c != codes.Unauthenticated {
 			t.Fatalf("quarantined Hello: %v, want Unauthenticated", c)
 		}
+		wantFeedEntry(t, e, serial, nodes.ReasonDuplicateIdentity)
 	})
+}
+
+// wantFeedEntry asserts the revocation feed holds a node-cert entry for
+// serial with reason.
+func wantFeedEntry(t *testing.T, e *testenv.Env, serial, reason string) {
+	t.Helper()
+	all, err := e.CP.Revocations.Since(context.Background(), 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range all {
+		if en.Kind == revwire.KindNodeCert && en.Subject == serial && en.Reason == reason {
+			return
+		}
+	}
+	t.Fatalf("no node-cert entry for %s (%s) in the feed: %+v", serial, reason, all)
 }
 
 // A copy of a node's files that presents the boot id the control plane

@@ -12,6 +12,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/revocations"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
 
@@ -126,20 +127,25 @@ func (s *Service) OpenSession(ctx context.Context, h Hello) (SessionOutcome, err
 // was), and the node row takes the Hello's boot, version, labels and
 // inventory.
 func writeSession(ctx context.Context, tx *sql.Tx, h Hello, labels, inv string, now time.Time) (revoked bool, err error) {
-	res, err := tx.ExecContext(ctx, sqlSupersedeOlderCerts, now.UnixMilli(), ReasonSuperseded, h.NodeID, h.Serial)
+	tenant, err := nodeTenantTx(ctx, tx, h.NodeID)
+	if err != nil {
+		return false, err
+	}
+	feed, err := revokeCerts(ctx, tx, now, tenant, ReasonSuperseded, sqlSupersedeOlderCertsReturning,
+		now.UnixMilli(), ReasonSuperseded, h.NodeID, h.Serial)
 	if err != nil {
 		return false, fmt.Errorf("nodes: supersede older certificates: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n > 0 {
-		revoked = true
-	}
+	revoked = len(feed) > 0
 	if _, err := tx.ExecContext(ctx, sqlUpsertSession, h.NodeID, h.SessionID, h.GatewayID, h.BootID, h.Serial, now.UnixMilli()); err != nil {
 		return false, fmt.Errorf("nodes: upsert session: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, sqlUpdateNodeSeen, h.BootID, h.Version, labels, inv, now.UnixMilli(), h.NodeID); err != nil {
 		return false, fmt.Errorf("nodes: update node: %w", err)
 	}
-	return revoked, nil
+	// The superseded certificates' feed entries, the transaction's last
+	// step (the feed's counter is taken last).
+	return revoked, revocations.AppendTx(ctx, tx, feed...)
 }
 
 // flip records one alternation of nodeID's identity (the Hello's or the
@@ -191,8 +197,13 @@ func (s *Service) quarantine(ctx context.Context, tx *sql.Tx, now time.Time, nod
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("nodes: read certificates to quarantine: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, sqlRevokeNodeCerts,
-		now.UnixMilli(), ReasonDuplicateIdentity, nodeID); err != nil {
+	tenant, err := nodeTenantTx(ctx, tx, nodeID)
+	if err != nil {
+		return err
+	}
+	feed, err := revokeCerts(ctx, tx, now, tenant, ReasonDuplicateIdentity, sqlRevokeNodeCertsReturning,
+		now.UnixMilli(), ReasonDuplicateIdentity, nodeID)
+	if err != nil {
 		return fmt.Errorf("nodes: quarantine: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, sqlCloseNodeSessions, now.UnixMilli(), nodeID); err != nil {
@@ -202,8 +213,21 @@ func (s *Service) quarantine(ctx context.Context, tx *sql.Tx, now time.Time, nod
 	if err := s.events.PublishTx(ctx, tx, EventQuarantined, nodeID, details); err != nil {
 		return err
 	}
-	return audit.Record(ctx, tx, now, audit.Entry{TenantID: iam.RootTenant, Actor: "system", Action: "compute:nodes:quarantine",
-		Resource: "node/" + nodeID, Outcome: "allowed", Details: details})
+	if err := audit.Record(ctx, tx, now, audit.Entry{TenantID: iam.RootTenant, Actor: "system", Action: "compute:nodes:quarantine",
+		Resource: "node/" + nodeID, Outcome: "allowed", Details: details}); err != nil {
+		return err
+	}
+	// The feed's counter last: the quarantine ends its transaction.
+	return revocations.AppendTx(ctx, tx, feed...)
+}
+
+// nodeTenantTx reads nodeID's tenant inside tx.
+func nodeTenantTx(ctx context.Context, tx *sql.Tx, nodeID string) (string, error) {
+	var tenant string
+	if err := tx.QueryRowContext(ctx, sqlNodeTenant, nodeID).Scan(&tenant); err != nil {
+		return "", fmt.Errorf("nodes: read node tenant: %w", err)
+	}
+	return tenant, nil
 }
 
 // SupersededCertificateUsed records that a certificate revoked as

@@ -56,9 +56,10 @@ const (
 	sqlSupersedeOlderCerts = `UPDATE node_certs SET revoked_at = $1, revoke_reason = $2
 			WHERE node_id = $3 AND revoked_at IS NULL AND serial <> $4
 			AND created_at <= (SELECT created_at FROM node_certs WHERE serial = $4)`
-	sqlActiveSerials    = `SELECT serial FROM node_certs WHERE node_id = $1 AND revoked_at IS NULL ORDER BY serial`
-	sqlCountActiveCerts = `SELECT COUNT(*) FROM node_certs WHERE node_id = $1 AND revoked_at IS NULL`
-	sqlCertOwnerReason  = `SELECT node_id, revoke_reason FROM node_certs WHERE serial = $1`
+	sqlSupersedeOlderCertsReturning = sqlSupersedeOlderCerts + ` RETURNING serial, node_id`
+	sqlActiveSerials                = `SELECT serial FROM node_certs WHERE node_id = $1 AND revoked_at IS NULL ORDER BY serial`
+	sqlCountActiveCerts             = `SELECT COUNT(*) FROM node_certs WHERE node_id = $1 AND revoked_at IS NULL`
+	sqlCertOwnerReason              = `SELECT node_id, revoke_reason FROM node_certs WHERE serial = $1`
 
 	sqlReadSession = `SELECT session_id, boot_id, gateway_id, connected_at, closed_at, heartbeat_at FROM node_sessions WHERE node_id = $1`
 	// sqlUpsertSession is the same text on both databases: "excluded" is
