@@ -151,17 +151,3 @@ func msTime(v sql.NullInt64) *time.Time {
 	t := time.UnixMilli(v.Int64).UTC()
 	return &t
 }
-
-// scanIDs reads a one-column id result.
-func scanIDs(rows *sql.Rows) ([]string, error) {
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out = append(out, id)
-	}
-	return out, rows.Err()
-}

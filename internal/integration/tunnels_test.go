@@ -24,6 +24,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/revocations/revwire"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 	"github.com/bettercompute/bettercompute/internal/testenv"
@@ -99,6 +100,20 @@ func TestTunnelCarriesBytesToAllowedPort(t *testing.T) {
 		}
 		if !issued || !closed {
 			t.Fatalf("audit rows: issued %v closed %v", issued, closed)
+		}
+		// The spent ticket is in the revocation feed, for its node.
+		all, err := e.CP.Revocations.Since(ctx, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spent := 0
+		for _, en := range all {
+			if en.Kind == revwire.KindTicket && en.NodeID == e.Nodes[0].NodeID() && en.Reason == "ticket-spent" {
+				spent++
+			}
+		}
+		if spent != 1 {
+			t.Fatalf("%d ticket entries in the feed for the node, want 1: %+v", spent, all)
 		}
 	})
 }

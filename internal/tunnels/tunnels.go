@@ -33,6 +33,8 @@ import (
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/ratelimit"
+	"github.com/bettercompute/bettercompute/internal/revocations"
+	"github.com/bettercompute/bettercompute/internal/revocations/revwire"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/tickets"
 )
@@ -217,6 +219,10 @@ func newJTI() string {
 	return hex.EncodeToString(b[:])
 }
 
+// ReasonTicketSpent is the revocation feed's reason for a ticket whose
+// tunnel opened.
+const ReasonTicketSpent = "ticket-spent"
+
 // ReasonWrongCaller: the ticket was issued to another identity or for
 // another tenant than the caller presenting it.
 const ReasonWrongCaller = "ticket-wrong-caller"
@@ -265,6 +271,15 @@ func (s *Service) Connect(ctx context.Context, actor audit.Entry, to Target, tic
 	ns, err := o.OpenTunnel(ctx, to, st)
 	if err != nil {
 		return nil, err
+	}
+	// The spent jti goes into the revocation feed once the node took it,
+	// so every node and follower learns it is used (an entry any earlier
+	// could reach the node before the TunnelOpen and refuse it).
+	now := s.d.Clock.Now()
+	entry := revwire.Entry{Kind: revwire.KindTicket, Subject: body.Jti, TenantID: body.TenantId, NodeID: nodeID, At: now, Reason: ReasonTicketSpent}
+	if err := s.d.DB.Tx(ctx, func(tx *sql.Tx) error { return revocations.AppendTx(ctx, tx, entry) }); err != nil {
+		ns.Close("closed")
+		return nil, errs.Wrap(errs.Unavailable, "the tunnel could not be recorded; try again", err)
 	}
 	t := &Tunnel{node: ns, actor: actor, jti: body.Jti, nodeID: nodeID, port: port, sandboxID: to.SandboxID, action: to.Action,
 		opened: s.d.Clock.Now(), closed: make(chan struct{})}
