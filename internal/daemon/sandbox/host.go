@@ -360,10 +360,36 @@ func (h *Host) Exec(ctx context.Context, payload []byte) ([]byte, error) {
 	if err := strictJSON(payload, &e); err != nil || e.Validate() != nil {
 		return nil, errors.New("payload-invalid")
 	}
+	p, err := h.programFor(e.SandboxID)
+	if err != nil {
+		return nil, err
+	}
+	env, root, left := p.env, p.root, p.left
+	ectx, cancel := context.WithTimeout(ctx, min(time.Duration(e.TimeoutMS)*time.Millisecond, left))
+	defer cancel()
+	res, err := h.cfg.Runtime.Exec(ectx, e.SandboxID, e.Argv, env, root)
+	if err != nil {
+		h.cfg.Log.Warn("sandbox exec failed", "sandbox_id", e.SandboxID, "err", err)
+		return nil, errors.New("exec-failed")
+	}
+	return json.Marshal(res)
+}
+
+// program is what a program started in a sandbox gets: its environment
+// (sorted), whether it runs as root, and the time left to the deadline.
+type program struct {
+	env  []string
+	root bool
+	left time.Duration
+}
+
+// programFor reads what a program started in sandbox id now gets, or why
+// none can start: the sandbox failed (sandbox-failed), is not on this
+// host (sandbox-not-found), or its deadline passed (sandbox-expired).
+func (h *Host) programFor(id string) (program, error) {
 	h.mu.Lock()
-	st, ok := h.sbx[e.SandboxID]
-	var env []string
-	var root bool
+	st, ok := h.sbx[id]
+	var p program
 	var deadline int64
 	if ok {
 		vars := map[string]string{}
@@ -378,31 +404,23 @@ func (h *Host) Exec(ctx context.Context, payload []byte) ([]byte, error) {
 			}
 		}
 		for k, v := range vars {
-			env = append(env, k+"="+v)
+			p.env = append(p.env, k+"="+v)
 		}
-		root, deadline = st.Root, st.DeadlineMS
+		p.root, deadline = st.Root, st.DeadlineMS
 	}
-	dead := h.failed[e.SandboxID]
+	dead := h.failed[id]
 	h.mu.Unlock()
-	if dead {
-		return nil, errors.New("sandbox-failed")
+	switch {
+	case dead:
+		return p, errors.New("sandbox-failed")
+	case !ok:
+		return p, errors.New("sandbox-not-found")
 	}
-	if !ok {
-		return nil, errors.New("sandbox-not-found")
+	sort.Strings(p.env)
+	if p.left = time.UnixMilli(deadline).Sub(h.cfg.Clock.Now()); p.left <= 0 {
+		return p, errors.New("sandbox-expired")
 	}
-	sort.Strings(env)
-	left := time.UnixMilli(deadline).Sub(h.cfg.Clock.Now())
-	if left <= 0 {
-		return nil, errors.New("sandbox-expired")
-	}
-	ectx, cancel := context.WithTimeout(ctx, min(time.Duration(e.TimeoutMS)*time.Millisecond, left))
-	defer cancel()
-	res, err := h.cfg.Runtime.Exec(ectx, e.SandboxID, e.Argv, env, root)
-	if err != nil {
-		h.cfg.Log.Warn("sandbox exec failed", "sandbox_id", e.SandboxID, "err", err)
-		return nil, errors.New("exec-failed")
-	}
-	return json.Marshal(res)
+	return p, nil
 }
 
 // Update runs sandbox.update: a new deadline, and at claim the tenant's

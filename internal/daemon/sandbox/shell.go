@@ -3,8 +3,6 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"sort"
-	"time"
 
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 )
@@ -27,36 +25,11 @@ func (h *Host) OpenShell(ctx context.Context, sandboxID string, argv []string) (
 	if !ok {
 		return nil, driver.ErrShellUnsupported
 	}
-	h.mu.Lock()
-	st, ok := h.sbx[sandboxID]
-	var env []string
-	var root bool
-	var deadline int64
-	if ok {
-		vars := map[string]string{}
-		for k, v := range st.Env {
-			vars[k] = v
-		}
-		if st.Link != nil {
-			for k, v := range st.Link.Env() {
-				vars[k] = v
-			}
-		}
-		for k, v := range vars {
-			env = append(env, k+"="+v)
-		}
-		root, deadline = st.Root, st.DeadlineMS
-	}
-	dead := h.failed[sandboxID]
-	h.mu.Unlock()
-	if !ok || dead {
+	p, err := h.programFor(sandboxID)
+	if err != nil {
 		return nil, driver.ErrSandboxGone
 	}
-	sort.Strings(env)
-	left := time.UnixMilli(deadline).Sub(h.cfg.Clock.Now())
-	if left <= 0 {
-		return nil, driver.ErrSandboxGone
-	}
+	env, root, left := p.env, p.root, p.left
 	sctx, cancel := context.WithTimeout(ctx, left)
 	s, err := sh.Shell(sctx, sandboxID, argv, append([]string{"TERM=xterm"}, env...), root)
 	if err != nil {
