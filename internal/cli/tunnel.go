@@ -78,21 +78,7 @@ func tunnelCmd() *cobra.Command {
 
 // runTunnelStdio carries one tunnel between in/out and the node.
 func runTunnelStdio(ctx context.Context, cl *client.Client, node string, port int, in io.Reader, out io.Writer) error {
-	t, err := cl.OpenTunnel(ctx, node, port)
-	if err != nil {
-		return err
-	}
-	defer t.Close()
-	stop := context.AfterFunc(ctx, func() { _ = t.Close() })
-	defer stop()
-	go func() {
-		_, _ = io.Copy(t, in)
-		_ = t.CloseWrite()
-	}()
-	if _, err := io.Copy(out, t); err != nil {
-		return err
-	}
-	return t.Wait()
+	return carry(ctx, cl, node, port, in, out, func() {})
 }
 
 // runTunnelListen accepts connections on addr until ctx ends, each
@@ -132,6 +118,14 @@ func runTunnelListen(ctx context.Context, cl *client.Client, node string, port i
 
 // forwardConn carries one local connection over its own tunnel.
 func forwardConn(ctx context.Context, cl *client.Client, node string, port int, conn *net.TCPConn) error {
+	return carry(ctx, cl, node, port, conn, conn, func() { _ = conn.CloseWrite() })
+}
+
+// carry opens one tunnel to port on node and carries in to it and it to
+// out, half-closing each way at its end (outDone after the node's side
+// ended), until both ends ended or ctx did; it returns how the tunnel
+// ended (nil in order).
+func carry(ctx context.Context, cl *client.Client, node string, port int, in io.Reader, out io.Writer, outDone func()) error {
 	t, err := cl.OpenTunnel(ctx, node, port)
 	if err != nil {
 		return err
@@ -140,11 +134,11 @@ func forwardConn(ctx context.Context, cl *client.Client, node string, port int, 
 	stop := context.AfterFunc(ctx, func() { _ = t.Close() })
 	defer stop()
 	go func() {
-		_, _ = io.Copy(t, conn)
+		_, _ = io.Copy(t, in)
 		_ = t.CloseWrite()
 	}()
-	_, err = io.Copy(conn, t)
-	_ = conn.CloseWrite()
+	_, err = io.Copy(out, t)
+	outDone()
 	if err != nil {
 		return err
 	}

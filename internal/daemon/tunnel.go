@@ -72,23 +72,34 @@ func (n *Node) openTunnel(ctx context.Context, conn *grpc.ClientConn, m *nodev1.
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := nodev1.NewGatewayClient(conn).Tunnel(sctx)
-	if err != nil {
-		n.cfg.Log.Info("tunnel stream failed", "node_id", n.rec.NodeID, "err", err)
-		return
-	}
-	if err := stream.Send(&nodev1.TunnelFrame{Frame: &nodev1.TunnelFrame_Hello{Hello: &nodev1.TunnelHello{TunnelId: m.GetTunnelId(), Refused: reason}}}); err != nil || reason != "" {
-		if reason != "" {
-			n.countRefusal("tunnel:" + reason)
-			n.cfg.Log.Info("tunnel refused", "node_id", n.rec.NodeID, "tunnel_id", m.GetTunnelId(), "reason", reason)
-			_ = stream.CloseSend()
-			_, _ = stream.Recv() // wait for the gateway to end the call
-		}
+	stream, ok := n.answerTunnel(sctx, conn, m.GetTunnelId(), reason)
+	if !ok {
 		return
 	}
 	n.cfg.Log.Info("tunnel open", "node_id", n.rec.NodeID, "tunnel_id", m.GetTunnelId(), "port", port)
 	pumpTunnel(stream, local.(*net.TCPConn), cancel)
 	n.cfg.Log.Info("tunnel closed", "node_id", n.rec.NodeID, "tunnel_id", m.GetTunnelId())
+}
+
+// answerTunnel opens the Tunnel stream that answers tunnelID on conn, its
+// hello carrying reason when the node refuses. It returns the stream and
+// true when the tunnel goes on; after a refusal it waits for the gateway
+// to end the call and returns false.
+func (n *Node) answerTunnel(ctx context.Context, conn *grpc.ClientConn, tunnelID, reason string) (nodev1.Gateway_TunnelClient, bool) {
+	stream, err := nodev1.NewGatewayClient(conn).Tunnel(ctx)
+	if err != nil {
+		n.cfg.Log.Info("tunnel stream failed", "node_id", n.rec.NodeID, "err", err)
+		return nil, false
+	}
+	err = stream.Send(&nodev1.TunnelFrame{Frame: &nodev1.TunnelFrame_Hello{Hello: &nodev1.TunnelHello{TunnelId: tunnelID, Refused: reason}}})
+	if reason != "" {
+		n.countRefusal("tunnel:" + reason)
+		n.cfg.Log.Info("tunnel refused", "node_id", n.rec.NodeID, "tunnel_id", tunnelID, "reason", reason)
+		_ = stream.CloseSend()
+		_, _ = stream.Recv() // wait for the gateway to end the call
+		return nil, false
+	}
+	return stream, err == nil
 }
 
 // checkTicket verifies a TunnelOpen's ticket and spends its jti; it
@@ -242,18 +253,8 @@ func (n *Node) openExec(ctx context.Context, conn *grpc.ClientConn, m *nodev1.Tu
 			}
 		}
 	}
-	stream, err := nodev1.NewGatewayClient(conn).Tunnel(sctx)
-	if err != nil {
-		n.cfg.Log.Info("tunnel stream failed", "node_id", n.rec.NodeID, "err", err)
-		return
-	}
-	if err := stream.Send(&nodev1.TunnelFrame{Frame: &nodev1.TunnelFrame_Hello{Hello: &nodev1.TunnelHello{TunnelId: m.GetTunnelId(), Refused: reason}}}); err != nil || reason != "" {
-		if reason != "" {
-			n.countRefusal("tunnel:" + reason)
-			n.cfg.Log.Info("exec refused", "node_id", n.rec.NodeID, "tunnel_id", m.GetTunnelId(), "reason", reason)
-			_ = stream.CloseSend()
-			_, _ = stream.Recv()
-		}
+	stream, ok := n.answerTunnel(sctx, conn, m.GetTunnelId(), reason)
+	if !ok {
 		return
 	}
 	n.cfg.Log.Info("exec open", "node_id", n.rec.NodeID, "tunnel_id", m.GetTunnelId(), "sandbox_id", m.GetSandboxId())

@@ -96,6 +96,9 @@ func TestSandboxShellOverTunnel(t *testing.T) {
 		}
 		defer tun.Close()
 		scr := watchScreen(tun)
+		// The shell's prompt first: the terminal is set up and the
+		// program reads it (runc follows a resize from then on).
+		scr.waitFor(t, "$ ")
 		if err := tun.Resize(123, 45); err != nil {
 			t.Fatal(err)
 		}
