@@ -140,10 +140,7 @@ func (v *Verifier) commandRoots() []*x509.Certificate {
 // workerKey verifies the signer certificate at the issue time, through the
 // memo when there is one.
 func (v *Verifier) workerKey(der []byte, issued time.Time) (ed25519.PublicKey, error) {
-	if v.WorkerChains != nil {
-		return v.WorkerChains.Verify(der, v.commandRoots(), v.TrustDomain, issued)
-	}
-	return pki.VerifyWorkerChain(der, v.commandRoots(), v.TrustDomain, issued)
+	return v.WorkerChains.Verify(der, v.commandRoots(), v.TrustDomain, issued)
 }
 
 // Check verifies a signed command at time now and returns its body, or the

@@ -70,8 +70,12 @@ func NewWorkerChainCache(size int) *WorkerChainCache {
 // trustDomain, at) returns: from the cache when the same inputs verified
 // before and at lies inside that chain's validity window, otherwise by
 // running VerifyWorkerChain (and storing a success). The returned key is a
-// copy the caller may keep.
+// copy the caller may keep. A nil cache verifies in full every time, so a
+// verifier with an optional cache calls Verify either way.
 func (c *WorkerChainCache) Verify(workerDER []byte, commandRoots []*x509.Certificate, trustDomain string, at time.Time) (ed25519.PublicKey, error) {
+	if c == nil {
+		return VerifyWorkerChain(workerDER, commandRoots, trustDomain, at)
+	}
 	key := workerChainKey(workerDER, commandRoots, trustDomain)
 	if !at.IsZero() {
 		c.mu.Lock()

@@ -5,7 +5,6 @@ import (
 	"crypto"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/pem"
 	"errors"
 	"os"
 	"os/exec"
@@ -69,16 +68,6 @@ func writeFile(t *testing.T, dir, name string, data []byte, mode os.FileMode) st
 		t.Fatal(err)
 	}
 	return p
-}
-
-// writePrivateKey writes priv in OpenSSH's private key format, 0600.
-func writePrivateKey(t *testing.T, dir, name string, priv crypto.Signer) string {
-	t.Helper()
-	block, err := ssh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return writeFile(t, dir, name, pem.EncodeToMemory(block), 0o600)
 }
 
 // openssh returns the path of an OpenSSH binary, skipping the test when it

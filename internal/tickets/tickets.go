@@ -219,10 +219,7 @@ func (v *Verifier) workerKey(der []byte, at time.Time) (ed25519.PublicKey, error
 	if v.Roots != nil {
 		roots = v.Roots()
 	}
-	if v.WorkerChains != nil {
-		return v.WorkerChains.Verify(der, roots, v.TrustDomain, at)
-	}
-	return pki.VerifyWorkerChain(der, roots, v.TrustDomain, at)
+	return v.WorkerChains.Verify(der, roots, v.TrustDomain, at)
 }
 
 // wellFormed reports whether an authenticated body has every field a
