@@ -127,16 +127,23 @@ func (s *Service) OpenSession(ctx context.Context, h Hello) (SessionOutcome, err
 // was), and the node row takes the Hello's boot, version, labels and
 // inventory.
 func writeSession(ctx context.Context, tx *sql.Tx, h Hello, labels, inv string, now time.Time) (revoked bool, err error) {
-	tenant, err := nodeTenantTx(ctx, tx, h.NodeID)
-	if err != nil {
-		return false, err
-	}
-	feed, err := revokeCerts(ctx, tx, now, tenant, ReasonSuperseded, sqlSupersedeOlderCertsReturning,
+	feed, err := revokeCerts(ctx, tx, now, "", ReasonSuperseded, sqlSupersedeOlderCertsReturning,
 		now.UnixMilli(), ReasonSuperseded, h.NodeID, h.Serial)
 	if err != nil {
 		return false, fmt.Errorf("nodes: supersede older certificates: %w", err)
 	}
 	revoked = len(feed) > 0
+	if revoked {
+		// Only a renewal's first Hello supersedes anything: the tenant is
+		// read then, not on every session.
+		tenant, err := nodeTenantTx(ctx, tx, h.NodeID)
+		if err != nil {
+			return false, err
+		}
+		for i := range feed {
+			feed[i].TenantID = tenant
+		}
+	}
 	if _, err := tx.ExecContext(ctx, sqlUpsertSession, h.NodeID, h.SessionID, h.GatewayID, h.BootID, h.Serial, now.UnixMilli()); err != nil {
 		return false, fmt.Errorf("nodes: upsert session: %w", err)
 	}
