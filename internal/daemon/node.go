@@ -6,6 +6,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/ed25519"
@@ -81,6 +82,13 @@ type Config struct {
 	// 127.0.0.1:<port> for a port listed here (bcd node --tunnel-port).
 	// Nil means DefaultTunnelPorts (22 only).
 	TunnelPorts []uint32
+	// HelperEvents, when set, drains the root helper's events (an
+	// unprivileged node's bcd helper) every HelperPoll; the node relays
+	// them on its session for the control plane's audit log.
+	HelperEvents HelperEventSource
+	// HelperPoll is how often HelperEvents is drained; zero means
+	// DefaultHelperPoll.
+	HelperPoll time.Duration
 }
 
 // DefaultMinFreeBytes is Config.MinFreeBytes when it is zero.
@@ -122,6 +130,8 @@ type Node struct {
 
 	// reports are the sandbox reports awaiting their ack.
 	reports *reports
+	// hev are the root helper's events awaiting their ack.
+	hev *helperEvents
 	// outbox holds the results awaiting their ack, for whichever session
 	// is live to send.
 	outbox *outbox
@@ -265,7 +275,7 @@ func load(cfg Config) (*Node, error) {
 	pinned := newPinnedTrust(*rec, tb, roots)
 	return &Node{cfg: cfg, rec: rec, pinned: pinned, journal: j, key: key, chain: chain, highestMS: st.HighestServerTimeMS, approvers: ap,
 		verify: &Verifier{NodeID: rec.NodeID, Role: nid.Role, TrustDomain: tb.TrustDomain, CommandRoots: roots,
-			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains, CurrentRoots: pinned.commandRoots}, reports: newReports(), outbox: newOutbox(cfg.ResendAfter),
+			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains, CurrentRoots: pinned.commandRoots}, reports: newReports(), hev: newHelperEvents(), outbox: newOutbox(cfg.ResendAfter),
 		pacing: pacing{clock: clock.Real{}, jitter: fullJitter}, seen: j.Seen,
 		tunnels: newTunnels(cfg, time.UnixMilli(max(st.HighestServerTimeMS, cfg.Clock.Now().UnixMilli())))}, nil
 }
@@ -466,6 +476,15 @@ func (n *Node) Dial() (*grpc.ClientConn, error) {
 // ErrRevoked) instead of reconnecting.
 func (n *Node) Run(ctx context.Context) error {
 	defer n.executors.Wait()
+	if n.cfg.HelperEvents != nil {
+		pctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			n.pollHelper(pctx, n.cfg.HelperEvents, cmp.Or(n.cfg.HelperPoll, DefaultHelperPoll))
+		}()
+		defer func() { stop(); <-done }()
+	}
 	backoff := n.cfg.MinBackoff
 	for {
 		welcomed, err := n.session(ctx)
@@ -593,6 +612,9 @@ func (n *Node) session(ctx context.Context) (welcomed bool, err error) {
 	}
 	n.outbox.requeue(n.journal.Unacked())
 	if err := n.sendReports(send, true); err != nil {
+		return true, err
+	}
+	if err := n.sendHelperEvents(send, true); err != nil {
 		return true, err
 	}
 	work := make(chan *nodev1.SignedCommand, 64)
@@ -801,6 +823,10 @@ func (n *Node) serve(ctx context.Context, sio sessionIO) error {
 			if err := n.sendReports(sio.send, false); err != nil {
 				return err
 			}
+		case <-n.hev.wake:
+			if err := n.sendHelperEvents(sio.send, false); err != nil {
+				return err
+			}
 		case <-renew.C():
 			if err := sio.renew(ctx); err != nil {
 				n.cfg.Log.Warn("renew failed", "err", err)
@@ -837,6 +863,13 @@ func (n *Node) dispatch(ctx context.Context, m *nodev1.ServerMessage, work chan<
 		}
 	case *nodev1.ServerMessage_SandboxAck:
 		n.ackReport(msg.SandboxAck)
+	case *nodev1.ServerMessage_HelperEventsAck:
+		if n.hev.ack(msg.HelperEventsAck.GetSeq()) {
+			select {
+			case n.hev.wake <- struct{}{}:
+			default:
+			}
+		}
 	case *nodev1.ServerMessage_ApproverSets:
 		n.applyApproverSets(msg.ApproverSets.GetSets())
 	case *nodev1.ServerMessage_Revocations:

@@ -76,6 +76,11 @@ func (s *authServices) SandboxReport(context.Context, string, string, *nodev1.Sa
 	return "", nil
 }
 
+func (s *authServices) HelperEvents(context.Context, string, *nodev1.HelperEvents) error {
+	s.relay("HelperEvents")
+	return nil
+}
+
 // authRegistry knows certificates by serial and records the sessions
 // opened and closed.
 type authRegistry struct {

@@ -124,6 +124,10 @@ type Services interface {
 	// sandbox's id when the report was recorded (or the sandbox is already
 	// final), and the node gets an ack; an error leaves it unacknowledged.
 	SandboxReport(ctx context.Context, nodeID, serial string, r *nodev1.SandboxReport) (sandboxID string, err error)
+	// HelperEvents records the node's root-helper events as audit rows
+	// (nodes.Service.RecordHelperEvents); nil error means recorded, and
+	// the node gets an ack.
+	HelperEvents(ctx context.Context, nodeID string, m *nodev1.HelperEvents) error
 }
 
 // Poker delivers pokes (the in-process bus implements it).

@@ -265,6 +265,12 @@ func (g *Gateway) receive(ctx context.Context, stream nodev1.Gateway_SessionServ
 				continue
 			}
 			reply = &nodev1.ServerMessage{Msg: &nodev1.ServerMessage_SandboxAck{SandboxAck: &nodev1.SandboxReportAck{SandboxId: id}}}
+		case *nodev1.NodeMessage_HelperEvents:
+			if err := g.svc.HelperEvents(ctx, nodeID, msg.HelperEvents); err != nil {
+				g.cfg.Log.Warn("helper events refused", "node_id", nodeID, "err", err)
+				continue
+			}
+			reply = &nodev1.ServerMessage{Msg: &nodev1.ServerMessage_HelperEventsAck{HelperEventsAck: &nodev1.HelperEventsAck{Seq: msg.HelperEvents.GetSeq()}}}
 		case *nodev1.NodeMessage_Ping:
 			reply = &nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Ping{Ping: &nodev1.Ping{TimeMs: g.cfg.Clock.Now().UnixMilli()}}}
 		default:

@@ -132,6 +132,11 @@ func (s gatewayServices) SandboxReport(ctx context.Context, nodeID, serial strin
 	return s.sbx.ApplyReport(ctx, nodeID, serial, r)
 }
 
+// HelperEvents records a node's root-helper events as audit rows.
+func (s gatewayServices) HelperEvents(ctx context.Context, nodeID string, m *nodev1.HelperEvents) error {
+	return s.n.RecordHelperEvents(ctx, nodeID, m)
+}
+
 // tunnelOpener opens the tunnels module's tunnels through this process's
 // gateway.
 type tunnelOpener struct{ g *gateway.Gateway }

@@ -287,6 +287,12 @@ func (r *relayServices) Refused(ctx context.Context, typ, reason, nodeID string)
 	r.local.Refused(ctx, typ, reason, nodeID)
 }
 
+// HelperEvents records a node's helper events: a database write that
+// needs no key, done locally like sandbox reports.
+func (r *relayServices) HelperEvents(ctx context.Context, nodeID string, m *nodev1.HelperEvents) error {
+	return r.local.HelperEvents(ctx, nodeID, m)
+}
+
 func (r *relayServices) ApproverSets(ctx context.Context) ([]*nodev1.SignedApproverSet, error) {
 	return r.local.ApproverSets(ctx)
 }

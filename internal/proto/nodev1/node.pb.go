@@ -427,6 +427,7 @@ type NodeMessage struct {
 	//	*NodeMessage_Update
 	//	*NodeMessage_Ping
 	//	*NodeMessage_SandboxReport
+	//	*NodeMessage_HelperEvents
 	Msg           isNodeMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -505,6 +506,15 @@ func (x *NodeMessage) GetSandboxReport() *SandboxReport {
 	return nil
 }
 
+func (x *NodeMessage) GetHelperEvents() *HelperEvents {
+	if x != nil {
+		if x, ok := x.Msg.(*NodeMessage_HelperEvents); ok {
+			return x.HelperEvents
+		}
+	}
+	return nil
+}
+
 type isNodeMessage_Msg interface {
 	isNodeMessage_Msg()
 }
@@ -527,6 +537,12 @@ type NodeMessage_SandboxReport struct {
 	SandboxReport *SandboxReport `protobuf:"bytes,10,opt,name=sandbox_report,json=sandboxReport,proto3,oneof"`
 }
 
+type NodeMessage_HelperEvents struct {
+	// What the node's root helper did and refused (bcd helper's events,
+	// drained from its socket), for the control plane's audit log.
+	HelperEvents *HelperEvents `protobuf:"bytes,11,opt,name=helper_events,json=helperEvents,proto3,oneof"`
+}
+
 func (*NodeMessage_Hello) isNodeMessage_Msg() {}
 
 func (*NodeMessage_Update) isNodeMessage_Msg() {}
@@ -534,6 +550,8 @@ func (*NodeMessage_Update) isNodeMessage_Msg() {}
 func (*NodeMessage_Ping) isNodeMessage_Msg() {}
 
 func (*NodeMessage_SandboxReport) isNodeMessage_Msg() {}
+
+func (*NodeMessage_HelperEvents) isNodeMessage_Msg() {}
 
 type ServerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -547,6 +565,7 @@ type ServerMessage struct {
 	//	*ServerMessage_SandboxAck
 	//	*ServerMessage_TunnelOpen
 	//	*ServerMessage_Revocations
+	//	*ServerMessage_HelperEventsAck
 	Msg           isServerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -661,6 +680,15 @@ func (x *ServerMessage) GetRevocations() *Revocations {
 	return nil
 }
 
+func (x *ServerMessage) GetHelperEventsAck() *HelperEventsAck {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerMessage_HelperEventsAck); ok {
+			return x.HelperEventsAck
+		}
+	}
+	return nil
+}
+
 type isServerMessage_Msg interface {
 	isServerMessage_Msg()
 }
@@ -700,6 +728,11 @@ type ServerMessage_Revocations struct {
 	Revocations *Revocations `protobuf:"bytes,12,opt,name=revocations,proto3,oneof"`
 }
 
+type ServerMessage_HelperEventsAck struct {
+	// The control plane recorded the node's helper events up to seq.
+	HelperEventsAck *HelperEventsAck `protobuf:"bytes,14,opt,name=helper_events_ack,json=helperEventsAck,proto3,oneof"`
+}
+
 func (*ServerMessage_Welcome) isServerMessage_Msg() {}
 
 func (*ServerMessage_Command) isServerMessage_Msg() {}
@@ -715,6 +748,8 @@ func (*ServerMessage_SandboxAck) isServerMessage_Msg() {}
 func (*ServerMessage_TunnelOpen) isServerMessage_Msg() {}
 
 func (*ServerMessage_Revocations) isServerMessage_Msg() {}
+
+func (*ServerMessage_HelperEventsAck) isServerMessage_Msg() {}
 
 // TunnelOpen asks the node to open one tunnel: a Tunnel stream whose
 // TunnelHello names tunnel_id, with bytes to and from 127.0.0.1:<port>,
@@ -2689,6 +2724,204 @@ func (x *SandboxReportBody) GetAtMs() int64 {
 	return 0
 }
 
+// HelperEvents are events of the node's root helper (bcd helper): each
+// operation it did and each caller or request it refused, with the
+// caller's pid. The node relays them as the helper logged them; the
+// control plane records each as an audit row of the node (actor
+// node:<id>), bounded in count and length. seq numbers the message so
+// the ack names it; the node resends until acked.
+type HelperEvents struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Seq    uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Events []*HelperEvent         `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	// dropped counts events the helper lost because its buffer was full.
+	Dropped       uint32 `protobuf:"varint,3,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HelperEvents) Reset() {
+	*x = HelperEvents{}
+	mi := &file_node_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HelperEvents) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HelperEvents) ProtoMessage() {}
+
+func (x *HelperEvents) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HelperEvents.ProtoReflect.Descriptor instead.
+func (*HelperEvents) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *HelperEvents) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *HelperEvents) GetEvents() []*HelperEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *HelperEvents) GetDropped() uint32 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+// HelperEvent is one event of the root helper.
+type HelperEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	AtMs  int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Pid   int32                  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	Uid   uint32                 `protobuf:"varint,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	Op    string                 `protobuf:"bytes,4,opt,name=op,proto3" json:"op,omitempty"`
+	// code is empty for an operation done, else the refusal code.
+	Code          string `protobuf:"bytes,5,opt,name=code,proto3" json:"code,omitempty"`
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HelperEvent) Reset() {
+	*x = HelperEvent{}
+	mi := &file_node_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HelperEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HelperEvent) ProtoMessage() {}
+
+func (x *HelperEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HelperEvent.ProtoReflect.Descriptor instead.
+func (*HelperEvent) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *HelperEvent) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *HelperEvent) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *HelperEvent) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *HelperEvent) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *HelperEvent) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *HelperEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// HelperEventsAck acknowledges HelperEvents with that seq.
+type HelperEventsAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HelperEventsAck) Reset() {
+	*x = HelperEventsAck{}
+	mi := &file_node_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HelperEventsAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HelperEventsAck) ProtoMessage() {}
+
+func (x *HelperEventsAck) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HelperEventsAck.ProtoReflect.Descriptor instead.
+func (*HelperEventsAck) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *HelperEventsAck) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 // SandboxReportAck tells the node the control plane recorded its report
 // (or that the sandbox is already final), so it stops resending it.
 type SandboxReportAck struct {
@@ -2700,7 +2933,7 @@ type SandboxReportAck struct {
 
 func (x *SandboxReportAck) Reset() {
 	*x = SandboxReportAck{}
-	mi := &file_node_proto_msgTypes[36]
+	mi := &file_node_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +2945,7 @@ func (x *SandboxReportAck) String() string {
 func (*SandboxReportAck) ProtoMessage() {}
 
 func (x *SandboxReportAck) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[36]
+	mi := &file_node_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +2958,7 @@ func (x *SandboxReportAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxReportAck.ProtoReflect.Descriptor instead.
 func (*SandboxReportAck) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{36}
+	return file_node_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SandboxReportAck) GetSandboxId() string {
@@ -2766,7 +2999,7 @@ type RevocationBody struct {
 
 func (x *RevocationBody) Reset() {
 	*x = RevocationBody{}
-	mi := &file_node_proto_msgTypes[37]
+	mi := &file_node_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +3011,7 @@ func (x *RevocationBody) String() string {
 func (*RevocationBody) ProtoMessage() {}
 
 func (x *RevocationBody) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[37]
+	mi := &file_node_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +3024,7 @@ func (x *RevocationBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationBody.ProtoReflect.Descriptor instead.
 func (*RevocationBody) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{37}
+	return file_node_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RevocationBody) GetDeployment() string {
@@ -2878,7 +3111,7 @@ type SignedRevocation struct {
 
 func (x *SignedRevocation) Reset() {
 	*x = SignedRevocation{}
-	mi := &file_node_proto_msgTypes[38]
+	mi := &file_node_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2890,7 +3123,7 @@ func (x *SignedRevocation) String() string {
 func (*SignedRevocation) ProtoMessage() {}
 
 func (x *SignedRevocation) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[38]
+	mi := &file_node_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2903,7 +3136,7 @@ func (x *SignedRevocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedRevocation.ProtoReflect.Descriptor instead.
 func (*SignedRevocation) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{38}
+	return file_node_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SignedRevocation) GetBody() []byte {
@@ -2937,7 +3170,7 @@ type Revocations struct {
 
 func (x *Revocations) Reset() {
 	*x = Revocations{}
-	mi := &file_node_proto_msgTypes[39]
+	mi := &file_node_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2949,7 +3182,7 @@ func (x *Revocations) String() string {
 func (*Revocations) ProtoMessage() {}
 
 func (x *Revocations) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[39]
+	mi := &file_node_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2962,7 +3195,7 @@ func (x *Revocations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revocations.ProtoReflect.Descriptor instead.
 func (*Revocations) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{39}
+	return file_node_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Revocations) GetEntries() []*SignedRevocation {
@@ -3001,14 +3234,15 @@ const file_node_proto_rawDesc = "" +
 	"\x05proof\x18\x02 \x01(\fR\x05proof\"l\n" +
 	"\rRenewResponse\x12$\n" +
 	"\x0ecert_chain_der\x18\x01 \x03(\fR\fcertChainDer\x125\n" +
-	"\x06bundle\x18\x02 \x01(\v2\x1d.bc.node.v1.SignedTrustBundleR\x06bundle\"\xe0\x01\n" +
+	"\x06bundle\x18\x02 \x01(\v2\x1d.bc.node.v1.SignedTrustBundleR\x06bundle\"\xa1\x02\n" +
 	"\vNodeMessage\x12)\n" +
 	"\x05hello\x18\x01 \x01(\v2\x11.bc.node.v1.HelloH\x00R\x05hello\x123\n" +
 	"\x06update\x18\x02 \x01(\v2\x19.bc.node.v1.CommandUpdateH\x00R\x06update\x12&\n" +
 	"\x04ping\x18\x03 \x01(\v2\x10.bc.node.v1.PingH\x00R\x04ping\x12B\n" +
 	"\x0esandbox_report\x18\n" +
-	" \x01(\v2\x19.bc.node.v1.SandboxReportH\x00R\rsandboxReportB\x05\n" +
-	"\x03msg\"\xcb\x03\n" +
+	" \x01(\v2\x19.bc.node.v1.SandboxReportH\x00R\rsandboxReport\x12?\n" +
+	"\rhelper_events\x18\v \x01(\v2\x18.bc.node.v1.HelperEventsH\x00R\fhelperEventsB\x05\n" +
+	"\x03msg\"\x96\x04\n" +
 	"\rServerMessage\x12/\n" +
 	"\awelcome\x18\x01 \x01(\v2\x13.bc.node.v1.WelcomeH\x00R\awelcome\x125\n" +
 	"\acommand\x18\x02 \x01(\v2\x19.bc.node.v1.SignedCommandH\x00R\acommand\x12)\n" +
@@ -3020,7 +3254,8 @@ const file_node_proto_rawDesc = "" +
 	"sandboxAck\x129\n" +
 	"\vtunnel_open\x18\v \x01(\v2\x16.bc.node.v1.TunnelOpenH\x00R\n" +
 	"tunnelOpen\x12;\n" +
-	"\vrevocations\x18\f \x01(\v2\x17.bc.node.v1.RevocationsH\x00R\vrevocationsB\x05\n" +
+	"\vrevocations\x18\f \x01(\v2\x17.bc.node.v1.RevocationsH\x00R\vrevocations\x12I\n" +
+	"\x11helper_events_ack\x18\x0e \x01(\v2\x1b.bc.node.v1.HelperEventsAckH\x00R\x0fhelperEventsAckB\x05\n" +
 	"\x03msg\"z\n" +
 	"\n" +
 	"TunnelOpen\x12\x1b\n" +
@@ -3185,7 +3420,20 @@ const file_node_proto_rawDesc = "" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x13\n" +
-	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"1\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"k\n" +
+	"\fHelperEvents\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12/\n" +
+	"\x06events\x18\x02 \x03(\v2\x17.bc.node.v1.HelperEventR\x06events\x12\x18\n" +
+	"\adropped\x18\x03 \x01(\rR\adropped\"\x82\x01\n" +
+	"\vHelperEvent\x12\x13\n" +
+	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x10\n" +
+	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\rR\x03uid\x12\x0e\n" +
+	"\x02op\x18\x04 \x01(\tR\x02op\x12\x12\n" +
+	"\x04code\x18\x05 \x01(\tR\x04code\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"#\n" +
+	"\x0fHelperEventsAck\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\"1\n" +
 	"\x10SandboxReportAck\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x96\x02\n" +
@@ -3231,7 +3479,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_node_proto_goTypes = []any{
 	(*BundleRequest)(nil),       // 0: bc.node.v1.BundleRequest
 	(*SignedTrustBundle)(nil),   // 1: bc.node.v1.SignedTrustBundle
@@ -3269,12 +3517,15 @@ var file_node_proto_goTypes = []any{
 	(*SecretResponse)(nil),      // 33: bc.node.v1.SecretResponse
 	(*SandboxReport)(nil),       // 34: bc.node.v1.SandboxReport
 	(*SandboxReportBody)(nil),   // 35: bc.node.v1.SandboxReportBody
-	(*SandboxReportAck)(nil),    // 36: bc.node.v1.SandboxReportAck
-	(*RevocationBody)(nil),      // 37: bc.node.v1.RevocationBody
-	(*SignedRevocation)(nil),    // 38: bc.node.v1.SignedRevocation
-	(*Revocations)(nil),         // 39: bc.node.v1.Revocations
-	nil,                         // 40: bc.node.v1.Hello.LabelsEntry
-	(*SignedTicket)(nil),        // 41: bc.node.v1.SignedTicket
+	(*HelperEvents)(nil),        // 36: bc.node.v1.HelperEvents
+	(*HelperEvent)(nil),         // 37: bc.node.v1.HelperEvent
+	(*HelperEventsAck)(nil),     // 38: bc.node.v1.HelperEventsAck
+	(*SandboxReportAck)(nil),    // 39: bc.node.v1.SandboxReportAck
+	(*RevocationBody)(nil),      // 40: bc.node.v1.RevocationBody
+	(*SignedRevocation)(nil),    // 41: bc.node.v1.SignedRevocation
+	(*Revocations)(nil),         // 42: bc.node.v1.Revocations
+	nil,                         // 43: bc.node.v1.Hello.LabelsEntry
+	(*SignedTicket)(nil),        // 44: bc.node.v1.SignedTicket
 }
 var file_node_proto_depIdxs = []int32{
 	2,  // 0: bc.node.v1.SignedTrustBundle.other_signatures:type_name -> bc.node.v1.JoinKeySignature
@@ -3284,46 +3535,49 @@ var file_node_proto_depIdxs = []int32{
 	27, // 4: bc.node.v1.NodeMessage.update:type_name -> bc.node.v1.CommandUpdate
 	30, // 5: bc.node.v1.NodeMessage.ping:type_name -> bc.node.v1.Ping
 	34, // 6: bc.node.v1.NodeMessage.sandbox_report:type_name -> bc.node.v1.SandboxReport
-	17, // 7: bc.node.v1.ServerMessage.welcome:type_name -> bc.node.v1.Welcome
-	25, // 8: bc.node.v1.ServerMessage.command:type_name -> bc.node.v1.SignedCommand
-	29, // 9: bc.node.v1.ServerMessage.ack:type_name -> bc.node.v1.UpdateAck
-	30, // 10: bc.node.v1.ServerMessage.ping:type_name -> bc.node.v1.Ping
-	20, // 11: bc.node.v1.ServerMessage.approver_sets:type_name -> bc.node.v1.ApproverSets
-	36, // 12: bc.node.v1.ServerMessage.sandbox_ack:type_name -> bc.node.v1.SandboxReportAck
-	9,  // 13: bc.node.v1.ServerMessage.tunnel_open:type_name -> bc.node.v1.TunnelOpen
-	39, // 14: bc.node.v1.ServerMessage.revocations:type_name -> bc.node.v1.Revocations
-	41, // 15: bc.node.v1.TunnelOpen.ticket:type_name -> bc.node.v1.SignedTicket
-	12, // 16: bc.node.v1.TunnelFrame.hello:type_name -> bc.node.v1.TunnelHello
-	11, // 17: bc.node.v1.TunnelFrame.resize:type_name -> bc.node.v1.TunnelResize
-	40, // 18: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
-	14, // 19: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
-	15, // 20: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
-	16, // 21: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
-	21, // 22: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
-	18, // 23: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
-	21, // 24: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
-	22, // 25: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
-	22, // 26: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
-	23, // 27: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
-	24, // 28: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
-	38, // 29: bc.node.v1.Revocations.entries:type_name -> bc.node.v1.SignedRevocation
-	0,  // 30: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
-	3,  // 31: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
-	5,  // 32: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
-	7,  // 33: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
-	31, // 34: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
-	10, // 35: bc.node.v1.Gateway.Tunnel:input_type -> bc.node.v1.TunnelFrame
-	1,  // 36: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
-	4,  // 37: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
-	6,  // 38: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
-	8,  // 39: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
-	33, // 40: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
-	10, // 41: bc.node.v1.Gateway.Tunnel:output_type -> bc.node.v1.TunnelFrame
-	36, // [36:42] is the sub-list for method output_type
-	30, // [30:36] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	36, // 7: bc.node.v1.NodeMessage.helper_events:type_name -> bc.node.v1.HelperEvents
+	17, // 8: bc.node.v1.ServerMessage.welcome:type_name -> bc.node.v1.Welcome
+	25, // 9: bc.node.v1.ServerMessage.command:type_name -> bc.node.v1.SignedCommand
+	29, // 10: bc.node.v1.ServerMessage.ack:type_name -> bc.node.v1.UpdateAck
+	30, // 11: bc.node.v1.ServerMessage.ping:type_name -> bc.node.v1.Ping
+	20, // 12: bc.node.v1.ServerMessage.approver_sets:type_name -> bc.node.v1.ApproverSets
+	39, // 13: bc.node.v1.ServerMessage.sandbox_ack:type_name -> bc.node.v1.SandboxReportAck
+	9,  // 14: bc.node.v1.ServerMessage.tunnel_open:type_name -> bc.node.v1.TunnelOpen
+	42, // 15: bc.node.v1.ServerMessage.revocations:type_name -> bc.node.v1.Revocations
+	38, // 16: bc.node.v1.ServerMessage.helper_events_ack:type_name -> bc.node.v1.HelperEventsAck
+	44, // 17: bc.node.v1.TunnelOpen.ticket:type_name -> bc.node.v1.SignedTicket
+	12, // 18: bc.node.v1.TunnelFrame.hello:type_name -> bc.node.v1.TunnelHello
+	11, // 19: bc.node.v1.TunnelFrame.resize:type_name -> bc.node.v1.TunnelResize
+	43, // 20: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
+	14, // 21: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
+	15, // 22: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
+	16, // 23: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
+	21, // 24: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
+	18, // 25: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
+	21, // 26: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
+	22, // 27: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
+	22, // 28: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
+	23, // 29: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
+	24, // 30: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
+	37, // 31: bc.node.v1.HelperEvents.events:type_name -> bc.node.v1.HelperEvent
+	41, // 32: bc.node.v1.Revocations.entries:type_name -> bc.node.v1.SignedRevocation
+	0,  // 33: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
+	3,  // 34: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
+	5,  // 35: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
+	7,  // 36: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
+	31, // 37: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
+	10, // 38: bc.node.v1.Gateway.Tunnel:input_type -> bc.node.v1.TunnelFrame
+	1,  // 39: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
+	4,  // 40: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
+	6,  // 41: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
+	8,  // 42: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
+	33, // 43: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
+	10, // 44: bc.node.v1.Gateway.Tunnel:output_type -> bc.node.v1.TunnelFrame
+	39, // [39:45] is the sub-list for method output_type
+	33, // [33:39] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -3337,6 +3591,7 @@ func file_node_proto_init() {
 		(*NodeMessage_Update)(nil),
 		(*NodeMessage_Ping)(nil),
 		(*NodeMessage_SandboxReport)(nil),
+		(*NodeMessage_HelperEvents)(nil),
 	}
 	file_node_proto_msgTypes[8].OneofWrappers = []any{
 		(*ServerMessage_Welcome)(nil),
@@ -3347,6 +3602,7 @@ func file_node_proto_init() {
 		(*ServerMessage_SandboxAck)(nil),
 		(*ServerMessage_TunnelOpen)(nil),
 		(*ServerMessage_Revocations)(nil),
+		(*ServerMessage_HelperEventsAck)(nil),
 	}
 	file_node_proto_msgTypes[10].OneofWrappers = []any{
 		(*TunnelFrame_Hello)(nil),
@@ -3362,7 +3618,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
