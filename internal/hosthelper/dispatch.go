@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
+	"time"
 
 	"github.com/bettercompute/bettercompute/internal/hosthelper/helperwire"
 )
@@ -77,9 +79,14 @@ func (s *Server) answer(c *net.UnixConn, caller Caller, op string, result json.R
 	}
 	s.record(caller, op, ref)
 	b, _ := json.Marshal(resp)
+	_ = c.SetDeadline(time.Now().Add(s.cfg.ReadTimeout)) // a fresh bound for the answer
 	if _, err := c.Write(b); err == nil {
 		_ = c.CloseWrite()
 	}
+	// Discard, unparsed and bounded, what a refused caller still sent: a
+	// Unix socket closed with unread input resets the peer, which would
+	// lose the answer before the caller reads it.
+	_, _ = io.Copy(io.Discard, io.LimitReader(c, helperwire.MaxRequest+1))
 }
 
 // record logs one outcome and keeps it as an event. A successful

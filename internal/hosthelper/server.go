@@ -200,7 +200,6 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		op = req.Op
 		_ = uc.SetDeadline(time.Time{}) // the operation's own time is its ctx's
 		result, ref = s.dispatch(ctx, p.Caller, req)
-		_ = uc.SetDeadline(time.Now().Add(s.cfg.ReadTimeout))
 	}
 	s.answer(uc, p.Caller, op, result, ref)
 }
