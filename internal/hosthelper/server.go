@@ -14,6 +14,7 @@ package hosthelper
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -227,4 +228,14 @@ func readRequest(c *net.UnixConn) ([]byte, *helperwire.Refusal) {
 		return nil, refuse(helperwire.CodeMalformed, "request not received")
 	}
 	return b, nil
+}
+
+// ParsePin parses a pinned executable's SHA-256 written as 64 hex digits.
+func ParsePin(s string) ([sha256.Size]byte, error) {
+	var pin [sha256.Size]byte
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != sha256.Size {
+		return pin, fmt.Errorf("executable pin %q: want 64 hex digits (a SHA-256)", s)
+	}
+	return [sha256.Size]byte(b), nil
 }
