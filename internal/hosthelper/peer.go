@@ -65,6 +65,19 @@ func (p peer) close() {
 // exeCheck decides whether an executable is an installed bcd: the helper's
 // own executable (same device and inode, or same SHA-256) or one whose
 // SHA-256 is pinned in the config.
+//
+// Residual risk: the executable check is defence in depth, not the
+// boundary; the uid/gid check (first, from the kernel) is. A process that
+// already runs as the node account can defeat the executable check: it
+// can connect, write its request, then execve an installed bcd (the
+// socket inherited across the exec) so that /proc/<pid>/exe names bcd
+// when the helper looks; or ptrace a running bcd of the same uid. The
+// helper narrows this (it checks the executable when the connection is
+// accepted, before reading, and again after the request is read, and its
+// pidfd check rules out a reused pid) but cannot close it: an attacker with
+// the node's uid can do what bcd node can. What the check does stop is a
+// different program run as the node account by mistake or by a confused
+// deputy (a script, a shell, a tool) talking to the helper directly.
 type exeCheck struct {
 	self    fileID
 	selfF   string // path the helper's own executable is hashed from
