@@ -24,7 +24,7 @@ func TestHelperRefusesCallerOfAnotherUID(t *testing.T) {
 	} {
 		o, pid := runAs(t, f, f.exe, cred, ping)
 		if o.Code != helperwire.CodePeerUID {
-			t.Fatalf("uid %d gid %d: got %+v, want code %s", cred.Uid, cred.Gid, o, helperwire.CodePeerUID)
+			t.Fatalf("uid %d gid %d: got code %q result %s err %q, want code %s", cred.Uid, cred.Gid, o.Code, o.Result, o.Err, helperwire.CodePeerUID)
 		}
 		if !strings.Contains(f.log.String(), `"pid":`+itoa(pid)) {
 			t.Fatalf("refusal of pid %d not logged: %s", pid, f.log.String())
@@ -38,7 +38,7 @@ func TestHelperRefusesCallerWhoseExeIsNotBcd(t *testing.T) {
 	f := newFixture(t, nil, nil)
 	resp := runPython(t, f, `{"version":1,"op":"ping"}`)
 	if resp.Code != helperwire.CodePeerExe {
-		t.Fatalf("python as the node account: got %+v, want code %s", resp, helperwire.CodePeerExe)
+		t.Fatalf("python as the node account: got code %q result %s, want code %s", resp.Code, resp.Result, helperwire.CodePeerExe)
 	}
 }
 

@@ -43,7 +43,7 @@ func TestHelperRefusesBadRequests(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if got := rawCall(t, f.sock, c.body); got.Code != c.code {
-				t.Fatalf("got %+v, want code %s", got, c.code)
+				t.Fatalf("got code %q reason %q result %s, want code %s", got.Code, got.Reason, got.Result, c.code)
 			}
 		})
 	}
