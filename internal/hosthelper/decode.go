@@ -9,7 +9,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/hosthelper/helperwire"
 )
 
-// knownOps are the operations of the wire contract; any other op is refused
+// knownOp reports whether op is an operation of the wire contract; any other op is refused
 // CodeUnknownOp before dispatch.
 func knownOp(op string) bool {
 	switch op {
