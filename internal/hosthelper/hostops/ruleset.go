@@ -130,7 +130,7 @@ func identRuns(w string) []string {
 // at the top level that is not [verb] object [family] table ... for an
 // owned table (so no bare rule, list, monitor, reset, rename or ct
 // command, and no table, chain, set, ... of another table or family); and
-// the word table inside a block. Blocks and the rest of a statement are
+// the word table anywhere but as a statement's object. Blocks and the rest of a statement are
 // otherwise free: inside an owned table, chains, sets, jumps and @set
 // references resolve within that table.
 func CheckRuleset(script string, owned []Table) error {
@@ -141,30 +141,33 @@ func CheckRuleset(script string, owned []Table) error {
 	if err != nil {
 		return err
 	}
-	depth, start := 0, true
+	depth, start, object := 0, true, -1
 	for i, t := range toks {
-		if err := checkWord(t, depth); err != nil {
+		sep := !t.str && (t.text == "\n" || t.text == ";")
+		brace := !t.str && (t.text == "{" || t.text == "}")
+		if depth == 0 && start && !sep {
+			if t.str || brace {
+				return refuse(helperwire.CodeRuleset, "line %d: a statement must start with a command, not %q", t.line, t.text)
+			}
+			off, err := checkStatement(toks[i:], owned)
+			if err != nil {
+				return err
+			}
+			object, start = i+off, false
+		}
+		if err := checkWord(t, i == object); err != nil {
 			return err
 		}
 		switch {
-		case t.text == "\n" && !t.str || t.text == ";" && !t.str:
+		case sep:
 			start = start || depth == 0
-			continue
-		case depth == 0 && start && (t.str || t.text == "{" || t.text == "}"):
-			return refuse(helperwire.CodeRuleset, "line %d: a statement must start with a command, not %q", t.line, t.text)
-		case t.str:
-		case t.text == "{":
+		case brace && t.text == "{":
 			depth++
-		case t.text == "}":
+		case brace:
 			if err := closeBlock(toks, i, &depth); err != nil {
 				return err
 			}
-		case depth == 0 && start:
-			if err := checkStatement(toks[i:], owned); err != nil {
-				return err
-			}
 		}
-		start = false
 	}
 	if depth != 0 {
 		return refuse(helperwire.CodeRuleset, "unclosed '{' at the end")
@@ -191,8 +194,8 @@ func closeBlock(toks []token, i int, depth *int) error {
 }
 
 // checkWord refuses a forbidden word, a variable, and the word table
-// inside a block.
-func checkWord(t token, depth int) error {
+// anywhere but as the object of a top-level statement (isObject).
+func checkWord(t token, isObject bool) error {
 	if t.str {
 		return nil
 	}
@@ -203,8 +206,8 @@ func checkWord(t token, depth int) error {
 		if slices.Contains(forbidden, r) {
 			return refuse(helperwire.CodeRuleset, "line %d: %q is refused", t.line, r)
 		}
-		if r == "table" && depth > 0 {
-			return refuse(helperwire.CodeRuleset, "line %d: \"table\" inside a block", t.line)
+		if r == "table" && !isObject {
+			return refuse(helperwire.CodeRuleset, "line %d: \"table\" only starts a statement", t.line)
 		}
 	}
 	return nil
@@ -212,8 +215,9 @@ func checkWord(t token, depth int) error {
 
 // checkStatement checks the head of a top-level statement: an optional
 // verb, an object, an optional family (ip when absent) and a table name,
-// all plain words, naming an owned table.
-func checkStatement(toks []token, owned []Table) error {
+// all plain words, naming an owned table. It returns the object's index
+// in toks.
+func checkStatement(toks []token, owned []Table) (int, error) {
 	words := make([]token, 0, 4)
 	for _, t := range toks {
 		if len(words) == 4 || t.str || strings.ContainsAny(t.text, "{};\n") {
@@ -221,12 +225,12 @@ func checkStatement(toks []token, owned []Table) error {
 		}
 		words = append(words, t)
 	}
-	line := toks[0].line
+	line, object := toks[0].line, 0
 	if len(words) > 0 && slices.Contains(verbs, words[0].text) {
-		words = words[1:]
+		words, object = words[1:], 1
 	}
 	if len(words) == 0 || !slices.Contains(objects, words[0].text) {
-		return refuse(helperwire.CodeRuleset, "line %d: %q is not a command on a table", line, toks[0].text)
+		return 0, refuse(helperwire.CodeRuleset, "line %d: %q is not a command on a table", line, toks[0].text)
 	}
 	obj, words := words[0].text, words[1:]
 	tb := Table{Family: defaultFamily}
@@ -234,13 +238,13 @@ func checkStatement(toks []token, owned []Table) error {
 		tb.Family, words = words[0].text, words[1:]
 	}
 	if len(words) == 0 {
-		return refuse(helperwire.CodeRuleset, "line %d: %s without a table name", line, obj)
+		return 0, refuse(helperwire.CodeRuleset, "line %d: %s without a table name", line, obj)
 	}
 	tb.Name = words[0].text
 	if !slices.Contains(owned, tb) {
-		return refuse(helperwire.CodeRuleset, "line %d: table %s %s is not one of bcd's", line, tb.Family, tb.Name)
+		return 0, refuse(helperwire.CodeRuleset, "line %d: table %s %s is not one of bcd's", line, tb.Family, tb.Name)
 	}
-	return nil
+	return object, nil
 }
 
 // ApplyRuleset checks script against o.Owned (CheckRuleset), then loads
