@@ -83,6 +83,7 @@ func TestCheckRulesetRefuses(t *testing.T) {
 		"add ct helper inet bcsandbox h { type \"ftp\" protocol tcp; }",
 		"inet bcsandbox input drop",
 		"table inet bcsandbox { } delete table ip filter",
+		"table inet bcsandbox { } add chain ip filter x",
 		"table inet bcsandbox { chain c { } } table ip filter { }",
 		"table inet bcsandbox { table ip filter { } }",
 		"table inet \"bcsandbox\" { }",
