@@ -167,8 +167,8 @@ func TestDestructiveNeedsQuorum(t *testing.T) {
 				t.Fatal(err)
 			}
 			ag := client.New(e.Client.BaseURL, key)
-			ab, err := ag.CreateBatch(ctx, leavesFor("gpu.reset", nil, true, a.NodeID()), time.Hour)
-			wantCode(t, err, "INVALID_INPUT") // gpu.reset is not a defined kind yet
+			ab, err := ag.CreateBatch(ctx, leavesFor("gpu.flash", nil, true, a.NodeID()), time.Hour)
+			wantCode(t, err, "INVALID_INPUT") // gpu.flash is not a defined kind
 			ab, err = ag.CreateBatch(ctx, leavesFor("node.reboot", nil, true, b.NodeID()), time.Hour)
 			if err != nil {
 				t.Fatal(err)

@@ -31,11 +31,14 @@ const (
 	// makes it; payload sshca.Access: the CA, the accounts, the revoked
 	// serials and a generation the node never goes back from).
 	SSHAccess = "ssh.access"
+	// GPUReset resets one GPU of the machine's own inventory (payload
+	// {"gpu":"<id>"}); destructive: it kills whatever runs on that GPU.
+	GPUReset = "gpu.reset"
 )
 
 // byRole lists the kinds each certificate role accepts.
 var byRole = map[string][]string{
-	pki.RoleNode:       {NodePing, DiagRun, NodeReboot, DiskWipe, SecretDigest, SandboxCreate, SandboxExec, SandboxUpdate, SandboxDelete, SSHAccess},
+	pki.RoleNode:       {NodePing, DiagRun, NodeReboot, DiskWipe, SecretDigest, SandboxCreate, SandboxExec, SandboxUpdate, SandboxDelete, SSHAccess, GPUReset},
 	pki.RoleRamdisk:    {NodePing, DiagRun, DiskWipe},
 	pki.RoleSite:       {NodePing},
 	pki.RoleNodeTenant: {NodePing, DiagRun},
@@ -70,7 +73,7 @@ func Owner(kind string) string {
 }
 
 // destructive kinds change or destroy a machine's state.
-var destructive = []string{NodeReboot, DiskWipe, "gpu.reset"}
+var destructive = []string{NodeReboot, DiskWipe, GPUReset}
 
 // Known reports whether kind is defined at all.
 func Known(kind string) bool {

@@ -88,3 +88,24 @@ func TestSimWipeRefusesUnknownDisk(t *testing.T) {
 		t.Fatalf("got %v, want unknown-disk", err)
 	}
 }
+
+// TestSimGPUReset: gpu.reset resets a GPU of the simulated inventory (each
+// with a PCI address) and refuses one it does not have with "gpu-unknown".
+func TestSimGPUReset(t *testing.T) {
+	s := NewSim("s")
+	for _, g := range s.Inventory().Gpus {
+		if g.PciAddress == "" {
+			t.Fatalf("%s has no PCI address", g.Id)
+		}
+	}
+	out, err := s.Run(context.Background(), "gpu.reset", []byte(`{"gpu":"gpu1"}`))
+	if err != nil || string(out) != `{"reset":"gpu1","resets":1}` {
+		t.Fatalf("gpu.reset gpu1: %s %v", out, err)
+	}
+	if _, err := s.Run(context.Background(), "gpu.reset", []byte(`{"gpu":"gpu99"}`)); err == nil || err.Error() != "gpu-unknown" {
+		t.Fatalf("got %v, want gpu-unknown", err)
+	}
+	if _, err := s.Run(context.Background(), "gpu.reset", []byte(`{`)); err == nil || err.Error() != "payload-invalid" {
+		t.Fatalf("got %v, want payload-invalid", err)
+	}
+}

@@ -11,20 +11,21 @@ import (
 )
 
 // Sim is a simulated GPU machine: 64 CPUs, 8 GPUs and 2 NVMe disks. It keeps
-// the effects of destructive kinds (a reboot count, wiped disks) so tests
-// can see that a command ran, and how many times.
+// the effects of destructive kinds (a reboot count, wiped disks, GPU
+// resets) so tests can see that a command ran, and how many times.
 type Sim struct {
 	hostname string
 
 	mu      sync.Mutex
 	reboots int
+	resets  map[string]int
 	wiped   map[string]int
 	runs    map[string]int
 }
 
 // NewSim returns a simulated machine called hostname.
 func NewSim(hostname string) *Sim {
-	return &Sim{hostname: hostname, wiped: map[string]int{}, runs: map[string]int{}}
+	return &Sim{hostname: hostname, resets: map[string]int{}, wiped: map[string]int{}, runs: map[string]int{}}
 }
 
 // Name returns "sim".
@@ -34,7 +35,7 @@ func (s *Sim) Name() string { return "sim" }
 func (s *Sim) Inventory() *nodev1.Inventory {
 	inv := &nodev1.Inventory{Driver: "sim", Hostname: s.hostname, Cpus: 64, MemoryBytes: 512 << 30}
 	for i := 0; i < 8; i++ {
-		inv.Gpus = append(inv.Gpus, &nodev1.Gpu{Id: fmt.Sprintf("gpu%d", i), Model: "SIM-H100", MemoryBytes: 80 << 30})
+		inv.Gpus = append(inv.Gpus, &nodev1.Gpu{Id: fmt.Sprintf("gpu%d", i), Model: "SIM-H100", MemoryBytes: 80 << 30, PciAddress: fmt.Sprintf("0000:%02x:00.0", 0x18+i)})
 	}
 	for i := 0; i < 2; i++ {
 		inv.Disks = append(inv.Disks, &nodev1.Disk{Id: fmt.Sprintf("nvme%dn1", i), Model: "SIM-NVME", SizeBytes: 4 << 40})
@@ -72,6 +73,8 @@ func (s *Sim) Run(ctx context.Context, kind string, payload []byte) ([]byte, err
 	case kinds.NodeReboot:
 		s.reboots++
 		return json.Marshal(map[string]any{"rebooted": true, "reboots": s.reboots})
+	case kinds.GPUReset:
+		return s.resetGPU(payload)
 	case kinds.DiskWipe:
 		var p struct {
 			Disks []string `json:"disks"`
@@ -94,4 +97,23 @@ func (s *Sim) Run(ctx context.Context, kind string, payload []byte) ([]byte, err
 	default:
 		return nil, ErrUnsupported
 	}
+}
+
+// resetGPU runs gpu.reset: payload {"gpu":"<id>"} naming one of the
+// simulated GPUs, else the error "gpu-unknown" (or "payload-invalid").
+// The caller holds s.mu.
+func (s *Sim) resetGPU(payload []byte) ([]byte, error) {
+	var p struct {
+		GPU string `json:"gpu"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return nil, fmt.Errorf("payload-invalid")
+	}
+	for _, g := range s.Inventory().Gpus {
+		if g.Id == p.GPU {
+			s.resets[p.GPU]++
+			return json.Marshal(map[string]any{"reset": p.GPU, "resets": s.resets[p.GPU]})
+		}
+	}
+	return nil, fmt.Errorf("gpu-unknown")
 }

@@ -1242,10 +1242,14 @@ func (x *Inventory) GetDisks() []*Disk {
 }
 
 type Gpu struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
-	MemoryBytes   int64                  `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Model       string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	MemoryBytes int64                  `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// pci_address is the GPU's PCI address (domain:bus:device.function, as
+	// under /sys/bus/pci/devices), from the host's own inventory: the root
+	// helper resets a GPU by this address, never by one a request names.
+	PciAddress    string `protobuf:"bytes,4,opt,name=pci_address,json=pciAddress,proto3" json:"pci_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1299,6 +1303,13 @@ func (x *Gpu) GetMemoryBytes() int64 {
 		return x.MemoryBytes
 	}
 	return 0
+}
+
+func (x *Gpu) GetPciAddress() string {
+	if x != nil {
+		return x.PciAddress
+	}
+	return ""
 }
 
 type Disk struct {
@@ -3292,11 +3303,13 @@ const file_node_proto_rawDesc = "" +
 	"\x04cpus\x18\x03 \x01(\x05R\x04cpus\x12!\n" +
 	"\fmemory_bytes\x18\x04 \x01(\x03R\vmemoryBytes\x12#\n" +
 	"\x04gpus\x18\x05 \x03(\v2\x0f.bc.node.v1.GpuR\x04gpus\x12&\n" +
-	"\x05disks\x18\x06 \x03(\v2\x10.bc.node.v1.DiskR\x05disks\"N\n" +
+	"\x05disks\x18\x06 \x03(\v2\x10.bc.node.v1.DiskR\x05disks\"o\n" +
 	"\x03Gpu\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12!\n" +
-	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\"K\n" +
+	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\x12\x1f\n" +
+	"\vpci_address\x18\x04 \x01(\tR\n" +
+	"pciAddress\"K\n" +
 	"\x04Disk\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1d\n" +
