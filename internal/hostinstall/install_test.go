@@ -3,8 +3,8 @@ package hostinstall
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -223,9 +223,13 @@ func TestDoctorFindsPlantedProblems(t *testing.T) {
 		{"bcd in tss", func(t *testing.T, dir string) { appendTo(t, filepath.Join(dir, "etc/group"), "tss:x:105:other,bcd\n") }, FindGroupRootEquiv},
 		{"bcd in a gid 0 group", func(t *testing.T, dir string) { appendTo(t, filepath.Join(dir, "etc/group"), "toor:x:0:bcd\n") }, FindGroupRootEquiv},
 		{"bcd in another group", func(t *testing.T, dir string) { appendTo(t, filepath.Join(dir, "etc/group"), "audio:x:29:bcd\n") }, FindGroupSupplementary},
-		{"another user in bcd", func(t *testing.T, dir string) { replaceIn(t, filepath.Join(dir, "etc/group"), "bcd:x:999:", "bcd:x:999:alice") }, FindGroupShared},
+		{"another user in bcd", func(t *testing.T, dir string) {
+			replaceIn(t, filepath.Join(dir, "etc/group"), "bcd:x:999:", "bcd:x:999:alice")
+		}, FindGroupShared},
 		{"bcd primary group root", func(t *testing.T, dir string) { replaceIn(t, filepath.Join(dir, "etc/passwd"), ":999:999:", ":999:0:") }, FindAccountRoot},
-		{"bcd with a shell", func(t *testing.T, dir string) { replaceIn(t, filepath.Join(dir, "etc/passwd"), "/usr/sbin/nologin", "/bin/sh") }, FindAccountLogin},
+		{"bcd with a shell", func(t *testing.T, dir string) {
+			replaceIn(t, filepath.Join(dir, "etc/passwd"), "/usr/sbin/nologin", "/bin/sh")
+		}, FindAccountLogin},
 		{"missing pin", func(t *testing.T, dir string) {
 			replaceIn(t, filepath.Join(dir, ConfigPath), "command_root_sha256 = ['"+testRoot+"']\n", "")
 		}, FindRootsUnpinned},
