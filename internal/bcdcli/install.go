@@ -58,7 +58,7 @@ func installCmd() *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&unprivileged, "unprivileged", false, "run bcd node as the bcd account, with bcd helper as root (required)")
-	c.Flags().StringVar(&o.Root, "root", "", "install under this directory instead of / (tests, packaging)")
+	c.Flags().StringVar(&o.Root, "root", "", "install under this directory instead of / (tests, packaging)") // archtest:not-tenant (a flag name)
 	c.Flags().StringArrayVar(&o.CommandRootSHA256, "command-root-sha256", nil, "SHA-256 (hex) of a command-signing root certificate's DER to pin (repeatable)")
 	c.Flags().StringVar(&o.Bin, "bin", "", "a bcd binary to install as /usr/local/bin/bcd and pin in exe_sha256")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
@@ -100,7 +100,7 @@ func doctorCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&o.Root, "root", "", "check the install under this directory instead of /")
+	c.Flags().StringVar(&o.Root, "root", "", "check the install under this directory instead of /") // archtest:not-tenant (a flag name)
 	c.Flags().BoolVar(&asJSON, "json", false, "print the findings as JSON")
 	return c
 }

@@ -53,7 +53,7 @@ const (
 //   - tss: the TPM, whose commands the kernel does not filter (clear it,
 //     change its authorization), breaking root's sealed secrets.
 func RootEquivalentGroups() []string {
-	return []string{"root", "sudo", "wheel", "admin", "adm", "systemd-journal", "disk", "kmem", "shadow",
+	return []string{"root", "sudo", "wheel", "admin", "adm", "systemd-journal", "disk", "kmem", "shadow", // archtest:not-tenant (a group name)
 		"staff", "docker", "lxd", "incus-admin", "libvirt", "kvm", "tss"}
 }
 

@@ -207,7 +207,7 @@ func (c Config) Validate() error {
 // validUser accepts a lower-case account name of at most 32 bytes that
 // starts with a letter or '_', as useradd's default rule, and is not root.
 func validUser(u string) bool {
-	if u == "" || len(u) > 32 || u == "root" {
+	if u == "" || len(u) > 32 || u == "root" { // archtest:not-tenant (an account name)
 		return false
 	}
 	for i, r := range u {
