@@ -64,6 +64,7 @@ type Finding struct {
 	Detail string `json:"detail"`
 }
 
+// String is the finding as doctor prints it: CODE: PATH: detail.
 func (f Finding) String() string {
 	if f.Path == "" {
 		return f.Code + ": " + f.Detail

@@ -172,6 +172,7 @@ func helperConfig(o Options, exeSum string) (helperconfig.Config, error) {
 	if exeSum != "" && !contains(cfg.ExeSHA256, exeSum) {
 		cfg.ExeSHA256 = append(cfg.ExeSHA256, exeSum)
 	}
+	// The units name this socket and account, so the file must too.
 	cfg.Socket, cfg.NodeUser = HelperSocket, NodeUser
 	// Parse lower-cases and validates what the file will hold.
 	return helperconfig.Parse(cfg.Encode())
