@@ -55,6 +55,7 @@ func NewRoot(stdin io.Reader) *cobra.Command {
 	root := &cobra.Command{Use: "bcd", Short: "bcd: the Better Compute node daemon", SilenceUsage: true, SilenceErrors: true}
 	root.AddCommand(joinCmd(stdin), nodeCmd(), sshdConfigCmd(), simulateCmd(), egresscmd.NewEgressCommand(), egresscmd.NewProxyCommand())
 	root.AddCommand(helperCmd())
+	root.AddCommand(installCmds()...)
 	buildinfo.AddVersionFlag(root)
 	clisafe.GuardArgs(root)
 	return root
