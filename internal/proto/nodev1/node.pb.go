@@ -547,6 +547,7 @@ type ServerMessage struct {
 	//	*ServerMessage_SandboxAck
 	//	*ServerMessage_TunnelOpen
 	//	*ServerMessage_Revocations
+	//	*ServerMessage_DesiredState
 	Msg           isServerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -661,6 +662,15 @@ func (x *ServerMessage) GetRevocations() *Revocations {
 	return nil
 }
 
+func (x *ServerMessage) GetDesiredState() *SignedDesiredState {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerMessage_DesiredState); ok {
+			return x.DesiredState
+		}
+	}
+	return nil
+}
+
 type isServerMessage_Msg interface {
 	isServerMessage_Msg()
 }
@@ -700,6 +710,14 @@ type ServerMessage_Revocations struct {
 	Revocations *Revocations `protobuf:"bytes,12,opt,name=revocations,proto3,oneof"`
 }
 
+type ServerMessage_DesiredState struct {
+	// The node's desired state, signed by a worker: sent right after
+	// Welcome on every session. The node verifies it and keeps the last
+	// verified one; the root helper checks it again on every operation
+	// that changes the host.
+	DesiredState *SignedDesiredState `protobuf:"bytes,13,opt,name=desired_state,json=desiredState,proto3,oneof"`
+}
+
 func (*ServerMessage_Welcome) isServerMessage_Msg() {}
 
 func (*ServerMessage_Command) isServerMessage_Msg() {}
@@ -715,6 +733,8 @@ func (*ServerMessage_SandboxAck) isServerMessage_Msg() {}
 func (*ServerMessage_TunnelOpen) isServerMessage_Msg() {}
 
 func (*ServerMessage_Revocations) isServerMessage_Msg() {}
+
+func (*ServerMessage_DesiredState) isServerMessage_Msg() {}
 
 // TunnelOpen asks the node to open one tunnel: a Tunnel stream whose
 // TunnelHello names tunnel_id, with bytes to and from 127.0.0.1:<port>,
@@ -2972,6 +2992,217 @@ func (x *Revocations) GetEntries() []*SignedRevocation {
 	return nil
 }
 
+// DesiredState is what a worker signs about one node's host: the host
+// section (role and kinds the root helper allows) under a generation that
+// increases whenever the host section changes. The node and the root
+// helper refuse a generation older than one they hold.
+type DesiredState struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	NodeId     string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Generation uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// trust_domain names the deployment whose workers signed.
+	TrustDomain string `protobuf:"bytes,3,opt,name=trust_domain,json=trustDomain,proto3" json:"trust_domain,omitempty"`
+	// issued_at_ms is when the worker signed (unix milliseconds); the
+	// signer's certificate is verified at this time.
+	IssuedAtMs    int64        `protobuf:"varint,4,opt,name=issued_at_ms,json=issuedAtMs,proto3" json:"issued_at_ms,omitempty"`
+	Host          *HostSection `protobuf:"bytes,5,opt,name=host,proto3" json:"host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DesiredState) Reset() {
+	*x = DesiredState{}
+	mi := &file_node_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DesiredState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DesiredState) ProtoMessage() {}
+
+func (x *DesiredState) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DesiredState.ProtoReflect.Descriptor instead.
+func (*DesiredState) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *DesiredState) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DesiredState) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *DesiredState) GetTrustDomain() string {
+	if x != nil {
+		return x.TrustDomain
+	}
+	return ""
+}
+
+func (x *DesiredState) GetIssuedAtMs() int64 {
+	if x != nil {
+		return x.IssuedAtMs
+	}
+	return 0
+}
+
+func (x *DesiredState) GetHost() *HostSection {
+	if x != nil {
+		return x.Host
+	}
+	return nil
+}
+
+// HostSection is the part of a node's desired state the root helper acts
+// on: role and allowed_kinds decide which sandbox command kinds it runs
+// (allowed_kinds narrows the role's table when non-empty, as in Welcome).
+type HostSection struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Role          string                 `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	AllowedKinds  []string               `protobuf:"bytes,2,rep,name=allowed_kinds,json=allowedKinds,proto3" json:"allowed_kinds,omitempty"`
+	TunnelPorts   []uint32               `protobuf:"varint,3,rep,packed,name=tunnel_ports,json=tunnelPorts,proto3" json:"tunnel_ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostSection) Reset() {
+	*x = HostSection{}
+	mi := &file_node_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostSection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostSection) ProtoMessage() {}
+
+func (x *HostSection) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostSection.ProtoReflect.Descriptor instead.
+func (*HostSection) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *HostSection) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *HostSection) GetAllowedKinds() []string {
+	if x != nil {
+		return x.AllowedKinds
+	}
+	return nil
+}
+
+func (x *HostSection) GetTunnelPorts() []uint32 {
+	if x != nil {
+		return x.TunnelPorts
+	}
+	return nil
+}
+
+// SignedDesiredState is a DesiredState with its worker signature.
+type SignedDesiredState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// body is the exact signed bytes of a DesiredState.
+	Body []byte `protobuf:"bytes,1,opt,name=body,proto3" json:"body,omitempty"`
+	// signature is Ed25519 over "bc-desired-state-v1\x00" || body by the
+	// worker key.
+	Signature []byte `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	// signer_cert_der is the worker certificate the command-signing root issued.
+	SignerCertDer []byte `protobuf:"bytes,3,opt,name=signer_cert_der,json=signerCertDer,proto3" json:"signer_cert_der,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignedDesiredState) Reset() {
+	*x = SignedDesiredState{}
+	mi := &file_node_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignedDesiredState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignedDesiredState) ProtoMessage() {}
+
+func (x *SignedDesiredState) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignedDesiredState.ProtoReflect.Descriptor instead.
+func (*SignedDesiredState) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *SignedDesiredState) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *SignedDesiredState) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *SignedDesiredState) GetSignerCertDer() []byte {
+	if x != nil {
+		return x.SignerCertDer
+	}
+	return nil
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -3008,7 +3239,7 @@ const file_node_proto_rawDesc = "" +
 	"\x04ping\x18\x03 \x01(\v2\x10.bc.node.v1.PingH\x00R\x04ping\x12B\n" +
 	"\x0esandbox_report\x18\n" +
 	" \x01(\v2\x19.bc.node.v1.SandboxReportH\x00R\rsandboxReportB\x05\n" +
-	"\x03msg\"\xcb\x03\n" +
+	"\x03msg\"\x92\x04\n" +
 	"\rServerMessage\x12/\n" +
 	"\awelcome\x18\x01 \x01(\v2\x13.bc.node.v1.WelcomeH\x00R\awelcome\x125\n" +
 	"\acommand\x18\x02 \x01(\v2\x19.bc.node.v1.SignedCommandH\x00R\acommand\x12)\n" +
@@ -3020,7 +3251,8 @@ const file_node_proto_rawDesc = "" +
 	"sandboxAck\x129\n" +
 	"\vtunnel_open\x18\v \x01(\v2\x16.bc.node.v1.TunnelOpenH\x00R\n" +
 	"tunnelOpen\x12;\n" +
-	"\vrevocations\x18\f \x01(\v2\x17.bc.node.v1.RevocationsH\x00R\vrevocationsB\x05\n" +
+	"\vrevocations\x18\f \x01(\v2\x17.bc.node.v1.RevocationsH\x00R\vrevocations\x12E\n" +
+	"\rdesired_state\x18\r \x01(\v2\x1e.bc.node.v1.SignedDesiredStateH\x00R\fdesiredStateB\x05\n" +
 	"\x03msg\"z\n" +
 	"\n" +
 	"TunnelOpen\x12\x1b\n" +
@@ -3210,7 +3442,24 @@ const file_node_proto_rawDesc = "" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12&\n" +
 	"\x0fsigner_cert_der\x18\x03 \x01(\fR\rsignerCertDer\"E\n" +
 	"\vRevocations\x126\n" +
-	"\aentries\x18\x01 \x03(\v2\x1c.bc.node.v1.SignedRevocationR\aentries2\x8a\x03\n" +
+	"\aentries\x18\x01 \x03(\v2\x1c.bc.node.v1.SignedRevocationR\aentries\"\xb9\x01\n" +
+	"\fDesiredState\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\x12!\n" +
+	"\ftrust_domain\x18\x03 \x01(\tR\vtrustDomain\x12 \n" +
+	"\fissued_at_ms\x18\x04 \x01(\x03R\n" +
+	"issuedAtMs\x12+\n" +
+	"\x04host\x18\x05 \x01(\v2\x17.bc.node.v1.HostSectionR\x04host\"i\n" +
+	"\vHostSection\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12#\n" +
+	"\rallowed_kinds\x18\x02 \x03(\tR\fallowedKinds\x12!\n" +
+	"\ftunnel_ports\x18\x03 \x03(\rR\vtunnelPorts\"n\n" +
+	"\x12SignedDesiredState\x12\x12\n" +
+	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\x12&\n" +
+	"\x0fsigner_cert_der\x18\x03 \x01(\fR\rsignerCertDer2\x8a\x03\n" +
 	"\aGateway\x12B\n" +
 	"\x06Bundle\x12\x19.bc.node.v1.BundleRequest\x1a\x1d.bc.node.v1.SignedTrustBundle\x129\n" +
 	"\x04Join\x12\x17.bc.node.v1.JoinRequest\x1a\x18.bc.node.v1.JoinResponse\x12<\n" +
@@ -3231,7 +3480,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_node_proto_goTypes = []any{
 	(*BundleRequest)(nil),       // 0: bc.node.v1.BundleRequest
 	(*SignedTrustBundle)(nil),   // 1: bc.node.v1.SignedTrustBundle
@@ -3273,8 +3522,11 @@ var file_node_proto_goTypes = []any{
 	(*RevocationBody)(nil),      // 37: bc.node.v1.RevocationBody
 	(*SignedRevocation)(nil),    // 38: bc.node.v1.SignedRevocation
 	(*Revocations)(nil),         // 39: bc.node.v1.Revocations
-	nil,                         // 40: bc.node.v1.Hello.LabelsEntry
-	(*SignedTicket)(nil),        // 41: bc.node.v1.SignedTicket
+	(*DesiredState)(nil),        // 40: bc.node.v1.DesiredState
+	(*HostSection)(nil),         // 41: bc.node.v1.HostSection
+	(*SignedDesiredState)(nil),  // 42: bc.node.v1.SignedDesiredState
+	nil,                         // 43: bc.node.v1.Hello.LabelsEntry
+	(*SignedTicket)(nil),        // 44: bc.node.v1.SignedTicket
 }
 var file_node_proto_depIdxs = []int32{
 	2,  // 0: bc.node.v1.SignedTrustBundle.other_signatures:type_name -> bc.node.v1.JoinKeySignature
@@ -3292,38 +3544,40 @@ var file_node_proto_depIdxs = []int32{
 	36, // 12: bc.node.v1.ServerMessage.sandbox_ack:type_name -> bc.node.v1.SandboxReportAck
 	9,  // 13: bc.node.v1.ServerMessage.tunnel_open:type_name -> bc.node.v1.TunnelOpen
 	39, // 14: bc.node.v1.ServerMessage.revocations:type_name -> bc.node.v1.Revocations
-	41, // 15: bc.node.v1.TunnelOpen.ticket:type_name -> bc.node.v1.SignedTicket
-	12, // 16: bc.node.v1.TunnelFrame.hello:type_name -> bc.node.v1.TunnelHello
-	11, // 17: bc.node.v1.TunnelFrame.resize:type_name -> bc.node.v1.TunnelResize
-	40, // 18: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
-	14, // 19: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
-	15, // 20: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
-	16, // 21: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
-	21, // 22: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
-	18, // 23: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
-	21, // 24: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
-	22, // 25: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
-	22, // 26: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
-	23, // 27: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
-	24, // 28: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
-	38, // 29: bc.node.v1.Revocations.entries:type_name -> bc.node.v1.SignedRevocation
-	0,  // 30: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
-	3,  // 31: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
-	5,  // 32: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
-	7,  // 33: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
-	31, // 34: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
-	10, // 35: bc.node.v1.Gateway.Tunnel:input_type -> bc.node.v1.TunnelFrame
-	1,  // 36: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
-	4,  // 37: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
-	6,  // 38: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
-	8,  // 39: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
-	33, // 40: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
-	10, // 41: bc.node.v1.Gateway.Tunnel:output_type -> bc.node.v1.TunnelFrame
-	36, // [36:42] is the sub-list for method output_type
-	30, // [30:36] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	42, // 15: bc.node.v1.ServerMessage.desired_state:type_name -> bc.node.v1.SignedDesiredState
+	44, // 16: bc.node.v1.TunnelOpen.ticket:type_name -> bc.node.v1.SignedTicket
+	12, // 17: bc.node.v1.TunnelFrame.hello:type_name -> bc.node.v1.TunnelHello
+	11, // 18: bc.node.v1.TunnelFrame.resize:type_name -> bc.node.v1.TunnelResize
+	43, // 19: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
+	14, // 20: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
+	15, // 21: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
+	16, // 22: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
+	21, // 23: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
+	18, // 24: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
+	21, // 25: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
+	22, // 26: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
+	22, // 27: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
+	23, // 28: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
+	24, // 29: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
+	38, // 30: bc.node.v1.Revocations.entries:type_name -> bc.node.v1.SignedRevocation
+	41, // 31: bc.node.v1.DesiredState.host:type_name -> bc.node.v1.HostSection
+	0,  // 32: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
+	3,  // 33: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
+	5,  // 34: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
+	7,  // 35: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
+	31, // 36: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
+	10, // 37: bc.node.v1.Gateway.Tunnel:input_type -> bc.node.v1.TunnelFrame
+	1,  // 38: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
+	4,  // 39: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
+	6,  // 40: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
+	8,  // 41: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
+	33, // 42: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
+	10, // 43: bc.node.v1.Gateway.Tunnel:output_type -> bc.node.v1.TunnelFrame
+	38, // [38:44] is the sub-list for method output_type
+	32, // [32:38] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -3347,6 +3601,7 @@ func file_node_proto_init() {
 		(*ServerMessage_SandboxAck)(nil),
 		(*ServerMessage_TunnelOpen)(nil),
 		(*ServerMessage_Revocations)(nil),
+		(*ServerMessage_DesiredState)(nil),
 	}
 	file_node_proto_msgTypes[10].OneofWrappers = []any{
 		(*TunnelFrame_Hello)(nil),
@@ -3362,7 +3617,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
