@@ -77,6 +77,15 @@ func (n *Node) IntentGeneration() uint64 {
 	return n.intentGen
 }
 
+// OnIntent sets a function told of every desired state a session
+// brought: its generation and nil when taken, else why it was refused
+// (tests wait on it instead of sleeping).
+func (n *Node) OnIntent(f func(generation uint64, err error)) {
+	n.mu.Lock()
+	n.onIntent = f
+	n.mu.Unlock()
+}
+
 // loadIntent reads the desired state kept in the data folder. One that no
 // longer verifies (roots rotated, file damaged) is dropped and logged: the
 // next session brings a fresh one.
@@ -106,6 +115,18 @@ func (n *Node) loadIntent() {
 // section). A refusal is logged with a constant message and the state
 // held stays.
 func (n *Node) acceptDesiredState(sd *nodev1.SignedDesiredState) error {
+	gen, err := n.takeDesiredState(sd)
+	n.mu.Lock()
+	f := n.onIntent
+	n.mu.Unlock()
+	if f != nil {
+		f(gen, err)
+	}
+	return err
+}
+
+// takeDesiredState is acceptDesiredState without the observer.
+func (n *Node) takeDesiredState(sd *nodev1.SignedDesiredState) (uint64, error) {
 	body, err := n.verify.CheckDesiredState(sd)
 	if err == nil {
 		n.mu.Lock()
@@ -116,22 +137,22 @@ func (n *Node) acceptDesiredState(sd *nodev1.SignedDesiredState) error {
 	}
 	if err != nil {
 		n.cfg.Log.Warn("desired state refused", "err", err)
-		return err
+		return 0, err
 	}
 	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(sd)
 	if err != nil {
-		return ErrIntentMalformed
+		return 0, ErrIntentMalformed
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.intent != nil && body.Generation < n.intentGen {
-		return ErrIntentRewound // a newer one came in meanwhile
+		return 0, ErrIntentRewound // a newer one came in meanwhile
 	}
 	if err := atomicfile.Write(filepath.Join(n.cfg.DataDir, intentFile), raw, 0o600); err != nil {
 		n.cfg.Log.Warn("desired state not kept", "err", err)
-		return err
+		return 0, err
 	}
 	n.intent, n.intentGen = raw, body.Generation
 	n.cfg.Log.Info("desired state taken", "generation", body.Generation)
-	return nil
+	return body.Generation, nil
 }

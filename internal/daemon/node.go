@@ -114,6 +114,7 @@ type Node struct {
 	refusals  map[string]int // commands refused since Open, by reason
 	intent    []byte         // the last verified SignedDesiredState (intent.go)
 	intentGen uint64         // its generation
+	onIntent  func(generation uint64, err error)
 
 	// onState, when set, is told of session changes (tests and dev wait on
 	// it instead of sleeping).
