@@ -14,6 +14,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/desiredstate"
 	"github.com/bettercompute/bettercompute/internal/hosthelper/helperwire"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 	"github.com/bettercompute/bettercompute/internal/testenv"
 )
@@ -43,7 +44,11 @@ func waitIntent(t *testing.T, n *testenv.Node) uint64 {
 // the pinned command root; narrowing the certificate's kinds raises the
 // generation, and the helper then refuses the old one.
 func TestControlPlaneSendsSignedDesiredState(t *testing.T) {
-	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{})
+	storetest.ForEachDialect(t, testControlPlaneSendsSignedDesiredState)
+}
+
+func testControlPlaneSendsSignedDesiredState(t *testing.T, db *store.DB) {
+	e := testenv.Start(t, db, testenv.Options{})
 	n := e.Join(t, "node", "intent")
 	if g := waitIntent(t, n); g != 1 {
 		t.Fatalf("first generation %d, want 1", g)
