@@ -128,25 +128,20 @@ func (n *Node) acceptDesiredState(sd *nodev1.SignedDesiredState) error {
 // takeDesiredState is acceptDesiredState without the observer.
 func (n *Node) takeDesiredState(sd *nodev1.SignedDesiredState) (uint64, error) {
 	body, err := n.verify.CheckDesiredState(sd)
+	var raw []byte
 	if err == nil {
-		n.mu.Lock()
-		if n.intent != nil && body.Generation < n.intentGen {
-			err = ErrIntentRewound
+		if raw, err = (proto.MarshalOptions{Deterministic: true}).Marshal(sd); err != nil {
+			err = ErrIntentMalformed
 		}
-		n.mu.Unlock()
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err == nil && n.intent != nil && body.Generation < n.intentGen {
+		err = ErrIntentRewound
 	}
 	if err != nil {
 		n.cfg.Log.Warn("desired state refused", "err", err)
 		return 0, err
-	}
-	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(sd)
-	if err != nil {
-		return 0, ErrIntentMalformed
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.intent != nil && body.Generation < n.intentGen {
-		return 0, ErrIntentRewound // a newer one came in meanwhile
 	}
 	if err := atomicfile.Write(filepath.Join(n.cfg.DataDir, intentFile), raw, 0o600); err != nil {
 		n.cfg.Log.Warn("desired state not kept", "err", err)
