@@ -69,6 +69,19 @@ func (n *Node) Intent() []byte {
 	return append([]byte(nil), n.intent...)
 }
 
+// TrustBundle returns the trust bundle the node pins now (its join
+// record's, or a later one a refresh took), as the marshalled
+// nodev1.SignedTrustBundle the root helper takes its command roots from
+// (after checking the join key's signature itself).
+func (n *Node) TrustBundle() []byte {
+	rec, _ := n.pinned.get()
+	raw, err := proto.Marshal(&nodev1.SignedTrustBundle{Body: rec.BundleBody, Signature: rec.BundleSig, JoinPublicKey: rec.JoinPublicKey})
+	if err != nil {
+		return nil
+	}
+	return raw
+}
+
 // IntentGeneration returns the generation of the desired state held (0
 // when none).
 func (n *Node) IntentGeneration() uint64 {

@@ -62,8 +62,10 @@ func testControlPlaneSendsSignedDesiredState(t *testing.T, db *store.DB) {
 	if body.NodeId != n.NodeID() || body.TrustDomain != e.Bundle.TrustDomain || body.Host.GetRole() != "node" {
 		t.Fatalf("body %v", &body)
 	}
-	bbody, bsig, bpub, _ := e.CP.Nodes.TrustBundle()
-	bundle, _ := proto.Marshal(&nodev1.SignedTrustBundle{Body: bbody, Signature: bsig, JoinPublicKey: bpub})
+	// The helper takes its roots from the bundle the node presents,
+	// checked under the join key root pinned.
+	_, _, bpub, _ := e.CP.Nodes.TrustBundle()
+	bundle := n.Node.TrustBundle()
 	checker, err := desiredstate.New(desiredstate.Config{PinnedRootSHA256: [][32]byte{sha256.Sum256(e.Bundle.CommandRoot.Raw)},
 		JoinKeyPin: bpub, NodeID: n.NodeID, StateDir: t.TempDir()})
 	if err != nil {
