@@ -120,6 +120,9 @@ type Node struct {
 	connected bool
 	sessionID string
 	refusals  map[string]int // commands refused since Open, by reason
+	intent    []byte         // the last verified SignedDesiredState (intent.go)
+	intentGen uint64         // its generation
+	onIntent  func(generation uint64, err error)
 
 	// onState, when set, is told of session changes (tests and dev wait on
 	// it instead of sleeping).
@@ -179,6 +182,7 @@ func Open(cfg Config) (*Node, error) {
 	if err := n.failInterrupted(); err != nil {
 		return nil, err
 	}
+	n.loadIntent()
 	return n, nil
 }
 
@@ -874,6 +878,8 @@ func (n *Node) dispatch(ctx context.Context, m *nodev1.ServerMessage, work chan<
 		n.applyApproverSets(msg.ApproverSets.GetSets())
 	case *nodev1.ServerMessage_Revocations:
 		n.applyRevocations(ctx, msg.Revocations)
+	case *nodev1.ServerMessage_DesiredState:
+		_ = n.acceptDesiredState(msg.DesiredState) // a refusal is logged; the state held stays
 	case *nodev1.ServerMessage_Ping, *nodev1.ServerMessage_Welcome:
 	}
 	return false, nil

@@ -164,6 +164,10 @@ type Config struct {
 	// node's own entries to it. Nil: not followed (sessions of revoked
 	// certificates still close by RevokedSince).
 	Feed RevocationFeed
+	// DesiredStates signs each node's desired state (desired.go), sent
+	// right after Welcome on every session. Nil: none is sent (a
+	// gateway-only process holds no key to sign with).
+	DesiredStates DesiredStates
 }
 
 // Gateway serves the Gateway gRPC service.

@@ -83,6 +83,9 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	if err := g.welcome(ctx, s, c.ci, send); err != nil {
 		return err
 	}
+	if err := g.sendDesiredState(ctx, s, send); err != nil {
+		return err
+	}
 	g.mu.Lock()
 	s.send = send
 	g.mu.Unlock()

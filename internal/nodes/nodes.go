@@ -512,7 +512,8 @@ func (s *Service) CertStates(ctx context.Context, serials []string) (map[string]
 }
 
 // SetAllowedKinds narrows a certificate to kinds (nil removes the narrowing).
-// It takes effect at the node's next Hello.
+// It takes effect at the node's next Hello, and moves the node's host
+// generation up in the same transaction (see HostSection).
 func (s *Service) SetAllowedKinds(ctx context.Context, actor audit.Entry, serial string, kinds []string) error {
 	var v any
 	if kinds != nil {
@@ -527,6 +528,9 @@ func (s *Service) SetAllowedKinds(ctx context.Context, actor audit.Entry, serial
 		}
 		if n, _ := res.RowsAffected(); n != 1 {
 			return errs.New(errs.NotFound, "certificate not found")
+		}
+		if _, err := tx.ExecContext(ctx, sqlBumpHostGeneration, serial); err != nil {
+			return fmt.Errorf("nodes: bump host generation: %w", err)
 		}
 		actor.Action, actor.Resource, actor.Outcome = "compute:nodes:restrict", "cert/"+serial, "allowed"
 		actor.Details = map[string]any{"allowed_kinds": kinds}
@@ -708,3 +712,38 @@ const NameRule = ids.NameRule
 // ValidateName reports whether a node (or join-token) name is acceptable
 // (ids.ValidName: bcd checks the same rule before it joins).
 func ValidateName(name string) bool { return ids.ValidName(name) }
+
+// HostSection is what a node's signed desired state says of its host: the
+// certificate's role and allowed kinds (nil: the role's table alone) under
+// the node's host generation, which goes up with every change of them.
+type HostSection struct {
+	NodeID       string
+	Role         string
+	AllowedKinds []string
+	Generation   uint64
+}
+
+// HostSectionOf reads the host section of the node whose certificate is
+// serial, in one statement (the generation and the kinds are of one
+// snapshot, so a desired state never pairs new kinds with an old
+// generation or the reverse). ErrCertUnknown for a serial never issued or
+// a deleted node's.
+func (s *Service) HostSectionOf(ctx context.Context, serial string) (HostSection, error) {
+	var h HostSection
+	var allowed sql.NullString
+	var gen int64
+	err := s.db.QueryRowContext(ctx, sqlHostSection, serial).Scan(&h.NodeID, &h.Role, &allowed, &gen)
+	if errors.Is(err, sql.ErrNoRows) {
+		return HostSection{}, ErrCertUnknown
+	}
+	if err != nil {
+		return HostSection{}, fmt.Errorf("nodes: read host section: %w", err)
+	}
+	if allowed.Valid {
+		if err := json.Unmarshal([]byte(allowed.String), &h.AllowedKinds); err != nil {
+			return HostSection{}, fmt.Errorf("nodes: decode allowed kinds: %w", err)
+		}
+	}
+	h.Generation = uint64(max(gen, 0))
+	return h, nil
+}

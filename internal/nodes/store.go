@@ -40,7 +40,12 @@ const (
 	sqlCountRecentRenewals = `SELECT COUNT(*) FROM node_certs WHERE node_id = $1 AND renewed_from IS NOT NULL AND created_at > $2`
 	sqlChainRenewal        = `UPDATE node_certs SET renewed_from = $1 WHERE serial = $2`
 	sqlSetAllowedKinds     = `UPDATE node_certs SET allowed_kinds = $1 WHERE serial = $2`
-	sqlCertState           = `SELECT ` + certStateColumns + ` FROM node_certs WHERE serial = $1`
+	sqlBumpHostGeneration  = `UPDATE nodes SET host_generation = host_generation + 1 WHERE id = (SELECT node_id FROM node_certs WHERE serial = $1)`
+	// sqlHostSection reads a certificate's host section and its node's
+	// generation in one statement, so the two are of one snapshot.
+	sqlHostSection = `SELECT c.node_id, c.role, c.allowed_kinds, n.host_generation FROM node_certs c JOIN nodes n ON n.id = c.node_id
+		WHERE c.serial = $1 AND n.deleted_at IS NULL`
+	sqlCertState = `SELECT ` + certStateColumns + ` FROM node_certs WHERE serial = $1`
 	// sqlCertStatesPrefix is followed by a serial list and ")".
 	sqlCertStatesPrefix = `SELECT ` + certStateColumns + ` FROM node_certs WHERE serial IN (`
 	sqlRevokeNodeCerts  = `UPDATE node_certs SET revoked_at = $1, revoke_reason = $2 WHERE revoked_at IS NULL AND node_id = $3`

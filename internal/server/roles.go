@@ -98,7 +98,7 @@ func (cp *ControlPlane) startGateway(o Options, r roles, k keys, local gatewaySe
 	gw, err := gateway.New(gateway.Config{TrustDomain: b.TrustDomain, NodeRoots: roots, ServerCert: serverCert, GetServerCert: getCert,
 		GatewayID: "gw-" + host + "-" + cp.GatewayAddr, Clock: o.Clock, Log: o.Log,
 		RevocationPoll: o.RevocationPoll, CommandPoll: o.CommandPoll, Heartbeat: o.SessionHeartbeat,
-		Tickets: cp.ticketVerifier, Spent: spentdb.New(o.DB), Feed: cp.Revocations},
+		Tickets: cp.ticketVerifier, Spent: spentdb.New(o.DB), Feed: cp.Revocations, DesiredStates: cp.desiredStates()},
 		svc, registry{cp.Nodes}, cp.Commands, cp.Bus)
 	if err != nil {
 		lis.Close()

@@ -156,6 +156,10 @@ type ControlPlane struct {
 	Revocations *revocations.Feed
 	// ticketVerifier checks tunnel tickets (api and gateway).
 	ticketVerifier *tickets.Verifier
+	// intentSigner signs nodes' desired states for the gateway (the
+	// workers' signer, else the api's ticket signer; nil in a
+	// gateway-only process, which then sends none).
+	intentSigner *signing.Signer
 	// API is the public API's envelope and method table (api role only).
 	API *api.Server
 	// Audit is the audit log's sealing job (workers role only).

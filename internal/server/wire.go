@@ -74,6 +74,9 @@ func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 			ticketSigner = signing.NewTicketSigner(o.DB, o.Clock, o.KEK, b.CommandRoot, b.TrustDomain, o.Log)
 		}
 		cp.Tunnels = tunnels.New(tunnels.Deps{DB: o.DB, Clock: o.Clock, Signer: ticketSigner, Verifier: cp.ticketVerifier, Log: o.Log})
+		cp.intentSigner = ticketSigner
+	} else {
+		cp.intentSigner = cp.Signer
 	}
 	cp.wireRevocations(o)
 	return nil

@@ -17,6 +17,12 @@ const UpdateSigContext = "bc-update-v1\x00"
 // CommandSigContext, so a statement can never pass as a command.
 const TimeSigContext = "bc-time-v1\x00"
 
+// DesiredStateSigContext prefixes the bytes a worker signs for a node's
+// desired state: Ed25519(worker key, DesiredStateSigContext || body). Its
+// own context, so a desired state can never pass as a command, a time
+// statement or a ticket, nor any of them as a desired state.
+const DesiredStateSigContext = "bc-desired-state-v1\x00"
+
 // SecretRequestSigContext prefixes the bytes a node signs for a secret
 // request: ECDSA-P256(node key, SHA-256(context || body)).
 const SecretRequestSigContext = "bc-secret-request-v1\x00"

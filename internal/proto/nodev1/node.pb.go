@@ -565,6 +565,7 @@ type ServerMessage struct {
 	//	*ServerMessage_SandboxAck
 	//	*ServerMessage_TunnelOpen
 	//	*ServerMessage_Revocations
+	//	*ServerMessage_DesiredState
 	//	*ServerMessage_HelperEventsAck
 	Msg           isServerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
@@ -680,6 +681,15 @@ func (x *ServerMessage) GetRevocations() *Revocations {
 	return nil
 }
 
+func (x *ServerMessage) GetDesiredState() *SignedDesiredState {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerMessage_DesiredState); ok {
+			return x.DesiredState
+		}
+	}
+	return nil
+}
+
 func (x *ServerMessage) GetHelperEventsAck() *HelperEventsAck {
 	if x != nil {
 		if x, ok := x.Msg.(*ServerMessage_HelperEventsAck); ok {
@@ -728,6 +738,14 @@ type ServerMessage_Revocations struct {
 	Revocations *Revocations `protobuf:"bytes,12,opt,name=revocations,proto3,oneof"`
 }
 
+type ServerMessage_DesiredState struct {
+	// The node's desired state, signed by a worker: sent right after
+	// Welcome on every session. The node verifies it and keeps the last
+	// verified one; the root helper checks it again on every operation
+	// that changes the host.
+	DesiredState *SignedDesiredState `protobuf:"bytes,13,opt,name=desired_state,json=desiredState,proto3,oneof"`
+}
+
 type ServerMessage_HelperEventsAck struct {
 	// The control plane recorded the node's helper events up to seq.
 	HelperEventsAck *HelperEventsAck `protobuf:"bytes,14,opt,name=helper_events_ack,json=helperEventsAck,proto3,oneof"`
@@ -748,6 +766,8 @@ func (*ServerMessage_SandboxAck) isServerMessage_Msg() {}
 func (*ServerMessage_TunnelOpen) isServerMessage_Msg() {}
 
 func (*ServerMessage_Revocations) isServerMessage_Msg() {}
+
+func (*ServerMessage_DesiredState) isServerMessage_Msg() {}
 
 func (*ServerMessage_HelperEventsAck) isServerMessage_Msg() {}
 
@@ -3216,6 +3236,217 @@ func (x *Revocations) GetEntries() []*SignedRevocation {
 	return nil
 }
 
+// DesiredState is what a worker signs about one node's host: the host
+// section (role and kinds the root helper allows) under a generation that
+// increases whenever the host section changes. The node and the root
+// helper refuse a generation older than one they hold.
+type DesiredState struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	NodeId     string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Generation uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// trust_domain names the deployment whose workers signed.
+	TrustDomain string `protobuf:"bytes,3,opt,name=trust_domain,json=trustDomain,proto3" json:"trust_domain,omitempty"`
+	// issued_at_ms is when the worker signed (unix milliseconds); the
+	// signer's certificate is verified at this time.
+	IssuedAtMs    int64        `protobuf:"varint,4,opt,name=issued_at_ms,json=issuedAtMs,proto3" json:"issued_at_ms,omitempty"`
+	Host          *HostSection `protobuf:"bytes,5,opt,name=host,proto3" json:"host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DesiredState) Reset() {
+	*x = DesiredState{}
+	mi := &file_node_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DesiredState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DesiredState) ProtoMessage() {}
+
+func (x *DesiredState) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DesiredState.ProtoReflect.Descriptor instead.
+func (*DesiredState) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *DesiredState) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DesiredState) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *DesiredState) GetTrustDomain() string {
+	if x != nil {
+		return x.TrustDomain
+	}
+	return ""
+}
+
+func (x *DesiredState) GetIssuedAtMs() int64 {
+	if x != nil {
+		return x.IssuedAtMs
+	}
+	return 0
+}
+
+func (x *DesiredState) GetHost() *HostSection {
+	if x != nil {
+		return x.Host
+	}
+	return nil
+}
+
+// HostSection is the part of a node's desired state the root helper acts
+// on: role and allowed_kinds decide which sandbox command kinds it runs
+// (allowed_kinds narrows the role's table when non-empty, as in Welcome).
+type HostSection struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Role          string                 `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	AllowedKinds  []string               `protobuf:"bytes,2,rep,name=allowed_kinds,json=allowedKinds,proto3" json:"allowed_kinds,omitempty"`
+	TunnelPorts   []uint32               `protobuf:"varint,3,rep,packed,name=tunnel_ports,json=tunnelPorts,proto3" json:"tunnel_ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostSection) Reset() {
+	*x = HostSection{}
+	mi := &file_node_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostSection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostSection) ProtoMessage() {}
+
+func (x *HostSection) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostSection.ProtoReflect.Descriptor instead.
+func (*HostSection) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *HostSection) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *HostSection) GetAllowedKinds() []string {
+	if x != nil {
+		return x.AllowedKinds
+	}
+	return nil
+}
+
+func (x *HostSection) GetTunnelPorts() []uint32 {
+	if x != nil {
+		return x.TunnelPorts
+	}
+	return nil
+}
+
+// SignedDesiredState is a DesiredState with its worker signature.
+type SignedDesiredState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// body is the exact signed bytes of a DesiredState.
+	Body []byte `protobuf:"bytes,1,opt,name=body,proto3" json:"body,omitempty"`
+	// signature is Ed25519 over "bc-desired-state-v1\x00" || body by the
+	// worker key.
+	Signature []byte `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	// signer_cert_der is the worker certificate the command-signing root issued.
+	SignerCertDer []byte `protobuf:"bytes,3,opt,name=signer_cert_der,json=signerCertDer,proto3" json:"signer_cert_der,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignedDesiredState) Reset() {
+	*x = SignedDesiredState{}
+	mi := &file_node_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignedDesiredState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignedDesiredState) ProtoMessage() {}
+
+func (x *SignedDesiredState) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignedDesiredState.ProtoReflect.Descriptor instead.
+func (*SignedDesiredState) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SignedDesiredState) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *SignedDesiredState) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *SignedDesiredState) GetSignerCertDer() []byte {
+	if x != nil {
+		return x.SignerCertDer
+	}
+	return nil
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -3253,7 +3484,7 @@ const file_node_proto_rawDesc = "" +
 	"\x0esandbox_report\x18\n" +
 	" \x01(\v2\x19.bc.node.v1.SandboxReportH\x00R\rsandboxReport\x12?\n" +
 	"\rhelper_events\x18\v \x01(\v2\x18.bc.node.v1.HelperEventsH\x00R\fhelperEventsB\x05\n" +
-	"\x03msg\"\x96\x04\n" +
+	"\x03msg\"\xdd\x04\n" +
 	"\rServerMessage\x12/\n" +
 	"\awelcome\x18\x01 \x01(\v2\x13.bc.node.v1.WelcomeH\x00R\awelcome\x125\n" +
 	"\acommand\x18\x02 \x01(\v2\x19.bc.node.v1.SignedCommandH\x00R\acommand\x12)\n" +
@@ -3265,7 +3496,8 @@ const file_node_proto_rawDesc = "" +
 	"sandboxAck\x129\n" +
 	"\vtunnel_open\x18\v \x01(\v2\x16.bc.node.v1.TunnelOpenH\x00R\n" +
 	"tunnelOpen\x12;\n" +
-	"\vrevocations\x18\f \x01(\v2\x17.bc.node.v1.RevocationsH\x00R\vrevocations\x12I\n" +
+	"\vrevocations\x18\f \x01(\v2\x17.bc.node.v1.RevocationsH\x00R\vrevocations\x12E\n" +
+	"\rdesired_state\x18\r \x01(\v2\x1e.bc.node.v1.SignedDesiredStateH\x00R\fdesiredState\x12I\n" +
 	"\x11helper_events_ack\x18\x0e \x01(\v2\x1b.bc.node.v1.HelperEventsAckH\x00R\x0fhelperEventsAckB\x05\n" +
 	"\x03msg\"z\n" +
 	"\n" +
@@ -3471,7 +3703,24 @@ const file_node_proto_rawDesc = "" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12&\n" +
 	"\x0fsigner_cert_der\x18\x03 \x01(\fR\rsignerCertDer\"E\n" +
 	"\vRevocations\x126\n" +
-	"\aentries\x18\x01 \x03(\v2\x1c.bc.node.v1.SignedRevocationR\aentries2\x8a\x03\n" +
+	"\aentries\x18\x01 \x03(\v2\x1c.bc.node.v1.SignedRevocationR\aentries\"\xb9\x01\n" +
+	"\fDesiredState\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\x12!\n" +
+	"\ftrust_domain\x18\x03 \x01(\tR\vtrustDomain\x12 \n" +
+	"\fissued_at_ms\x18\x04 \x01(\x03R\n" +
+	"issuedAtMs\x12+\n" +
+	"\x04host\x18\x05 \x01(\v2\x17.bc.node.v1.HostSectionR\x04host\"i\n" +
+	"\vHostSection\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12#\n" +
+	"\rallowed_kinds\x18\x02 \x03(\tR\fallowedKinds\x12!\n" +
+	"\ftunnel_ports\x18\x03 \x03(\rR\vtunnelPorts\"n\n" +
+	"\x12SignedDesiredState\x12\x12\n" +
+	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\x12&\n" +
+	"\x0fsigner_cert_der\x18\x03 \x01(\fR\rsignerCertDer2\x8a\x03\n" +
 	"\aGateway\x12B\n" +
 	"\x06Bundle\x12\x19.bc.node.v1.BundleRequest\x1a\x1d.bc.node.v1.SignedTrustBundle\x129\n" +
 	"\x04Join\x12\x17.bc.node.v1.JoinRequest\x1a\x18.bc.node.v1.JoinResponse\x12<\n" +
@@ -3492,7 +3741,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_node_proto_goTypes = []any{
 	(*BundleRequest)(nil),       // 0: bc.node.v1.BundleRequest
 	(*SignedTrustBundle)(nil),   // 1: bc.node.v1.SignedTrustBundle
@@ -3537,8 +3786,11 @@ var file_node_proto_goTypes = []any{
 	(*RevocationBody)(nil),      // 40: bc.node.v1.RevocationBody
 	(*SignedRevocation)(nil),    // 41: bc.node.v1.SignedRevocation
 	(*Revocations)(nil),         // 42: bc.node.v1.Revocations
-	nil,                         // 43: bc.node.v1.Hello.LabelsEntry
-	(*SignedTicket)(nil),        // 44: bc.node.v1.SignedTicket
+	(*DesiredState)(nil),        // 43: bc.node.v1.DesiredState
+	(*HostSection)(nil),         // 44: bc.node.v1.HostSection
+	(*SignedDesiredState)(nil),  // 45: bc.node.v1.SignedDesiredState
+	nil,                         // 46: bc.node.v1.Hello.LabelsEntry
+	(*SignedTicket)(nil),        // 47: bc.node.v1.SignedTicket
 }
 var file_node_proto_depIdxs = []int32{
 	2,  // 0: bc.node.v1.SignedTrustBundle.other_signatures:type_name -> bc.node.v1.JoinKeySignature
@@ -3557,40 +3809,42 @@ var file_node_proto_depIdxs = []int32{
 	39, // 13: bc.node.v1.ServerMessage.sandbox_ack:type_name -> bc.node.v1.SandboxReportAck
 	9,  // 14: bc.node.v1.ServerMessage.tunnel_open:type_name -> bc.node.v1.TunnelOpen
 	42, // 15: bc.node.v1.ServerMessage.revocations:type_name -> bc.node.v1.Revocations
-	38, // 16: bc.node.v1.ServerMessage.helper_events_ack:type_name -> bc.node.v1.HelperEventsAck
-	44, // 17: bc.node.v1.TunnelOpen.ticket:type_name -> bc.node.v1.SignedTicket
-	12, // 18: bc.node.v1.TunnelFrame.hello:type_name -> bc.node.v1.TunnelHello
-	11, // 19: bc.node.v1.TunnelFrame.resize:type_name -> bc.node.v1.TunnelResize
-	43, // 20: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
-	14, // 21: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
-	15, // 22: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
-	16, // 23: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
-	21, // 24: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
-	18, // 25: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
-	21, // 26: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
-	22, // 27: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
-	22, // 28: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
-	23, // 29: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
-	24, // 30: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
-	37, // 31: bc.node.v1.HelperEvents.events:type_name -> bc.node.v1.HelperEvent
-	41, // 32: bc.node.v1.Revocations.entries:type_name -> bc.node.v1.SignedRevocation
-	0,  // 33: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
-	3,  // 34: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
-	5,  // 35: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
-	7,  // 36: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
-	31, // 37: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
-	10, // 38: bc.node.v1.Gateway.Tunnel:input_type -> bc.node.v1.TunnelFrame
-	1,  // 39: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
-	4,  // 40: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
-	6,  // 41: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
-	8,  // 42: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
-	33, // 43: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
-	10, // 44: bc.node.v1.Gateway.Tunnel:output_type -> bc.node.v1.TunnelFrame
-	39, // [39:45] is the sub-list for method output_type
-	33, // [33:39] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	45, // 16: bc.node.v1.ServerMessage.desired_state:type_name -> bc.node.v1.SignedDesiredState
+	38, // 17: bc.node.v1.ServerMessage.helper_events_ack:type_name -> bc.node.v1.HelperEventsAck
+	47, // 18: bc.node.v1.TunnelOpen.ticket:type_name -> bc.node.v1.SignedTicket
+	12, // 19: bc.node.v1.TunnelFrame.hello:type_name -> bc.node.v1.TunnelHello
+	11, // 20: bc.node.v1.TunnelFrame.resize:type_name -> bc.node.v1.TunnelResize
+	46, // 21: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
+	14, // 22: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
+	15, // 23: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
+	16, // 24: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
+	21, // 25: bc.node.v1.Welcome.approver_sets:type_name -> bc.node.v1.SignedApproverSet
+	18, // 26: bc.node.v1.Welcome.time:type_name -> bc.node.v1.SignedTimeStatement
+	21, // 27: bc.node.v1.ApproverSets.sets:type_name -> bc.node.v1.SignedApproverSet
+	22, // 28: bc.node.v1.SignedApproverSet.signatures:type_name -> bc.node.v1.ApproverSignature
+	22, // 29: bc.node.v1.BatchApproval.signatures:type_name -> bc.node.v1.ApproverSignature
+	23, // 30: bc.node.v1.SignedCommand.approval:type_name -> bc.node.v1.BatchApproval
+	24, // 31: bc.node.v1.SignedCommand.proof:type_name -> bc.node.v1.InclusionProof
+	37, // 32: bc.node.v1.HelperEvents.events:type_name -> bc.node.v1.HelperEvent
+	41, // 33: bc.node.v1.Revocations.entries:type_name -> bc.node.v1.SignedRevocation
+	44, // 34: bc.node.v1.DesiredState.host:type_name -> bc.node.v1.HostSection
+	0,  // 35: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
+	3,  // 36: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
+	5,  // 37: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
+	7,  // 38: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
+	31, // 39: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
+	10, // 40: bc.node.v1.Gateway.Tunnel:input_type -> bc.node.v1.TunnelFrame
+	1,  // 41: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
+	4,  // 42: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
+	6,  // 43: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
+	8,  // 44: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
+	33, // 45: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
+	10, // 46: bc.node.v1.Gateway.Tunnel:output_type -> bc.node.v1.TunnelFrame
+	41, // [41:47] is the sub-list for method output_type
+	35, // [35:41] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -3615,6 +3869,7 @@ func file_node_proto_init() {
 		(*ServerMessage_SandboxAck)(nil),
 		(*ServerMessage_TunnelOpen)(nil),
 		(*ServerMessage_Revocations)(nil),
+		(*ServerMessage_DesiredState)(nil),
 		(*ServerMessage_HelperEventsAck)(nil),
 	}
 	file_node_proto_msgTypes[10].OneofWrappers = []any{
@@ -3631,7 +3886,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
