@@ -35,7 +35,7 @@ type simFixture struct {
 	digest   string
 }
 
-func newSimFixture(t *testing.T) simFixture {
+func newSimFixture(t testing.TB) simFixture {
 	t.Helper()
 	now := time.Now()
 	clk := clock.NewFake(now)
@@ -46,7 +46,7 @@ func newSimFixture(t *testing.T) simFixture {
 	return simFixture{now: now, clk: clk, s: s, host: h, stateDir: dir, ops: newOps(t, h, dir, clk, fixed(s.trust())), digest: digest}
 }
 
-func (f simFixture) create(t *testing.T, mut func(*nodev1.CommandBody)) ([]byte, spec.Create) {
+func (f simFixture) create(t testing.TB, mut func(*nodev1.CommandBody)) ([]byte, spec.Create) {
 	t.Helper()
 	c := createPayload(f.digest, spec.RuntimeSim, f.now.Add(time.Hour))
 	return f.s.command(t, f.now, "n1", kinds.SandboxCreate, c, mut), c
