@@ -1068,7 +1068,13 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 	}
 	switch reason {
 	case "":
-		return n.runCommand(ctx, c.Id, body, expires, send)
+		// The driver may hand the verified command on (to the root
+		// helper, which checks it again itself).
+		signed, err := proto.Marshal(c)
+		if err != nil {
+			return fmt.Errorf("daemon: marshal verified command: %w", err)
+		}
+		return n.runCommand(driver.WithCommand(ctx, signed), c.Id, body, expires, send)
 	case ReasonReplayed:
 		return n.answerReplay(c.Id, send)
 	}

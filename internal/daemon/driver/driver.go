@@ -39,6 +39,25 @@ func WithSecrets(ctx context.Context, f SecretFetcher) context.Context {
 	return context.WithValue(ctx, secretsKey{}, f)
 }
 
+type commandKey struct{}
+
+// WithCommand returns ctx carrying signed, the marshalled
+// nodev1.SignedCommand the daemon verified before it called the driver's
+// Run. A driver that hands the command on to another party (the root
+// helper, which verifies it again under roots it pins itself) takes it
+// from there; the daemon sets it only for a command that passed its own
+// checks.
+func WithCommand(ctx context.Context, signed []byte) context.Context {
+	return context.WithValue(ctx, commandKey{}, signed)
+}
+
+// CommandFrom returns the signed command WithCommand put in ctx, or nil
+// when there is none.
+func CommandFrom(ctx context.Context) []byte {
+	b, _ := ctx.Value(commandKey{}).([]byte)
+	return b
+}
+
 // Bounds of the nonce a secret.digest payload carries, in bytes.
 const (
 	MinDigestNonce = 16

@@ -54,6 +54,17 @@ const (
 	OpSandboxExec   = "sandbox.exec"
 	OpSandboxUpdate = "sandbox.update"
 	OpSandboxDelete = "sandbox.delete"
+	// OpSandboxLabels answers the helper's sandbox host's capability
+	// labels (SandboxLabels), which the node advertises in Hello. Read
+	// only; carries no intent.
+	OpSandboxLabels = "sandbox.labels"
+	// OpSandboxFailures answers the sandboxes the helper's sweep found
+	// dead and removed and that have not been deleted since
+	// (SandboxFailures). Read only and level-triggered: the same list
+	// comes back on every call until a sandbox.delete clears an entry,
+	// so a node that restarts learns them again (the control plane takes
+	// a repeated report as a no-op).
+	OpSandboxFailures = "sandbox.failures"
 	// OpEventsDrain returns and forgets the helper's recent events
 	// (operations done and callers refused), so the node can send them to
 	// the control plane as audit rows. Changes nothing on the host.
@@ -185,4 +196,23 @@ type Event struct {
 type Events struct {
 	Events  []Event `json:"events"`
 	Dropped int     `json:"dropped"` // events lost because the buffer was full
+}
+
+// SandboxLabels is OpSandboxLabels' result.
+type SandboxLabels struct {
+	Labels map[string]string `json:"labels"`
+}
+
+// SandboxFailure is one sandbox the helper found dead and removed.
+type SandboxFailure struct {
+	SandboxID string `json:"sandbox_id"`
+	Reason    string `json:"reason"`
+}
+
+// SandboxFailures is OpSandboxFailures' result, sorted by sandbox id.
+type SandboxFailures struct {
+	Failures []SandboxFailure `json:"failures"`
+	// Dropped counts failures the helper could not keep (its list was
+	// full); they are logged in the helper only.
+	Dropped int `json:"dropped,omitempty"`
 }
