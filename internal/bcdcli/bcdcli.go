@@ -54,6 +54,7 @@ func (e *ExitError) Unwrap() error { return e.Err }
 func NewRoot(stdin io.Reader) *cobra.Command {
 	root := &cobra.Command{Use: "bcd", Short: "bcd: the Better Compute node daemon", SilenceUsage: true, SilenceErrors: true}
 	root.AddCommand(joinCmd(stdin), nodeCmd(), sshdConfigCmd(), simulateCmd(), egresscmd.NewEgressCommand(), egresscmd.NewProxyCommand())
+	root.AddCommand(pluginCmds()...)
 	buildinfo.AddVersionFlag(root)
 	clisafe.GuardArgs(root)
 	return root
