@@ -59,7 +59,7 @@ func (l *Launcher) credential(name string) (*syscall.Credential, error) {
 		return nil, nil
 	}
 	if l.User != "" {
-		if l.User == "root" {
+		if l.User == "root" { // archtest:not-tenant (the account)
 			return nil, refuse(CodeUserRoot, nil)
 		}
 		u, err := user.Lookup(l.User)
