@@ -87,7 +87,10 @@ func testPlugin(mode string) int {
 	name := os.Getenv("BCX_PLUGIN_NAME")
 	switch mode {
 	case "sim":
-		err := Serve(context.Background(), name, probeDriver{driver.NewSim("plugin-host")}, os.Stdin, os.Stdout)
+		// What cgroups the plugin is in as its first act: the shim must
+		// have been placed before the plugin's code ran.
+		cg, _ := os.ReadFile("/proc/self/cgroup")
+		err := Serve(context.Background(), name, probeDriver{driver.NewSim("plugin-host"), string(cg)}, os.Stdin, os.Stdout)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "serve:", err)
 			return 1
@@ -120,7 +123,10 @@ func testPlugin(mode string) int {
 
 // probeDriver is the sim driver plus probe.* kinds that report what the
 // plugin's process may do.
-type probeDriver struct{ *driver.Sim }
+type probeDriver struct {
+	*driver.Sim
+	startCgroups string
+}
 
 func errnoOf(err error) int {
 	if err == nil {
@@ -138,7 +144,7 @@ func (p probeDriver) Run(ctx context.Context, kind string, payload []byte) ([]by
 		status, _ := os.ReadFile("/proc/self/status")
 		groups, _ := unix.Getgroups()
 		return json.Marshal(map[string]any{"uid": os.Getuid(), "gid": os.Getgid(), "ngroups": len(groups),
-			"nnp": statusField(string(status), "NoNewPrivs"), "seccomp": statusField(string(status), "Seccomp"), "pgid": syscall.Getpgrp(), "pid": os.Getpid()})
+			"nnp": statusField(string(status), "NoNewPrivs"), "seccomp": statusField(string(status), "Seccomp"), "pgid": syscall.Getpgrp(), "pid": os.Getpid(), "cgroups_at_start": p.startCgroups})
 	case "probe.mount":
 		return errnoJSON(unix.Mount("none", "/nonexistent-bcx-probe", "bcx-bogus-fs", 0, ""))
 	case "probe.unshare":

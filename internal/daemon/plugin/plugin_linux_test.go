@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -71,7 +72,8 @@ func assertGone(t *testing.T, cg *Cgroups) {
 	}
 }
 
-// TestSimPluginConfined: the sim driver runs as a plugin under its own uid
+// TestSimPluginConfined: the sim driver runs as a plugin, in its cgroups
+// from its first instruction (the gate), under its own uid
 // and gid from the block, no supplementary groups, no_new_privs, seccomp
 // filter mode, its own process group and cgroups, and node.ping makes the
 // round trip through the driver.Driver adapter; Close removes the cgroups.
@@ -96,6 +98,9 @@ func TestSimPluginConfined(t *testing.T) {
 	}
 	if who["nnp"] != "1" || who["seccomp"] != "2" || who["pgid"] != who["pid"] || who["pid"] != float64(p.Pid()) {
 		t.Fatalf("confinement: %v", who)
+	}
+	if at := who["cgroups_at_start"].(string); !strings.Contains(at, ":pids:/"+l.Cgroup.Parent+"/sim\n") || !strings.Contains(at, ":memory:/"+l.Cgroup.Parent+"/sim\n") {
+		t.Fatalf("plugin code ran outside its cgroups: %q", at)
 	}
 	procs, err := p.Cgroups().Procs()
 	if err != nil || !slices.Contains(procs, p.Pid()) {
