@@ -80,10 +80,16 @@ func assertGone(t *testing.T, cg *Cgroups) {
 func TestSimPluginConfined(t *testing.T) {
 	needRoot(t)
 	l := launcher(t, true, testCgroups(t, 64), "sim")
+	// bcd's own supplementary groups must not reach the plugin.
+	if err := syscall.Setgroups([]int{4242}); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Setgroups(nil)
 	p, err := l.Start(context.Background(), spec("sim", "sim"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { p.Close() })
 	var d driver.Driver = p
 	if d.Name() != "sim" || d.Inventory().GetHostname() != "plugin-host" || len(d.Inventory().GetGpus()) != 8 {
 		t.Fatalf("handshake: %s %v", d.Name(), d.Inventory())
@@ -129,7 +135,7 @@ func TestFilterRefusesMountAndUnshare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
 	for kind, want := range map[string]syscall.Errno{
 		"probe.mount": syscall.EPERM, "probe.unshare": syscall.EPERM,
 		"probe.clone_newuser": syscall.EPERM, "probe.clone3": syscall.ENOSYS,
@@ -153,6 +159,7 @@ func TestPidsLimitStopsForkBomb(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { p.Close() })
 	res := run(t, p, "probe.forkbomb")
 	if res["errno"] != float64(syscall.EAGAIN) || res["forks"].(float64) >= 32 {
 		t.Fatalf("fork bomb: %v, want EAGAIN before 32 forks", res)
@@ -242,7 +249,7 @@ func TestMessageTooLarge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
 	if _, err := p.Run(context.Background(), kinds.NodePing, nil); CodeOf(err) != CodeMessageTooLarge {
 		t.Fatalf("big message: %v, want %s", err, CodeMessageTooLarge)
 	}

@@ -52,7 +52,14 @@ func TestProgramVerdicts(t *testing.T) {
 	}
 	native := uint32(nativeAuditArch)
 	eperm := uint32(seccomp.ActionErrno) | uint32(unix.EPERM)
-	names := append(append([]string(nil), deniedSyscalls...), "ioperm", "iopl")
+	// The list the brief and docs/security.md name, spelled here rather
+	// than taken from deniedSyscalls, so dropping one there fails here.
+	names := []string{"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+		"mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsmount", "fsconfig", "fspick",
+		"unshare", "setns", "swapon", "swapoff", "reboot", "bpf", "io_uring_setup", "io_uring_enter", "io_uring_register",
+		"ptrace", "process_vm_readv", "process_vm_writev", "keyctl", "add_key", "request_key", "perf_event_open",
+		"userfaultfd", "open_by_handle_at", "ioperm", "iopl", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
+		"acct", "quotactl", "lookup_dcookie", "syslog"}
 	for _, n := range names {
 		nr, ok := info.SyscallNames[n]
 		if !ok {
