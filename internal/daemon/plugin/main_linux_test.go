@@ -99,6 +99,25 @@ func testPlugin(mode string) int {
 	case "marker":
 		os.WriteFile(os.Getenv("BCX_MARKER"), []byte("ran"), 0o644)
 		return testPlugin("sim")
+	case "launcher":
+		// Plays bcd: starts a sim plugin, prints its pid, then waits to
+		// be killed.
+		l := &Launcher{Exe: os.Getenv("BCX_TEST_BIN"), Stderr: os.Stderr}
+		p, err := l.Start(context.Background(), Spec{Name: "sim", Path: os.Getenv("BCX_TEST_BIN"), SHA256: os.Getenv("BCX_TEST_SHA"), Env: []string{"BCX_PLUGIN_TEST_MODE=stubborn"}})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "start:", err)
+			return 1
+		}
+		fmt.Println(p.Pid())
+		io.Copy(io.Discard, os.Stdin)
+		return 0
+	case "stubborn":
+		// Serves, then outlives the end of its input: only a signal
+		// ends it.
+		testPlugin("sim")
+		for {
+			unix.Pause()
+		}
 	case "silent":
 		// A child in the plugin's group, then never a handshake.
 		exec.Command("/bin/sleep", "1000").Start()

@@ -8,10 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/kinds"
@@ -274,5 +277,46 @@ func TestHandshakeDeadlineKills(t *testing.T) {
 	}
 	if left := livingWithEnv(t, token); len(left) != 0 {
 		t.Fatalf("plugin processes left: %v", left)
+	}
+}
+
+// TestPluginDiesWithBcd: when the process that started a plugin dies
+// (SIGKILL, no Close), the kernel kills the plugin (Pdeathsig on the
+// shim, kept across its exec). The test waits on a pidfd, not a clock; if
+// the plugin outlived bcd the wait never ends and the test times out.
+func TestPluginDiesWithBcd(t *testing.T) {
+	needRoot(t)
+	bcd := exec.Command(testBin)
+	bcd.Env = []string{"BCX_PLUGIN_TEST_MODE=launcher", "BCX_TEST_BIN=" + testBin, "BCX_TEST_SHA=" + testBinSHA}
+	bcd.Stderr = os.Stderr
+	in, _ := bcd.StdinPipe()
+	defer in.Close()
+	out, _ := bcd.StdoutPipe()
+	if err := bcd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := NewLineReader(out).ReadLine(64, CodeMessageTooLarge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(string(line))
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatalf("plugin %d: %v", pid, err)
+	}
+	defer unix.Close(pidfd)
+	bcd.Process.Kill()
+	bcd.Wait()
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+			break
+		}
+	}
+	// The pidfd turns readable only when the process has exited (a
+	// zombie at most, until whoever inherited it reaps it).
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if i := strings.LastIndexByte(string(stat), ')'); err == nil && (i < 0 || len(stat) < i+3 || stat[i+2] != 'Z') {
+		t.Fatalf("plugin %d still alive after bcd died: %s", pid, stat)
 	}
 }
