@@ -56,6 +56,7 @@ func NewRoot(stdin io.Reader) *cobra.Command {
 	root.AddCommand(joinCmd(stdin), nodeCmd(), sshdConfigCmd(), simulateCmd(), egresscmd.NewEgressCommand(), egresscmd.NewProxyCommand())
 	root.AddCommand(helperCmd())
 	root.AddCommand(installCmds()...)
+	root.AddCommand(pluginCmds()...)
 	buildinfo.AddVersionFlag(root)
 	clisafe.GuardArgs(root)
 	return root
