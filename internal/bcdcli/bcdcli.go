@@ -28,6 +28,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
 	"github.com/bettercompute/bettercompute/internal/daemon/sshaccess"
 	"github.com/bettercompute/bettercompute/internal/fleetsim"
+	"github.com/bettercompute/bettercompute/internal/hosthelper/helperwire"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/netguard/egresscmd"
 	"github.com/bettercompute/bettercompute/internal/pprofserve"
@@ -165,7 +166,7 @@ func hostname() string {
 }
 
 func nodeCmd() *cobra.Command {
-	var dir, drv, gw, level, sshdDir string
+	var dir, drv, gw, level, sshdDir, helperSock string
 	var sbx sandbox.Options
 	var tunnelPorts []uint
 	c := &cobra.Command{
@@ -189,27 +190,34 @@ func nodeCmd() *cobra.Command {
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
 			}
-			if sbx.Runtime != "none" {
-				sbx.DataDir, sbx.Clock, sbx.Log = dir, clock.Real{}, log
-				h, closeImages, err := sandbox.Open(cmd.Context(), sbx)
-				switch {
-				case errors.Is(err, sandbox.ErrNoRuntime):
-					log.Info("no sandbox runtime on this host")
-				case err != nil:
-					return &ExitError{Code: 2, Err: err}
-				default:
-					defer closeImages()
-					go h.Run(ctx, time.Second) // deadlines hold with or without a session
-					d = &sandbox.Driver{Driver: d, Host: h}
-					log.Info("sandbox host ready", "runtime", h.Runtime())
+			var hd *sandbox.HelperDriver
+			if helperSock != "" {
+				if cmd.Flags().Changed("sandbox-runtime") || cmd.Flags().Changed("image-store") {
+					return &ExitError{Code: 2, Err: errors.New("--sandbox-runtime and --image-store are root's with --helper-socket: set them in the helper's configuration")}
+				}
+				hd = &sandbox.HelperDriver{Driver: d, Client: &helperwire.Client{Socket: helperSock}, Clock: clock.Real{}, Log: log}
+				d = hd
+			} else if sbx.Runtime != "none" {
+				var err error
+				if d, err = openSandboxHost(ctx, cmd, sbx, dir, log, d); err != nil {
+					return err
 				}
 			}
 			sa := &sshaccess.Driver{Driver: d, Dir: sshdDirFor(sshdDir, drv, dir), StateDir: dir}
-			n, err := daemon.Open(daemon.Config{DataDir: dir, Gateway: gw, Driver: sa, Clock: clock.Real{}, Log: log, TunnelPorts: ports})
+			cfg := daemon.Config{DataDir: dir, Gateway: gw, Driver: sa, Clock: clock.Real{}, Log: log, TunnelPorts: ports}
+			if hd != nil {
+				cfg.HelperEvents = helperEvents(&helperwire.Client{Socket: helperSock})
+			}
+			n, err := daemon.Open(cfg)
 			if err != nil {
 				return err
 			}
 			defer n.Close()
+			if hd != nil {
+				hd.Intent, hd.Bundle = n.Intent, n.TrustBundle
+				go hd.WatchFailures(ctx, time.Second)
+				log.Info("unprivileged node: root operations go through the helper", "socket", helperSock)
+			}
 			sa.SetNodeID(n.NodeID())
 			log.Info("node agent starting", "node_id", n.NodeID(), "driver", drv)
 			return n.Run(ctx)
@@ -221,6 +229,7 @@ func nodeCmd() *cobra.Command {
 	c.Flags().StringVar(&level, "log-level", "info", "log level")
 	c.Flags().UintSliceVar(&tunnelPorts, "tunnel-port", []uint{22}, "a port on 127.0.0.1 that tunnels may reach (repeatable, or comma-separated); no other port or address is ever dialled")
 	c.Flags().StringVar(&sshdDir, "sshd-dir", "", "where ssh.access writes the break-glass sshd files (default "+DefaultSSHDDir+" on the linux driver, DATA/sshd on sim); bcd sshd-config prints the sshd_config lines")
+	c.Flags().StringVar(&helperSock, "helper-socket", "", "run unprivileged: sandboxes (and the other root operations) go through bcd helper on this socket, which checks each request itself")
 	c.Flags().StringVar(&sbx.Runtime, "sandbox-runtime", "auto", "sandbox runtime: auto (runc when usable), runc, runsc, sim or none")
 	c.Flags().StringVar(&sbx.ImageStore, "image-store", "", "gocloud.dev/blob URL of the sandbox image store (file:///dir, s3://…)")
 	c.Flags().IntVar(&sbx.Slots, "sandbox-slots", 16, "most sandboxes at once")
@@ -231,6 +240,39 @@ func nodeCmd() *cobra.Command {
 	c.Flags().Uint32Var(&sbx.IDBase, "sandbox-id-base", sandbox.DefaultIDBase, "first host uid/gid of the range reserved for runc sandboxes' user namespaces (sandbox-slots blocks of sandbox-id-size ids); nothing else on the machine may use it")
 	c.Flags().Uint32Var(&sbx.IDSize, "sandbox-id-size", sandbox.DefaultIDSize, "host uids/gids per runc sandbox (at least 65536)")
 	return c
+}
+
+// openSandboxHost opens the node's own sandbox host (a root node) in
+// front of d, and runs its deadlines until ctx ends.
+func openSandboxHost(ctx context.Context, cmd *cobra.Command, sbx sandbox.Options, dir string, log *slog.Logger, d driver.Driver) (driver.Driver, error) {
+	sbx.DataDir, sbx.Clock, sbx.Log = dir, clock.Real{}, log
+	h, closeImages, err := sandbox.Open(cmd.Context(), sbx)
+	switch {
+	case errors.Is(err, sandbox.ErrNoRuntime):
+		log.Info("no sandbox runtime on this host")
+		return d, nil
+	case err != nil:
+		return nil, &ExitError{Code: 2, Err: err}
+	}
+	context.AfterFunc(ctx, closeImages)
+	go h.Run(ctx, time.Second) // deadlines hold with or without a session
+	log.Info("sandbox host ready", "runtime", h.Runtime())
+	return &sandbox.Driver{Driver: d, Host: h}, nil
+}
+
+// helperEvents drains the root helper's events over its socket.
+func helperEvents(c *helperwire.Client) daemon.HelperEventSource {
+	return func(ctx context.Context) ([]helperwire.Event, int, error) {
+		res, err := c.Call(ctx, &helperwire.Request{Op: helperwire.OpEventsDrain})
+		if err != nil {
+			return nil, 0, err
+		}
+		var evs helperwire.Events
+		if err := json.Unmarshal(res, &evs); err != nil {
+			return nil, 0, fmt.Errorf("helper events: %w", err)
+		}
+		return evs.Events, evs.Dropped, nil
+	}
 }
 
 func simulateCmd() *cobra.Command {

@@ -10,12 +10,15 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/hosthelper"
+	"github.com/bettercompute/bettercompute/internal/hosthelper/helperconfig"
+	"github.com/bettercompute/bettercompute/internal/hosthelper/helperd"
 )
 
 // DefaultHelperSocket is where bcd helper listens and bcd node calls it.
@@ -23,8 +26,8 @@ const DefaultHelperSocket = "/run/bcd-helper/helper.sock"
 
 // helperOptions are bcd helper's flags.
 type helperOptions struct {
-	socket, nodeUser, level string
-	pins                    []string
+	socket, nodeUser, level, config, stateDir string
+	pins                                      []string
 }
 
 func helperCmd() *cobra.Command { return newHelperCmd(nil) }
@@ -50,54 +53,78 @@ func newHelperCmd(ready func()) *cobra.Command {
 	c.Flags().StringVar(&o.nodeUser, "node-user", "bcd", "the node agent's account: its uid and primary gid may call the helper")
 	c.Flags().StringArrayVar(&o.pins, "exe-sha256", nil, "SHA-256 (hex) of a bcd executable accepted besides this one (repeatable)")
 	c.Flags().StringVar(&o.level, "log-level", "info", "log level")
+	c.Flags().StringVar(&o.stateDir, "state-dir", helperconfig.DefaultStateDir, "the helper's own state (0700 root): accepted roots, applied generation, replay store, sandboxes")
+	c.Flags().StringVar(&o.config, "config", "", "root's helper configuration ("+helperconfig.Path+", written by bcd install --unprivileged): socket, node account, pins, sandbox runtime; the flags above may not be given with it")
 	return c
 }
 
-// runHelper resolves the node account, builds the server, binds the socket
-// and serves until ctx ends.
+// runHelper resolves the configuration and the node account, builds the
+// helper (helperd), binds the socket and serves until ctx ends.
 func runHelper(ctx context.Context, cmd *cobra.Command, o helperOptions, ready func()) error {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(o.level)); err != nil {
 		return &ExitError{Code: 2, Err: fmt.Errorf("--log-level: %w", err)}
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: l}))
-	uid, gid, err := lookupAccount(o.nodeUser)
+	conf, err := helperConfig(cmd, o)
 	if err != nil {
 		return &ExitError{Code: 2, Err: err}
 	}
-	cfg := hosthelper.Config{NodeUID: uid, NodeGID: gid, Log: log, Clock: clock.Real{}}
-	for _, p := range o.pins {
-		pin, err := hosthelper.ParsePin(p)
-		if err != nil {
-			return &ExitError{Code: 2, Err: fmt.Errorf("--exe-sha256: %w", err)}
-		}
-		cfg.ExeSHA256 = append(cfg.ExeSHA256, pin)
+	uid, gid, err := lookupAccount(conf.NodeUser)
+	if err != nil {
+		return &ExitError{Code: 2, Err: err}
 	}
-	srv, err := hosthelper.New(cfg)
+	h, err := helperd.Open(ctx, helperd.Options{Config: conf, NodeUID: uid, NodeGID: gid, Log: log, Clock: clock.Real{}, Hostname: hostname()})
 	if err != nil {
 		return err
 	}
-	if err := registerHelperOps(srv, log); err != nil {
+	defer h.Close()
+	if err := ensureSocketDir(filepath.Dir(conf.Socket)); err != nil {
 		return err
 	}
-	if err := ensureSocketDir(filepath.Dir(o.socket)); err != nil {
-		return err
-	}
-	ln, err := hosthelper.Listen(o.socket, 0, int(gid))
+	ln, err := hosthelper.Listen(conf.Socket, 0, int(gid))
 	if err != nil {
 		return fmt.Errorf("bcd helper: %w", err)
 	}
-	log.Info("helper listening", "socket", o.socket, "node_uid", uid, "node_gid", gid, "pins", len(cfg.ExeSHA256))
+	log.Info("helper listening", "socket", conf.Socket, "node_uid", uid, "node_gid", gid, "pins", len(conf.ExeSHA256),
+		"root_pins", len(conf.CommandRootSHA256), "sandbox_runtime", conf.SandboxRuntime)
+	if len(conf.CommandRootSHA256) == 0 && conf.JoinKeyPin == "" {
+		log.Warn("no command root or join key pinned: every host-changing operation is refused")
+	}
 	if ready != nil {
 		ready()
 	}
-	return srv.Serve(ctx, ln)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); h.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	return h.Server.Serve(ctx, ln)
 }
 
-// registerHelperOps registers the helper's host operations beyond the
-// built-in ping and events.drain. None yet: the file, firewall, GPU,
-// reboot and sandbox operations are added here as they are built.
-func registerHelperOps(_ *hosthelper.Server, _ *slog.Logger) error { return nil }
+// helperConfig is root's file when --config is given (the other flags
+// may not be), else the defaults with the flags.
+func helperConfig(cmd *cobra.Command, o helperOptions) (helperconfig.Config, error) {
+	if o.config != "" {
+		for _, f := range []string{"socket", "node-user", "exe-sha256", "state-dir"} {
+			if cmd.Flags().Changed(f) {
+				return helperconfig.Config{}, fmt.Errorf("--%s may not be given with --config: set it in the file", f)
+			}
+		}
+		return helperconfig.Load(o.config)
+	}
+	c := helperconfig.Default()
+	c.Socket, c.NodeUser, c.StateDir = o.socket, o.nodeUser, o.stateDir
+	for _, p := range o.pins {
+		if _, err := hosthelper.ParsePin(p); err != nil {
+			return helperconfig.Config{}, fmt.Errorf("--exe-sha256: %w", err)
+		}
+		c.ExeSHA256 = append(c.ExeSHA256, strings.ToLower(p))
+	}
+	if err := c.Validate(); err != nil {
+		return helperconfig.Config{}, err
+	}
+	return c, nil
+}
 
 // lookupAccount resolves the node account's uid and primary gid.
 func lookupAccount(name string) (uint32, uint32, error) {

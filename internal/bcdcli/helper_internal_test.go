@@ -29,7 +29,7 @@ func TestHelperCommandServesPing(t *testing.T) {
 	cmd := newHelperCmd(func() { close(ready) })
 	var stderr bytes.Buffer
 	cmd.SetErr(&stderr)
-	cmd.SetArgs([]string{"--socket", sock, "--node-user", "nobody"})
+	cmd.SetArgs([]string{"--socket", sock, "--node-user", "nobody", "--state-dir", t.TempDir()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()

@@ -234,3 +234,12 @@ func (c *Checker) save(next state) error {
 	c.st = next
 	return nil
 }
+
+// Roots returns the command-signing roots the checker holds that count
+// now (pinned, or vouched for by the pinned join key): what the helper
+// checks a signed command's signer against.
+func (c *Checker) Roots() []*x509.Certificate {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.roots()
+}

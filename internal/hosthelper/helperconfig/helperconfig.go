@@ -78,6 +78,23 @@ type Config struct {
 	StateDir string `toml:"state_dir"`
 	// SSHDDir is where the helper writes sshd's bcd files.
 	SSHDDir string `toml:"sshd_dir"`
+	// Driver is the host's driver whose inventory gpu.reset checks a GPU
+	// against: linux (default) or sim (tests and dev).
+	Driver string `toml:"driver"`
+	// SandboxRuntime is the runtime of the sandboxes the helper runs for
+	// the node: none (default: the helper runs no sandbox), auto, runc or
+	// runsc. The helper's sandbox host lives in StateDir/sandbox, never in
+	// the node's data directory.
+	SandboxRuntime string `toml:"sandbox_runtime"`
+	// ImageStore is the gocloud.dev/blob URL of the sandbox image store
+	// (root's to configure: the node never names it).
+	ImageStore string `toml:"image_store"`
+	// SandboxSlots and SandboxMemoryMB bound the sandboxes at once.
+	SandboxSlots    int   `toml:"sandbox_slots"`
+	SandboxMemoryMB int64 `toml:"sandbox_memory_mb"`
+	// SandboxEgress is auto or off (default): network egress for
+	// sandboxes through the egress proxy, which then runs in the helper.
+	SandboxEgress string `toml:"sandbox_egress"`
 }
 
 // Default returns the configuration of an empty file: default paths and
@@ -88,6 +105,12 @@ func Default() Config {
 		NodeUser: DefaultNodeUser,
 		StateDir: DefaultStateDir,
 		SSHDDir:  DefaultSSHDDir,
+		Driver:   "linux",
+		// The helper runs no sandbox unless root names a runtime.
+		SandboxRuntime:  "none",
+		SandboxSlots:    16,
+		SandboxMemoryMB: 8192,
+		SandboxEgress:   "off",
 	}
 }
 
@@ -187,6 +210,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s %q: not an absolute clean path below /: %w", p.key, p.val, ErrValue)
 		}
 	}
+	if err := c.validateSandbox(); err != nil {
+		return err
+	}
 	if !validUser(c.NodeUser) {
 		return fmt.Errorf("node_user %q: not a system account name other than root: %w", c.NodeUser, ErrValue)
 	}
@@ -200,6 +226,30 @@ func (c Config) Validate() error {
 		if err := checkPin("join_key_pin", c.JoinKeyPin, ed25519.PublicKeySize); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// validateSandbox checks the driver and sandbox settings.
+func (c Config) validateSandbox() error {
+	oneOf := func(key, v string, ok ...string) error {
+		for _, o := range ok {
+			if v == o {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s %q: want one of %s: %w", key, v, strings.Join(ok, ", "), ErrValue)
+	}
+	if err := errors.Join(oneOf("driver", c.Driver, "linux", "sim"),
+		oneOf("sandbox_runtime", c.SandboxRuntime, "none", "auto", "runc", "runsc"),
+		oneOf("sandbox_egress", c.SandboxEgress, "auto", "off")); err != nil {
+		return err
+	}
+	if c.SandboxSlots < 1 || c.SandboxSlots > 4096 || c.SandboxMemoryMB < 1 {
+		return fmt.Errorf("sandbox_slots %d / sandbox_memory_mb %d: out of range: %w", c.SandboxSlots, c.SandboxMemoryMB, ErrValue)
+	}
+	if c.SandboxRuntime != "none" && c.ImageStore == "" {
+		return fmt.Errorf("sandbox_runtime %q needs image_store: %w", c.SandboxRuntime, ErrValue)
 	}
 	return nil
 }
@@ -297,6 +347,15 @@ func (c Config) Encode() []byte {
 	}
 	fmt.Fprintf(&b, "state_dir = %s\n", quote(c.StateDir))
 	fmt.Fprintf(&b, "sshd_dir = %s\n", quote(c.SSHDDir))
+	b.WriteString("# The host driver (linux or sim) and the sandboxes the helper runs.\n")
+	fmt.Fprintf(&b, "driver = %s\n", quote(c.Driver))
+	fmt.Fprintf(&b, "sandbox_runtime = %s\n", quote(c.SandboxRuntime))
+	if c.ImageStore != "" {
+		fmt.Fprintf(&b, "image_store = %s\n", quote(c.ImageStore))
+	}
+	fmt.Fprintf(&b, "sandbox_slots = %d\n", c.SandboxSlots)
+	fmt.Fprintf(&b, "sandbox_memory_mb = %d\n", c.SandboxMemoryMB)
+	fmt.Fprintf(&b, "sandbox_egress = %s\n", quote(c.SandboxEgress))
 	return []byte(b.String())
 }
 
