@@ -73,7 +73,20 @@ func startSandboxes(t *testing.T, db *store.DB, clk clock.Clock, warm int) sandb
 	rt := sandboxRuntime(t)
 	e := testenv.Start(t, db, testenv.Options{Nodes: 1, Clock: clk, SandboxRuntime: rt})
 	tenant, admin := e.TenantAdmin(t, "acme")
+	importSmallTemplate(t, e, admin, rt, warm)
+	return sandboxEnv{Env: e, rt: rt, tenant: tenant, admin: admin}
+}
+
+// importSmallTemplate imports the default image into admin's tenant and
+// makes the template "small" (pids 64) on runtime rt.
+func importSmallTemplate(t *testing.T, e *testenv.Env, admin *client.Client, rt string, warm int) {
+	t.Helper()
 	ctx := context.Background()
+	me, err := admin.Whoami(ctx)
+	if err != nil {
+		t.Fatalf("whoami: %v", err)
+	}
+	tenant := me.TenantID
 	// The API's chunked upload is tested on its own; here the image goes
 	// in through the module to keep the suite fast.
 	if _, err := e.CP.Sandboxes.ImportBytes(ctx, audit.Entry{TenantID: tenant, Actor: "test"}, tenant, "busybox", busyboxTar(t)); err != nil {
@@ -84,7 +97,6 @@ func startSandboxes(t *testing.T, db *store.DB, clk clock.Clock, warm int) sandb
 		"max_lifetime_seconds": 1200, "env": map[string]string{"GREETING": "hi"}, "warm": warm}, nil); err != nil {
 		t.Fatalf("template: %v", err)
 	}
-	return sandboxEnv{Env: e, rt: rt, tenant: tenant, admin: admin}
 }
 
 // TestSandboxLifecycle creates a sandbox, runs commands in it (signed,

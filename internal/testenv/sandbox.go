@@ -72,3 +72,8 @@ func (e *Env) nodeDriver(t testing.TB, n *Node) driver.Driver {
 	})
 	return &sandbox.Driver{Driver: n.Sim, Host: h}
 }
+
+// ImageStore is the sandbox image store's URL (empty unless the
+// environment has a sandbox runtime): a helper or out-of-process node
+// opens the same store.
+func (e *Env) ImageStore() string { return e.imageStore }
