@@ -215,6 +215,7 @@ func nodeCmd() *cobra.Command {
 			defer n.Close()
 			if hd != nil {
 				hd.Intent, hd.Bundle = n.Intent, n.TrustBundle
+				sa.Files = &sshaccess.HelperFiles{Client: hd.Client, Intent: n.Intent, Bundle: n.TrustBundle}
 				go hd.WatchFailures(ctx, time.Second)
 				log.Info("unprivileged node: root operations go through the helper", "socket", helperSock)
 			}

@@ -19,11 +19,16 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/breakglass"
+	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/hosthelper/helperconfig"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
+	"github.com/bettercompute/bettercompute/internal/sshca/sshdtest"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 	"github.com/bettercompute/bettercompute/internal/testenv"
@@ -295,7 +300,24 @@ func TestUnprivilegedNodeRunsSandboxThroughHelper(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(u.state, "sandbox", "state", x.ID+".json")); !os.IsNotExist(err) {
 			t.Fatalf("the helper still holds the deleted sandbox: %v", err)
 		}
-		for _, op := range []string{"sandbox.create", "sandbox.exec", "sandbox.delete"} {
+		// Break-glass SSH on an unprivileged node: the ssh.access state is
+		// written by the helper, by kind and id, in its own sshd folder.
+		key, _ := sshdtest.NewKey(t)
+		var issued breakglass.Issued
+		if err := e.Client.Call(ctx, "nodes.issueSshCert", breakglass.IssueIn{NodeID: u.id, Account: "ops",
+			PublicKey: string(ssh.MarshalAuthorizedKey(key.PublicKey()))}, &issued); err != nil {
+			t.Fatal(err)
+		}
+		if c := e.WaitCommand(t, issued.CommandID); c.State != wire.StateSucceeded {
+			t.Fatalf("ssh.access on the unprivileged node: %s %q", c.State, c.Reason)
+		}
+		principals := filepath.Join(u.base, "sshd", "principals", "ops")
+		b, err := os.ReadFile(principals)
+		fi, serr := os.Stat(principals)
+		if err != nil || serr != nil || string(b) != "ops@"+u.id+"\n" || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+			t.Fatalf("the helper's principals file: %q %v %v", b, err, serr)
+		}
+		for _, op := range []string{"sandbox.create", "sandbox.exec", "sandbox.delete", "file.write"} {
 			pollUntil(t, "the helper's "+op+" audited", func() bool {
 				var n int
 				_ = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM audit_events WHERE actor = $1 AND action = $2 AND outcome = 'allowed' AND details LIKE $3`,

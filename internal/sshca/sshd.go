@@ -55,7 +55,7 @@ func WriteSSHDFiles(dir string, f Files) error {
 	if !validDir(dir) {
 		return refuse(errs.InvalidConfig, ReasonDirInvalid, "sshd file directory must be an absolute, clean path without spaces, quotes, '#' or '%'")
 	}
-	krlBytes, err := checkFiles(&f)
+	r, err := RenderSSHDFiles(f)
 	if err != nil {
 		return err
 	}
@@ -68,21 +68,42 @@ func WriteSSHDFiles(dir string, f Files) error {
 			return fmt.Errorf("sshca: chmod %s: %w", d, err)
 		}
 	}
-	if err := atomicfile.Write(filepath.Join(dir, KRLFile), krlBytes, FileMode); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, KRLFile), r.KRL, FileMode); err != nil {
 		return err
 	}
-	if err := atomicfile.Write(filepath.Join(dir, CAKeyFile), ssh.MarshalAuthorizedKey(f.CA), FileMode); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, CAKeyFile), r.CA, FileMode); err != nil {
 		return err
 	}
 	keep := map[string]bool{}
 	for _, a := range f.Accounts {
 		keep[a] = true
-		line := []byte(Principal(a, f.NodeID) + "\n")
-		if err := atomicfile.Write(filepath.Join(principals, a), line, FileMode); err != nil {
+		if err := atomicfile.Write(filepath.Join(principals, a), r.Principals[a], FileMode); err != nil {
 			return err
 		}
 	}
 	return removeOthers(principals, keep)
+}
+
+// Rendered is the content of the sshd files of a Files: what
+// WriteSSHDFiles writes, for a writer that names files by kind and id
+// (an unprivileged node's root helper).
+type Rendered struct {
+	KRL, CA    []byte
+	Principals map[string][]byte // account → "<account>@<nodeId>\n"
+}
+
+// RenderSSHDFiles checks f as WriteSSHDFiles does and returns the files'
+// content; nothing is written.
+func RenderSSHDFiles(f Files) (Rendered, error) {
+	krl, err := checkFiles(&f)
+	if err != nil {
+		return Rendered{}, err
+	}
+	r := Rendered{KRL: krl, CA: ssh.MarshalAuthorizedKey(f.CA), Principals: make(map[string][]byte, len(f.Accounts))}
+	for _, a := range f.Accounts {
+		r.Principals[a] = []byte(Principal(a, f.NodeID) + "\n")
+	}
+	return r, nil
 }
 
 // checkFiles validates f (filling in the KRL's CA) and returns the KRL's

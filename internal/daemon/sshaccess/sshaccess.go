@@ -48,6 +48,10 @@ type Driver struct {
 	Dir string
 	// StateDir holds GenerationFile (bcd's data folder).
 	StateDir string
+	// Files, when set, writes the sshd files instead of Dir: on an
+	// unprivileged node, the root helper (HelperFiles), which writes them
+	// by kind and id in its own sshd directory.
+	Files FileWriter
 
 	mu     sync.Mutex
 	nodeID string
@@ -67,7 +71,7 @@ func (d *Driver) Run(ctx context.Context, kind string, payload []byte) ([]byte, 
 	if kind != kinds.SSHAccess {
 		return d.Driver.Run(ctx, kind, payload)
 	}
-	gen, err := d.Apply(payload)
+	gen, err := d.apply(ctx, payload)
 	var coded *errs.Error
 	if errors.As(err, &coded) {
 		return nil, errors.New(coded.Message) // the reason the control plane sees: "<reason>: <detail>"
@@ -85,6 +89,10 @@ func (d *Driver) Run(ctx context.Context, kind string, payload []byte) ([]byte, 
 // is recorded after the files, so a crash between them makes the next
 // apply of that generation write them again.
 func (d *Driver) Apply(payload []byte) (uint64, error) {
+	return d.apply(context.Background(), payload)
+}
+
+func (d *Driver) apply(ctx context.Context, payload []byte) (uint64, error) {
 	a, ca, err := sshca.DecodeAccess(payload)
 	if err != nil {
 		return 0, err
@@ -106,7 +114,7 @@ func (d *Driver) Apply(payload []byte) (uint64, error) {
 		return 0, err
 	}
 	ahead = pending(ahead, a)
-	if err := sshca.WriteSSHDFiles(d.Dir, withAhead(a.Files(ca), ahead)); err != nil {
+	if err := d.write(ctx, withAhead(a.Files(ca), ahead)); err != nil {
 		return 0, err
 	}
 	if err := atomicfile.Write(filepath.Join(d.StateDir, StateFile), payload, 0o600); err != nil {
@@ -173,6 +181,9 @@ func (d *Driver) RevokeSerials(generation uint64, serials ...uint64) error {
 	krl, err := f.KRL.Marshal()
 	if err != nil {
 		return err
+	}
+	if d.Files != nil {
+		return d.Files.WriteFile(context.Background(), KindKRL, FileDefault, krl)
 	}
 	return atomicfile.Write(filepath.Join(d.Dir, sshca.KRLFile), krl, sshca.FileMode)
 }
