@@ -120,7 +120,9 @@ func (h *Helper) registerHostOps() error {
 	srv.Handle(helperwire.OpFileWrite, argsHandler(func(ctx context.Context, a helperwire.FileWrite) error { return ops.WriteFile(a.Kind, a.ID, a.Data) }), true)
 	srv.Handle(helperwire.OpFileRemove, argsHandler(func(ctx context.Context, a helperwire.FileRef) error { return ops.RemoveFile(a.Kind, a.ID) }), true)
 	srv.Handle(helperwire.OpFirewallApply, argsHandler(func(ctx context.Context, a helperwire.FirewallApply) error { return ops.ApplyRuleset(ctx, a.Ruleset) }), true)
-	srv.Handle(helperwire.OpGPUReset, argsHandler(func(ctx context.Context, a helperwire.GPUReset) error { return ops.ResetGPU(ctx, a.GPU, drv.Inventory()) }), true)
+	srv.Handle(helperwire.OpGPUReset, argsHandler(func(ctx context.Context, a helperwire.GPUReset) error {
+		return ops.ResetGPU(ctx, a.GPU, drv.Inventory())
+	}), true)
 	srv.Handle(helperwire.OpReboot, argsHandler(func(ctx context.Context, a helperwire.Reboot) error { return ops.Reboot(ctx, a.Reason) }), true)
 	return nil
 }
