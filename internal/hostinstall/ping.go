@@ -3,10 +3,7 @@ package hostinstall
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"time"
 
@@ -44,47 +41,15 @@ func (d *doctor) checkPing(ctx context.Context, socket string) {
 	}
 }
 
-// Ping makes one ping exchange with the helper at socket, by the wire
-// contract: one JSON request, the write half shut, one JSON response.
-// (helperwire has no client yet; when it has, this should call it.)
+// Ping makes one ping exchange with the helper at socket
+// (helperwire.Client: one strict request, one strict response).
 func Ping(ctx context.Context, socket string) (helperwire.Ping, error) {
 	var p helperwire.Ping
-	var dialer net.Dialer
-	c, err := dialer.DialContext(ctx, "unix", socket)
+	res, err := (&helperwire.Client{Socket: socket}).Call(ctx, &helperwire.Request{Op: helperwire.OpPing})
 	if err != nil {
 		return p, fmt.Errorf("ping: %w", err)
 	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
-	req, err := json.Marshal(helperwire.Request{Version: helperwire.Version, Op: helperwire.OpPing})
-	if err != nil {
-		return p, fmt.Errorf("ping: %w", err)
-	}
-	if _, err := c.Write(req); err != nil {
-		return p, fmt.Errorf("ping: %w", err)
-	}
-	if uc, ok := c.(*net.UnixConn); ok {
-		if err := uc.CloseWrite(); err != nil {
-			return p, fmt.Errorf("ping: %w", err)
-		}
-	}
-	b, err := io.ReadAll(io.LimitReader(c, helperwire.MaxResponse+1))
-	if err != nil {
-		return p, fmt.Errorf("ping: %w", err)
-	}
-	if len(b) > helperwire.MaxResponse {
-		return p, errors.New("ping: response over the size bound")
-	}
-	var resp helperwire.Response
-	if err := json.Unmarshal(b, &resp); err != nil {
-		return p, fmt.Errorf("ping: response: %w", err)
-	}
-	if resp.Code != "" {
-		return p, &helperwire.Refusal{Code: resp.Code, Reason: resp.Reason}
-	}
-	if err := json.Unmarshal(resp.Result, &p); err != nil {
+	if err := json.Unmarshal(res, &p); err != nil {
 		return p, fmt.Errorf("ping: result: %w", err)
 	}
 	return p, nil
