@@ -111,7 +111,11 @@ func TestGatewayOnlyProcessHoldsNoKeys(t *testing.T) {
 			t.Fatalf("join through the gateway-only process: %v", err)
 		}
 		n := e.OpenNodeAt(t, dir, "", gw.GatewayAddr)
-		n.Start(t)
+		// The node's signed desired state comes through it too: the api
+		// signs it over the internal channel (the process holds no key).
+		if nodeIntent(t, n) == nil {
+			t.Fatal("no desired state through the gateway-only process")
+		}
 		n.WaitConnected(t)
 
 		// Renew through it, then reconnect with the new certificate.

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/nodes"
+	"github.com/bettercompute/bettercompute/internal/proto/internalv1"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/signing"
 )
@@ -45,4 +48,50 @@ func (d desiredStates) DesiredState(ctx context.Context, nodeID, serial string) 
 		return nil, nil
 	}
 	return sd, err
+}
+
+// DesiredState signs a node's desired state for a gateway-only process
+// (internalv1.GatewayServices.DesiredState): the same answer the api's own
+// gateway sends, empty when there is none yet.
+func (c *controlServer) DesiredState(ctx context.Context, req *internalv1.DesiredStateRequest) (*internalv1.DesiredStateResponse, error) {
+	if c.desired == nil {
+		return &internalv1.DesiredStateResponse{}, nil
+	}
+	sd, err := c.desired.DesiredState(ctx, req.GetNodeId(), req.GetSerial())
+	if err != nil {
+		if errs.CodeOf(err) == errs.Internal {
+			c.log.Error("relayed desired state failed", "node_id", req.GetNodeId(), "err", err)
+		}
+		return nil, statusOf(err)
+	}
+	if sd == nil {
+		return &internalv1.DesiredStateResponse{}, nil
+	}
+	raw, err := proto.Marshal(sd)
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	return &internalv1.DesiredStateResponse{SignedDesiredState: raw}, nil
+}
+
+// relayedDesiredStates asks the api's internal channel for a node's
+// signed desired state: a gateway-only process holds no key to sign it.
+type relayedDesiredStates struct {
+	client internalv1.GatewayServicesClient
+}
+
+// DesiredState relays to the api; an empty answer is nothing to send.
+func (r relayedDesiredStates) DesiredState(ctx context.Context, nodeID, serial string) (*nodev1.SignedDesiredState, error) {
+	resp, err := r.client.DesiredState(ctx, &internalv1.DesiredStateRequest{NodeId: nodeID, Serial: serial})
+	if err != nil {
+		return nil, errorOf(err)
+	}
+	if len(resp.GetSignedDesiredState()) == 0 {
+		return nil, nil
+	}
+	var sd nodev1.SignedDesiredState
+	if err := proto.Unmarshal(resp.GetSignedDesiredState(), &sd); err != nil {
+		return nil, errs.Wrap(errs.Internal, "decode relayed desired state", err)
+	}
+	return &sd, nil
 }

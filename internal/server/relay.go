@@ -18,6 +18,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/internalv1"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
@@ -64,11 +65,14 @@ func errorOf(err error) error {
 // modules of a process that holds the keys.
 type controlServer struct {
 	internalv1.UnimplementedGatewayServicesServer
-	svc   gatewayServices
-	roots *x509.CertPool
-	td    string
-	clk   clock.Clock
-	log   *slog.Logger
+	svc gatewayServices
+	// desired signs desired states for gateway-only processes (nil when
+	// this process holds no worker key either).
+	desired gateway.DesiredStates
+	roots   *x509.CertPool
+	td      string
+	clk     clock.Clock
+	log     *slog.Logger
 }
 
 // nodeIdentity verifies again the node chain a gateway forwarded (node CA,

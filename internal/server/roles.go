@@ -74,13 +74,18 @@ func (cp *ControlPlane) startGateway(o Options, r roles, k keys, local gatewaySe
 		getCert = certs.get
 	}
 	var svc gateway.Services = local
+	desired := cp.desiredStates()
 	if !r.api {
 		conn, err := dialControl(o.Control, serverCert, b, o.Clock)
 		if err != nil {
 			return errs.Wrap(errs.InvalidConfig, "the internal channel address is not usable", err)
 		}
 		cp.closers = append(cp.closers, func() { _ = conn.Close() })
-		svc = &relayServices{local: local, client: internalv1.NewGatewayServicesClient(conn), clk: o.Clock}
+		client := internalv1.NewGatewayServicesClient(conn)
+		svc = &relayServices{local: local, client: client, clk: o.Clock}
+		if desired == nil {
+			desired = relayedDesiredStates{client: client}
+		}
 	}
 	roots, err := b.TrustBundle(now).NodeRootPool()
 	if err != nil {
@@ -98,7 +103,7 @@ func (cp *ControlPlane) startGateway(o Options, r roles, k keys, local gatewaySe
 	gw, err := gateway.New(gateway.Config{TrustDomain: b.TrustDomain, NodeRoots: roots, ServerCert: serverCert, GetServerCert: getCert,
 		GatewayID: "gw-" + host + "-" + cp.GatewayAddr, Clock: o.Clock, Log: o.Log,
 		RevocationPoll: o.RevocationPoll, CommandPoll: o.CommandPoll, Heartbeat: o.SessionHeartbeat,
-		Tickets: cp.ticketVerifier, Spent: spentdb.New(o.DB), Feed: cp.Revocations, DesiredStates: cp.desiredStates()},
+		Tickets: cp.ticketVerifier, Spent: spentdb.New(o.DB), Feed: cp.Revocations, DesiredStates: desired},
 		svc, registry{cp.Nodes}, cp.Commands, cp.Bus)
 	if err != nil {
 		lis.Close()
@@ -224,7 +229,7 @@ func (cp *ControlPlane) serveInternal(o Options, local gatewayServices, internal
 	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(controlTLS(certs.get, b.InternalRoots()))),
 		grpc.MaxRecvMsgSize(nodev1.MaxMessageBytes), grpc.MaxSendMsgSize(nodev1.MaxMessageBytes),
 		grpc.UnaryInterceptor(requireGateway(b.TrustDomain, b.InternalRoots(), o.Clock)), grpc.WaitForHandlers(true))
-	internalv1.RegisterGatewayServicesServer(gs, &controlServer{svc: local, roots: roots, td: b.TrustDomain, clk: o.Clock, log: o.Log})
+	internalv1.RegisterGatewayServicesServer(gs, &controlServer{svc: local, desired: cp.desiredStates(), roots: roots, td: b.TrustDomain, clk: o.Clock, log: o.Log})
 	cp.serveGRPC("internal channel", gs, lis, nil)
 	return nil
 }

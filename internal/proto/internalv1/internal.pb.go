@@ -29,6 +29,104 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type DesiredStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Serial        string                 `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DesiredStateRequest) Reset() {
+	*x = DesiredStateRequest{}
+	mi := &file_internal_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DesiredStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DesiredStateRequest) ProtoMessage() {}
+
+func (x *DesiredStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DesiredStateRequest.ProtoReflect.Descriptor instead.
+func (*DesiredStateRequest) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *DesiredStateRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DesiredStateRequest) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+type DesiredStateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// signed_desired_state is a marshalled bc.node.v1.SignedDesiredState;
+	// empty when there is none to send yet (no worker key).
+	SignedDesiredState []byte `protobuf:"bytes,1,opt,name=signed_desired_state,json=signedDesiredState,proto3" json:"signed_desired_state,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *DesiredStateResponse) Reset() {
+	*x = DesiredStateResponse{}
+	mi := &file_internal_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DesiredStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DesiredStateResponse) ProtoMessage() {}
+
+func (x *DesiredStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DesiredStateResponse.ProtoReflect.Descriptor instead.
+func (*DesiredStateResponse) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DesiredStateResponse) GetSignedDesiredState() []byte {
+	if x != nil {
+		return x.SignedDesiredState
+	}
+	return nil
+}
+
 type BundleRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -37,7 +135,7 @@ type BundleRequest struct {
 
 func (x *BundleRequest) Reset() {
 	*x = BundleRequest{}
-	mi := &file_internal_proto_msgTypes[0]
+	mi := &file_internal_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -49,7 +147,7 @@ func (x *BundleRequest) String() string {
 func (*BundleRequest) ProtoMessage() {}
 
 func (x *BundleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[0]
+	mi := &file_internal_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -62,7 +160,7 @@ func (x *BundleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BundleRequest.ProtoReflect.Descriptor instead.
 func (*BundleRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{0}
+	return file_internal_proto_rawDescGZIP(), []int{2}
 }
 
 type BundleResponse struct {
@@ -75,7 +173,7 @@ type BundleResponse struct {
 
 func (x *BundleResponse) Reset() {
 	*x = BundleResponse{}
-	mi := &file_internal_proto_msgTypes[1]
+	mi := &file_internal_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -87,7 +185,7 @@ func (x *BundleResponse) String() string {
 func (*BundleResponse) ProtoMessage() {}
 
 func (x *BundleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[1]
+	mi := &file_internal_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -100,7 +198,7 @@ func (x *BundleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BundleResponse.ProtoReflect.Descriptor instead.
 func (*BundleResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{1}
+	return file_internal_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *BundleResponse) GetSignedBundle() []byte {
@@ -121,7 +219,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_internal_proto_msgTypes[2]
+	mi := &file_internal_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -133,7 +231,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[2]
+	mi := &file_internal_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -146,7 +244,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{2}
+	return file_internal_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *JoinRequest) GetToken() string {
@@ -180,7 +278,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_internal_proto_msgTypes[3]
+	mi := &file_internal_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -192,7 +290,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[3]
+	mi := &file_internal_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -205,7 +303,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{3}
+	return file_internal_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *JoinResponse) GetNodeId() string {
@@ -238,7 +336,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_internal_proto_msgTypes[4]
+	mi := &file_internal_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -250,7 +348,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[4]
+	mi := &file_internal_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -263,7 +361,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{4}
+	return file_internal_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RenewRequest) GetNodeChainDer() [][]byte {
@@ -296,7 +394,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_internal_proto_msgTypes[5]
+	mi := &file_internal_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +406,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[5]
+	mi := &file_internal_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +419,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{5}
+	return file_internal_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RenewResponse) GetCertChainDer() [][]byte {
@@ -342,7 +440,7 @@ type SecretRequest struct {
 
 func (x *SecretRequest) Reset() {
 	*x = SecretRequest{}
-	mi := &file_internal_proto_msgTypes[6]
+	mi := &file_internal_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -354,7 +452,7 @@ func (x *SecretRequest) String() string {
 func (*SecretRequest) ProtoMessage() {}
 
 func (x *SecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[6]
+	mi := &file_internal_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -367,7 +465,7 @@ func (x *SecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequest.ProtoReflect.Descriptor instead.
 func (*SecretRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{6}
+	return file_internal_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SecretRequest) GetNodeChainDer() [][]byte {
@@ -393,7 +491,7 @@ type SecretResponse struct {
 
 func (x *SecretResponse) Reset() {
 	*x = SecretResponse{}
-	mi := &file_internal_proto_msgTypes[7]
+	mi := &file_internal_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +503,7 @@ func (x *SecretResponse) String() string {
 func (*SecretResponse) ProtoMessage() {}
 
 func (x *SecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[7]
+	mi := &file_internal_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +516,7 @@ func (x *SecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretResponse.ProtoReflect.Descriptor instead.
 func (*SecretResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{7}
+	return file_internal_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SecretResponse) GetJwe() string {
@@ -432,7 +530,12 @@ var File_internal_proto protoreflect.FileDescriptor
 
 const file_internal_proto_rawDesc = "" +
 	"\n" +
-	"\x0einternal.proto\x12\x0ebc.internal.v1\"\x0f\n" +
+	"\x0einternal.proto\x12\x0ebc.internal.v1\"F\n" +
+	"\x13DesiredStateRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\"H\n" +
+	"\x14DesiredStateResponse\x120\n" +
+	"\x14signed_desired_state\x18\x01 \x01(\fR\x12signedDesiredState\"\x0f\n" +
 	"\rBundleRequest\"5\n" +
 	"\x0eBundleResponse\x12#\n" +
 	"\rsigned_bundle\x18\x01 \x01(\fR\fsignedBundle\"P\n" +
@@ -453,12 +556,13 @@ const file_internal_proto_rawDesc = "" +
 	"\x0enode_chain_der\x18\x01 \x03(\fR\fnodeChainDer\x12\x18\n" +
 	"\arequest\x18\x02 \x01(\fR\arequest\"\"\n" +
 	"\x0eSecretResponse\x12\x10\n" +
-	"\x03jwe\x18\x01 \x01(\tR\x03jwe2\xac\x02\n" +
+	"\x03jwe\x18\x01 \x01(\tR\x03jwe2\x87\x03\n" +
 	"\x0fGatewayServices\x12G\n" +
 	"\x06Bundle\x12\x1d.bc.internal.v1.BundleRequest\x1a\x1e.bc.internal.v1.BundleResponse\x12A\n" +
 	"\x04Join\x12\x1b.bc.internal.v1.JoinRequest\x1a\x1c.bc.internal.v1.JoinResponse\x12D\n" +
 	"\x05Renew\x12\x1c.bc.internal.v1.RenewRequest\x1a\x1d.bc.internal.v1.RenewResponse\x12G\n" +
-	"\x06Secret\x12\x1d.bc.internal.v1.SecretRequest\x1a\x1e.bc.internal.v1.SecretResponseBBZ@github.com/bettercompute/bettercompute/internal/proto/internalv1b\x06proto3"
+	"\x06Secret\x12\x1d.bc.internal.v1.SecretRequest\x1a\x1e.bc.internal.v1.SecretResponse\x12Y\n" +
+	"\fDesiredState\x12#.bc.internal.v1.DesiredStateRequest\x1a$.bc.internal.v1.DesiredStateResponseBBZ@github.com/bettercompute/bettercompute/internal/proto/internalv1b\x06proto3"
 
 var (
 	file_internal_proto_rawDescOnce sync.Once
@@ -472,28 +576,32 @@ func file_internal_proto_rawDescGZIP() []byte {
 	return file_internal_proto_rawDescData
 }
 
-var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_internal_proto_goTypes = []any{
-	(*BundleRequest)(nil),  // 0: bc.internal.v1.BundleRequest
-	(*BundleResponse)(nil), // 1: bc.internal.v1.BundleResponse
-	(*JoinRequest)(nil),    // 2: bc.internal.v1.JoinRequest
-	(*JoinResponse)(nil),   // 3: bc.internal.v1.JoinResponse
-	(*RenewRequest)(nil),   // 4: bc.internal.v1.RenewRequest
-	(*RenewResponse)(nil),  // 5: bc.internal.v1.RenewResponse
-	(*SecretRequest)(nil),  // 6: bc.internal.v1.SecretRequest
-	(*SecretResponse)(nil), // 7: bc.internal.v1.SecretResponse
+	(*DesiredStateRequest)(nil),  // 0: bc.internal.v1.DesiredStateRequest
+	(*DesiredStateResponse)(nil), // 1: bc.internal.v1.DesiredStateResponse
+	(*BundleRequest)(nil),        // 2: bc.internal.v1.BundleRequest
+	(*BundleResponse)(nil),       // 3: bc.internal.v1.BundleResponse
+	(*JoinRequest)(nil),          // 4: bc.internal.v1.JoinRequest
+	(*JoinResponse)(nil),         // 5: bc.internal.v1.JoinResponse
+	(*RenewRequest)(nil),         // 6: bc.internal.v1.RenewRequest
+	(*RenewResponse)(nil),        // 7: bc.internal.v1.RenewResponse
+	(*SecretRequest)(nil),        // 8: bc.internal.v1.SecretRequest
+	(*SecretResponse)(nil),       // 9: bc.internal.v1.SecretResponse
 }
 var file_internal_proto_depIdxs = []int32{
-	0, // 0: bc.internal.v1.GatewayServices.Bundle:input_type -> bc.internal.v1.BundleRequest
-	2, // 1: bc.internal.v1.GatewayServices.Join:input_type -> bc.internal.v1.JoinRequest
-	4, // 2: bc.internal.v1.GatewayServices.Renew:input_type -> bc.internal.v1.RenewRequest
-	6, // 3: bc.internal.v1.GatewayServices.Secret:input_type -> bc.internal.v1.SecretRequest
-	1, // 4: bc.internal.v1.GatewayServices.Bundle:output_type -> bc.internal.v1.BundleResponse
-	3, // 5: bc.internal.v1.GatewayServices.Join:output_type -> bc.internal.v1.JoinResponse
-	5, // 6: bc.internal.v1.GatewayServices.Renew:output_type -> bc.internal.v1.RenewResponse
-	7, // 7: bc.internal.v1.GatewayServices.Secret:output_type -> bc.internal.v1.SecretResponse
-	4, // [4:8] is the sub-list for method output_type
-	0, // [0:4] is the sub-list for method input_type
+	2, // 0: bc.internal.v1.GatewayServices.Bundle:input_type -> bc.internal.v1.BundleRequest
+	4, // 1: bc.internal.v1.GatewayServices.Join:input_type -> bc.internal.v1.JoinRequest
+	6, // 2: bc.internal.v1.GatewayServices.Renew:input_type -> bc.internal.v1.RenewRequest
+	8, // 3: bc.internal.v1.GatewayServices.Secret:input_type -> bc.internal.v1.SecretRequest
+	0, // 4: bc.internal.v1.GatewayServices.DesiredState:input_type -> bc.internal.v1.DesiredStateRequest
+	3, // 5: bc.internal.v1.GatewayServices.Bundle:output_type -> bc.internal.v1.BundleResponse
+	5, // 6: bc.internal.v1.GatewayServices.Join:output_type -> bc.internal.v1.JoinResponse
+	7, // 7: bc.internal.v1.GatewayServices.Renew:output_type -> bc.internal.v1.RenewResponse
+	9, // 8: bc.internal.v1.GatewayServices.Secret:output_type -> bc.internal.v1.SecretResponse
+	1, // 9: bc.internal.v1.GatewayServices.DesiredState:output_type -> bc.internal.v1.DesiredStateResponse
+	5, // [5:10] is the sub-list for method output_type
+	0, // [0:5] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -510,7 +618,7 @@ func file_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_proto_rawDesc), len(file_internal_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,10 +27,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	GatewayServices_Bundle_FullMethodName = "/bc.internal.v1.GatewayServices/Bundle"
-	GatewayServices_Join_FullMethodName   = "/bc.internal.v1.GatewayServices/Join"
-	GatewayServices_Renew_FullMethodName  = "/bc.internal.v1.GatewayServices/Renew"
-	GatewayServices_Secret_FullMethodName = "/bc.internal.v1.GatewayServices/Secret"
+	GatewayServices_Bundle_FullMethodName       = "/bc.internal.v1.GatewayServices/Bundle"
+	GatewayServices_Join_FullMethodName         = "/bc.internal.v1.GatewayServices/Join"
+	GatewayServices_Renew_FullMethodName        = "/bc.internal.v1.GatewayServices/Renew"
+	GatewayServices_Secret_FullMethodName       = "/bc.internal.v1.GatewayServices/Secret"
+	GatewayServices_DesiredState_FullMethodName = "/bc.internal.v1.GatewayServices/DesiredState"
 )
 
 // GatewayServicesClient is the client API for GatewayServices service.
@@ -50,6 +51,13 @@ type GatewayServicesClient interface {
 	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
 	// Secret relays a node's signed secret request to the broker.
 	Secret(ctx context.Context, in *SecretRequest, opts ...grpc.CallOption) (*SecretResponse, error)
+	// DesiredState signs the desired state of the node whose session
+	// certificate is serial (issue 17): a gateway-only process holds no
+	// worker key. The api reads the host section of that certificate
+	// itself and refuses a serial of another node; what it signs is the
+	// control plane's own word for that node, which the gateway relays
+	// verbatim and cannot change.
+	DesiredState(ctx context.Context, in *DesiredStateRequest, opts ...grpc.CallOption) (*DesiredStateResponse, error)
 }
 
 type gatewayServicesClient struct {
@@ -100,6 +108,16 @@ func (c *gatewayServicesClient) Secret(ctx context.Context, in *SecretRequest, o
 	return out, nil
 }
 
+func (c *gatewayServicesClient) DesiredState(ctx context.Context, in *DesiredStateRequest, opts ...grpc.CallOption) (*DesiredStateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DesiredStateResponse)
+	err := c.cc.Invoke(ctx, GatewayServices_DesiredState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServicesServer is the server API for GatewayServices service.
 // All implementations must embed UnimplementedGatewayServicesServer
 // for forward compatibility.
@@ -117,6 +135,13 @@ type GatewayServicesServer interface {
 	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
 	// Secret relays a node's signed secret request to the broker.
 	Secret(context.Context, *SecretRequest) (*SecretResponse, error)
+	// DesiredState signs the desired state of the node whose session
+	// certificate is serial (issue 17): a gateway-only process holds no
+	// worker key. The api reads the host section of that certificate
+	// itself and refuses a serial of another node; what it signs is the
+	// control plane's own word for that node, which the gateway relays
+	// verbatim and cannot change.
+	DesiredState(context.Context, *DesiredStateRequest) (*DesiredStateResponse, error)
 	mustEmbedUnimplementedGatewayServicesServer()
 }
 
@@ -138,6 +163,9 @@ func (UnimplementedGatewayServicesServer) Renew(context.Context, *RenewRequest) 
 }
 func (UnimplementedGatewayServicesServer) Secret(context.Context, *SecretRequest) (*SecretResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Secret not implemented")
+}
+func (UnimplementedGatewayServicesServer) DesiredState(context.Context, *DesiredStateRequest) (*DesiredStateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DesiredState not implemented")
 }
 func (UnimplementedGatewayServicesServer) mustEmbedUnimplementedGatewayServicesServer() {}
 func (UnimplementedGatewayServicesServer) testEmbeddedByValue()                         {}
@@ -232,6 +260,24 @@ func _GatewayServices_Secret_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GatewayServices_DesiredState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DesiredStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServicesServer).DesiredState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GatewayServices_DesiredState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServicesServer).DesiredState(ctx, req.(*DesiredStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GatewayServices_ServiceDesc is the grpc.ServiceDesc for GatewayServices service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -254,6 +300,10 @@ var GatewayServices_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Secret",
 			Handler:    _GatewayServices_Secret_Handler,
+		},
+		{
+			MethodName: "DesiredState",
+			Handler:    _GatewayServices_DesiredState_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
