@@ -168,6 +168,7 @@ func hostname() string {
 func nodeCmd() *cobra.Command {
 	var dir, drv, gw, level, sshdDir, helperSock string
 	var sbx sandbox.Options
+	var plug pluginOptions
 	var tunnelPorts []uint
 	c := &cobra.Command{
 		Use:   "node",
@@ -185,6 +186,17 @@ func nodeCmd() *cobra.Command {
 			d, err := driver.New(drv, hostname())
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
+			}
+			if plug.path != "" {
+				if helperSock != "" {
+					return &ExitError{Code: 2, Err: errors.New("--plugin needs a root node: an unprivileged node (--helper-socket) cannot give a plugin its own uid")}
+				}
+				p, err := startPlugin(ctx, plug, log)
+				if err != nil {
+					return err
+				}
+				defer p.Close()
+				d = p
 			}
 			ports, err := daemon.ParseTunnelPorts("--tunnel-port", tunnelPorts)
 			if err != nil {
@@ -230,6 +242,7 @@ func nodeCmd() *cobra.Command {
 	c.Flags().StringVar(&level, "log-level", "info", "log level")
 	c.Flags().UintSliceVar(&tunnelPorts, "tunnel-port", []uint{22}, "a port on 127.0.0.1 that tunnels may reach (repeatable, or comma-separated); no other port or address is ever dialled")
 	c.Flags().StringVar(&sshdDir, "sshd-dir", "", "where ssh.access writes the break-glass sshd files (default "+DefaultSSHDDir+" on the linux driver, DATA/sshd on sim); bcd sshd-config prints the sshd_config lines")
+	addPluginFlags(c, &plug)
 	c.Flags().StringVar(&helperSock, "helper-socket", "", "run unprivileged: sandboxes (and the other root operations) go through bcd helper on this socket, which checks each request itself")
 	c.Flags().StringVar(&sbx.Runtime, "sandbox-runtime", "auto", "sandbox runtime: auto (runc when usable), runc, runsc, sim or none")
 	c.Flags().StringVar(&sbx.ImageStore, "image-store", "", "gocloud.dev/blob URL of the sandbox image store (file:///dir, s3://…)")
