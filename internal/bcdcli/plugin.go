@@ -50,6 +50,11 @@ func shimCmd() *cobra.Command {
 		Hidden:             true,
 		DisableFlagParsing: true,
 		RunE: func(_ *cobra.Command, args []string) error {
+			// Only bcd node starts the shim (with the plugin's name in the
+			// environment and its file and gate on fds 3 and 4).
+			if os.Getenv("BCX_PLUGIN_NAME") == "" {
+				return &ExitError{Code: 2, Err: errors.New("bcd " + plugin.ShimCommand + " is started by bcd node for a plugin, never by hand")}
+			}
 			return plugin.ShimMain(args, os.Environ())
 		},
 	}

@@ -41,7 +41,7 @@ func TestSessionRenewsOnItsClock(t *testing.T) {
 	life := 24 * time.Hour
 	clk := clock.NewFake(nb)
 	n := &Node{cfg: Config{Clock: clk, Log: slog.New(slog.DiscardHandler)}, rec: &JoinRecord{NodeID: "n1"},
-		chain: []*x509.Certificate{{NotBefore: nb, NotAfter: nb.Add(life)}}, reports: newReports(), outbox: newOutbox(DefaultResendAfter)}
+		chain: []*x509.Certificate{{NotBefore: nb, NotAfter: nb.Add(life)}}, reports: newReports(), hev: newHelperEvents(), outbox: newOutbox(DefaultResendAfter)}
 	renewals := make(chan chan error)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
