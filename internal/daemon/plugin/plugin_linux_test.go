@@ -276,6 +276,9 @@ func TestHandshakeDeadlineKills(t *testing.T) {
 		t.Fatalf("silent plugin: %v, want %s", err, CodeHandshakeTimeout)
 	}
 	if left := livingWithEnv(t, token); len(left) != 0 {
+		for _, pid := range left { // so a failure leaves nothing running on the machine
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 		t.Fatalf("plugin processes left: %v", left)
 	}
 }
