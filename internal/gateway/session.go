@@ -80,6 +80,10 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	}
 
 	send := lockedSend(stream)
+	// Subscribed before the Welcome (which carries the approver sets), so
+	// a change made while the session opens is never missed.
+	approverPoke, stopApproverPoke := g.poke.Subscribe(bus.TopicApprovers)
+	defer stopApproverPoke()
 	if err := g.welcome(ctx, s, c.ci, send); err != nil {
 		return err
 	}
@@ -99,7 +103,7 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- g.receive(sctx, stream, id.NodeID, id.Serial, send) }()
 	go g.deliver(sctx, s, send)
-	go g.deliverApproverSets(sctx, id.NodeID, send)
+	go g.deliverApproverSets(sctx, id.NodeID, send, approverPoke)
 
 	select {
 	case err := <-recvErr:
@@ -288,9 +292,7 @@ func (g *Gateway) receive(ctx context.Context, stream nodev1.Gateway_SessionServ
 // deliverApproverSets sends the approver-set chain again whenever it
 // changes (poked on the bus; other processes' changes reach a node at its
 // next session).
-func (g *Gateway) deliverApproverSets(ctx context.Context, nodeID string, send sender) {
-	poke, stop := g.poke.Subscribe(bus.TopicApprovers)
-	defer stop()
+func (g *Gateway) deliverApproverSets(ctx context.Context, nodeID string, send sender, poke <-chan struct{}) {
 	for {
 		select {
 		case <-ctx.Done():
