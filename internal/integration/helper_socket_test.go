@@ -170,6 +170,15 @@ func TestHelperRefusalsThroughSocket(t *testing.T) {
 			t.Fatal(err)
 		}
 
+		// A helper whose root named node b refuses a's state even first
+		// (no trust on first use when node_id is set).
+		bcfg := helperConfigFor(e, helperBase(t))
+		bcfg.NodeID = b.NodeID()
+		bc := serveHelper(t, bcfg)
+		raw, _ := jsonRaw(ca)
+		_, err := bc.Call(ctx, &helperwire.Request{Op: helperwire.OpFileWrite, Intent: intentA, Bundle: bundle, Args: raw})
+		wantHelperCode(t, "another node than root's node_id", err, helperwire.CodeIntentOtherNode)
+
 		// An older generation: narrowing a's kinds raises it.
 		serial := a.Node.Serial()
 		a.Stop()

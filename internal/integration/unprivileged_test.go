@@ -214,10 +214,6 @@ func startUnprivileged(t *testing.T, e *testenv.Env, bin string, uid, gid uint32
 	cfg.CommandRootSHA256 = []string{sha256Hex(e.Bundle.CommandRoot.Raw)}
 	cfg.JoinKeyPin = hex.EncodeToString(e.Bundle.JoinKey)
 	cfg.Driver, cfg.SandboxRuntime, cfg.ImageStore = "sim", spec.RuntimeRunc, e.ImageStore()
-	cfgPath := filepath.Join(base, "helper.toml")
-	if err := os.WriteFile(cfgPath, cfg.Encode(), 0o640); err != nil {
-		t.Fatal(err)
-	}
 	tok, err := e.CP.Nodes.CreateJoinToken(ctx, audit.Entry{TenantID: iam.RootTenant, Actor: "test"}, pki.RoleNode, "unpriv", time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -231,6 +227,11 @@ func startUnprivileged(t *testing.T, e *testenv.Env, bin string, uid, gid uint32
 		t.Fatalf("bcd join as %s: %v\n%s", nodeAccount, err, out)
 	}
 	u.id = string(m[1])
+	cfg.NodeID = u.id // as docs/operations.md says: the id bcd join printed
+	cfgPath := filepath.Join(base, "helper.toml")
+	if err := os.WriteFile(cfgPath, cfg.Encode(), 0o640); err != nil {
+		t.Fatal(err)
+	}
 	startProcess(t, "bcd helper", exec.Command(bin, "helper", "--config", cfgPath, "--log-level", "debug"))
 	pollUntil(t, "the helper's socket", func() bool { _, err := os.Stat(u.socket); return err == nil })
 	u.node = exec.Command(bin, "node", "--data", nodeDir, "--driver", "sim", "--helper-socket", u.socket, "--log-level", "debug")

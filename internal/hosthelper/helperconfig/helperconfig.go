@@ -22,6 +22,8 @@ import (
 	"syscall"
 
 	toml "github.com/pelletier/go-toml/v2"
+
+	"github.com/bettercompute/bettercompute/internal/ids"
 )
 
 // Path is where the helper and the installer read and write the file.
@@ -74,6 +76,11 @@ type Config struct {
 	// JoinKeyPin is the optional Ed25519 join-signing public key (hex)
 	// that a trust bundle must verify under.
 	JoinKeyPin string `toml:"join_key_pin"`
+	// NodeID, when set, is the node this helper serves (the id `bcd join`
+	// printed): a desired state naming another node is refused. Unset,
+	// the helper takes the node id of the first desired state that
+	// verifies and keeps it (trust on first use).
+	NodeID string `toml:"node_id"`
 	// StateDir is the helper's own state (0700 root).
 	StateDir string `toml:"state_dir"`
 	// SSHDDir is where the helper writes sshd's bcd files.
@@ -210,6 +217,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s %q: not an absolute clean path below /: %w", p.key, p.val, ErrValue)
 		}
 	}
+	if c.NodeID != "" && !ids.Valid("n", c.NodeID) {
+		return fmt.Errorf("node_id %q: not a node id: %w", c.NodeID, ErrValue)
+	}
 	if err := c.validateSandbox(); err != nil {
 		return err
 	}
@@ -344,6 +354,10 @@ func (c Config) Encode() []byte {
 	if c.JoinKeyPin != "" {
 		b.WriteString("# The join-signing Ed25519 public key.\n")
 		fmt.Fprintf(&b, "join_key_pin = %s\n", quote(c.JoinKeyPin))
+	}
+	if c.NodeID != "" {
+		b.WriteString("# The node this helper serves (bcd join printed it).\n")
+		fmt.Fprintf(&b, "node_id = %s\n", quote(c.NodeID))
 	}
 	fmt.Fprintf(&b, "state_dir = %s\n", quote(c.StateDir))
 	fmt.Fprintf(&b, "sshd_dir = %s\n", quote(c.SSHDDir))

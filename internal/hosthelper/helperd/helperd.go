@@ -66,7 +66,8 @@ func Open(ctx context.Context, o Options) (*Helper, error) {
 		return nil, fmt.Errorf("helperd: state directory: %w", err)
 	}
 	chk, err := desiredstate.New(desiredstate.Config{PinnedRootSHA256: c.CommandRoots(), JoinKeyPin: c.JoinKey(),
-		StateDir: filepath.Join(c.StateDir, "intent"), Clock: o.Clock, WorkerChains: pki.NewWorkerChainCache(0)})
+		StateDir: filepath.Join(c.StateDir, "intent"), Clock: o.Clock, WorkerChains: pki.NewWorkerChainCache(0),
+		NodeID: func() string { return c.NodeID }})
 	if err != nil {
 		return nil, err
 	}
