@@ -26,7 +26,6 @@ import (
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
-	"github.com/bettercompute/bettercompute/internal/daemon/sshaccess"
 	"github.com/bettercompute/bettercompute/internal/fleetsim"
 	"github.com/bettercompute/bettercompute/internal/hosthelper/helperwire"
 	"github.com/bettercompute/bettercompute/internal/ids"
@@ -163,97 +162,6 @@ func hostname() string {
 		h, _, _ = strings.Cut(h, ".")
 	}
 	return h
-}
-
-func nodeCmd() *cobra.Command {
-	var dir, drv, gw, level, sshdDir, helperSock string
-	var sbx sandbox.Options
-	var plug pluginOptions
-	var tunnelPorts []uint
-	c := &cobra.Command{
-		Use:   "node",
-		Short: "Run the node agent: hold the session, verify and run signed commands",
-		Long: "Run the node agent: hold the session with the gateway (reconnecting with back-off when it drops), verify and run signed commands.\n\n" +
-			"When the control plane has revoked this node's certificate (nodes revoke, or a quarantine), bcd node says so, prints how to re-join " +
-			"(a new join token and bcd join into a fresh --data) and exits 1 instead of reconnecting.",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			var l slog.Level
-			_ = l.UnmarshalText([]byte(level))
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: l}))
-			d, err := driver.New(drv, hostname())
-			if err != nil {
-				return &ExitError{Code: 2, Err: err}
-			}
-			if plug.path != "" {
-				if helperSock != "" {
-					return &ExitError{Code: 2, Err: errors.New("--plugin needs a root node: an unprivileged node (--helper-socket) cannot give a plugin its own uid")}
-				}
-				p, err := startPlugin(ctx, plug, log)
-				if err != nil {
-					return err
-				}
-				defer p.Close()
-				d = p
-			}
-			ports, err := daemon.ParseTunnelPorts("--tunnel-port", tunnelPorts)
-			if err != nil {
-				return &ExitError{Code: 2, Err: err}
-			}
-			var hd *sandbox.HelperDriver
-			if helperSock != "" {
-				if cmd.Flags().Changed("sandbox-runtime") || cmd.Flags().Changed("image-store") {
-					return &ExitError{Code: 2, Err: errors.New("--sandbox-runtime and --image-store are root's with --helper-socket: set them in the helper's configuration")}
-				}
-				hd = &sandbox.HelperDriver{Driver: d, Client: &helperwire.Client{Socket: helperSock}, Clock: clock.Real{}, Log: log}
-				d = hd
-			} else if sbx.Runtime != "none" {
-				var err error
-				if d, err = openSandboxHost(ctx, cmd, sbx, dir, log, d); err != nil {
-					return err
-				}
-			}
-			sa := &sshaccess.Driver{Driver: d, Dir: sshdDirFor(sshdDir, drv, dir), StateDir: dir}
-			cfg := daemon.Config{DataDir: dir, Gateway: gw, Driver: sa, Clock: clock.Real{}, Log: log, TunnelPorts: ports}
-			if hd != nil {
-				cfg.HelperEvents = helperEvents(&helperwire.Client{Socket: helperSock})
-			}
-			n, err := daemon.Open(cfg)
-			if err != nil {
-				return err
-			}
-			defer n.Close()
-			if hd != nil {
-				hd.Intent, hd.Bundle = n.Intent, n.TrustBundle
-				sa.Files = &sshaccess.HelperFiles{Client: hd.Client, Intent: n.Intent, Bundle: n.TrustBundle}
-				go hd.WatchFailures(ctx, time.Second)
-				log.Info("unprivileged node: root operations go through the helper", "socket", helperSock)
-			}
-			sa.SetNodeID(n.NodeID())
-			log.Info("node agent starting", "node_id", n.NodeID(), "driver", drv)
-			return n.Run(ctx)
-		},
-	}
-	c.Flags().StringVar(&dir, "data", "/var/lib/bcd", "state directory")
-	c.Flags().StringVar(&drv, "driver", "linux", "driver: linux or sim")
-	c.Flags().StringVar(&gw, "gateway", "", "gateway address (default: the one joined)")
-	c.Flags().StringVar(&level, "log-level", "info", "log level")
-	c.Flags().UintSliceVar(&tunnelPorts, "tunnel-port", []uint{22}, "a port on 127.0.0.1 that tunnels may reach (repeatable, or comma-separated); no other port or address is ever dialled")
-	c.Flags().StringVar(&sshdDir, "sshd-dir", "", "where ssh.access writes the break-glass sshd files (default "+DefaultSSHDDir+" on the linux driver, DATA/sshd on sim); bcd sshd-config prints the sshd_config lines")
-	addPluginFlags(c, &plug)
-	c.Flags().StringVar(&helperSock, "helper-socket", "", "run unprivileged: sandboxes (and the other root operations) go through bcd helper on this socket, which checks each request itself")
-	c.Flags().StringVar(&sbx.Runtime, "sandbox-runtime", "auto", "sandbox runtime: auto (runc when usable), runc, runsc, sim or none")
-	c.Flags().StringVar(&sbx.ImageStore, "image-store", "", "gocloud.dev/blob URL of the sandbox image store (file:///dir, s3://…)")
-	c.Flags().IntVar(&sbx.Slots, "sandbox-slots", 16, "most sandboxes at once")
-	c.Flags().Int64Var(&sbx.MemoryMB, "sandbox-memory-mb", 8192, "most memory (MiB) all sandboxes' limits may add up to")
-	c.Flags().StringVar(&sbx.Egress, "sandbox-egress", "auto", "network egress for sandboxes through the egress proxy: auto (when iproute2 and nftables work) or off")
-	c.Flags().StringVar(&sbx.EgressRange, "sandbox-egress-range", sandbox.DefaultEgressRange, "IPv4 range the sandboxes' links are cut from (a /30 each); must be unused on this machine's networks")
-	c.Flags().IntVar(&sbx.EgressPort, "sandbox-egress-port", sandbox.DefaultEgressPort, "the egress proxy's port on each sandbox link (the same for every bcd on a machine)")
-	c.Flags().Uint32Var(&sbx.IDBase, "sandbox-id-base", sandbox.DefaultIDBase, "first host uid/gid of the range reserved for runc sandboxes' user namespaces (sandbox-slots blocks of sandbox-id-size ids); nothing else on the machine may use it")
-	c.Flags().Uint32Var(&sbx.IDSize, "sandbox-id-size", sandbox.DefaultIDSize, "host uids/gids per runc sandbox (at least 65536)")
-	return c
 }
 
 // openSandboxHost opens the node's own sandbox host (a root node) in
