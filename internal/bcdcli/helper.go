@@ -74,7 +74,7 @@ func runHelper(ctx context.Context, cmd *cobra.Command, o helperOptions, ready f
 	if err != nil {
 		return &ExitError{Code: 2, Err: err}
 	}
-	h, err := helperd.Open(ctx, helperd.Options{Config: conf, NodeUID: uid, NodeGID: gid, Log: log, Clock: clock.Real{}, Hostname: hostname()})
+	h, err := helperd.Open(ctx, helperd.Options{Config: conf, NodeUID: uid, NodeGID: gid, Log: log, Clock: clock.Real{}})
 	if err != nil {
 		return err
 	}

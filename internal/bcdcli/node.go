@@ -62,10 +62,15 @@ func runNode(ctx context.Context, cmd *cobra.Command, o nodeOptions) error {
 		return &ExitError{Code: 2, Err: err}
 	}
 	hd, _ := d.(*sandbox.HelperDriver)
-	sa := &sshaccess.Driver{Driver: d, Dir: sshdDirFor(o.sshdDir, o.drv, o.dir), StateDir: o.dir}
-	cfg := daemon.Config{DataDir: o.dir, Gateway: o.gw, Driver: sa, Clock: clock.Real{}, Log: log, TunnelPorts: ports}
+	cfg := daemon.Config{DataDir: o.dir, Gateway: o.gw, Clock: clock.Real{}, Log: log, TunnelPorts: ports}
+	var sa *sshaccess.Driver
 	if hd != nil {
-		cfg.HelperEvents = helperEvents(&helperwire.Client{Socket: o.helperSock})
+		// ssh.access goes to the helper with its signed command: the
+		// helper writes sshd's files itself.
+		cfg.Driver, cfg.HelperEvents = hd, helperEvents(&helperwire.Client{Socket: o.helperSock})
+	} else {
+		sa = &sshaccess.Driver{Driver: d, Dir: sshdDirFor(o.sshdDir, o.drv, o.dir), StateDir: o.dir}
+		cfg.Driver = sa
 	}
 	n, err := daemon.Open(cfg)
 	if err != nil {
@@ -74,11 +79,11 @@ func runNode(ctx context.Context, cmd *cobra.Command, o nodeOptions) error {
 	defer n.Close()
 	if hd != nil {
 		hd.Intent, hd.Bundle = n.Intent, n.TrustBundle
-		sa.Files = &sshaccess.HelperFiles{Client: hd.Client, Intent: n.Intent, Bundle: n.TrustBundle}
 		go hd.WatchFailures(ctx, time.Second)
 		log.Info("unprivileged node: root operations go through the helper", "socket", o.helperSock)
+	} else {
+		sa.SetNodeID(n.NodeID())
 	}
-	sa.SetNodeID(n.NodeID())
 	log.Info("node agent starting", "node_id", n.NodeID(), "driver", o.drv)
 	return n.Run(ctx)
 }

@@ -243,3 +243,16 @@ func (c *Checker) Roots() []*x509.Certificate {
 	defer c.mu.Unlock()
 	return c.roots()
 }
+
+// NodeID returns the node this checker serves: root's configured id, else
+// the one it learnt from the first desired state that verified ("" before).
+func (c *Checker) NodeID() string {
+	if c.cfg.NodeID != nil {
+		if id := c.cfg.NodeID(); id != "" {
+			return id
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.st.NodeID
+}

@@ -89,19 +89,21 @@ func (s *Server) answer(c *net.UnixConn, caller Caller, op string, result json.R
 	_, _ = io.Copy(io.Discard, io.LimitReader(c, helperwire.MaxRequest+1))
 }
 
-// record logs one outcome and keeps it as an event. A successful
-// events.drain is logged but not kept, or each drain would refill the
-// buffer with itself.
+// record logs one outcome and keeps it as an event: every refusal and
+// every operation that changed the host. A read that succeeded (ping,
+// events.drain, sandbox.labels, the node's poll of sandbox.failures) is
+// logged at debug level and not kept, or the node's polls would fill the
+// buffer and the audit log with themselves.
 func (s *Server) record(c Caller, op string, ref *helperwire.Refusal) {
 	ev := helperwire.Event{AtMs: s.cfg.Clock.Now().UnixMilli(), PID: c.PID, UID: c.UID, Op: op}
 	if ref != nil {
 		ev.Code, ev.Reason = ref.Code, ref.Reason
 		s.cfg.Log.Warn("helper refused request", "pid", c.PID, "uid", c.UID, "gid", c.GID, "op", op, "code", ref.Code, "reason", ref.Reason)
+	} else if !s.changesHost(op) {
+		s.cfg.Log.Debug("helper read done", "pid", c.PID, "uid", c.UID, "gid", c.GID, "op", op)
+		return
 	} else {
 		s.cfg.Log.Info("helper operation done", "pid", c.PID, "uid", c.UID, "gid", c.GID, "op", op)
-	}
-	if ref == nil && op == helperwire.OpEventsDrain {
-		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -111,6 +113,14 @@ func (s *Server) record(c Caller, op string, ref *helperwire.Refusal) {
 		s.drops++
 	}
 	s.events = append(s.events, ev)
+}
+
+// changesHost reports whether op is a served host-changing operation.
+func (s *Server) changesHost(op string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.routes[op]
+	return ok && r.changesHost
 }
 
 // drain returns and forgets the kept events and the count dropped.

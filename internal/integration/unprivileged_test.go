@@ -318,7 +318,7 @@ func TestUnprivilegedNodeRunsSandboxThroughHelper(t *testing.T) {
 		if err != nil || serr != nil || string(b) != "ops@"+u.id+"\n" || fi.Sys().(*syscall.Stat_t).Uid != 0 {
 			t.Fatalf("the helper's principals file: %q %v %v", b, err, serr)
 		}
-		for _, op := range []string{"sandbox.create", "sandbox.exec", "sandbox.delete", "file.write"} {
+		for _, op := range []string{"sandbox.create", "sandbox.exec", "sandbox.delete", "ssh.access"} {
 			pollUntil(t, "the helper's "+op+" audited", func() bool {
 				var n int
 				_ = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM audit_events WHERE actor = $1 AND action = $2 AND outcome = 'allowed' AND details LIKE $3`,

@@ -44,7 +44,7 @@ const (
 	// sqlHostSection reads a certificate's host section and its node's
 	// generation in one statement, so the two are of one snapshot.
 	sqlHostSection = `SELECT c.node_id, c.role, c.allowed_kinds, n.host_generation FROM node_certs c JOIN nodes n ON n.id = c.node_id
-		WHERE c.serial = $1 AND n.deleted_at IS NULL`
+		WHERE c.serial = $1 AND c.revoked_at IS NULL AND n.deleted_at IS NULL`
 	sqlCertState = `SELECT ` + certStateColumns + ` FROM node_certs WHERE serial = $1`
 	// sqlCertStatesPrefix is followed by a serial list and ")".
 	sqlCertStatesPrefix = `SELECT ` + certStateColumns + ` FROM node_certs WHERE serial IN (`

@@ -58,14 +58,14 @@ type HelperDriver struct {
 	reported map[string]bool // failures already passed to onFailed
 }
 
-// Run sends a verified sandbox command to the helper with the signed
+// Run sends a verified sandbox or ssh.access command to the helper with the signed
 // command from ctx, and runs every other kind on the wrapped driver. A
 // helper's CodeFailed refusal fails the command with the host's own
 // reason (as an in-process host gives it); any other refusal fails it
 // with the refusal (code and reason).
 func (d *HelperDriver) Run(ctx context.Context, kind string, payload []byte) ([]byte, error) {
 	switch kind {
-	case kinds.SandboxCreate, kinds.SandboxExec, kinds.SandboxUpdate, kinds.SandboxDelete:
+	case kinds.SandboxCreate, kinds.SandboxExec, kinds.SandboxUpdate, kinds.SandboxDelete, kinds.SSHAccess:
 	default:
 		return d.Driver.Run(ctx, kind, payload)
 	}

@@ -2,11 +2,8 @@ package sshaccess
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"slices"
 
-	"github.com/bettercompute/bettercompute/internal/hosthelper/helperwire"
 	"github.com/bettercompute/bettercompute/internal/sshca"
 )
 
@@ -26,7 +23,8 @@ type FileWriter interface {
 	RemoveFile(ctx context.Context, kind, id string) error
 }
 
-// write writes f's sshd files: under Dir, or through Files in the order
+// write writes f's sshd files: under Dir, or through Files (the root
+// helper's own sshaccess driver writes by kind and id) in the order
 // sshca.WriteSSHDFiles keeps (the KRL first, stale principals last). With
 // Files, the principals to remove are the accounts of the state applied
 // before that f no longer lists (the helper lists no directory).
@@ -59,48 +57,6 @@ func (d *Driver) write(ctx context.Context, f sshca.Files) error {
 				return err
 			}
 		}
-	}
-	return nil
-}
-
-// HelperCaller calls the root helper (helperwire.Client).
-type HelperCaller interface {
-	Call(ctx context.Context, req *helperwire.Request) (json.RawMessage, error)
-}
-
-// HelperFiles writes sshd files through the root helper, each call
-// carrying the node's signed desired state and trust bundle.
-type HelperFiles struct {
-	Client HelperCaller
-	// Intent and Bundle return the node's current signed desired state
-	// and pinned trust bundle (daemon.Node.Intent, TrustBundle).
-	Intent, Bundle func() []byte
-}
-
-// WriteFile asks the helper to write kind/id.
-func (h *HelperFiles) WriteFile(ctx context.Context, kind, id string, data []byte) error {
-	return h.call(ctx, helperwire.OpFileWrite, helperwire.FileWrite{Kind: kind, ID: id, Data: data})
-}
-
-// RemoveFile asks the helper to remove kind/id.
-func (h *HelperFiles) RemoveFile(ctx context.Context, kind, id string) error {
-	return h.call(ctx, helperwire.OpFileRemove, helperwire.FileRef{Kind: kind, ID: id})
-}
-
-func (h *HelperFiles) call(ctx context.Context, op string, args any) error {
-	raw, err := json.Marshal(args)
-	if err != nil {
-		return fmt.Errorf("sshaccess: %w", err)
-	}
-	req := &helperwire.Request{Op: op, Args: raw}
-	if h.Intent != nil {
-		req.Intent = h.Intent()
-	}
-	if h.Bundle != nil {
-		req.Bundle = h.Bundle()
-	}
-	if _, err := h.Client.Call(ctx, req); err != nil {
-		return fmt.Errorf("sshaccess: %s: %w", op, err)
 	}
 	return nil
 }

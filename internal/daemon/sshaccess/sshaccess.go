@@ -48,9 +48,9 @@ type Driver struct {
 	Dir string
 	// StateDir holds GenerationFile (bcd's data folder).
 	StateDir string
-	// Files, when set, writes the sshd files instead of Dir: on an
-	// unprivileged node, the root helper (HelperFiles), which writes them
-	// by kind and id in its own sshd directory.
+	// Files, when set, writes the sshd files instead of Dir: the root
+	// helper's (bcd helper applies an unprivileged node's signed
+	// ssh.access states), by kind and id with hostops' checks.
 	Files FileWriter
 
 	mu     sync.Mutex

@@ -18,14 +18,15 @@ import (
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/clock"
-	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
+	"github.com/bettercompute/bettercompute/internal/daemon/sshaccess"
 	"github.com/bettercompute/bettercompute/internal/desiredstate"
 	"github.com/bettercompute/bettercompute/internal/hosthelper"
 	"github.com/bettercompute/bettercompute/internal/hosthelper/helperconfig"
 	"github.com/bettercompute/bettercompute/internal/hosthelper/helperwire"
 	"github.com/bettercompute/bettercompute/internal/hosthelper/hostops"
 	"github.com/bettercompute/bettercompute/internal/hosthelper/sandboxops"
+	"github.com/bettercompute/bettercompute/internal/kinds"
 	"github.com/bettercompute/bettercompute/internal/pki"
 )
 
@@ -36,8 +37,6 @@ type Options struct {
 	NodeGID uint32
 	Log     *slog.Logger
 	Clock   clock.Clock
-	// Hostname names the sim driver's machine (inventory).
-	Hostname string
 }
 
 // Helper is an assembled root helper.
@@ -78,9 +77,6 @@ func Open(ctx context.Context, o Options) (*Helper, error) {
 		return nil, err
 	}
 	h.Server = srv
-	if err := h.registerHostOps(); err != nil {
-		return nil, err
-	}
 	if err := h.openSandboxes(ctx); err != nil {
 		h.Close()
 		return nil, err
@@ -104,67 +100,69 @@ func (h *Helper) Run(ctx context.Context) {
 	}
 }
 
-// registerHostOps registers file.write, file.remove, firewall.apply,
-// gpu.reset and host.reboot: each host-changing, each decoding its
-// arguments strictly.
-func (h *Helper) registerHostOps() error {
+// hostFiles writes the sshd files by kind and id through hostops (its
+// table and its checks of every directory on the way), for sshaccess.
+type hostFiles struct{ ops *hostops.Ops }
+
+func (f hostFiles) WriteFile(_ context.Context, kind, id string, data []byte) error {
+	return f.ops.WriteFile(kind, id, data)
+}
+
+func (f hostFiles) RemoveFile(_ context.Context, kind, id string) error {
+	return f.ops.RemoveFile(kind, id)
+}
+
+// sshAccess is the ssh.access runner: the verified signed state applied
+// by an sshaccess driver of the helper's own (its state in
+// StateDir/sshaccess, its files written by kind and id in sshd_dir). The
+// firewall, GPU reset and reboot operations of hostops are not served:
+// no node operation needs them yet, and a destructive one would need the
+// batch quorum checked here too.
+func (h *Helper) sshAccess() (sandboxops.Runner, error) {
 	c := h.opts.Config
-	drv, err := driver.New(c.Driver, h.opts.Hostname)
-	if err != nil {
-		return fmt.Errorf("helperd: %w", err)
-	}
-	ops := &hostops.Ops{Files: hostops.DefaultFiles(c.SSHDDir, hostops.DefaultSSHDDropinDir), GPU: hostops.SysfsResetter{}, Rebooter: hostops.SystemctlRebooter{}}
+	ops := &hostops.Ops{Files: hostops.DefaultFiles(c.SSHDDir, hostops.DefaultSSHDDropinDir)}
+	delete(ops.Files, hostops.KindSSHDDropin) // sshd configuration is root's alone
 	if err := ops.ValidateFiles(); err != nil {
-		return fmt.Errorf("helperd: %w", err)
+		return sandboxops.Runner{}, fmt.Errorf("helperd: %w", err)
 	}
-	srv := h.Server
-	srv.Handle(helperwire.OpFileWrite, argsHandler(func(ctx context.Context, a helperwire.FileWrite) error { return ops.WriteFile(a.Kind, a.ID, a.Data) }), true)
-	srv.Handle(helperwire.OpFileRemove, argsHandler(func(ctx context.Context, a helperwire.FileRef) error { return ops.RemoveFile(a.Kind, a.ID) }), true)
-	srv.Handle(helperwire.OpFirewallApply, argsHandler(func(ctx context.Context, a helperwire.FirewallApply) error { return ops.ApplyRuleset(ctx, a.Ruleset) }), true)
-	srv.Handle(helperwire.OpGPUReset, argsHandler(func(ctx context.Context, a helperwire.GPUReset) error {
-		return ops.ResetGPU(ctx, a.GPU, drv.Inventory())
-	}), true)
-	srv.Handle(helperwire.OpReboot, argsHandler(func(ctx context.Context, a helperwire.Reboot) error { return ops.Reboot(ctx, a.Reason) }), true)
-	return nil
+	state := filepath.Join(c.StateDir, "sshaccess")
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return sandboxops.Runner{}, fmt.Errorf("helperd: %w", err)
+	}
+	d := &sshaccess.Driver{Dir: c.SSHDDir, StateDir: state, Files: hostFiles{ops}}
+	return sandboxops.Runner{Kind: kinds.SSHAccess, Do: func(ctx context.Context, payload []byte) ([]byte, error) {
+		d.SetNodeID(h.Checker.NodeID())
+		return d.Run(ctx, kinds.SSHAccess, payload)
+	}}, nil
 }
 
-// argsHandler adapts an operation on decoded arguments to a server
-// handler: the arguments decode strictly (args-invalid otherwise) and a
-// done operation answers {"done":true}.
-func argsHandler[A any](do func(context.Context, A) error) hosthelper.Handler {
-	return func(ctx context.Context, _ hosthelper.Caller, req *helperwire.Request) (json.RawMessage, error) {
-		var a A
-		if ref := hosthelper.DecodeArgs(req.Args, &a); ref != nil {
-			return nil, ref
-		}
-		if err := do(ctx, a); err != nil {
-			return nil, err
-		}
-		return json.RawMessage(`{"done":true}`), nil
-	}
-}
-
-// openSandboxes opens the helper's sandbox host (in StateDir/sandbox, on
-// root's image store and runtime) and registers the sandbox operations,
-// whose commands are checked under the desired-state checker's roots and
+// openSandboxes opens the helper's sandbox host when root configured a
+// runtime (in StateDir/sandbox, on root's image store and runtime) and
+// registers the signed-command operations: the sandbox ones and
+// ssh.access, each checked under the desired-state checker's roots and
 // the signed host section.
 func (h *Helper) openSandboxes(ctx context.Context) error {
 	c := h.opts.Config
-	if c.SandboxRuntime == "none" {
-		return nil
-	}
-	host, closeImages, err := sandbox.Open(ctx, sandbox.Options{DataDir: c.StateDir, Runtime: c.SandboxRuntime, ImageStore: c.ImageStore,
-		Slots: c.SandboxSlots, MemoryMB: c.SandboxMemoryMB, Egress: c.SandboxEgress, Clock: h.opts.Clock, Log: h.opts.Log})
-	if errors.Is(err, sandbox.ErrNoRuntime) {
-		h.opts.Log.Warn("no sandbox runtime usable: the helper runs no sandbox")
-		return nil
-	}
+	ssh, err := h.sshAccess()
 	if err != nil {
-		return fmt.Errorf("helperd: sandbox host: %w", err)
+		return err
 	}
-	h.closers = append(h.closers, closeImages)
-	h.Sandboxes = host
-	ops, err := sandboxops.New(sandboxops.Config{Host: host, Trust: h.trust, StateDir: filepath.Join(c.StateDir, "sandboxops"), Clock: h.opts.Clock, Log: h.opts.Log})
+	cfg := sandboxops.Config{Trust: h.trust, StateDir: filepath.Join(c.StateDir, "sandboxops"), Clock: h.opts.Clock, Log: h.opts.Log,
+		Extra: map[string]sandboxops.Runner{helperwire.OpSSHAccess: ssh}}
+	if c.SandboxRuntime != "none" {
+		host, closeImages, err := sandbox.Open(ctx, sandbox.Options{DataDir: c.StateDir, Runtime: c.SandboxRuntime, ImageStore: c.ImageStore,
+			Slots: c.SandboxSlots, MemoryMB: c.SandboxMemoryMB, Egress: c.SandboxEgress, Clock: h.opts.Clock, Log: h.opts.Log})
+		switch {
+		case errors.Is(err, sandbox.ErrNoRuntime):
+			h.opts.Log.Warn("no sandbox runtime usable: the helper runs no sandbox")
+		case err != nil:
+			return fmt.Errorf("helperd: sandbox host: %w", err)
+		default:
+			h.closers = append(h.closers, closeImages)
+			h.Sandboxes, cfg.Host = host, host
+		}
+	}
+	ops, err := sandboxops.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -172,7 +170,7 @@ func (h *Helper) openSandboxes(ctx context.Context) error {
 		hd := hd
 		h.Server.Handle(op, func(ctx context.Context, _ hosthelper.Caller, req *helperwire.Request) (json.RawMessage, error) {
 			return hd(ctx, req)
-		}, sandboxops.ChangesHost(op))
+		}, ops.ChangesHost(op))
 	}
 	return nil
 }

@@ -65,6 +65,12 @@ const (
 	// so a node that restarts learns them again (the control plane takes
 	// a repeated report as a no-op).
 	OpSandboxFailures = "sandbox.failures"
+	// OpSSHAccess applies a break-glass ssh.access state: Request.Command
+	// carries the signed ssh.access command the control plane sent, which
+	// the helper verifies like a sandbox command; it then renders and
+	// writes the sshd files itself (CA, KRL, principals) by kind and id.
+	// The node never sends file content.
+	OpSSHAccess = "ssh.access"
 	// OpEventsDrain returns and forgets the helper's recent events
 	// (operations done and callers refused), so the node can send them to
 	// the control plane as audit rows. Changes nothing on the host.

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
 	"sort"
 	"sync"
@@ -87,6 +88,17 @@ type Config struct {
 	StateDir string
 	Clock    clock.Clock
 	Log      *slog.Logger
+	// Extra are more signed-command operations admitted exactly like the
+	// sandbox ones (ssh.access, say): op → the one kind it runs and what
+	// runs the verified payload.
+	Extra map[string]Runner
+}
+
+// Runner is one extra operation: the command kind it admits and what
+// runs the verified payload.
+type Runner struct {
+	Kind string
+	Do   func(ctx context.Context, payload []byte) ([]byte, error)
 }
 
 // Ops holds the sandbox operations' handlers.
@@ -94,6 +106,7 @@ type Ops struct {
 	cfg    Config
 	seen   *Seen
 	chains *pki.WorkerChainCache
+	kinds  map[string]string // op → the one kind it admits
 
 	mu        sync.Mutex
 	failures  map[string]string // sandbox id → reason, until deleted
@@ -104,8 +117,8 @@ type Ops struct {
 // New opens the replay store under cfg.StateDir, prunes it, and registers
 // with the host to be told of the sandboxes its sweep finds dead.
 func New(cfg Config) (*Ops, error) {
-	if cfg.Host == nil || cfg.Trust == nil || cfg.StateDir == "" {
-		return nil, errors.New("sandboxops: a host, a trust function and a state directory are required")
+	if (cfg.Host == nil && len(cfg.Extra) == 0) || cfg.Trust == nil || cfg.StateDir == "" {
+		return nil, errors.New("sandboxops: a host or extra operations, a trust function and a state directory are required")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -117,9 +130,17 @@ func New(cfg Config) (*Ops, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &Ops{cfg: cfg, seen: seen, chains: pki.NewWorkerChainCache(0), failures: map[string]string{}}
+	o := &Ops{cfg: cfg, seen: seen, chains: pki.NewWorkerChainCache(0), failures: map[string]string{}, kinds: map[string]string{}}
+	if cfg.Host != nil {
+		maps.Copy(o.kinds, opKind)
+	}
+	for op, r := range cfg.Extra {
+		o.kinds[op] = r.Kind
+	}
 	o.prune()
-	cfg.Host.OnFailed(o.noteFailure)
+	if cfg.Host != nil {
+		cfg.Host.OnFailed(o.noteFailure)
+	}
 	return o, nil
 }
 
@@ -128,17 +149,25 @@ func New(cfg Config) (*Ops, error) {
 // requires a signed desired state on them); sandbox.labels and
 // sandbox.failures only read.
 func (o *Ops) Handlers() map[string]Handler {
-	return map[string]Handler{
-		helperwire.OpSandboxCreate:   o.Create,
-		helperwire.OpSandboxExec:     o.Exec,
-		helperwire.OpSandboxUpdate:   o.Update,
-		helperwire.OpSandboxDelete:   o.Delete,
-		helperwire.OpSandboxLabels:   o.Labels,
-		helperwire.OpSandboxFailures: o.Failures,
+	h := map[string]Handler{}
+	if o.cfg.Host != nil {
+		h[helperwire.OpSandboxCreate], h[helperwire.OpSandboxExec] = o.Create, o.Exec
+		h[helperwire.OpSandboxUpdate], h[helperwire.OpSandboxDelete] = o.Update, o.Delete
+		h[helperwire.OpSandboxLabels], h[helperwire.OpSandboxFailures] = o.Labels, o.Failures
 	}
+	for op, r := range o.cfg.Extra {
+		h[op] = func(ctx context.Context, req *helperwire.Request) (json.RawMessage, error) {
+			return o.run(ctx, op, req, r.Do)
+		}
+	}
+	return h
 }
 
-// ChangesHost reports whether op changes the host.
+// ChangesHost reports whether op changes the host (runs a signed command).
+func (o *Ops) ChangesHost(op string) bool { return o.kinds[op] != "" }
+
+// ChangesHost reports whether op is one of the sandbox operations that
+// change the host.
 func ChangesHost(op string) bool { return opKind[op] != "" }
 
 // opKind is the one command kind each changing operation runs.
@@ -250,7 +279,7 @@ func (o *Ops) admit(ctx context.Context, op string, req *helperwire.Request) (*n
 	switch {
 	case reason != "":
 		return nil, o.refused(op, c.Id, reason)
-	case body.Kind != opKind[op]:
+	case body.Kind != o.kinds[op]:
 		return nil, o.refused(op, c.Id, ReasonOpKindMismatch)
 	}
 	o.prune()
