@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"regexp"
 	"strings"
 	"unicode"
 
@@ -56,9 +57,12 @@ func (s *Service) RecordHelperEvents(ctx context.Context, nodeID string, m *node
 
 // helperEntry is one helper event's audit row.
 func helperEntry(tenant, nodeID string, e *nodev1.HelperEvent) audit.Entry {
-	op := clip(e.GetOp())
-	if op == "" {
+	op := e.GetOp()
+	switch {
+	case op == "":
 		op = "refused"
+	case !opToken.MatchString(op):
+		op = "other" // the action names a helper operation, never free text
 	}
 	outcome, details := "allowed", map[string]any{"pid": e.GetPid(), "uid": e.GetUid(), "helper_at_ms": e.GetAtMs()}
 	if e.GetCode() != "" {
@@ -69,6 +73,9 @@ func helperEntry(tenant, nodeID string, e *nodev1.HelperEvent) audit.Entry {
 	return audit.Entry{TenantID: tenant, Actor: "node/" + nodeID, Action: "compute:nodes:helper." + op,
 		Resource: "node/" + nodeID, Outcome: outcome, Details: details}
 }
+
+// opToken is the shape of a helper operation's name (sandbox.create).
+var opToken = regexp.MustCompile(`^[a-z]{1,16}(\.[a-z]{1,16})?$`)
 
 // clip keeps a node-given string printable and short.
 func clip(s string) string {

@@ -85,8 +85,9 @@ type Config struct {
 	StateDir string `toml:"state_dir"`
 	// SSHDDir is where the helper writes sshd's bcd files.
 	SSHDDir string `toml:"sshd_dir"`
-	// Driver is the host's driver whose inventory gpu.reset checks a GPU
-	// against: linux (default) or sim (tests and dev).
+	// Driver is the host's driver (linux, default, or sim), whose
+	// inventory gpu.reset would check a GPU against; the helper serves no
+	// gpu.reset yet.
 	Driver string `toml:"driver"`
 	// SandboxRuntime is the runtime of the sandboxes the helper runs for
 	// the node: none (default: the helper runs no sandbox), auto, runc or
