@@ -328,3 +328,12 @@ func TestUnprivilegedNodeRunsSandboxThroughHelper(t *testing.T) {
 		}
 	})
 }
+
+// TestMain removes the bcd built for the tests (builtBcd) when they end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bcdBin != "" {
+		_ = os.RemoveAll(filepath.Dir(bcdBin))
+	}
+	os.Exit(code)
+}
