@@ -29,7 +29,7 @@ func TestHelperCommandServesPing(t *testing.T) {
 	cmd := newHelperCmd(func() { close(ready) })
 	var stderr bytes.Buffer
 	cmd.SetErr(&stderr)
-	cmd.SetArgs([]string{"--socket", sock, "--node-user", "nobody", "--state-dir", t.TempDir()})
+	cmd.SetArgs([]string{"--socket", sock, "--node-user", "nobody", "--state-dir", t.TempDir(), "--log-level", "debug"})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
@@ -53,7 +53,7 @@ func TestHelperCommandServesPing(t *testing.T) {
 	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
 		t.Fatalf("socket left after stop: %v", err)
 	}
-	if !strings.Contains(stderr.String(), "helper operation done") {
+	if !strings.Contains(stderr.String(), "helper read done") || !strings.Contains(stderr.String(), "op=ping") {
 		t.Fatalf("ping not logged: %s", stderr.String())
 	}
 }

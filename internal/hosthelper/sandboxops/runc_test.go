@@ -158,11 +158,21 @@ func TestRuncSandboxThroughHelper(t *testing.T) {
 	var told []string
 	node.OnSandboxFailed(func(id, reason string) { told = append(told, id+" "+reason) })
 	killSandbox(t, c.SandboxID)
-	host.Sweep(ctx)
-	for range 2 {
+	// The kernel ends the killed processes asynchronously: sweep and poll
+	// until the failure is told (the sweep runs every second in bcd),
+	// then poll once more, which must not tell it again.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(told) == 0 && time.Now().Before(deadline) {
+		host.Sweep(ctx)
 		if err := node.PollFailures(ctx); err != nil {
 			t.Fatal(err)
 		}
+		if len(told) == 0 {
+			<-time.After(50 * time.Millisecond) // poll interval
+		}
+	}
+	if err := node.PollFailures(ctx); err != nil {
+		t.Fatal(err)
 	}
 	if len(told) != 1 || told[0] != c.SandboxID+" "+sandbox.ReasonRuntimeDied {
 		t.Fatalf("failures told: %v", told)
