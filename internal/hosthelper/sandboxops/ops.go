@@ -166,9 +166,6 @@ func (o *Ops) Handlers() map[string]Handler {
 // ChangesHost reports whether op changes the host (runs a signed command).
 func (o *Ops) ChangesHost(op string) bool { return o.kinds[op] != "" }
 
-// ChangesHost reports whether op is one of the sandbox operations that
-// change the host.
-func ChangesHost(op string) bool { return opKind[op] != "" }
 
 // opKind is the one command kind each changing operation runs.
 var opKind = map[string]string{
