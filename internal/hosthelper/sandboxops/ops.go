@@ -166,7 +166,6 @@ func (o *Ops) Handlers() map[string]Handler {
 // ChangesHost reports whether op changes the host (runs a signed command).
 func (o *Ops) ChangesHost(op string) bool { return o.kinds[op] != "" }
 
-
 // opKind is the one command kind each changing operation runs.
 var opKind = map[string]string{
 	helperwire.OpSandboxCreate: kinds.SandboxCreate,
