@@ -25,9 +25,13 @@ type session struct {
 	ctx    context.Context // ends with the session
 	cancel context.CancelCauseFunc
 	out    *outbox // what the dispatcher handed this session
-	// send sends on the session; nil until the Welcome went out (set
-	// under Gateway.mu), so nothing else is sent before it.
+	// send sends on the session; nil until the Welcome and the desired
+	// state went out (set under Gateway.mu), so nothing else is sent
+	// before them.
 	send sender
+	// ready is closed when send is set: a tunnel asked for while the
+	// session opens waits for it instead of failing.
+	ready chan struct{}
 }
 
 var (
@@ -67,7 +71,7 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	s := &session{id: ids.New("s"), nodeID: id.NodeID, serial: id.Serial, ctx: sctx, cancel: cancel, out: newOutbox()}
+	s := &session{id: ids.New("s"), nodeID: id.NodeID, serial: id.Serial, ctx: sctx, cancel: cancel, out: newOutbox(), ready: make(chan struct{})}
 	bootTag := BootTag(hello.BootId)
 	if err := g.open(ctx, s, c.ci, HelloInfo{NodeID: id.NodeID, BootID: bootTag, Serial: id.Serial, SessionID: s.id,
 		GatewayID: g.cfg.GatewayID, Version: hello.Version, Labels: hello.Labels, Inventory: inv}); err != nil {
@@ -93,6 +97,7 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	g.mu.Lock()
 	s.send = send
 	g.mu.Unlock()
+	close(s.ready)
 	g.sendRevocationWindow(ctx, s, send)
 	g.cfg.Log.Info("session open", "node_id", id.NodeID, "session_id", s.id, "boot_id", bootTag)
 

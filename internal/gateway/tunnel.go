@@ -156,7 +156,7 @@ func (g *Gateway) OpenTunnel(ctx context.Context, to TunnelTarget, ticket *nodev
 	if g.cfg.Tickets == nil || g.cfg.Spent == nil {
 		return nil, errs.New(errs.Unavailable, "tunnels are not configured on this gateway")
 	}
-	s := g.liveSession(nodeID)
+	s := g.liveSession(ctx, nodeID)
 	if s == nil {
 		return nil, errs.New(errs.InvalidState, "the node has no session on this gateway")
 	}
@@ -213,15 +213,27 @@ func nodeRefusal(reason string, port uint32) error {
 }
 
 // liveSession returns nodeID's session on this gateway once it is
-// welcomed, or nil.
-func (g *Gateway) liveSession(nodeID string) *session {
+// welcomed, or nil when it has none. A session still opening (its node
+// may already hold the Welcome while the gateway sends its desired state)
+// is waited for, up to TunnelOpenTimeout: a node that reads as connected
+// is not refused for a moment of its own handshake.
+func (g *Gateway) liveSession(ctx context.Context, nodeID string) *session {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	s := g.sessions[nodeID]
-	if s == nil || s.send == nil {
+	g.mu.Unlock()
+	if s == nil {
 		return nil
 	}
-	return s
+	timer := g.cfg.Clock.NewTimer(TunnelOpenTimeout)
+	defer timer.Stop()
+	select {
+	case <-s.ready:
+		return s
+	case <-s.ctx.Done():
+	case <-ctx.Done():
+	case <-timer.C():
+	}
+	return nil
 }
 
 // Tunnel serves a node's Tunnel stream: its first frame names a tunnel
