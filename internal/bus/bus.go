@@ -65,6 +65,10 @@ const (
 	// TopicSessions is poked when a node's session moved to another
 	// gateway, so the gateway that held it closes its copy at once.
 	TopicSessions = "sessions.moved"
+	// TopicBastions is poked when a bastion's grants or pairing changed,
+	// so gateways resend grants or close an unpaired bastion's stream and
+	// the lanes role updates its tunnel's peers.
+	TopicBastions = "bastions.changed"
 )
 
 // RemoteTopic is the topic under which a poke from another process (over

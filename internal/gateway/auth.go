@@ -46,6 +46,22 @@ var refusals = map[string]refusal{
 	nodev1.Gateway_Secret_FullMethodName:  {event: "security.secret.refused", err: errAccessDenied},
 	nodev1.Gateway_Session_FullMethodName: {event: "security.session.refused", err: errUnauthenticated},
 	nodev1.Gateway_Tunnel_FullMethodName:  {event: "security.tunnel.refused", err: errAccessDenied},
+	nodev1.Gateway_Bastion_FullMethodName: {event: "security.bastion.refused", err: errAccessDenied},
+}
+
+// bastionMethods are the only methods a bastion-role certificate may call;
+// the Bastion stream is the only one a bastion may call and no other role.
+var bastionMethods = map[string]bool{
+	nodev1.Gateway_Renew_FullMethodName:   true,
+	nodev1.Gateway_Bastion_FullMethodName: true,
+}
+
+// roleAllows reports whether a certificate of role may call method.
+func roleAllows(role, method string) bool {
+	if role == pki.RoleBastion || method == nodev1.Gateway_Bastion_FullMethodName {
+		return role == pki.RoleBastion && bastionMethods[method]
+	}
+	return true
 }
 
 var defaultRefusal = refusal{event: "security.call.refused", err: errUnauthenticated}
@@ -81,6 +97,12 @@ func (g *Gateway) admit(ctx context.Context, method string) (context.Context, er
 			return nil, errCertRevoked
 		}
 		return nil, r.err
+	}
+	if !roleAllows(ci.Role, method) {
+		r := refusalFor(method)
+		g.cfg.Log.Info("call refused", "method", method, "node_id", id.NodeID, "reason", "role-not-allowed")
+		g.svc.Refused(ctx, r.event, "role-not-allowed", id.NodeID)
+		return nil, errAccessDenied
 	}
 	return context.WithValue(ctx, callerKey{}, caller{id: id, ci: ci}), nil
 }

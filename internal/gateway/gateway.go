@@ -164,6 +164,8 @@ type Config struct {
 	// node's own entries to it. Nil: not followed (sessions of revoked
 	// certificates still close by RevokedSince).
 	Feed RevocationFeed
+	// Bastions serves bastions' streams (bastion.go); nil: none is served.
+	Bastions BastionServices
 	// DesiredStates signs each node's desired state (desired.go), sent
 	// right after Welcome on every session. Nil: none is sent (a
 	// gateway-only process holds no key to sign with).

@@ -42,6 +42,7 @@ var byRole = map[string][]string{
 	pki.RoleRamdisk:    {NodePing, DiagRun, DiskWipe},
 	pki.RoleSite:       {NodePing},
 	pki.RoleNodeTenant: {NodePing, DiagRun},
+	pki.RoleBastion:    {},
 }
 
 // Modules that own command kinds. A kind a module owns is created only by

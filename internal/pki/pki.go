@@ -32,13 +32,16 @@ const (
 	RoleRamdisk    = "ramdisk"
 	RoleSite       = "site"
 	RoleNodeTenant = "node-tenant"
+	// RoleBastion is a person's own machine paired as a bastion: it may
+	// open a Bastion stream and renew, and nothing else.
+	RoleBastion = "bastion"
 )
 
 // ValidRole reports whether role is one of the roles a node certificate may
 // carry; anything else is refused at issuance and at verification.
 func ValidRole(role string) bool {
 	switch role {
-	case RoleNode, RoleRamdisk, RoleSite, RoleNodeTenant:
+	case RoleNode, RoleRamdisk, RoleSite, RoleNodeTenant, RoleBastion:
 		return true
 	}
 	return false

@@ -3447,6 +3447,647 @@ func (x *SignedDesiredState) GetSignerCertDer() []byte {
 	return nil
 }
 
+// BastionMessage is what a bastion sends on its Bastion stream.
+type BastionMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*BastionMessage_Hello
+	//	*BastionMessage_Events
+	Msg           isBastionMessage_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BastionMessage) Reset() {
+	*x = BastionMessage{}
+	mi := &file_node_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BastionMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BastionMessage) ProtoMessage() {}
+
+func (x *BastionMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BastionMessage.ProtoReflect.Descriptor instead.
+func (*BastionMessage) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *BastionMessage) GetMsg() isBastionMessage_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *BastionMessage) GetHello() *BastionHello {
+	if x != nil {
+		if x, ok := x.Msg.(*BastionMessage_Hello); ok {
+			return x.Hello
+		}
+	}
+	return nil
+}
+
+func (x *BastionMessage) GetEvents() *BastionEvents {
+	if x != nil {
+		if x, ok := x.Msg.(*BastionMessage_Events); ok {
+			return x.Events
+		}
+	}
+	return nil
+}
+
+type isBastionMessage_Msg interface {
+	isBastionMessage_Msg()
+}
+
+type BastionMessage_Hello struct {
+	Hello *BastionHello `protobuf:"bytes,1,opt,name=hello,proto3,oneof"`
+}
+
+type BastionMessage_Events struct {
+	Events *BastionEvents `protobuf:"bytes,2,opt,name=events,proto3,oneof"`
+}
+
+func (*BastionMessage_Hello) isBastionMessage_Msg() {}
+
+func (*BastionMessage_Events) isBastionMessage_Msg() {}
+
+// BastionHello opens a Bastion stream: the bastion's id (its certificate's
+// node id) and the public half of the WireGuard key it made on its machine.
+type BastionHello struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	BastionId string                 `protobuf:"bytes,1,opt,name=bastion_id,json=bastionId,proto3" json:"bastion_id,omitempty"`
+	// wg_public_key is base64 (std) of the Curve25519 public key.
+	WgPublicKey string `protobuf:"bytes,2,opt,name=wg_public_key,json=wgPublicKey,proto3" json:"wg_public_key,omitempty"`
+	Version     string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	// boot_id names this run of the bastion (as a node's Hello does), so
+	// that two machines holding one identity are told apart.
+	BootId        string `protobuf:"bytes,4,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BastionHello) Reset() {
+	*x = BastionHello{}
+	mi := &file_node_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BastionHello) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BastionHello) ProtoMessage() {}
+
+func (x *BastionHello) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BastionHello.ProtoReflect.Descriptor instead.
+func (*BastionHello) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *BastionHello) GetBastionId() string {
+	if x != nil {
+		return x.BastionId
+	}
+	return ""
+}
+
+func (x *BastionHello) GetWgPublicKey() string {
+	if x != nil {
+		return x.WgPublicKey
+	}
+	return ""
+}
+
+func (x *BastionHello) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *BastionHello) GetBootId() string {
+	if x != nil {
+		return x.BootId
+	}
+	return ""
+}
+
+// BastionServerMessage is what the gateway sends on a Bastion stream.
+type BastionServerMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*BastionServerMessage_Config
+	//	*BastionServerMessage_Grants
+	//	*BastionServerMessage_Unpair
+	//	*BastionServerMessage_EventsAck
+	Msg           isBastionServerMessage_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BastionServerMessage) Reset() {
+	*x = BastionServerMessage{}
+	mi := &file_node_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BastionServerMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BastionServerMessage) ProtoMessage() {}
+
+func (x *BastionServerMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BastionServerMessage.ProtoReflect.Descriptor instead.
+func (*BastionServerMessage) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *BastionServerMessage) GetMsg() isBastionServerMessage_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *BastionServerMessage) GetConfig() *BastionConfig {
+	if x != nil {
+		if x, ok := x.Msg.(*BastionServerMessage_Config); ok {
+			return x.Config
+		}
+	}
+	return nil
+}
+
+func (x *BastionServerMessage) GetGrants() *BastionGrants {
+	if x != nil {
+		if x, ok := x.Msg.(*BastionServerMessage_Grants); ok {
+			return x.Grants
+		}
+	}
+	return nil
+}
+
+func (x *BastionServerMessage) GetUnpair() *BastionUnpair {
+	if x != nil {
+		if x, ok := x.Msg.(*BastionServerMessage_Unpair); ok {
+			return x.Unpair
+		}
+	}
+	return nil
+}
+
+func (x *BastionServerMessage) GetEventsAck() *BastionEventsAck {
+	if x != nil {
+		if x, ok := x.Msg.(*BastionServerMessage_EventsAck); ok {
+			return x.EventsAck
+		}
+	}
+	return nil
+}
+
+type isBastionServerMessage_Msg interface {
+	isBastionServerMessage_Msg()
+}
+
+type BastionServerMessage_Config struct {
+	Config *BastionConfig `protobuf:"bytes,1,opt,name=config,proto3,oneof"`
+}
+
+type BastionServerMessage_Grants struct {
+	Grants *BastionGrants `protobuf:"bytes,2,opt,name=grants,proto3,oneof"`
+}
+
+type BastionServerMessage_Unpair struct {
+	Unpair *BastionUnpair `protobuf:"bytes,3,opt,name=unpair,proto3,oneof"`
+}
+
+type BastionServerMessage_EventsAck struct {
+	EventsAck *BastionEventsAck `protobuf:"bytes,4,opt,name=events_ack,json=eventsAck,proto3,oneof"`
+}
+
+func (*BastionServerMessage_Config) isBastionServerMessage_Msg() {}
+
+func (*BastionServerMessage_Grants) isBastionServerMessage_Msg() {}
+
+func (*BastionServerMessage_Unpair) isBastionServerMessage_Msg() {}
+
+func (*BastionServerMessage_EventsAck) isBastionServerMessage_Msg() {}
+
+// BastionConfig is the tunnel the bastion brings up, sent once after its
+// hello. The bastion refuses a host_address wider than one address (and
+// then brings no tunnel up), and pins grant_verify_key on first use.
+type BastionConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// host_public_key is base64 (std) of the control plane's WireGuard key.
+	HostPublicKey string `protobuf:"bytes,1,opt,name=host_public_key,json=hostPublicKey,proto3" json:"host_public_key,omitempty"`
+	// host_endpoint is the UDP host:port the bastion's tunnel dials.
+	HostEndpoint string `protobuf:"bytes,2,opt,name=host_endpoint,json=hostEndpoint,proto3" json:"host_endpoint,omitempty"`
+	// host_address is the control plane's single tunnel address, as a
+	// prefix ("100.100.0.1/32"): the tunnel's only allowed address.
+	HostAddress string `protobuf:"bytes,3,opt,name=host_address,json=hostAddress,proto3" json:"host_address,omitempty"`
+	// bastion_address is this bastion's own tunnel address.
+	BastionAddress string `protobuf:"bytes,4,opt,name=bastion_address,json=bastionAddress,proto3" json:"bastion_address,omitempty"`
+	// grant_verify_key is the signed-note verifier key grants verify under.
+	GrantVerifyKey string `protobuf:"bytes,5,opt,name=grant_verify_key,json=grantVerifyKey,proto3" json:"grant_verify_key,omitempty"`
+	// egress_port is the host's port in the tunnel where the bastion's
+	// egress workers park.
+	EgressPort    uint32 `protobuf:"varint,6,opt,name=egress_port,json=egressPort,proto3" json:"egress_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BastionConfig) Reset() {
+	*x = BastionConfig{}
+	mi := &file_node_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BastionConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BastionConfig) ProtoMessage() {}
+
+func (x *BastionConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BastionConfig.ProtoReflect.Descriptor instead.
+func (*BastionConfig) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *BastionConfig) GetHostPublicKey() string {
+	if x != nil {
+		return x.HostPublicKey
+	}
+	return ""
+}
+
+func (x *BastionConfig) GetHostEndpoint() string {
+	if x != nil {
+		return x.HostEndpoint
+	}
+	return ""
+}
+
+func (x *BastionConfig) GetHostAddress() string {
+	if x != nil {
+		return x.HostAddress
+	}
+	return ""
+}
+
+func (x *BastionConfig) GetBastionAddress() string {
+	if x != nil {
+		return x.BastionAddress
+	}
+	return ""
+}
+
+func (x *BastionConfig) GetGrantVerifyKey() string {
+	if x != nil {
+		return x.GrantVerifyKey
+	}
+	return ""
+}
+
+func (x *BastionConfig) GetEgressPort() uint32 {
+	if x != nil {
+		return x.EgressPort
+	}
+	return 0
+}
+
+// BastionGrants is the whole current set of signed grants (signed notes,
+// internal/bastion/grant); it replaces the set the bastion held.
+type BastionGrants struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Grants        [][]byte               `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BastionGrants) Reset() {
+	*x = BastionGrants{}
+	mi := &file_node_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BastionGrants) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BastionGrants) ProtoMessage() {}
+
+func (x *BastionGrants) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BastionGrants.ProtoReflect.Descriptor instead.
+func (*BastionGrants) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *BastionGrants) GetGrants() [][]byte {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+// BastionUnpair tells the bastion it was unpaired: it takes its tunnel
+// down and deletes its keys.
+type BastionUnpair struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BastionUnpair) Reset() {
+	*x = BastionUnpair{}
+	mi := &file_node_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BastionUnpair) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BastionUnpair) ProtoMessage() {}
+
+func (x *BastionUnpair) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BastionUnpair.ProtoReflect.Descriptor instead.
+func (*BastionUnpair) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{51}
+}
+
+// BastionEvents carries entries of the bastion's on-machine audit chain.
+type BastionEvents struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*BastionEvent        `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BastionEvents) Reset() {
+	*x = BastionEvents{}
+	mi := &file_node_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BastionEvents) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BastionEvents) ProtoMessage() {}
+
+func (x *BastionEvents) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BastionEvents.ProtoReflect.Descriptor instead.
+func (*BastionEvents) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *BastionEvents) GetEvents() []*BastionEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+// BastionEvent is one on-machine audit entry (internal/bastion/chainlog).
+type BastionEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	TimeMs        int64                  `protobuf:"varint,2,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	Kind          string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	Lane          string                 `protobuf:"bytes,4,opt,name=lane,proto3" json:"lane,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Peer          string                 `protobuf:"bytes,6,opt,name=peer,proto3" json:"peer,omitempty"`
+	Detail        string                 `protobuf:"bytes,7,opt,name=detail,proto3" json:"detail,omitempty"`
+	Hash          string                 `protobuf:"bytes,8,opt,name=hash,proto3" json:"hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BastionEvent) Reset() {
+	*x = BastionEvent{}
+	mi := &file_node_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BastionEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BastionEvent) ProtoMessage() {}
+
+func (x *BastionEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BastionEvent.ProtoReflect.Descriptor instead.
+func (*BastionEvent) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *BastionEvent) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *BastionEvent) GetTimeMs() int64 {
+	if x != nil {
+		return x.TimeMs
+	}
+	return 0
+}
+
+func (x *BastionEvent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *BastionEvent) GetLane() string {
+	if x != nil {
+		return x.Lane
+	}
+	return ""
+}
+
+func (x *BastionEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *BastionEvent) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *BastionEvent) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *BastionEvent) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+// BastionEventsAck: the control plane recorded the events up to seq.
+type BastionEventsAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BastionEventsAck) Reset() {
+	*x = BastionEventsAck{}
+	mi := &file_node_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BastionEventsAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BastionEventsAck) ProtoMessage() {}
+
+func (x *BastionEventsAck) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BastionEventsAck.ProtoReflect.Descriptor instead.
+func (*BastionEventsAck) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *BastionEventsAck) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -3720,14 +4361,56 @@ const file_node_proto_rawDesc = "" +
 	"\x12SignedDesiredState\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12&\n" +
-	"\x0fsigner_cert_der\x18\x03 \x01(\fR\rsignerCertDer2\x8a\x03\n" +
+	"\x0fsigner_cert_der\x18\x03 \x01(\fR\rsignerCertDer\"~\n" +
+	"\x0eBastionMessage\x120\n" +
+	"\x05hello\x18\x01 \x01(\v2\x18.bc.node.v1.BastionHelloH\x00R\x05hello\x123\n" +
+	"\x06events\x18\x02 \x01(\v2\x19.bc.node.v1.BastionEventsH\x00R\x06eventsB\x05\n" +
+	"\x03msg\"\x84\x01\n" +
+	"\fBastionHello\x12\x1d\n" +
+	"\n" +
+	"bastion_id\x18\x01 \x01(\tR\tbastionId\x12\"\n" +
+	"\rwg_public_key\x18\x02 \x01(\tR\vwgPublicKey\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12\x17\n" +
+	"\aboot_id\x18\x04 \x01(\tR\x06bootId\"\xfb\x01\n" +
+	"\x14BastionServerMessage\x123\n" +
+	"\x06config\x18\x01 \x01(\v2\x19.bc.node.v1.BastionConfigH\x00R\x06config\x123\n" +
+	"\x06grants\x18\x02 \x01(\v2\x19.bc.node.v1.BastionGrantsH\x00R\x06grants\x123\n" +
+	"\x06unpair\x18\x03 \x01(\v2\x19.bc.node.v1.BastionUnpairH\x00R\x06unpair\x12=\n" +
+	"\n" +
+	"events_ack\x18\x04 \x01(\v2\x1c.bc.node.v1.BastionEventsAckH\x00R\teventsAckB\x05\n" +
+	"\x03msg\"\xf3\x01\n" +
+	"\rBastionConfig\x12&\n" +
+	"\x0fhost_public_key\x18\x01 \x01(\tR\rhostPublicKey\x12#\n" +
+	"\rhost_endpoint\x18\x02 \x01(\tR\fhostEndpoint\x12!\n" +
+	"\fhost_address\x18\x03 \x01(\tR\vhostAddress\x12'\n" +
+	"\x0fbastion_address\x18\x04 \x01(\tR\x0ebastionAddress\x12(\n" +
+	"\x10grant_verify_key\x18\x05 \x01(\tR\x0egrantVerifyKey\x12\x1f\n" +
+	"\vegress_port\x18\x06 \x01(\rR\n" +
+	"egressPort\"'\n" +
+	"\rBastionGrants\x12\x16\n" +
+	"\x06grants\x18\x01 \x03(\fR\x06grants\"\x0f\n" +
+	"\rBastionUnpair\"A\n" +
+	"\rBastionEvents\x120\n" +
+	"\x06events\x18\x01 \x03(\v2\x18.bc.node.v1.BastionEventR\x06events\"\xb9\x01\n" +
+	"\fBastionEvent\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x17\n" +
+	"\atime_ms\x18\x02 \x01(\x03R\x06timeMs\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04lane\x18\x04 \x01(\tR\x04lane\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04peer\x18\x06 \x01(\tR\x04peer\x12\x16\n" +
+	"\x06detail\x18\a \x01(\tR\x06detail\x12\x12\n" +
+	"\x04hash\x18\b \x01(\tR\x04hash\"$\n" +
+	"\x10BastionEventsAck\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq2\xd7\x03\n" +
 	"\aGateway\x12B\n" +
 	"\x06Bundle\x12\x19.bc.node.v1.BundleRequest\x1a\x1d.bc.node.v1.SignedTrustBundle\x129\n" +
 	"\x04Join\x12\x17.bc.node.v1.JoinRequest\x1a\x18.bc.node.v1.JoinResponse\x12<\n" +
 	"\x05Renew\x12\x18.bc.node.v1.RenewRequest\x1a\x19.bc.node.v1.RenewResponse\x12A\n" +
 	"\aSession\x12\x17.bc.node.v1.NodeMessage\x1a\x19.bc.node.v1.ServerMessage(\x010\x01\x12?\n" +
 	"\x06Secret\x12\x19.bc.node.v1.SecretRequest\x1a\x1a.bc.node.v1.SecretResponse\x12>\n" +
-	"\x06Tunnel\x12\x17.bc.node.v1.TunnelFrame\x1a\x17.bc.node.v1.TunnelFrame(\x010\x01B>Z<github.com/bettercompute/bettercompute/internal/proto/nodev1b\x06proto3"
+	"\x06Tunnel\x12\x17.bc.node.v1.TunnelFrame\x1a\x17.bc.node.v1.TunnelFrame(\x010\x01\x12K\n" +
+	"\aBastion\x12\x1a.bc.node.v1.BastionMessage\x1a .bc.node.v1.BastionServerMessage(\x010\x01B>Z<github.com/bettercompute/bettercompute/internal/proto/nodev1b\x06proto3"
 
 var (
 	file_node_proto_rawDescOnce sync.Once
@@ -3741,56 +4424,65 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_node_proto_goTypes = []any{
-	(*BundleRequest)(nil),       // 0: bc.node.v1.BundleRequest
-	(*SignedTrustBundle)(nil),   // 1: bc.node.v1.SignedTrustBundle
-	(*JoinKeySignature)(nil),    // 2: bc.node.v1.JoinKeySignature
-	(*JoinRequest)(nil),         // 3: bc.node.v1.JoinRequest
-	(*JoinResponse)(nil),        // 4: bc.node.v1.JoinResponse
-	(*RenewRequest)(nil),        // 5: bc.node.v1.RenewRequest
-	(*RenewResponse)(nil),       // 6: bc.node.v1.RenewResponse
-	(*NodeMessage)(nil),         // 7: bc.node.v1.NodeMessage
-	(*ServerMessage)(nil),       // 8: bc.node.v1.ServerMessage
-	(*TunnelOpen)(nil),          // 9: bc.node.v1.TunnelOpen
-	(*TunnelFrame)(nil),         // 10: bc.node.v1.TunnelFrame
-	(*TunnelResize)(nil),        // 11: bc.node.v1.TunnelResize
-	(*TunnelHello)(nil),         // 12: bc.node.v1.TunnelHello
-	(*Hello)(nil),               // 13: bc.node.v1.Hello
-	(*Inventory)(nil),           // 14: bc.node.v1.Inventory
-	(*Gpu)(nil),                 // 15: bc.node.v1.Gpu
-	(*Disk)(nil),                // 16: bc.node.v1.Disk
-	(*Welcome)(nil),             // 17: bc.node.v1.Welcome
-	(*SignedTimeStatement)(nil), // 18: bc.node.v1.SignedTimeStatement
-	(*TimeStatement)(nil),       // 19: bc.node.v1.TimeStatement
-	(*ApproverSets)(nil),        // 20: bc.node.v1.ApproverSets
-	(*SignedApproverSet)(nil),   // 21: bc.node.v1.SignedApproverSet
-	(*ApproverSignature)(nil),   // 22: bc.node.v1.ApproverSignature
-	(*BatchApproval)(nil),       // 23: bc.node.v1.BatchApproval
-	(*InclusionProof)(nil),      // 24: bc.node.v1.InclusionProof
-	(*SignedCommand)(nil),       // 25: bc.node.v1.SignedCommand
-	(*CommandBody)(nil),         // 26: bc.node.v1.CommandBody
-	(*CommandUpdate)(nil),       // 27: bc.node.v1.CommandUpdate
-	(*UpdateBody)(nil),          // 28: bc.node.v1.UpdateBody
-	(*UpdateAck)(nil),           // 29: bc.node.v1.UpdateAck
-	(*Ping)(nil),                // 30: bc.node.v1.Ping
-	(*SecretRequest)(nil),       // 31: bc.node.v1.SecretRequest
-	(*SecretRequestBody)(nil),   // 32: bc.node.v1.SecretRequestBody
-	(*SecretResponse)(nil),      // 33: bc.node.v1.SecretResponse
-	(*SandboxReport)(nil),       // 34: bc.node.v1.SandboxReport
-	(*SandboxReportBody)(nil),   // 35: bc.node.v1.SandboxReportBody
-	(*HelperEvents)(nil),        // 36: bc.node.v1.HelperEvents
-	(*HelperEvent)(nil),         // 37: bc.node.v1.HelperEvent
-	(*HelperEventsAck)(nil),     // 38: bc.node.v1.HelperEventsAck
-	(*SandboxReportAck)(nil),    // 39: bc.node.v1.SandboxReportAck
-	(*RevocationBody)(nil),      // 40: bc.node.v1.RevocationBody
-	(*SignedRevocation)(nil),    // 41: bc.node.v1.SignedRevocation
-	(*Revocations)(nil),         // 42: bc.node.v1.Revocations
-	(*DesiredState)(nil),        // 43: bc.node.v1.DesiredState
-	(*HostSection)(nil),         // 44: bc.node.v1.HostSection
-	(*SignedDesiredState)(nil),  // 45: bc.node.v1.SignedDesiredState
-	nil,                         // 46: bc.node.v1.Hello.LabelsEntry
-	(*SignedTicket)(nil),        // 47: bc.node.v1.SignedTicket
+	(*BundleRequest)(nil),        // 0: bc.node.v1.BundleRequest
+	(*SignedTrustBundle)(nil),    // 1: bc.node.v1.SignedTrustBundle
+	(*JoinKeySignature)(nil),     // 2: bc.node.v1.JoinKeySignature
+	(*JoinRequest)(nil),          // 3: bc.node.v1.JoinRequest
+	(*JoinResponse)(nil),         // 4: bc.node.v1.JoinResponse
+	(*RenewRequest)(nil),         // 5: bc.node.v1.RenewRequest
+	(*RenewResponse)(nil),        // 6: bc.node.v1.RenewResponse
+	(*NodeMessage)(nil),          // 7: bc.node.v1.NodeMessage
+	(*ServerMessage)(nil),        // 8: bc.node.v1.ServerMessage
+	(*TunnelOpen)(nil),           // 9: bc.node.v1.TunnelOpen
+	(*TunnelFrame)(nil),          // 10: bc.node.v1.TunnelFrame
+	(*TunnelResize)(nil),         // 11: bc.node.v1.TunnelResize
+	(*TunnelHello)(nil),          // 12: bc.node.v1.TunnelHello
+	(*Hello)(nil),                // 13: bc.node.v1.Hello
+	(*Inventory)(nil),            // 14: bc.node.v1.Inventory
+	(*Gpu)(nil),                  // 15: bc.node.v1.Gpu
+	(*Disk)(nil),                 // 16: bc.node.v1.Disk
+	(*Welcome)(nil),              // 17: bc.node.v1.Welcome
+	(*SignedTimeStatement)(nil),  // 18: bc.node.v1.SignedTimeStatement
+	(*TimeStatement)(nil),        // 19: bc.node.v1.TimeStatement
+	(*ApproverSets)(nil),         // 20: bc.node.v1.ApproverSets
+	(*SignedApproverSet)(nil),    // 21: bc.node.v1.SignedApproverSet
+	(*ApproverSignature)(nil),    // 22: bc.node.v1.ApproverSignature
+	(*BatchApproval)(nil),        // 23: bc.node.v1.BatchApproval
+	(*InclusionProof)(nil),       // 24: bc.node.v1.InclusionProof
+	(*SignedCommand)(nil),        // 25: bc.node.v1.SignedCommand
+	(*CommandBody)(nil),          // 26: bc.node.v1.CommandBody
+	(*CommandUpdate)(nil),        // 27: bc.node.v1.CommandUpdate
+	(*UpdateBody)(nil),           // 28: bc.node.v1.UpdateBody
+	(*UpdateAck)(nil),            // 29: bc.node.v1.UpdateAck
+	(*Ping)(nil),                 // 30: bc.node.v1.Ping
+	(*SecretRequest)(nil),        // 31: bc.node.v1.SecretRequest
+	(*SecretRequestBody)(nil),    // 32: bc.node.v1.SecretRequestBody
+	(*SecretResponse)(nil),       // 33: bc.node.v1.SecretResponse
+	(*SandboxReport)(nil),        // 34: bc.node.v1.SandboxReport
+	(*SandboxReportBody)(nil),    // 35: bc.node.v1.SandboxReportBody
+	(*HelperEvents)(nil),         // 36: bc.node.v1.HelperEvents
+	(*HelperEvent)(nil),          // 37: bc.node.v1.HelperEvent
+	(*HelperEventsAck)(nil),      // 38: bc.node.v1.HelperEventsAck
+	(*SandboxReportAck)(nil),     // 39: bc.node.v1.SandboxReportAck
+	(*RevocationBody)(nil),       // 40: bc.node.v1.RevocationBody
+	(*SignedRevocation)(nil),     // 41: bc.node.v1.SignedRevocation
+	(*Revocations)(nil),          // 42: bc.node.v1.Revocations
+	(*DesiredState)(nil),         // 43: bc.node.v1.DesiredState
+	(*HostSection)(nil),          // 44: bc.node.v1.HostSection
+	(*SignedDesiredState)(nil),   // 45: bc.node.v1.SignedDesiredState
+	(*BastionMessage)(nil),       // 46: bc.node.v1.BastionMessage
+	(*BastionHello)(nil),         // 47: bc.node.v1.BastionHello
+	(*BastionServerMessage)(nil), // 48: bc.node.v1.BastionServerMessage
+	(*BastionConfig)(nil),        // 49: bc.node.v1.BastionConfig
+	(*BastionGrants)(nil),        // 50: bc.node.v1.BastionGrants
+	(*BastionUnpair)(nil),        // 51: bc.node.v1.BastionUnpair
+	(*BastionEvents)(nil),        // 52: bc.node.v1.BastionEvents
+	(*BastionEvent)(nil),         // 53: bc.node.v1.BastionEvent
+	(*BastionEventsAck)(nil),     // 54: bc.node.v1.BastionEventsAck
+	nil,                          // 55: bc.node.v1.Hello.LabelsEntry
+	(*SignedTicket)(nil),         // 56: bc.node.v1.SignedTicket
 }
 var file_node_proto_depIdxs = []int32{
 	2,  // 0: bc.node.v1.SignedTrustBundle.other_signatures:type_name -> bc.node.v1.JoinKeySignature
@@ -3811,10 +4503,10 @@ var file_node_proto_depIdxs = []int32{
 	42, // 15: bc.node.v1.ServerMessage.revocations:type_name -> bc.node.v1.Revocations
 	45, // 16: bc.node.v1.ServerMessage.desired_state:type_name -> bc.node.v1.SignedDesiredState
 	38, // 17: bc.node.v1.ServerMessage.helper_events_ack:type_name -> bc.node.v1.HelperEventsAck
-	47, // 18: bc.node.v1.TunnelOpen.ticket:type_name -> bc.node.v1.SignedTicket
+	56, // 18: bc.node.v1.TunnelOpen.ticket:type_name -> bc.node.v1.SignedTicket
 	12, // 19: bc.node.v1.TunnelFrame.hello:type_name -> bc.node.v1.TunnelHello
 	11, // 20: bc.node.v1.TunnelFrame.resize:type_name -> bc.node.v1.TunnelResize
-	46, // 21: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
+	55, // 21: bc.node.v1.Hello.labels:type_name -> bc.node.v1.Hello.LabelsEntry
 	14, // 22: bc.node.v1.Hello.inventory:type_name -> bc.node.v1.Inventory
 	15, // 23: bc.node.v1.Inventory.gpus:type_name -> bc.node.v1.Gpu
 	16, // 24: bc.node.v1.Inventory.disks:type_name -> bc.node.v1.Disk
@@ -3828,23 +4520,32 @@ var file_node_proto_depIdxs = []int32{
 	37, // 32: bc.node.v1.HelperEvents.events:type_name -> bc.node.v1.HelperEvent
 	41, // 33: bc.node.v1.Revocations.entries:type_name -> bc.node.v1.SignedRevocation
 	44, // 34: bc.node.v1.DesiredState.host:type_name -> bc.node.v1.HostSection
-	0,  // 35: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
-	3,  // 36: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
-	5,  // 37: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
-	7,  // 38: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
-	31, // 39: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
-	10, // 40: bc.node.v1.Gateway.Tunnel:input_type -> bc.node.v1.TunnelFrame
-	1,  // 41: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
-	4,  // 42: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
-	6,  // 43: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
-	8,  // 44: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
-	33, // 45: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
-	10, // 46: bc.node.v1.Gateway.Tunnel:output_type -> bc.node.v1.TunnelFrame
-	41, // [41:47] is the sub-list for method output_type
-	35, // [35:41] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	47, // 35: bc.node.v1.BastionMessage.hello:type_name -> bc.node.v1.BastionHello
+	52, // 36: bc.node.v1.BastionMessage.events:type_name -> bc.node.v1.BastionEvents
+	49, // 37: bc.node.v1.BastionServerMessage.config:type_name -> bc.node.v1.BastionConfig
+	50, // 38: bc.node.v1.BastionServerMessage.grants:type_name -> bc.node.v1.BastionGrants
+	51, // 39: bc.node.v1.BastionServerMessage.unpair:type_name -> bc.node.v1.BastionUnpair
+	54, // 40: bc.node.v1.BastionServerMessage.events_ack:type_name -> bc.node.v1.BastionEventsAck
+	53, // 41: bc.node.v1.BastionEvents.events:type_name -> bc.node.v1.BastionEvent
+	0,  // 42: bc.node.v1.Gateway.Bundle:input_type -> bc.node.v1.BundleRequest
+	3,  // 43: bc.node.v1.Gateway.Join:input_type -> bc.node.v1.JoinRequest
+	5,  // 44: bc.node.v1.Gateway.Renew:input_type -> bc.node.v1.RenewRequest
+	7,  // 45: bc.node.v1.Gateway.Session:input_type -> bc.node.v1.NodeMessage
+	31, // 46: bc.node.v1.Gateway.Secret:input_type -> bc.node.v1.SecretRequest
+	10, // 47: bc.node.v1.Gateway.Tunnel:input_type -> bc.node.v1.TunnelFrame
+	46, // 48: bc.node.v1.Gateway.Bastion:input_type -> bc.node.v1.BastionMessage
+	1,  // 49: bc.node.v1.Gateway.Bundle:output_type -> bc.node.v1.SignedTrustBundle
+	4,  // 50: bc.node.v1.Gateway.Join:output_type -> bc.node.v1.JoinResponse
+	6,  // 51: bc.node.v1.Gateway.Renew:output_type -> bc.node.v1.RenewResponse
+	8,  // 52: bc.node.v1.Gateway.Session:output_type -> bc.node.v1.ServerMessage
+	33, // 53: bc.node.v1.Gateway.Secret:output_type -> bc.node.v1.SecretResponse
+	10, // 54: bc.node.v1.Gateway.Tunnel:output_type -> bc.node.v1.TunnelFrame
+	48, // 55: bc.node.v1.Gateway.Bastion:output_type -> bc.node.v1.BastionServerMessage
+	49, // [49:56] is the sub-list for method output_type
+	42, // [42:49] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -3880,13 +4581,23 @@ func file_node_proto_init() {
 		(*TunnelFrame_Resize)(nil),
 		(*TunnelFrame_ExitCode)(nil),
 	}
+	file_node_proto_msgTypes[46].OneofWrappers = []any{
+		(*BastionMessage_Hello)(nil),
+		(*BastionMessage_Events)(nil),
+	}
+	file_node_proto_msgTypes[48].OneofWrappers = []any{
+		(*BastionServerMessage_Config)(nil),
+		(*BastionServerMessage_Grants)(nil),
+		(*BastionServerMessage_Unpair)(nil),
+		(*BastionServerMessage_EventsAck)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   47,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

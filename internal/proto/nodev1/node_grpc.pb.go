@@ -30,6 +30,7 @@ const (
 	Gateway_Session_FullMethodName = "/bc.node.v1.Gateway/Session"
 	Gateway_Secret_FullMethodName  = "/bc.node.v1.Gateway/Secret"
 	Gateway_Tunnel_FullMethodName  = "/bc.node.v1.Gateway/Tunnel"
+	Gateway_Bastion_FullMethodName = "/bc.node.v1.Gateway/Bastion"
 )
 
 // GatewayClient is the client API for Gateway service.
@@ -59,6 +60,11 @@ type GatewayClient interface {
 	// itself, so a node never accepts an inbound connection. Its first frame
 	// is the node's TunnelHello.
 	Tunnel(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TunnelFrame, TunnelFrame], error)
+	// Bastion is a paired bastion's stream, and the one call besides Renew
+	// that a bastion-role certificate may make (no other role may make it):
+	// BastionHello first; then the tunnel's configuration and the signed
+	// grants come down, and the bastion's on-machine audit events go up.
+	Bastion(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[BastionMessage, BastionServerMessage], error)
 }
 
 type gatewayClient struct {
@@ -135,6 +141,19 @@ func (c *gatewayClient) Tunnel(ctx context.Context, opts ...grpc.CallOption) (gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Gateway_TunnelClient = grpc.BidiStreamingClient[TunnelFrame, TunnelFrame]
 
+func (c *gatewayClient) Bastion(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[BastionMessage, BastionServerMessage], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Gateway_ServiceDesc.Streams[2], Gateway_Bastion_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BastionMessage, BastionServerMessage]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Gateway_BastionClient = grpc.BidiStreamingClient[BastionMessage, BastionServerMessage]
+
 // GatewayServer is the server API for Gateway service.
 // All implementations must embed UnimplementedGatewayServer
 // for forward compatibility.
@@ -162,6 +181,11 @@ type GatewayServer interface {
 	// itself, so a node never accepts an inbound connection. Its first frame
 	// is the node's TunnelHello.
 	Tunnel(grpc.BidiStreamingServer[TunnelFrame, TunnelFrame]) error
+	// Bastion is a paired bastion's stream, and the one call besides Renew
+	// that a bastion-role certificate may make (no other role may make it):
+	// BastionHello first; then the tunnel's configuration and the signed
+	// grants come down, and the bastion's on-machine audit events go up.
+	Bastion(grpc.BidiStreamingServer[BastionMessage, BastionServerMessage]) error
 	mustEmbedUnimplementedGatewayServer()
 }
 
@@ -189,6 +213,9 @@ func (UnimplementedGatewayServer) Secret(context.Context, *SecretRequest) (*Secr
 }
 func (UnimplementedGatewayServer) Tunnel(grpc.BidiStreamingServer[TunnelFrame, TunnelFrame]) error {
 	return status.Error(codes.Unimplemented, "method Tunnel not implemented")
+}
+func (UnimplementedGatewayServer) Bastion(grpc.BidiStreamingServer[BastionMessage, BastionServerMessage]) error {
+	return status.Error(codes.Unimplemented, "method Bastion not implemented")
 }
 func (UnimplementedGatewayServer) mustEmbedUnimplementedGatewayServer() {}
 func (UnimplementedGatewayServer) testEmbeddedByValue()                 {}
@@ -297,6 +324,13 @@ func _Gateway_Tunnel_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Gateway_TunnelServer = grpc.BidiStreamingServer[TunnelFrame, TunnelFrame]
 
+func _Gateway_Bastion_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(GatewayServer).Bastion(&grpc.GenericServerStream[BastionMessage, BastionServerMessage]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Gateway_BastionServer = grpc.BidiStreamingServer[BastionMessage, BastionServerMessage]
+
 // Gateway_ServiceDesc is the grpc.ServiceDesc for Gateway service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -331,6 +365,12 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Tunnel",
 			Handler:       _Gateway_Tunnel_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Bastion",
+			Handler:       _Gateway_Bastion_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

@@ -1,0 +1,246 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/bettercompute/bettercompute/internal/bus"
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+)
+
+// BastionServices is what the gateway needs to serve Bastion streams: the
+// bastions module (keys, grants, audit) and the lanes role's tunnel
+// endpoint. Nil in Config: every Bastion stream is refused UNAVAILABLE.
+type BastionServices interface {
+	// BastionHello records the WireGuard public key the bastion made and
+	// returns its tunnel's configuration. An unpaired bastion is refused
+	// with an errs.AccessDenied error.
+	BastionHello(ctx context.Context, bastionID, wgPublicKey string) (*nodev1.BastionConfig, error)
+	// BastionGrants returns the bastion's live signed grants.
+	BastionGrants(ctx context.Context, bastionID string) ([][]byte, error)
+	// BastionPaired reports whether the bastion is still paired.
+	BastionPaired(ctx context.Context, bastionID string) (bool, error)
+	// BastionEvents records the bastion's on-machine audit events in the
+	// control plane's audit log, in the bastion's tenant.
+	BastionEvents(ctx context.Context, bastionID string, evs []*nodev1.BastionEvent) error
+}
+
+// MaxBastionEvents caps the events of one BastionEvents message.
+const MaxBastionEvents = 256
+
+// maxWGKeyLen bounds the base64 WireGuard key in a BastionHello.
+const maxWGKeyLen = 64
+
+var errNotBastion = status.Error(codes.PermissionDenied, string(errs.AccessDenied))
+
+// Bastion serves a paired bastion's stream: it reads the BastionHello,
+// records the bastion's WireGuard key, sends the tunnel's configuration
+// and the signed grants, then relays audit events up and grant changes
+// down until the stream ends, the bastion is unpaired (it is told so and
+// the stream closes), or its certificate is revoked or expires. Only a
+// bastion-role certificate reaches here (see admit).
+func (g *Gateway) Bastion(stream nodev1.Gateway_BastionServer) error {
+	ctx := stream.Context()
+	c, err := mustCaller(ctx, nodev1.Gateway_Bastion_FullMethodName)
+	if err != nil {
+		return err
+	}
+	if c.id.Role != pki.RoleBastion {
+		return errNotBastion
+	}
+	if g.cfg.Bastions == nil {
+		return status.Error(codes.Unavailable, "this gateway serves no bastions")
+	}
+	hello, err := g.readBastionHello(stream, c.id.NodeID)
+	if err != nil {
+		return err
+	}
+	// Subscribed before the configuration and grants go out, so that a
+	// change made meanwhile is never missed.
+	poke, stop := g.poke.Subscribe(bus.TopicBastions)
+	defer stop()
+	bs := &bastionStream{g: g, stream: stream, id: c.id}
+	if err := bs.open(ctx, hello); err != nil {
+		return err
+	}
+	sessionID := ids.New("s")
+	res, err := g.reg.OpenSession(ctx, HelloInfo{NodeID: c.id.NodeID, BootID: BootTag(hello.BootId), Serial: c.id.Serial,
+		SessionID: sessionID, GatewayID: g.cfg.GatewayID, Version: hello.Version})
+	if err != nil {
+		g.cfg.Log.Error("open bastion session", "bastion_id", c.id.NodeID, "err", err)
+		return status.Error(codes.Internal, string(errs.Internal))
+	}
+	if res.Quarantined {
+		return errCertRevoked
+	}
+	defer func() {
+		if err := g.reg.CloseSession(context.WithoutCancel(ctx), c.id.NodeID, sessionID); err != nil {
+			g.cfg.Log.Error("close bastion session", "bastion_id", c.id.NodeID, "err", err)
+		}
+	}()
+	g.cfg.Log.Info("bastion session open", "bastion_id", c.id.NodeID, "session_id", sessionID)
+	return bs.serve(ctx, poke)
+}
+
+// readBastionHello reads the stream's first message, which must be a
+// BastionHello of the authenticated bastion with a key of sane length.
+func (g *Gateway) readBastionHello(stream nodev1.Gateway_BastionServer, bastionID string) (*nodev1.BastionHello, error) {
+	first, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	h := first.GetHello()
+	if h == nil || h.BastionId != bastionID || h.WgPublicKey == "" || len(h.WgPublicKey) > maxWGKeyLen ||
+		h.BootId == "" || len(h.BootId) > 64 || len(h.Version) > 64 {
+		g.cfg.Log.Info("bastion refused", "bastion_id", bastionID, "why", "first message is not a well-formed BastionHello for this bastion")
+		return nil, errNotBastion
+	}
+	return h, nil
+}
+
+// bastionStream is one bastion's open stream.
+type bastionStream struct {
+	g      *Gateway
+	stream nodev1.Gateway_BastionServer
+	id     pki.NodeIdentity
+	sent   [][]byte // the grants last sent
+}
+
+// open records the hello and sends the configuration and the grants.
+func (b *bastionStream) open(ctx context.Context, h *nodev1.BastionHello) error {
+	cfg, err := b.g.cfg.Bastions.BastionHello(ctx, b.id.NodeID, h.WgPublicKey)
+	if err != nil {
+		var e *errs.Error
+		if errors.As(err, &e) && (e.Code == errs.AccessDenied || e.Code == errs.InvalidInput) {
+			b.g.cfg.Log.Info("bastion refused", "bastion_id", b.id.NodeID, "err", err)
+			return errNotBastion
+		}
+		b.g.cfg.Log.Error("bastion hello", "bastion_id", b.id.NodeID, "err", err)
+		return status.Error(codes.Internal, string(errs.Internal))
+	}
+	if err := b.stream.Send(&nodev1.BastionServerMessage{Msg: &nodev1.BastionServerMessage_Config{Config: cfg}}); err != nil {
+		return err
+	}
+	return b.sendGrants(ctx, true)
+}
+
+// sendGrants sends the live grants when they changed since the last send
+// (always when force).
+func (b *bastionStream) sendGrants(ctx context.Context, force bool) error {
+	gs, err := b.g.cfg.Bastions.BastionGrants(ctx, b.id.NodeID)
+	if err != nil {
+		b.g.cfg.Log.Error("read bastion grants", "bastion_id", b.id.NodeID, "err", err)
+		return nil // the next poke or tick tries again
+	}
+	if !force && sameGrants(gs, b.sent) {
+		return nil
+	}
+	b.sent = gs
+	return b.stream.Send(&nodev1.BastionServerMessage{Msg: &nodev1.BastionServerMessage_Grants{Grants: &nodev1.BastionGrants{Grants: gs}}})
+}
+
+func sameGrants(a, b [][]byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !bytes.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// serve runs the stream until it ends: events from the bastion are
+// recorded and acknowledged; a poke or tick re-checks the pairing and the
+// certificate and sends changed grants.
+func (b *bastionStream) serve(ctx context.Context, poke <-chan struct{}) error {
+	recv := make(chan *nodev1.BastionMessage)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := b.stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case recv <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	tick := b.g.cfg.Clock.NewTicker(b.g.cfg.RevocationPoll)
+	defer tick.Stop()
+	expiry := b.g.cfg.Clock.NewTimer(b.id.NotAfter.Sub(b.g.cfg.Clock.Now()))
+	defer expiry.Stop()
+	for {
+		select {
+		case m := <-recv:
+			if err := b.events(ctx, m); err != nil {
+				return err
+			}
+		case err := <-recvErr:
+			b.g.cfg.Log.Info("bastion session closed", "bastion_id", b.id.NodeID, "why", err)
+			return nil
+		case <-poke:
+			if err := b.recheck(ctx); err != nil {
+				return err
+			}
+		case <-tick.C():
+			if err := b.recheck(ctx); err != nil {
+				return err
+			}
+		case <-expiry.C():
+			return errUnauthenticated
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// events records one BastionEvents message and acknowledges it; any other
+// message after the hello ends the stream.
+func (b *bastionStream) events(ctx context.Context, m *nodev1.BastionMessage) error {
+	ev := m.GetEvents()
+	if ev == nil || len(ev.Events) == 0 || len(ev.Events) > MaxBastionEvents {
+		b.g.cfg.Log.Info("bastion refused", "bastion_id", b.id.NodeID, "why", "not a BastionEvents message of 1 to 256 events")
+		return status.Error(codes.InvalidArgument, string(errs.InvalidInput))
+	}
+	if err := b.g.cfg.Bastions.BastionEvents(ctx, b.id.NodeID, ev.Events); err != nil {
+		b.g.cfg.Log.Warn("bastion events not recorded", "bastion_id", b.id.NodeID, "err", err)
+		return nil // unacknowledged: the bastion sends them again
+	}
+	last := ev.Events[len(ev.Events)-1].Seq
+	return b.stream.Send(&nodev1.BastionServerMessage{Msg: &nodev1.BastionServerMessage_EventsAck{EventsAck: &nodev1.BastionEventsAck{Seq: last}}})
+}
+
+// recheck ends the stream of a bastion no longer paired (telling it so)
+// or whose certificate was revoked, and sends changed grants otherwise.
+// A check that cannot be made now is made at the next tick.
+func (b *bastionStream) recheck(ctx context.Context) error {
+	paired, err := b.g.cfg.Bastions.BastionPaired(ctx, b.id.NodeID)
+	if err != nil {
+		b.g.cfg.Log.Error("read bastion pairing", "bastion_id", b.id.NodeID, "err", err)
+		return nil
+	}
+	if !paired {
+		b.g.cfg.Log.Info("bastion unpaired", "bastion_id", b.id.NodeID)
+		_ = b.stream.Send(&nodev1.BastionServerMessage{Msg: &nodev1.BastionServerMessage_Unpair{Unpair: &nodev1.BastionUnpair{}}})
+		return errCertRevoked
+	}
+	ci, err := b.g.reg.CertInfo(ctx, b.id.Serial)
+	if err == nil && ci.Revoked {
+		b.g.cfg.Log.Info("bastion certificate revoked", "bastion_id", b.id.NodeID, "serial", b.id.Serial)
+		return errCertRevoked
+	}
+	return b.sendGrants(ctx, false)
+}
