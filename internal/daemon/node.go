@@ -1230,3 +1230,8 @@ func (n *Node) reportRunning(id string, body *nodev1.CommandBody, send func(*nod
 	}
 	_ = n.sendUpdate(send, running)
 }
+
+// Connect dials the gateway with this identity, renewing the certificate
+// first when it is due. A bastion's stream (internal/bastion/agent) uses
+// it; a node's own session does the same inside Run.
+func (n *Node) Connect(ctx context.Context) (*grpc.ClientConn, error) { return n.connect(ctx) }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"regexp"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,7 +23,8 @@ type BastionServices interface {
 	// BastionHello records the WireGuard public key the bastion made and
 	// returns its tunnel's configuration. An unpaired bastion is refused
 	// with an errs.AccessDenied error.
-	BastionHello(ctx context.Context, bastionID, wgPublicKey string) (*nodev1.BastionConfig, error)
+	// services are the bastion's service-slot names, in slot order.
+	BastionHello(ctx context.Context, bastionID, wgPublicKey string, services []string) (*nodev1.BastionConfig, error)
 	// BastionGrants returns the bastion's live signed grants.
 	BastionGrants(ctx context.Context, bastionID string) ([][]byte, error)
 	// BastionPaired reports whether the bastion is still paired.
@@ -98,11 +100,29 @@ func (g *Gateway) readBastionHello(stream nodev1.Gateway_BastionServer, bastionI
 	}
 	h := first.GetHello()
 	if h == nil || h.BastionId != bastionID || h.WgPublicKey == "" || len(h.WgPublicKey) > maxWGKeyLen ||
-		h.BootId == "" || len(h.BootId) > 64 || len(h.Version) > 64 {
+		h.BootId == "" || len(h.BootId) > 64 || len(h.Version) > 64 || !validServices(h.Services) {
 		g.cfg.Log.Info("bastion refused", "bastion_id", bastionID, "why", "first message is not a well-formed BastionHello for this bastion")
 		return nil, errNotBastion
 	}
 	return h, nil
+}
+
+// serviceName is a service slot's name.
+var serviceName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// validServices: at most 100 slot names, each well formed, none twice.
+func validServices(names []string) bool {
+	if len(names) > 100 {
+		return false
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		if !serviceName.MatchString(n) || seen[n] {
+			return false
+		}
+		seen[n] = true
+	}
+	return true
 }
 
 // bastionStream is one bastion's open stream.
@@ -115,7 +135,7 @@ type bastionStream struct {
 
 // open records the hello and sends the configuration and the grants.
 func (b *bastionStream) open(ctx context.Context, h *nodev1.BastionHello) error {
-	cfg, err := b.g.cfg.Bastions.BastionHello(ctx, b.id.NodeID, h.WgPublicKey)
+	cfg, err := b.g.cfg.Bastions.BastionHello(ctx, b.id.NodeID, h.WgPublicKey, h.Services)
 	if err != nil {
 		var e *errs.Error
 		if errors.As(err, &e) && (e.Code == errs.AccessDenied || e.Code == errs.InvalidInput) {

@@ -3540,7 +3540,10 @@ type BastionHello struct {
 	Version     string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
 	// boot_id names this run of the bastion (as a node's Hello does), so
 	// that two machines holding one identity are told apart.
-	BootId        string `protobuf:"bytes,4,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
+	BootId string `protobuf:"bytes,4,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
+	// services names the servers in the bastion's service slots, in slot
+	// order (the first is on tunnel port 18100); at most 100.
+	Services      []string `protobuf:"bytes,5,rep,name=services,proto3" json:"services,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3601,6 +3604,13 @@ func (x *BastionHello) GetBootId() string {
 		return x.BootId
 	}
 	return ""
+}
+
+func (x *BastionHello) GetServices() []string {
+	if x != nil {
+		return x.Services
+	}
+	return nil
 }
 
 // BastionServerMessage is what the gateway sends on a Bastion stream.
@@ -4365,13 +4375,14 @@ const file_node_proto_rawDesc = "" +
 	"\x0eBastionMessage\x120\n" +
 	"\x05hello\x18\x01 \x01(\v2\x18.bc.node.v1.BastionHelloH\x00R\x05hello\x123\n" +
 	"\x06events\x18\x02 \x01(\v2\x19.bc.node.v1.BastionEventsH\x00R\x06eventsB\x05\n" +
-	"\x03msg\"\x84\x01\n" +
+	"\x03msg\"\xa0\x01\n" +
 	"\fBastionHello\x12\x1d\n" +
 	"\n" +
 	"bastion_id\x18\x01 \x01(\tR\tbastionId\x12\"\n" +
 	"\rwg_public_key\x18\x02 \x01(\tR\vwgPublicKey\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\tR\aversion\x12\x17\n" +
-	"\aboot_id\x18\x04 \x01(\tR\x06bootId\"\xfb\x01\n" +
+	"\aboot_id\x18\x04 \x01(\tR\x06bootId\x12\x1a\n" +
+	"\bservices\x18\x05 \x03(\tR\bservices\"\xfb\x01\n" +
 	"\x14BastionServerMessage\x123\n" +
 	"\x06config\x18\x01 \x01(\v2\x19.bc.node.v1.BastionConfigH\x00R\x06config\x123\n" +
 	"\x06grants\x18\x02 \x01(\v2\x19.bc.node.v1.BastionGrantsH\x00R\x06grants\x123\n" +
