@@ -53,7 +53,7 @@ func (e *ExitError) Unwrap() error { return e.Err }
 // stdin when BCD_JOIN_TOKEN is not set.
 func NewRoot(stdin io.Reader) *cobra.Command {
 	root := &cobra.Command{Use: "bcd", Short: "bcd: the Better Compute node daemon", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(joinCmd(stdin), nodeCmd(), sshdConfigCmd(), simulateCmd(), egresscmd.NewEgressCommand(), egresscmd.NewProxyCommand())
+	root.AddCommand(joinCmd(stdin), bastionCmd(stdin), nodeCmd(), sshdConfigCmd(), simulateCmd(), egresscmd.NewEgressCommand(), egresscmd.NewProxyCommand())
 	root.AddCommand(helperCmd())
 	root.AddCommand(installCmds()...)
 	root.AddCommand(pluginCmds()...)
@@ -99,11 +99,18 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // readToken takes the join token from BCD_JOIN_TOKEN or standard input,
 // never from an argument, and never echoes it.
 func readToken(stdin io.Reader, stderr io.Writer) (string, error) {
-	if t := strings.TrimSpace(os.Getenv("BCD_JOIN_TOKEN")); t != "" {
+	return readTokenFrom("BCD_JOIN_TOKEN", "join token", stdin, stderr)
+}
+
+// readTokenFrom takes a one-time token from the environment variable env
+// or standard input (a terminal is asked without echo), never from an
+// argument.
+func readTokenFrom(env, what string, stdin io.Reader, stderr io.Writer) (string, error) {
+	if t := strings.TrimSpace(os.Getenv(env)); t != "" {
 		return t, nil
 	}
 	if f, ok := stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		fmt.Fprint(stderr, "join token: ")
+		fmt.Fprint(stderr, what+": ")
 		b, err := term.ReadPassword(int(f.Fd()))
 		fmt.Fprintln(stderr)
 		if err != nil {
@@ -117,7 +124,7 @@ func readToken(stdin io.Reader, stderr io.Writer) (string, error) {
 	}
 	t := strings.TrimSpace(line)
 	if t == "" {
-		return "", errors.New("no join token: set BCD_JOIN_TOKEN or pipe it on standard input")
+		return "", fmt.Errorf("no %s: set %s or pipe it on standard input", what, env)
 	}
 	return t, nil
 }

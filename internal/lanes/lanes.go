@@ -93,7 +93,7 @@ type Role struct {
 	egress   *egresslane.Dispatcher
 
 	mu       sync.Mutex
-	peers    map[string]Peer   // by bastion id
+	peers    map[string]Peer // by bastion id
 	byAddr   map[netip.Addr]string
 	services map[string][]string // bastion id -> service names, in slot order
 }
