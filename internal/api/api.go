@@ -219,6 +219,9 @@ type Server struct {
 	// method).
 	tunnels    *tunnels.Service
 	execTarget ExecTarget
+	// lanes serves the bastion lane endpoint (nil: its path is an unknown
+	// method).
+	lanes LaneOpener
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -324,6 +327,10 @@ type answer struct {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.uploads != nil && strings.HasPrefix(r.URL.Path, UploadPath) {
 		s.serveUploadHTTP(w, r)
+		return
+	}
+	if s.lanes != nil && r.URL.Path == LaneConnectPath {
+		s.serveLaneHTTP(w, r)
 		return
 	}
 	if s.tunnels != nil && r.URL.Path == TunnelConnectPath {

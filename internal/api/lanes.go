@@ -1,0 +1,150 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/errs"
+)
+
+// LaneConnectPath is the bastion lane endpoint: GET with Upgrade:
+// bc-lane-v1, Connection: Upgrade, X-Better-Compute: 1, the query
+// bastion=<id>&lane=<lane> and the caller's credential as for every call.
+// It passes the envelope's stages as the tunnel endpoint does, deciding
+// compute:bastions:connect on the bastion (another tenant's bastion
+// answers as a missing one); then the lanes role opens the lane through
+// the bastion's tunnel, where the bastion checks it again against its
+// grants. On success it answers 101 Switching Protocols and the
+// connection carries the lane's bytes as they are.
+const LaneConnectPath = "/api/v1/bastions/connect"
+
+// LaneProtocol is the Upgrade token of the lane endpoint.
+const LaneProtocol = "bc-lane-v1"
+
+// ActionBastionConnect is the IAM action of opening a lane.
+const ActionBastionConnect = "compute:bastions:connect"
+
+// LaneOpener opens a lane on a bastion for an allowed caller and records
+// the opening in the audit log (the lanes role, with the bastions module).
+type LaneOpener interface {
+	OpenLane(ctx context.Context, actor audit.Entry, bastionID, lane string) (net.Conn, error)
+}
+
+// ServeBastionLanes enables the lane endpoint with o behind it.
+func (s *Server) ServeBastionLanes(o LaneOpener) { s.lanes = o }
+
+// laneRE is a lane's shape: inference/<kind>, service/<name> or
+// egress/<host:port> (the bastion checks the target again).
+var laneRE = regexp.MustCompile(`^(inference/(ollama|llm|pii)|service/[a-z0-9][a-z0-9-]{0,62}|egress/[A-Za-z0-9.:\[\]-]{1,260})$`)
+
+// serveLaneHTTP answers a request to the lane endpoint: an error in the
+// envelope's shape, or the upgraded connection for the lane's life.
+func (s *Server) serveLaneHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rid := SecurityHeaders(w, r)
+	const label = "bastions.connect"
+	q, conn, a := s.admitLane(r, rid)
+	if conn == nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(a.status)
+		_, _ = w.Write(a.body)
+		s.requests.WithLabelValues(label, fmt.Sprint(a.status)).Inc()
+		s.latency.WithLabelValues(label).Observe(time.Since(start).Seconds())
+		return
+	}
+	s.requests.WithLabelValues(label, "101").Inc()
+	s.latency.WithLabelValues(label).Observe(time.Since(start).Seconds())
+	s.serveLane(w, q, conn)
+}
+
+// admitLane runs the envelope's stages for the lane endpoint, then opens
+// the lane.
+func (s *Server) admitLane(r *http.Request, rid string) (*call, net.Conn, answer) {
+	m := Method{Name: "bastions.connect", Action: ActionBastionConnect, Mutates: true}
+	q := &call{r: r, ctx: r.Context(), m: m, known: true,
+		c: &Caller{RequestID: rid, Addr: s.cfg.TrustedProxies.ClientAddr(r)}}
+	if r.Method != http.MethodGet || r.Header.Get("X-Better-Compute") != "1" ||
+		!strings.EqualFold(r.Header.Get("Upgrade"), LaneProtocol) || !headerHasToken(r.Header, "Connection", "upgrade") {
+		return q, nil, s.errorAnswer(rid, errs.New(errs.CSRFRejected, "GET with Upgrade: "+LaneProtocol+", Connection: Upgrade and X-Better-Compute: 1 is required"))
+	}
+	if err := s.authenticateCaller(q); err != nil {
+		return q, nil, s.errorAnswer(rid, err)
+	}
+	qv := r.URL.Query()
+	id, lane := qv.Get("bastion"), qv.Get("lane")
+	if id == "" || len(id) > 64 || !laneRE.MatchString(lane) {
+		return q, nil, s.errorAnswer(rid, errs.New(errs.InvalidInput, "bastion=ID and lane=inference/ollama|inference/llm|inference/pii|service/NAME|egress/HOST:PORT are required"))
+	}
+	q.target = Target{Kind: "bastion", ID: id}
+	if err := s.callerState(q); err != nil {
+		return q, nil, s.errorAnswer(rid, err)
+	}
+	release, err := s.limit(q)
+	if err != nil {
+		return q, nil, s.errorAnswer(rid, err)
+	}
+	err = s.scope(q)
+	if err == nil {
+		err = s.decide(q)
+	}
+	release()
+	if err != nil {
+		return q, nil, s.errorAnswer(rid, err)
+	}
+	conn, err := s.lanes.OpenLane(q.ctx, q.c.Actor(), id, lane)
+	if err != nil {
+		return q, nil, s.errorAnswer(rid, err)
+	}
+	return q, conn, answer{}
+}
+
+// serveLane takes over the client's connection, answers 101 and copies
+// bytes both ways until either side ends.
+func (s *Server) serveLane(w http.ResponseWriter, q *call, lane net.Conn) {
+	defer lane.Close()
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		a := errorBody(q.c.RequestID, errs.InvalidInput, "the lane endpoint needs HTTP/1.1")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(a.status)
+		_, _ = w.Write(a.body)
+		return
+	}
+	conn, rw, err := hj.Hijack()
+	if err != nil {
+		s.deps.Log.Error("lane hijack failed", "request_id", q.c.RequestID, "err", err)
+		return
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Time{})
+	_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: " + LaneProtocol + "\r\nConnection: Upgrade\r\nX-Request-Id: " + q.c.RequestID + "\r\n\r\n")
+	if err := rw.Flush(); err != nil {
+		return
+	}
+	done := make(chan struct{}, 2)
+	go func() {
+		// What the client sent along with its request is in rw.Reader.
+		_, _ = io.Copy(lane, rw.Reader)
+		if cw, ok := lane.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		done <- struct{}{}
+	}()
+	go func() {
+		_, _ = io.Copy(conn, lane)
+		if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		done <- struct{}{}
+	}()
+	<-done
+	<-done
+	s.deps.Log.Info("lane ended", "request_id", q.c.RequestID)
+}
