@@ -253,6 +253,8 @@ func TestMalformedJob(t *testing.T) {
 		`{"V":1,"target":"example.com:80"}`,
 		`{"v":1,"Target":"example.com:80"}`,
 		`{"v":1,"target":"example.com:80","x":1}`,
+		`{"v":1,"target":"example.com:80","via":"10.0.0.1:80"}`,
+		`{"v":1,"target":"example.com:80","Target":"10.0.0.1:80"}`,
 		`{"v":1,"target":"example.com:80","target":"example.org:80"}`,
 		`{"v":1,"target":"example.com:80"} {}`,
 		`{"v":1,"target":null}`,
