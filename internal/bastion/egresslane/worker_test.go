@@ -299,3 +299,16 @@ func TestMalformedJob(t *testing.T) {
 		t.Fatalf("a malformed job reached the target %d times", n)
 	}
 }
+
+// TestUnreachableCPBacksOff waits Backoff after a failed Dial of the CP
+// rather than dialling it in a loop.
+func TestUnreachableCPBacksOff(t *testing.T) {
+	l := startWorkers(t, WorkerConfig{
+		Guard:   newGuard(t, netguard.Config{}),
+		Allowed: func() bool { return true },
+		Workers: 1,
+	}, closedPort(t))
+	for range 3 {
+		l.backoff()
+	}
+}
