@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxBodyBytes caps a request body: the filter reads it whole.
@@ -131,17 +132,29 @@ func filter(k Kind, method, path string, body []byte, pol Policy) (Reason, strin
 	case classInfo, classList:
 		return "", ""
 	case classAny:
-		trimmed := bytes.TrimLeft(body, " \t\r\n")
-		if len(trimmed) == 0 || trimmed[0] != '{' {
-			return "", "" // not JSON: no model field to check
-		}
-		return checkModels(k, path, body, pol, false)
+		return filterAny(k, path, body, pol)
 	case classStore:
 		if !pol.Allows(FamilyModels) {
 			return ReasonModelsNotGranted, ""
 		}
 	}
 	return checkModels(k, path, body, pol, true)
+}
+
+// filterAny is the pii filter: a body that is a JSON object has its
+// top-level "model" checked; plain UTF-8 text passes unchecked. A body a
+// JSON parser might still read as an object in another encoding (a byte
+// order mark, NUL bytes as in UTF-16 or UTF-32, invalid UTF-8) is refused,
+// since it could carry a model the filter did not see.
+func filterAny(k Kind, path string, body []byte, pol Policy) (Reason, string) {
+	if !utf8.Valid(body) || bytes.IndexByte(body, 0) >= 0 || bytes.HasPrefix(body, []byte("\xef\xbb\xbf")) {
+		return ReasonMalformedBody, "not plain UTF-8"
+	}
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return "", "" // not JSON: no model field to check
+	}
+	return checkModels(k, path, body, pol, false)
 }
 
 // checkModels requires body to be one JSON object whose model fields are
