@@ -8,8 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -258,4 +261,49 @@ func TestIdleStreamClosed(t *testing.T) {
 		t.Fatalf("idle stream: read %v %v, want EOF", n, err)
 	}
 	waitFor(t, "the idle stream's slot", func() bool { return r.streams.Live() == 0 })
+}
+
+func TestDialsOnlyCheckedAddresses(t *testing.T) {
+	fo := newFakeOllama(t)
+	_, port, _ := net.SplitHostPort(fo.addr())
+	cfg := Config{
+		Kind: KindOllama, Upstream: "models.invalid:" + port, Policy: newPolicyBox(inference("llama3")).get,
+		Streams: NewStreams(1), Resolver: fakeResolver{netip.MustParseAddr("127.0.0.1")},
+	}
+	f, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+	r := &running{f: f, addr: ln.Addr().String()}
+	// The name does not resolve outside the checked answer: only the
+	// checked address can reach the server.
+	if st, body := r.do(t, "GET", "/api/version", ""); st != http.StatusOK {
+		t.Fatalf("named upstream: %d %s", st, body)
+	}
+}
+
+func TestProtocolSwitchRefused(t *testing.T) {
+	var sawUpgrade atomic.Bool
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sawUpgrade.Store(r.Header.Get("Upgrade") != "")
+		w.Header().Set("Connection", "Upgrade")
+		w.Header().Set("Upgrade", "websocket")
+		w.WriteHeader(http.StatusSwitchingProtocols)
+	}))
+	defer up.Close()
+	r := startForward(t, KindPII, up.Listener.Addr().String(), newPolicyBox(inference()), nil, nil)
+	c, br := dialForward(t, r.addr)
+	st, body := rawRequest(t, c, br, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	wantRefusal(t, st, body, http.StatusBadGateway, ReasonUpstreamResponseRefused)
+	if sawUpgrade.Load() {
+		t.Fatal("the upgrade request reached the upstream")
+	}
 }
