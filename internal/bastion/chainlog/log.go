@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -59,7 +60,8 @@ type Log struct {
 // group or other any access (on Unix), and one another Log holds; a broken
 // chain is refused with its *BrokenError.
 func Open(path string, clk clock.Clock) (*Log, error) {
-	if err := checkPath(path); err != nil {
+	existed, err := checkPath(path)
+	if err != nil {
 		return nil, err
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|openFlags, 0o600)
@@ -67,6 +69,9 @@ func Open(path string, clk clock.Clock) (*Log, error) {
 		return nil, fmt.Errorf("chainlog: open %s: %w", path, err)
 	}
 	l, err := adopt(path, f, clk)
+	if err == nil && !existed {
+		err = syncDir(filepath.Dir(path)) // so the new name survives a crash
+	}
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -74,16 +79,30 @@ func Open(path string, clk clock.Clock) (*Log, error) {
 	return l, nil
 }
 
-// checkPath refuses a path that exists and is not a private regular file.
-func checkPath(path string) error {
+// syncDir fsyncs directory dir.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("chainlog: sync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		return fmt.Errorf("chainlog: sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// checkPath refuses a path that exists and is not a private regular
+// file; existed says whether it exists.
+func checkPath(path string) (existed bool, err error) {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("chainlog: stat %s: %w", path, err)
+		return false, fmt.Errorf("chainlog: stat %s: %w", path, err)
 	}
-	return checkInfo(path, fi)
+	return true, checkInfo(path, fi)
 }
 
 func checkInfo(path string, fi os.FileInfo) error {
@@ -144,7 +163,7 @@ func (l *Log) Append(e Event) (Event, error) {
 		return Event{}, &RefusedError{Path: l.path, Reason: ReasonClosed}
 	}
 	if l.err != nil {
-		return Event{}, fmt.Errorf("chainlog: %s: %s: %w", l.path, ReasonFailed, l.err)
+		return Event{}, &RefusedError{Path: l.path, Reason: ReasonFailed}
 	}
 	e.Seq = l.tail.seq + 1
 	e.TimeMS = l.clk.Now().UnixMilli()
