@@ -30,8 +30,8 @@ func check(d Doc) (Reason, string) {
 		max   int
 		valid func(string) bool
 	}{
-		{"allow", d.Allow, len(Families), nonEmpty},
-		{"deny", d.Deny, len(Families), nonEmpty},
+		{"allow", d.Allow, len(Families()), nonEmpty},
+		{"deny", d.Deny, len(Families()), nonEmpty},
 		{"models", d.Models, MaxModels, validModel},
 		{"reach", d.Reach, MaxReach, validServer},
 	}
@@ -41,7 +41,7 @@ func check(d Doc) (Reason, string) {
 		}
 	}
 	for _, f := range append(slices.Clone(d.Allow), d.Deny...) {
-		if !slices.Contains(Families, f) {
+		if !knownFamily(f) {
 			return ReasonUnknownFamily, fmt.Sprintf("unknown family %q", f)
 		}
 	}

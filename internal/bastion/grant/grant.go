@@ -31,8 +31,21 @@ const (
 	FamilyEgress    = "egress"    // the egress lane
 )
 
-// Families lists every known family, sorted. Callers must not modify it.
-var Families = []string{FamilyEgress, FamilyInference, FamilyModels, FamilyServices}
+// Families returns every known family, sorted, as a new slice. It is a
+// function rather than a package variable so that no importer can widen
+// what Verify accepts by appending to it.
+func Families() []string {
+	return []string{FamilyEgress, FamilyInference, FamilyModels, FamilyServices}
+}
+
+// knownFamily reports whether f is one of Families.
+func knownFamily(f string) bool {
+	switch f {
+	case FamilyEgress, FamilyInference, FamilyModels, FamilyServices:
+		return true
+	}
+	return false
+}
 
 // KeyName is the name of the grant key in its note key strings. Verify
 // refuses a pinned key with any other name.

@@ -44,7 +44,7 @@ func Effective(docs []Doc, now time.Time) Policy {
 			p.reach[s] = true
 		}
 	}
-	for _, f := range Families {
+	for _, f := range Families() {
 		if allowed[f] && !denied[f] {
 			p.families = append(p.families, f)
 		}

@@ -147,7 +147,17 @@ func TestGrantForAnotherBastion(t *testing.T) {
 }
 
 func TestFamiliesSorted(t *testing.T) {
-	if !slices.IsSorted(Families) || len(Families) != 4 {
-		t.Fatalf("Families = %v", Families)
+	fs := Families()
+	if !slices.IsSorted(fs) || len(fs) != 4 {
+		t.Fatalf("Families = %v", fs)
+	}
+	for _, f := range fs {
+		if !knownFamily(f) {
+			t.Fatalf("Families() lists %q, which knownFamily refuses", f)
+		}
+	}
+	fs[0] = "root"
+	if knownFamily("root") || Families()[0] != FamilyEgress {
+		t.Fatal("changing the returned slice changed the known families")
 	}
 }
