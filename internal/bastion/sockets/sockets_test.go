@@ -3,9 +3,11 @@ package sockets
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -91,22 +93,58 @@ func TestListeningSocketsIPv6(t *testing.T) {
 	t.Fatalf("tcp6 listener %v not found in %v", want, own(t))
 }
 
-func TestListeningSocketsOtherProcessIsNotOurs(t *testing.T) {
+// childEnv makes the test binary, run again as a child, listen on
+// 127.0.0.1 and print its port (see TestChildListener).
+const childEnv = "SOCKETS_TEST_CHILD_LISTENER"
+
+// TestChildListener is the child's body; in a normal run it does nothing.
+func TestChildListener(t *testing.T) {
+	if os.Getenv(childEnv) != "1" {
+		return
+	}
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		os.Exit(2)
+	}
+	fmt.Println(ln.Addr().(*net.TCPAddr).Port)
+	_, _ = io.Copy(io.Discard, os.Stdin) // hold the listener until the parent closes stdin
+	os.Exit(0)
+}
+
+// Another process's listener, in the same network namespace (so in the
+// same /proc/net tables), is that process's, never ours: ownership is by
+// the fds' socket inodes.
+func TestListeningSocketsOwnershipIsByFd(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChildListener$")
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	// pid 1 shares our network namespace's tables (or has its own), but
-	// never holds our listener's inode.
-	got, err := ListeningSockets(1)
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Skipf("cannot read pid 1 here: %v", err)
+		t.Fatal(err)
 	}
-	for _, s := range got {
-		if s.Local == ln.Addr().(*net.TCPAddr).AddrPort() {
-			t.Fatalf("our listener %v reported for pid 1", s)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); _ = cmd.Wait() }()
+	var port uint16
+	if _, err := fmt.Fscan(stdout, &port); err != nil {
+		t.Fatalf("reading the child's port: %v", err)
+	}
+	childAddr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)
+	for _, s := range own(t) {
+		if s.Local == childAddr {
+			t.Fatalf("the child's listener %v is reported as ours", s)
 		}
+	}
+	theirs, err := ListeningSockets(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(theirs) != 1 || theirs[0].Proto != "tcp" || theirs[0].Local != childAddr {
+		t.Fatalf("child's sockets = %v, want exactly tcp %v", theirs, childAddr)
 	}
 }
 
