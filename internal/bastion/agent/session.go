@@ -219,11 +219,12 @@ func (a *Agent) receive(stream nodev1.Gateway_BastionClient, acked chan<- uint64
 			}
 			return ErrUnpaired
 		case *nodev1.BastionServerMessage_EventsAck:
+			// The sender takes the latest ack; one not taken yet is
+			// replaced (acks only grow).
 			select {
 			case acked <- msg.EventsAck.Seq:
-			default:
-				<-acked
-				acked <- msg.EventsAck.Seq
+			case <-sendErr:
+				return errors.New("bastion: the event sender stopped")
 			}
 		default:
 			return fmt.Errorf("bastion: unexpected message %T", m.Msg)
