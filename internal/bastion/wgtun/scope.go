@@ -60,6 +60,7 @@ type RefusedError struct {
 	Detail string
 }
 
+// Error is "wgtun: refused (<reason>): <detail>".
 func (e *RefusedError) Error() string {
 	return "wgtun: refused (" + e.Reason + "): " + e.Detail
 }
