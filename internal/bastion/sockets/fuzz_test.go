@@ -8,7 +8,7 @@ func FuzzParseLine(f *testing.F) {
 	f.Add(uint8(0), "   0: 0100007F:0CEA 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 12345 1 0000000000000000 100 0 0 10 0")
 	f.Add(uint8(3), "   3: 0000000000000000FFFF00000100007F:0035 00000000000000000000000000000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 99 2 0000000000000000 0")
 	f.Fuzz(func(t *testing.T, which uint8, line string) {
-		proto := protos[int(which)%len(protos)]
+		proto := protos()[int(which)%len(protos())]
 		s, state, err := parseLine(proto, line)
 		if err != nil {
 			return

@@ -48,8 +48,9 @@ func (s Socket) String() string {
 	return s.Proto + " " + s.Local.String()
 }
 
-// Protos are the /proc/<pid>/net files read, in the order listed.
-var protos = []string{"tcp", "tcp6", "udp", "udp6"}
+// protos are the /proc/<pid>/net files read, in the order listed (a
+// function, so no package state can be changed).
+func protos() []string { return []string{"tcp", "tcp6", "udp", "udp6"} }
 
 // tcpListen is the kernel's TCP_LISTEN state as /proc/net/tcp prints it.
 const tcpListen = 0x0A
@@ -68,7 +69,7 @@ func listening(dir string) ([]Socket, error) {
 		return nil, err
 	}
 	var out []Socket
-	for _, proto := range protos {
+	for _, proto := range protos() {
 		socks, err := readTable(filepath.Join(dir, "net", proto), proto)
 		if err != nil {
 			return nil, err

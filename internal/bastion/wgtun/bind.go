@@ -120,6 +120,8 @@ type addrEndpoint struct {
 	dst netip.AddrPort
 }
 
+// The conn.Endpoint methods: only the destination is kept.
+
 func (e *addrEndpoint) ClearSrc()           {}
 func (e *addrEndpoint) SrcToString() string { return "" }
 func (e *addrEndpoint) DstToString() string { return e.dst.String() }

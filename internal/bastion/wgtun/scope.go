@@ -48,6 +48,8 @@ const (
 
 // MTU bounds: 1280 is IPv6's minimum, so both families always fit.
 const (
+	// DefaultMTU is the tunnel MTU when Config.MTU is 0: WireGuard's usual
+	// 1420, which fits a 1500-byte path over IPv4 or IPv6.
 	DefaultMTU = 1420
 	minMTU     = 1280
 	maxMTU     = 65535
@@ -60,6 +62,7 @@ type RefusedError struct {
 	Detail string
 }
 
+// Error is "wgtun: refused (<reason>): <detail>".
 func (e *RefusedError) Error() string {
 	return "wgtun: refused (" + e.Reason + "): " + e.Detail
 }

@@ -1,6 +1,7 @@
 package wgtun
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -108,16 +109,17 @@ func Up(cfg Config) (*Tunnel, error) {
 }
 
 // deviceLogger sends the device's printf-style lines to log at Debug, with
-// a constant message and the line as a field.
+// a constant message and the line as a field; a line is formatted only when
+// Debug is enabled.
 func deviceLogger(log *slog.Logger) *device.Logger {
-	return &device.Logger{
-		Verbosef: func(format string, args ...any) {
-			log.Debug("wireguard device", "line", fmt.Sprintf(format, args...))
-		},
-		Errorf: func(format string, args ...any) {
-			log.Debug("wireguard device error", "line", fmt.Sprintf(format, args...))
-		},
+	at := func(msg string) func(string, ...any) {
+		return func(format string, args ...any) {
+			if log.Enabled(context.Background(), slog.LevelDebug) {
+				log.Debug(msg, "line", fmt.Sprintf(format, args...))
+			}
+		}
 	}
+	return &device.Logger{Verbosef: at("wireguard device"), Errorf: at("wireguard device error")}
 }
 
 // readState reads the device's state back through IpcGet.
