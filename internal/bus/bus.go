@@ -65,6 +65,10 @@ const (
 	// TopicSessions is poked when a node's session moved to another
 	// gateway, so the gateway that held it closes its copy at once.
 	TopicSessions = "sessions.moved"
+	// TopicBastions is poked when a bastion's grants change or it is
+	// unpaired, so the gateway resends grants (or closes the bastion's
+	// session) and the lanes role drops an unpaired bastion's peer at once.
+	TopicBastions = "bastions.changed"
 )
 
 // RemoteTopic is the topic under which a poke from another process (over

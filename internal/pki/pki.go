@@ -32,13 +32,18 @@ const (
 	RoleRamdisk    = "ramdisk"
 	RoleSite       = "site"
 	RoleNodeTenant = "node-tenant"
+	// RoleBastion is a person's own machine paired with the control plane
+	// (bcd bastion): it runs no command kind and gets no secret; it only
+	// serves the gated lanes its signed grants allow. Only the bastions
+	// module mints its pairing tokens.
+	RoleBastion = "bastion"
 )
 
 // ValidRole reports whether role is one of the roles a node certificate may
 // carry; anything else is refused at issuance and at verification.
 func ValidRole(role string) bool {
 	switch role {
-	case RoleNode, RoleRamdisk, RoleSite, RoleNodeTenant:
+	case RoleNode, RoleRamdisk, RoleSite, RoleNodeTenant, RoleBastion:
 		return true
 	}
 	return false
