@@ -208,8 +208,11 @@ func (s *Service) address(ctx context.Context, tx *sql.Tx, r row) (netip.Addr, b
 // Allocatable reports whether a is an address a bastion may hold: in
 // TunnelRange, neither its first address nor HostAddr nor its last.
 func Allocatable(a netip.Addr) bool {
+	if !a.Is4() || !TunnelRange.Contains(a) {
+		return false
+	}
 	b := a.As4()
-	return a.Is4() && TunnelRange.Contains(a) && a != HostAddr && a != TunnelRange.Addr() && !(b[2] == 255 && b[3] == 255)
+	return a != HostAddr && a != TunnelRange.Addr() && !(b[2] == 255 && b[3] == 255)
 }
 
 // Allocate returns the lowest allocatable address not in used (false when
