@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/bettercompute/bettercompute/internal/auditlog"
+	"github.com/bettercompute/bettercompute/internal/bastions"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
@@ -18,7 +19,7 @@ import (
 // modules present), as cmd/actiondoc reads it for docs/iam.md, sorted by
 // name. No handler runs: the modules are empty.
 func everyMethod() []Method {
-	ms := append(Methods(Modules{Sandboxes: &sandboxes.Service{}, Quotas: &quota.Service{}}), BatchMethods(BatchModules{})...)
+	ms := append(Methods(Modules{Sandboxes: &sandboxes.Service{}, Quotas: &quota.Service{}, Bastions: &bastions.Service{}}), BatchMethods(BatchModules{})...)
 	ms = append(ms, AuditMethods(&auditlog.Log{})...)
 	slices.SortFunc(ms, func(a, b Method) int { return strings.Compare(a.Name, b.Name) })
 	return ms

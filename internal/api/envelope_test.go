@@ -1069,6 +1069,11 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 	if _, err := e.CP.DB.ExecContext(ctx, `INSERT INTO nodes (id, tenant_id, name, role, created_at) VALUES ($1, 'root', 'walk-offline', 'node', 0)`, offline); err != nil {
 		t.Fatal(err)
 	}
+	// A bastion (a node of role bastion) for the bastions methods.
+	bastion := "nwalkbastionxxxx"
+	if _, err := e.CP.DB.ExecContext(ctx, `INSERT INTO nodes (id, tenant_id, name, role, created_at) VALUES ($1, 'root', 'walk-bastion', 'bastion', 0)`, bastion); err != nil {
+		t.Fatal(err)
+	}
 	var tarball bytes.Buffer
 	tw := tar.NewWriter(&tarball)
 	_ = tw.WriteHeader(&tar.Header{Name: "hello", Mode: 0o644, Size: 2})
@@ -1179,6 +1184,10 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 		{"nodes.restrict", func() string {
 			return `{"node_id":"` + node + `","serial":"` + serial + `","allowed_kinds":["node.ping"]}`
 		}, nil},
+		{"bastions.pairToken", func() string { return `{"name":"walk-bastion"}` }, nil},
+		{"bastions.grant", func() string { return `{"bastion_id":"` + bastion + `","allow":["inference"],"models":["llama3:8b"]}` }, func(o map[string]any) { state["grant"] = str(o["id"]) }},
+		{"bastions.revokeGrant", func() string { return `{"id":"` + state["grant"] + `"}` }, nil},
+		{"bastions.unpair", func() string { return `{"id":"` + bastion + `"}` }, nil},
 		{"tenants.delete", func() string { return `{"id":"` + state["tenant"] + `"}` }, nil},
 		{"nodes.revoke", func() string { return `{"node_id":"` + node + `","serial":"` + serial + `"}` }, nil},
 		{"nodes.delete", func() string { return `{"id":"` + offline + `"}` }, nil},

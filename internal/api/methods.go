@@ -7,6 +7,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/bastions"
 	"github.com/bettercompute/bettercompute/internal/breakglass"
 	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/errs"
@@ -37,6 +38,8 @@ type Modules struct {
 	BreakGlass *breakglass.Service
 	// Revocations is optional (nil: no revocations.list).
 	Revocations *revocations.Feed
+	// Bastions is optional (nil: no bastion methods).
+	Bastions *bastions.Service
 }
 
 // Resolvers returns how each resource kind's tenant is found.
@@ -50,6 +53,9 @@ func (m Modules) Resolvers() map[string]Resolver {
 		"sandbox":      m.sandboxResolver(func(s *sandboxes.Service) Resolver { return s.TenantOf }),
 		"template":     m.sandboxResolver(func(s *sandboxes.Service) Resolver { return s.TemplateTenantOf }),
 		"image-upload": m.sandboxResolver(func(s *sandboxes.Service) Resolver { return s.UploadTenantOf }),
+		// The bastions module's kinds: a bastion is a node of role bastion.
+		"bastion":       m.bastionResolver(func(b *bastions.Service) Resolver { return b.TenantOf }),
+		"bastion-grant": m.bastionResolver(func(b *bastions.Service) Resolver { return b.GrantTenantOf }),
 		"tenant": func(ctx context.Context, id string) (string, error) {
 			chain, err := m.IAM.Chain(ctx, id)
 			if err != nil {
@@ -149,7 +155,7 @@ func Methods(m Modules) []Method {
 				}
 				return map[string]any{"events": evs}, nil
 			}),
-	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), append(append(append(quotaMethods(m), lifecycleMethods(m)...), tunnelMethods(m)...), append(breakGlassMethods(m), revocationMethods(m)...)...)...)...)
+	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), append(append(append(quotaMethods(m), lifecycleMethods(m)...), tunnelMethods(m)...), append(append(breakGlassMethods(m), revocationMethods(m)...), bastionMethods(m)...)...)...)...)
 }
 
 // sandboxResolver returns f of the sandbox module, or a resolver that

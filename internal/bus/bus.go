@@ -65,9 +65,9 @@ const (
 	// TopicSessions is poked when a node's session moved to another
 	// gateway, so the gateway that held it closes its copy at once.
 	TopicSessions = "sessions.moved"
-	// TopicBastions is poked when a bastion's grants or pairing changed,
-	// so gateways resend grants or close an unpaired bastion's stream and
-	// the lanes role updates its tunnel's peers.
+	// TopicBastions is poked when a bastion's grants change or it is
+	// unpaired, so the gateway resends grants (or closes the bastion's
+	// session) and the lanes role drops an unpaired bastion's peer at once.
 	TopicBastions = "bastions.changed"
 )
 

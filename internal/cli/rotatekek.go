@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/bettercompute/bettercompute/internal/bastions"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/signing"
@@ -30,6 +31,8 @@ type RotateKEKResult struct {
 	BundleSlots   pki.RekeyCount `json:"bundle_slots"`
 	Secrets       pki.RekeyCount `json:"secrets"`
 	WorkerKeys    pki.RekeyCount `json:"worker_keys"`
+	// BastionKeys are the control plane's bastion keys (grant, lanes).
+	BastionKeys pki.RekeyCount `json:"bastion_keys"`
 }
 
 // rotateKEKCmd is `better-compute pki rotate-kek`: it re-seals everything
@@ -124,6 +127,10 @@ func rotateKEK(ctx context.Context, progress io.Writer, db *store.DB, dir string
 	if res.WorkerKeys, err = signing.Reseal(ctx, db, old, next); err != nil {
 		return err
 	}
+	fmt.Fprintln(progress, "re-sealing the bastion keys")
+	if res.BastionKeys, err = bastions.Reseal(ctx, db, old, next); err != nil {
+		return err
+	}
 	fmt.Fprintln(progress, "re-sealing the bundle's private keys")
 	res.BundleSlots, err = pki.RekeyBundle(dir, old, next)
 	return err
@@ -135,7 +142,7 @@ func printRotateKEK(w io.Writer, o rotateKEKOptions, res RotateKEKResult) {
 	for _, r := range []struct {
 		name string
 		c    pki.RekeyCount
-	}{{"bundle slots", res.BundleSlots}, {"secrets", res.Secrets}, {"worker keys", res.WorkerKeys}} {
+	}{{"bundle slots", res.BundleSlots}, {"secrets", res.Secrets}, {"worker keys", res.WorkerKeys}, {"bastion keys", res.BastionKeys}} {
 		fmt.Fprintf(w, "  %-13s %d re-sealed, %d already done\n", r.name+":", r.c.Resealed, r.c.AlreadyDone)
 	}
 	fmt.Fprintf(w, "next: with the api and workers processes stopped (as they must be while this runs), point --kek-file at %s\n", o.newKEKFile)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bettercompute/bettercompute/internal/bastions"
+	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/store"
@@ -101,12 +103,16 @@ func TestRotateKEKRefusals(t *testing.T) {
 	if _, err := db.ExecContext(context.Background(), `DELETE FROM secrets`); err != nil {
 		t.Fatal(err)
 	}
+	// A bastion key sealed under the old key is re-sealed with the rest.
+	if _, err := bastions.New(db, clock.Real{}, old, nil, nil, nil).GrantVerifyKey(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 
 	// With BC_KEK holding the old key, the new key still comes from its
 	// file (made by the failed run above), and the rotation goes through.
 	t.Setenv(pki.KEKEnv, base64.StdEncoding.EncodeToString(old[:]))
 	code, out, errOut := run(t, append(base, "--db", dsn, "--kek-file", filepath.Join(dir, "absent"), "--new-kek-file", newFile)...)
-	if code != 0 || !strings.Contains(out, "bundle slots: 6 re-sealed, 0 already done") || !strings.Contains(out, "next: ") {
+	if code != 0 || !strings.Contains(out, "bundle slots: 6 re-sealed, 0 already done") || !strings.Contains(out, "bastion keys: 1 re-sealed, 0 already done") || !strings.Contains(out, "next: ") {
 		t.Fatalf("rotation: exit %d: %s%s", code, out, errOut)
 	}
 	next, err := pki.LoadKEKFile(newFile)

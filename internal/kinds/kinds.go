@@ -42,7 +42,9 @@ var byRole = map[string][]string{
 	pki.RoleRamdisk:    {NodePing, DiagRun, DiskWipe},
 	pki.RoleSite:       {NodePing},
 	pki.RoleNodeTenant: {NodePing, DiagRun},
-	pki.RoleBastion:    {},
+	// A bastion is a person's own machine: the control plane never runs a
+	// command on it (its lanes are decided by signed grants instead).
+	pki.RoleBastion: {},
 }
 
 // Modules that own command kinds. A kind a module owns is created only by

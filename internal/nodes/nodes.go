@@ -175,8 +175,8 @@ func TokenRole(callerIsRoot bool, role string) (string, error) {
 		}
 		return pki.RoleNodeTenant, nil
 	}
-	if !pki.ValidRole(role) {
-		return "", errs.New(errs.InvalidInput, "role must be one of node, ramdisk, site, node-tenant")
+	if err := checkJoinRole(role); err != nil {
+		return "", err
 	}
 	if !callerIsRoot && role != pki.RoleNodeTenant {
 		return "", errs.New(errs.InvalidInput, "role: a machine a tenant other than root joins is tenant-controlled; its join token's role is node-tenant")
@@ -184,15 +184,46 @@ func TokenRole(callerIsRoot bool, role string) (string, error) {
 	return role, nil
 }
 
+// ReasonBastionRole is the message of a join token asked for with role
+// bastion: only the bastions module mints those (PairToken), after its own
+// authorization decision (compute:bastions:pair).
+const ReasonBastionRole = "role: a bastion's pairing token is made by bastions.pairToken, never as a join token"
+
+// checkJoinRole refuses a role a join token may not carry: an unknown one,
+// and bastion (INVALID_INPUT either way).
+func checkJoinRole(role string) error {
+	if role == pki.RoleBastion {
+		return errs.New(errs.InvalidInput, ReasonBastionRole)
+	}
+	if !pki.ValidRole(role) {
+		return errs.New(errs.InvalidInput, "role must be one of node, ramdisk, site, node-tenant")
+	}
+	return nil
+}
+
 // CreateJoinToken makes a single-use join token for role, valid for ttl,
-// with its audit row in the same transaction.
+// with its audit row in the same transaction. Role bastion is refused
+// (INVALID_INPUT): see CreatePairToken.
 func (s *Service) CreateJoinToken(ctx context.Context, actor audit.Entry, role, name string, ttl time.Duration) (CreatedToken, error) {
 	if role == "" {
 		role = pki.RoleNode
 	}
-	if !pki.ValidRole(role) {
-		return CreatedToken{}, errs.New(errs.InvalidInput, "role must be one of node, ramdisk, site, node-tenant")
+	if err := checkJoinRole(role); err != nil {
+		return CreatedToken{}, err
 	}
+	return s.createToken(ctx, actor, role, name, ttl, "compute:join-tokens:create")
+}
+
+// CreatePairToken makes a single-use join token of role bastion (a
+// bastion's pairing token), valid for ttl, with its audit row (action
+// compute:bastions:pair) in the same transaction. Only the bastions module
+// calls it; the join itself is an ordinary Join with the same checks.
+func (s *Service) CreatePairToken(ctx context.Context, actor audit.Entry, name string, ttl time.Duration) (CreatedToken, error) {
+	return s.createToken(ctx, actor, pki.RoleBastion, name, ttl, "compute:bastions:pair")
+}
+
+// createToken makes one token of role, audited as action.
+func (s *Service) createToken(ctx context.Context, actor audit.Entry, role, name string, ttl time.Duration, action string) (CreatedToken, error) {
 	if ttl <= 0 {
 		ttl = time.Hour
 	}
@@ -212,7 +243,7 @@ func (s *Service) CreateJoinToken(ctx context.Context, actor audit.Entry, role, 
 		if _, err := tx.ExecContext(ctx, sqlInsertToken, t.ID, actor.TenantID, jointoken.HashSecret(t.Secret), role, name, actor.Actor, now.UnixMilli(), exp.UnixMilli()); err != nil {
 			return fmt.Errorf("nodes: insert token: %w", err)
 		}
-		actor.Action, actor.Resource, actor.Outcome = "compute:join-tokens:create", "join-token/"+t.ID, "allowed"
+		actor.Action, actor.Resource, actor.Outcome = action, "join-token/"+t.ID, "allowed"
 		actor.Details = map[string]any{"role": role, "expires_at": exp.UnixMilli()}
 		return audit.Record(ctx, tx, now, actor)
 	})
@@ -232,8 +263,8 @@ func (s *Service) CreateJoinTokens(ctx context.Context, actor audit.Entry, role 
 	if role == "" {
 		role = pki.RoleNode
 	}
-	if !pki.ValidRole(role) {
-		return nil, errs.New(errs.InvalidInput, "role must be one of node, ramdisk, site, node-tenant")
+	if err := checkJoinRole(role); err != nil {
+		return nil, err
 	}
 	if ttl <= 0 {
 		ttl = time.Hour

@@ -32,8 +32,10 @@ const (
 	RoleRamdisk    = "ramdisk"
 	RoleSite       = "site"
 	RoleNodeTenant = "node-tenant"
-	// RoleBastion is a person's own machine paired as a bastion: it may
-	// open a Bastion stream and renew, and nothing else.
+	// RoleBastion is a person's own machine paired with the control plane
+	// (bcd bastion): it runs no command kind and gets no secret; it only
+	// serves the gated lanes its signed grants allow. Only the bastions
+	// module mints its pairing tokens.
 	RoleBastion = "bastion"
 )
 

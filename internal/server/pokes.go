@@ -17,8 +17,10 @@ const pokeChannel = "bc_poke"
 // its next sweep), a revocation (so it closes the session at once instead
 // of at its next poll) and a session that moved to another gateway (so the
 // gateway that held it closes its copy at once), and revocation-feed
-// entries the workers signed (so every gateway relays them at once).
-var bridged = []string{bus.TopicSigned, bus.TopicRevoked, bus.TopicSessions, bus.TopicRevocationsSigned}
+// entries the workers signed (so every gateway relays them at once), and a
+// bastion's changed grants or unpairing (so the gateway and the lanes role
+// act at once).
+var bridged = []string{bus.TopicSigned, bus.TopicRevoked, bus.TopicSessions, bus.TopicRevocationsSigned, bus.TopicBastions}
 
 // bridgePokes forwards the bridged topics to other processes through
 // PostgreSQL NOTIFY, and republishes what other processes send under

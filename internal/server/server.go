@@ -17,6 +17,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/auditlog"
+	"github.com/bettercompute/bettercompute/internal/bastions"
 	"github.com/bettercompute/bettercompute/internal/breakglass"
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
@@ -154,6 +155,10 @@ type ControlPlane struct {
 	Tunnels *tunnels.Service
 	// Revocations is the revocation feed (internal/revocations).
 	Revocations *revocations.Feed
+	// Bastions is the bastions module (every role: the gateway and the
+	// lanes role call its Hello, SignedGrants, Peers, LanesKey and
+	// RecordLaneEvents; its private keys open only where the KEK is).
+	Bastions *bastions.Service
 	// ticketVerifier checks tunnel tickets (api and gateway).
 	ticketVerifier *tickets.Verifier
 	// intentSigner signs nodes' desired states for the gateway (the

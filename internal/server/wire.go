@@ -10,6 +10,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/bastions"
 	"github.com/bettercompute/bettercompute/internal/breakglass"
 	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/errs"
@@ -43,6 +44,7 @@ func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 		return err
 	}
 	cp.IAM = iam.New(o.DB, o.Clock)
+	cp.Bastions = bastions.New(o.DB, o.Clock, o.KEK, cp.Nodes, cp.Bus, o.Log)
 	cp.APIKeys = apikeys.New(o.DB, o.Clock, cp.IAM)
 	commandStore := commands.NewStore(o.DB)
 	if r.api {

@@ -4,6 +4,7 @@ import (
 	apikeysmig "github.com/bettercompute/bettercompute/internal/apikeys/migrations"
 	auditmig "github.com/bettercompute/bettercompute/internal/audit/migrations"
 	auditlogmig "github.com/bettercompute/bettercompute/internal/auditlog/migrations"
+	bastionsmig "github.com/bettercompute/bettercompute/internal/bastions/migrations"
 	breakglassmig "github.com/bettercompute/bettercompute/internal/breakglass/migrations"
 	commandsmig "github.com/bettercompute/bettercompute/internal/commands/migrations"
 	iammig "github.com/bettercompute/bettercompute/internal/iam/migrations"
@@ -39,6 +40,7 @@ func Modules() []Source {
 		{Module: "tickets", FS: ticketsmig.FS},
 		{Module: "breakglass", FS: breakglassmig.FS},
 		{Module: "revocations", FS: revocationsmig.FS},
+		{Module: "bastions", FS: bastionsmig.FS},
 
 		{Module: "idempotency", FS: idempotencymig.FS},
 	}

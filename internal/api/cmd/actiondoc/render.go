@@ -11,6 +11,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/auditlog"
+	"github.com/bettercompute/bettercompute/internal/bastions"
 	"github.com/bettercompute/bettercompute/internal/breakglass"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/iam"
@@ -36,7 +37,7 @@ func endMarker(region string) string { return "<!-- END GENERATED " + region + "
 // with the optional modules present, and api.BatchMethods), as
 // server.startAPI registers them. No handler runs: the modules are empty.
 func allMethods() []api.Method {
-	mods := api.Modules{Sandboxes: &sandboxes.Service{}, Quotas: &quota.Service{}, BreakGlass: &breakglass.Service{}}
+	mods := api.Modules{Sandboxes: &sandboxes.Service{}, Quotas: &quota.Service{}, BreakGlass: &breakglass.Service{}, Bastions: &bastions.Service{}}
 	ms := append(api.Methods(mods), api.BatchMethods(api.BatchModules{})...)
 	ms = append(ms, api.AuditMethods(&auditlog.Log{})...)
 	slices.SortFunc(ms, func(a, b api.Method) int { return strings.Compare(a.Name, b.Name) })
