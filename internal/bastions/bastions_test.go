@@ -137,4 +137,3 @@ func (e *env) countAudit(tenant, action, outcome string) int {
 	}
 	return n
 }
-

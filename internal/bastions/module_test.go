@@ -424,4 +424,3 @@ func TestAllocate(t *testing.T) {
 		t.Fatalf("a full range allocated %v", a)
 	}
 }
-

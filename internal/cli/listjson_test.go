@@ -31,6 +31,7 @@ func TestListJSONIsOneShape(t *testing.T) {
 		{[]string{"api-keys", "list", "--json"}, "api_keys", 1},
 		{[]string{"secrets", "list", "--json"}, "secrets", 0},
 		{[]string{"revocations", "list", "--json"}, "revocations", 0},
+		{[]string{"bastions", "list", "--json"}, "bastions", 0},
 	} {
 		code, out, errOut := run(t, c.args...)
 		var m map[string]json.RawMessage

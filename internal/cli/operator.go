@@ -87,6 +87,9 @@ func joinTokensCmd() *cobra.Command {
 		Short: "Make a single-use join token (shown once; stored only as a hash)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if role == pki.RoleBastion {
+				return &ExitError{Code: 2, Err: errors.New("--role bastion: a bastion's pairing token is made by `better-compute bastions pair-token`")}
+			}
 			if role != "" && !pki.ValidRole(role) {
 				return &ExitError{Code: 2, Err: errors.New("--role must be node, ramdisk, site or node-tenant")}
 			}

@@ -81,6 +81,7 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(sandboxCommands()...)
 	root.AddCommand(tunnelCmd(), sshCmd())
 	root.AddCommand(revocationsCmd())
+	root.AddCommand(bastionsCmd())
 	addLifecycleCommands(root)
 	buildinfo.AddVersionFlag(root)
 	addCAFlag(root)
