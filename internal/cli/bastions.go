@@ -16,7 +16,7 @@ import (
 // connect` is added by the lanes role's code.
 func bastionsCmd() *cobra.Command {
 	c := &cobra.Command{Use: "bastions", Short: "Bastions: people's own machines that dial out and serve gated lanes"}
-	c.AddCommand(bastionsPairTokenCmd(), bastionsListCmd(), bastionsShowCmd(), bastionsGrantCmd(), bastionsGrantsCmd(),
+	c.AddCommand(bastionsPairTokenCmd(), bastionsListCmd(), bastionsShowCmd(), bastionsGrantCmd(), bastionsGrantsCmd(), bastionsConnectCmd(),
 		bastionsRevokeGrantCmd(), bastionsUnpairCmd())
 	return c
 }

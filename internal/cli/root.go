@@ -4,6 +4,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,7 +38,14 @@ func (e *ExitError) Unwrap() error { return e.Err }
 
 // Main runs the CLI with args and returns the process exit status.
 func Main(args []string, stdout, stderr io.Writer) int {
+	return MainContext(context.Background(), args, stdout, stderr)
+}
+
+// MainContext is Main under ctx: a long-running command (serve, tunnel,
+// bastions connect) ends when ctx does.
+func MainContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := NewRoot()
+	root.SetContext(ctx)
 	stdout = &clisafe.Writer{W: stdout}
 	stderr = &clisafe.Writer{W: stderr}
 	root.SetArgs(args)

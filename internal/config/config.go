@@ -23,7 +23,8 @@ import (
 // Config is `better-compute serve`'s configuration. Every field has a
 // default (see Default); a file sets only what differs.
 type Config struct {
-	// Roles to run: any of api, gateway, workers. Default: all three.
+	// Roles to run: any of api, gateway, workers, lanes. Default: api,
+	// gateway, workers (lanes, the bastions' tunnel end, only when named).
 	Roles    []string `toml:"roles"`
 	LogLevel string   `toml:"log_level"` // debug, info, warn, error; default info
 
@@ -71,6 +72,12 @@ type Config struct {
 		Listen string `toml:"listen"`
 	} `toml:"metrics"`
 
+	// Lanes is the lanes role: the control plane's end of the bastions'
+	// WireGuard tunnels. It runs with the api and gateway roles.
+	Lanes struct {
+		Listen    string `toml:"listen"`    // UDP ip:port the tunnel listens on; default 0.0.0.0:51820
+		Advertise string `toml:"advertise"` // host:port bastions dial; default: the listen address
+	} `toml:"lanes"`
 	Gateway struct {
 		Listen string   `toml:"listen"` // default 127.0.0.1:7781
 		Names  []string `toml:"names"`  // DNS names in the gateway's certificate; default ["localhost"]
@@ -112,6 +119,7 @@ const (
 	RoleAPI     = "api"
 	RoleGateway = "gateway"
 	RoleWorkers = "workers"
+	RoleLanes   = "lanes"
 )
 
 // Default returns the documented defaults.
@@ -122,6 +130,7 @@ func Default() Config {
 	c.Database.DSN = "sqlite:better-compute.db"
 	c.PKI.Dir, c.PKI.KEKFile = "pki", "kek"
 	c.API.Listen = "127.0.0.1:7780"
+	c.Lanes.Listen = "0.0.0.0:51820"
 	c.API.Names = []string{"localhost"}
 	// The same as api.DefaultRateLimits (config sits below the transports
 	// and does not import api; server's TestFromConfigOfTheDefaults keeps
@@ -245,11 +254,19 @@ func (p *problems) addr(path, a string) {
 // validateProcess checks the roles, log level, database and PKI.
 func (c Config) validateProcess(p *problems) {
 	if len(c.Roles) == 0 {
-		p.add("roles", "at least one of api, gateway, workers")
+		p.add("roles", "at least one of api, gateway, workers, lanes")
 	}
 	for i, r := range c.Roles {
-		if !slices.Contains([]string{RoleAPI, RoleGateway, RoleWorkers}, r) {
-			p.add(fmt.Sprintf("roles[%d]", i), fmt.Sprintf("%q is not api, gateway or workers", r))
+		if !slices.Contains([]string{RoleAPI, RoleGateway, RoleWorkers, RoleLanes}, r) {
+			p.add(fmt.Sprintf("roles[%d]", i), fmt.Sprintf("%q is not api, gateway, workers or lanes", r))
+		}
+	}
+	if slices.Contains(c.Roles, RoleLanes) && (!slices.Contains(c.Roles, RoleAPI) || !slices.Contains(c.Roles, RoleGateway)) {
+		p.add("roles", "lanes runs in a process with the api and gateway roles")
+	}
+	if slices.Contains(c.Roles, RoleLanes) {
+		if _, err := netip.ParseAddrPort(c.Lanes.Listen); err != nil {
+			p.add("lanes.listen", "ip:port expected, such as 0.0.0.0:51820")
 		}
 	}
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {

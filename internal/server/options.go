@@ -37,11 +37,12 @@ func FromConfig(c config.Config) (Options, error) {
 		AuditSealInterval: c.SealInterval(), AuditSinkName: c.Audit.Sink,
 		SandboxImages: c.Sandboxes.Images, SandboxMaxImageBytes: c.Sandboxes.MaxImageBytes,
 		APINames: c.API.Names, APIPlainHTTP: c.API.PlainHTTP,
+		LanesListen: c.Lanes.Listen, LanesAdvertise: c.Lanes.Advertise,
 	}, nil
 }
 
 // roles are the roles one process runs.
-type roles struct{ api, gateway, workers bool }
+type roles struct{ api, gateway, workers, lanes bool }
 
 // keyed reports whether the roles hold keys (api or workers).
 func (r roles) keyed() bool { return r.api || r.workers }
@@ -60,12 +61,17 @@ func (o Options) withDefaults() (Options, roles, error) {
 		o.Roles = config.Default().Roles
 	}
 	for _, r := range o.Roles {
-		if r != RoleAPI && r != RoleGateway && r != RoleWorkers {
-			return o, roles{}, errs.New(errs.InvalidConfig, "roles must be api, gateway or workers")
+		if r != RoleAPI && r != RoleGateway && r != RoleWorkers && r != RoleLanes {
+			return o, roles{}, errs.New(errs.InvalidConfig, "roles must be api, gateway, workers or lanes")
 		}
 	}
-	r := roles{api: slices.Contains(o.Roles, RoleAPI), gateway: slices.Contains(o.Roles, RoleGateway), workers: slices.Contains(o.Roles, RoleWorkers)}
+	r := roles{api: slices.Contains(o.Roles, RoleAPI), gateway: slices.Contains(o.Roles, RoleGateway), workers: slices.Contains(o.Roles, RoleWorkers),
+		lanes: slices.Contains(o.Roles, RoleLanes)}
 	switch {
+	case r.lanes && (!r.api || !r.gateway):
+		return o, r, errs.New(errs.InvalidConfig, "the lanes role runs in a process with the api and gateway roles")
+	case r.lanes && o.LanesListen == "":
+		return o, r, errs.New(errs.InvalidConfig, "the lanes role needs its UDP listen address (lanes.listen)")
 	case r.keyed() && (o.Bundle.Public() || o.KEK == (pki.KEK{})):
 		return o, r, errs.New(errs.InvalidConfig, "the api and workers roles need the sealed PKI bundle and the key-encryption key")
 	case !r.keyed() && o.KEK != (pki.KEK{}):

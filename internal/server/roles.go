@@ -103,7 +103,7 @@ func (cp *ControlPlane) startGateway(o Options, r roles, k keys, local gatewaySe
 	gw, err := gateway.New(gateway.Config{TrustDomain: b.TrustDomain, NodeRoots: roots, ServerCert: serverCert, GetServerCert: getCert,
 		GatewayID: "gw-" + host + "-" + cp.GatewayAddr, Clock: o.Clock, Log: o.Log,
 		RevocationPoll: o.RevocationPoll, CommandPoll: o.CommandPoll, Heartbeat: o.SessionHeartbeat,
-		Tickets: cp.ticketVerifier, Spent: spentdb.New(o.DB), Feed: cp.Revocations, DesiredStates: desired},
+		Tickets: cp.ticketVerifier, Spent: spentdb.New(o.DB), Feed: cp.Revocations, DesiredStates: desired, Bastions: cp.bastionServices()},
 		svc, registry{cp.Nodes}, cp.Commands, cp.Bus)
 	if err != nil {
 		lis.Close()
@@ -173,6 +173,9 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 		execTarget = cp.Sandboxes.ExecTarget
 	}
 	srv.ServeTunnels(cp.Tunnels, execTarget)
+	if cp.Lanes != nil {
+		srv.ServeBastionLanes(laneOpener{db: cp.DB, l: cp.Lanes, o: o})
+	}
 	// Tunnels are hijacked connections, which the HTTP server's shutdown
 	// does not wait for: they are closed when the roles stop.
 	cp.runLoop(func(ctx context.Context) { <-ctx.Done(); cp.Tunnels.CloseAll() })

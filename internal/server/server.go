@@ -25,6 +25,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/config"
 	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/iam"
+	"github.com/bettercompute/bettercompute/internal/lanes"
 	"github.com/bettercompute/bettercompute/internal/idempotency"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
@@ -44,6 +45,7 @@ const (
 	RoleAPI     = config.RoleAPI
 	RoleGateway = config.RoleGateway
 	RoleWorkers = config.RoleWorkers
+	RoleLanes   = config.RoleLanes
 )
 
 // Options configure a control plane process.
@@ -81,6 +83,10 @@ type Options struct {
 	APICert      *tls.Certificate
 	APINames     []string
 	APIPlainHTTP bool
+	// LanesListen is the UDP ip:port of the lanes role's tunnel
+	// ("127.0.0.1:0" in dev); LanesAdvertise the host:port bastions dial
+	// (default: LanesListen with the port picked).
+	LanesListen, LanesAdvertise string
 	// InternalListen, with the api role, is the host:port of the internal
 	// channel gateway processes relay to ("" serves none).
 	InternalListen string
@@ -159,6 +165,8 @@ type ControlPlane struct {
 	// lanes role call its Hello, SignedGrants, Peers, LanesKey and
 	// RecordLaneEvents; its private keys open only where the KEK is).
 	Bastions *bastions.Service
+	// Lanes is the lanes role (nil when this process does not run it).
+	Lanes *lanes.Role
 	// ticketVerifier checks tunnel tickets (api and gateway).
 	ticketVerifier *tickets.Verifier
 	// intentSigner signs nodes' desired states for the gateway (the
@@ -234,6 +242,11 @@ func (cp *ControlPlane) start(o Options, r roles, k keys, now time.Time) error {
 	local := gatewayServices{n: cp.Nodes, sec: cp.Secrets, q: cp.Quorum, db: o.DB, sbx: cp.Sandboxes}
 	if k.internal != nil && o.InternalListen != "" {
 		if err := cp.serveInternal(o, local, k.internal, now); err != nil {
+			return err
+		}
+	}
+	if r.lanes {
+		if err := cp.startLanes(o); err != nil {
 			return err
 		}
 	}
