@@ -134,6 +134,8 @@ func (s *Server) serveLane(w http.ResponseWriter, q *call, lane net.Conn) {
 		_, _ = io.Copy(lane, rw.Reader)
 		if cw, ok := lane.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
+		} else {
+			_ = lane.Close()
 		}
 		done <- struct{}{}
 	}()

@@ -113,6 +113,10 @@ func (a *Agent) TunnelPort() uint16 {
 	return a.tun.Port()
 }
 
+// LiveStreams is how many streams of the pairing's MaxStreams are held
+// now (forwards and service slots).
+func (a *Agent) LiveStreams() int { return a.streams.Live() }
+
 // Policy is what the grants held now allow (deny beats allow).
 func (a *Agent) Policy() grant.Policy {
 	return grant.Effective(*a.grants.Load(), a.cfg.Clock.Now())

@@ -122,6 +122,15 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
+// CloseWrite half-closes the connection (a FIN through the tunnel), so a
+// relay can pass an end of input on while the answer still flows back.
+func (c *trackedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
+}
+
 // track records c as peer addr's, atomically with checking that addr is a
 // current peer's and the tunnel is open. ok false: the caller closes c.
 func (t *Tunnel) track(c net.Conn, addr netip.Addr) (*trackedConn, bool) {
