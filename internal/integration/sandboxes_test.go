@@ -229,8 +229,10 @@ func TestSandboxExpiryEnforcedByDisconnectedHost(t *testing.T) {
 	if _, ok := n.Sandbox.Get(x.ID); ok {
 		t.Fatal("the host still holds the expired sandbox")
 	}
-	if expired, err := s.CP.Sandboxes.SweepExpired(ctx); err != nil || expired != 1 {
-		t.Fatalf("control plane expired %d, %v", expired, err)
+	// Setting the fake clock past the deadline also fires the workers'
+	// own sweep, which may mark it first: either sweep counts.
+	if _, err := s.CP.Sandboxes.SweepExpired(ctx); err != nil {
+		t.Fatalf("control plane sweep: %v", err)
 	}
 	if got, err := s.admin.Sandbox(ctx, x.ID); err != nil || got.State != sandboxes.StateExpired {
 		t.Fatalf("after expiry: %+v %v", got, err)
