@@ -33,9 +33,11 @@ type Grant struct {
 	Expired   bool       `json:"expired"`
 }
 
-// doc is the grant's families as grant.Effective reads them.
+// doc is the grant as it was signed (grant.Effective checks the whole
+// document, as the bastion does).
 func (g Grant) doc() grant.Doc {
-	return grant.Doc{Allow: g.Allow, Deny: g.Deny, Models: g.Models, Reach: g.Reach, ExpiresAt: g.ExpiresAt.UnixMilli()}
+	return grant.Doc{V: 1, ID: g.ID, Bastion: g.BastionID, Allow: g.Allow, Deny: g.Deny, Models: g.Models, Reach: g.Reach,
+		IssuedAt: g.CreatedAt.UnixMilli(), ExpiresAt: g.ExpiresAt.UnixMilli()}
 }
 
 // orEmpty keeps a list a JSON array, never null.
