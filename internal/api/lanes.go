@@ -28,9 +28,6 @@ const LaneConnectPath = "/api/v1/bastions/connect"
 // LaneProtocol is the Upgrade token of the lane endpoint.
 const LaneProtocol = "bc-lane-v1"
 
-// ActionBastionConnect is the IAM action of opening a lane.
-const ActionBastionConnect = "compute:bastions:connect"
-
 // LaneOpener opens a lane on a bastion for an allowed caller and records
 // the opening in the audit log (the lanes role, with the bastions module).
 type LaneOpener interface {
@@ -67,7 +64,7 @@ func (s *Server) serveLaneHTTP(w http.ResponseWriter, r *http.Request) {
 // admitLane runs the envelope's stages for the lane endpoint, then opens
 // the lane.
 func (s *Server) admitLane(r *http.Request, rid string) (*call, net.Conn, answer) {
-	m := Method{Name: "bastions.connect", Action: ActionBastionConnect, Mutates: true}
+	m := Method{Name: "bastions.connect", Action: ActionBastionsConnect, Mutates: true}
 	q := &call{r: r, ctx: r.Context(), m: m, known: true,
 		c: &Caller{RequestID: rid, Addr: s.cfg.TrustedProxies.ClientAddr(r)}}
 	if r.Method != http.MethodGet || r.Header.Get("X-Better-Compute") != "1" ||

@@ -138,6 +138,7 @@ var wantRefusal = map[string]struct {
 	nodev1.Gateway_Secret_FullMethodName:  {codes.PermissionDenied, "security.secret.refused"},
 	nodev1.Gateway_Session_FullMethodName: {codes.Unauthenticated, "security.session.refused"},
 	nodev1.Gateway_Tunnel_FullMethodName:  {codes.PermissionDenied, "security.tunnel.refused"},
+	nodev1.Gateway_Bastion_FullMethodName: {codes.PermissionDenied, "security.bastion.refused"},
 }
 
 // authFixture is a gateway served over TLS on loopback, with a node CA,
@@ -149,11 +150,17 @@ type authFixture struct {
 	queue   *fakeQueue
 	svc     *authServices
 	good    tls.Certificate // known, valid
+	bastion tls.Certificate // known, valid, role bastion
 	revoked tls.Certificate // known, revoked
 	foreign tls.Certificate // from another node CA
 }
 
 func nodeCert(t *testing.T, b *pki.Bundle, kek pki.KEK, nodeID string, now time.Time) (tls.Certificate, string) {
+	t.Helper()
+	return roleCert(t, b, kek, nodeID, pki.RoleNode, now)
+}
+
+func roleCert(t *testing.T, b *pki.Bundle, kek pki.KEK, nodeID, role string, now time.Time) (tls.Certificate, string) {
 	t.Helper()
 	caKey, err := b.NodeCAKey(kek)
 	if err != nil {
@@ -161,7 +168,7 @@ func nodeCert(t *testing.T, b *pki.Bundle, kek pki.KEK, nodeID string, now time.
 	}
 	key, _ := pki.NewNodeKey()
 	csr, _ := pki.CSR(key, nodeID)
-	der, err := pki.IssueNodeCert(b.NodeCA, caKey, csr, b.TrustDomain, nodeID, pki.RoleNode, time.Hour, now)
+	der, err := pki.IssueNodeCert(b.NodeCA, caKey, csr, b.TrustDomain, nodeID, role, time.Hour, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,11 +199,14 @@ func newAuthFixture(t *testing.T) *authFixture {
 	f.good, goodSerial = nodeCert(t, b, kek, "n-good", now)
 	f.revoked, revokedSerial = nodeCert(t, b, kek, "n-revoked", now)
 	f.foreign, _ = nodeCert(t, other, kek, "n-good", now)
+	var bastionSerial string
+	f.bastion, bastionSerial = roleCert(t, b, kek, "n-bastion", pki.RoleBastion, now)
 	roots := x509.NewCertPool()
 	roots.AddCert(b.NodeCA)
 	f.reg = &authRegistry{certs: map[string]CertInfo{
 		goodSerial:    {NodeID: "n-good", Role: pki.RoleNode, AllowedKinds: []string{"run"}},
 		revokedSerial: {NodeID: "n-revoked", Role: pki.RoleNode, Revoked: true, RevokeReason: "operator"},
+		bastionSerial: {NodeID: "n-bastion", Role: pki.RoleBastion},
 	}}
 	g, err := New(Config{TrustDomain: td, NodeRoots: roots, ServerCert: server, Log: slog.New(slog.DiscardHandler)},
 		f.svc, f.reg, f.queue, bus.New())
@@ -428,5 +438,45 @@ func TestSessionDeliversAndAcks(t *testing.T) {
 	defer f.reg.mu.Unlock()
 	if len(f.reg.opened) != 1 || f.reg.opened[0].BootID != BootTag("boot-1") || f.reg.opened[0].SessionID != sessionID {
 		t.Fatalf("opened %+v", f.reg.opened)
+	}
+}
+
+// The Bastion stream is a bastion certificate's alone, and a bastion
+// certificate may call nothing but Renew and Bastion: a node's valid
+// certificate is refused the Bastion stream, and a bastion's valid
+// certificate is refused Session, Secret and Tunnel, each with
+// ACCESS_DENIED recorded as role-not-allowed and nothing relayed.
+func TestRoleGatesTheBastionStream(t *testing.T) {
+	f := newAuthFixture(t)
+	streams := map[string]*grpc.StreamDesc{}
+	for i, s := range nodev1.Gateway_ServiceDesc.Streams {
+		streams["/"+nodev1.Gateway_ServiceDesc.ServiceName+"/"+s.StreamName] = &nodev1.Gateway_ServiceDesc.Streams[i]
+	}
+	for _, c := range []struct {
+		name   string
+		cert   tls.Certificate
+		method string
+	}{
+		{"node calls Bastion", f.good, nodev1.Gateway_Bastion_FullMethodName},
+		{"bastion calls Session", f.bastion, nodev1.Gateway_Session_FullMethodName},
+		{"bastion calls Secret", f.bastion, nodev1.Gateway_Secret_FullMethodName},
+		{"bastion calls Tunnel", f.bastion, nodev1.Gateway_Tunnel_FullMethodName},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f.svc.mu.Lock()
+			f.svc.refused, f.svc.relayed = nil, nil
+			f.svc.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := call(ctx, f.dial(t, &c.cert), c.method, streams[c.method])
+			if status.Code(err) != codes.PermissionDenied {
+				t.Fatalf("code %v (%v), want PermissionDenied", status.Code(err), err)
+			}
+			f.svc.mu.Lock()
+			defer f.svc.mu.Unlock()
+			if len(f.svc.refused) != 1 || f.svc.refused[0].reason != "role-not-allowed" || len(f.svc.relayed) != 0 {
+				t.Fatalf("refusals %+v relayed %v, want one role-not-allowed and nothing relayed", f.svc.refused, f.svc.relayed)
+			}
+		})
 	}
 }

@@ -68,6 +68,8 @@ func (g *Gateway) Bastion(stream nodev1.Gateway_BastionServer) error {
 	// change made meanwhile is never missed.
 	poke, stop := g.poke.Subscribe(bus.TopicBastions)
 	defer stop()
+	remote, stopRemote := g.poke.Subscribe(bus.RemoteTopic(bus.TopicBastions))
+	defer stopRemote()
 	bs := &bastionStream{g: g, stream: stream, id: c.id}
 	if err := bs.open(ctx, hello); err != nil {
 		return err
@@ -88,7 +90,7 @@ func (g *Gateway) Bastion(stream nodev1.Gateway_BastionServer) error {
 		}
 	}()
 	g.cfg.Log.Info("bastion session open", "bastion_id", c.id.NodeID, "session_id", sessionID)
-	return bs.serve(ctx, poke)
+	return bs.serve(ctx, poke, remote)
 }
 
 // readBastionHello reads the stream's first message, which must be a
@@ -181,7 +183,7 @@ func sameGrants(a, b [][]byte) bool {
 // serve runs the stream until it ends: events from the bastion are
 // recorded and acknowledged; a poke or tick re-checks the pairing and the
 // certificate and sends changed grants.
-func (b *bastionStream) serve(ctx context.Context, poke <-chan struct{}) error {
+func (b *bastionStream) serve(ctx context.Context, poke, remote <-chan struct{}) error {
 	recv := make(chan *nodev1.BastionMessage)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -212,6 +214,10 @@ func (b *bastionStream) serve(ctx context.Context, poke <-chan struct{}) error {
 			b.g.cfg.Log.Info("bastion session closed", "bastion_id", b.id.NodeID, "why", err)
 			return nil
 		case <-poke:
+			if err := b.recheck(ctx); err != nil {
+				return err
+			}
+		case <-remote:
 			if err := b.recheck(ctx); err != nil {
 				return err
 			}

@@ -160,6 +160,8 @@ func (r *Role) Endpoint() string { return r.endpoint }
 func (r *Role) follow(ctx context.Context) {
 	poke, stop := r.cfg.Poke.Subscribe(bus.TopicBastions)
 	defer stop()
+	remote, stopRemote := r.cfg.Poke.Subscribe(bus.RemoteTopic(bus.TopicBastions))
+	defer stopRemote()
 	t := r.cfg.Clock.NewTicker(SyncEvery)
 	defer t.Stop()
 	for {
@@ -167,6 +169,7 @@ func (r *Role) follow(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-poke:
+		case <-remote:
 		case <-t.C():
 		}
 		if err := r.Sync(ctx); err != nil && ctx.Err() == nil {
