@@ -145,6 +145,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
+	// Closed (its socket file removed) before Serve returns, not only by
+	// the AfterFunc's goroutine, which may run later.
+	defer l.Close()
 	slots := make(chan struct{}, s.cfg.MaxConns)
 	for {
 		select {
