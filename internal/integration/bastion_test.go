@@ -92,7 +92,14 @@ func pairBastion(t *testing.T, e *testenv.Env, forwards map[forward.Kind]string)
 // sleep to synchronise: each poll is a fresh check).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	waitForWithin(t, 20*time.Second, what, cond)
+}
+
+// waitForWithin is waitFor with its own bound: a promise of the product
+// (such as an unpaired tunnel down within 5 s) fails the test when missed.
+func waitForWithin(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

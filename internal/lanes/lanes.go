@@ -240,6 +240,9 @@ func (r *Role) who(a net.Addr) (string, bool) {
 	return id, ok
 }
 
+// EgressParked is how many egress workers the bastion has parked here.
+func (r *Role) EgressParked(bastionID string) int { return r.egress.Parked(bastionID) }
+
 // SetServices records a bastion's service names in slot order (from its
 // hello), so that service/NAME lanes find their port.
 func (r *Role) SetServices(bastionID string, names []string) {
@@ -283,7 +286,7 @@ func (r *Role) Connect(ctx context.Context, bastionID, lane string) (net.Conn, e
 		return nil, errNoTunnel
 	}
 	if target, ok := strings.CutPrefix(lane, "egress/"); ok {
-		return r.egress.Dial(ctx, bastionID, target)
+		return r.dialEgress(ctx, bastionID, target)
 	}
 	port, err := lanePort(lane, svcs)
 	if err != nil {
@@ -294,6 +297,30 @@ func (r *Role) Connect(ctx context.Context, bastionID, lane string) (net.Conn, e
 		return nil, errs.New(errs.Unavailable, "the bastion did not answer on lane "+lane)
 	}
 	return c, nil
+}
+
+// EgressWait bounds how long an egress lane waits for a parked worker.
+const EgressWait = 10 * time.Second
+
+// dialEgress hands target to one of the bastion's parked egress workers;
+// the bastion's refusal comes back as ACCESS_DENIED with its reason.
+func (r *Role) dialEgress(ctx context.Context, bastionID, target string) (net.Conn, error) {
+	if egresslane.ValidTarget(target) != nil {
+		return nil, errs.New(errs.InvalidInput, "egress target: HOST:PORT")
+	}
+	ctx, cancel := context.WithTimeout(ctx, EgressWait)
+	defer cancel()
+	c, err := r.egress.Dial(ctx, bastionID, target)
+	var re *egresslane.RefusedError
+	switch {
+	case err == nil:
+		return c, nil
+	case errors.As(err, &re):
+		return nil, errs.New(errs.AccessDenied, "the bastion refused the egress target ("+re.Reason+")")
+	case errors.Is(err, egresslane.ErrNoWorker):
+		return nil, errs.New(errs.Unavailable, "the bastion has no egress worker parked")
+	}
+	return nil, errs.New(errs.Unavailable, "the egress lane failed")
 }
 
 // lanePort is lane's tunnel port on a bastion serving svcs.

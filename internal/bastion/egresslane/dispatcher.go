@@ -167,7 +167,12 @@ func (d *Dispatcher) watch(p *parkedConn) {
 	var b [1]byte
 	n, err := p.conn.Read(b[:])
 	d.mu.Lock()
-	p.spoke = n > 0 || !errors.Is(err, os.ErrDeadlineExceeded)
+	// claim's deadline ends the read: os.ErrDeadlineExceeded on a kernel
+	// socket, a net.Error whose Timeout is true on the user-space tunnel's
+	// (gVisor's gonet). Anything else is the worker hanging up.
+	var ne net.Error
+	timedOut := errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+	p.spoke = n > 0 || !timedOut
 	if !p.taken {
 		p.taken = true
 		d.parked[p.bastion] = slices.DeleteFunc(d.parked[p.bastion], func(x *parkedConn) bool { return x == p })

@@ -1,0 +1,244 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/api/apitypes"
+	"github.com/bettercompute/bettercompute/internal/bastion/grant"
+	"github.com/bettercompute/bettercompute/internal/bastion/sockets"
+	"github.com/bettercompute/bettercompute/internal/netguard"
+	"github.com/bettercompute/bettercompute/internal/store/storetest"
+	"github.com/bettercompute/bettercompute/internal/testenv"
+)
+
+// wantLaneRefused checks that opening lane is refused with code and a
+// message naming reason.
+func wantLaneRefused(t *testing.T, c *client.Client, id, lane, code, reason string) {
+	t.Helper()
+	conn, err := c.ConnectLane(context.Background(), id, lane)
+	if err == nil {
+		conn.Close()
+		t.Fatalf("%s: opened, want %s (%s)", lane, code, reason)
+	}
+	var ae *client.Error
+	if !errors.As(err, &ae) || ae.Code != code || !strings.Contains(ae.Message, "("+reason+")") {
+		t.Fatalf("%s: %v, want %s (%s)", lane, err, code, reason)
+	}
+}
+
+// thisMachine is a non-loopback address of one of this machine's
+// interfaces ("" when it has none).
+func thisMachine() string {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() && !p.Addr().IsLoopback() {
+			return p.Addr().String()
+		}
+	}
+	return ""
+}
+
+// TestBastionEgressLaneRefusesLocalTargets: with the egress family, the
+// egress lane's targets are judged on the bastion by the egress guard's
+// rules: loopback, this machine's own address, private (LAN) and
+// link-local (metadata) addresses and a name resolving to loopback are
+// each refused with their reason; without the family every target is
+// refused egress-not-granted. Each refusal reaches the control plane's
+// audit log in the bastion's tenant.
+func TestBastionEgressLaneRefusesLocalTargets(t *testing.T) {
+	e := bastionEnv(t, storetest.NewTestSQLite(t))
+	a := pairBastion(t, e, nil)
+	waitFor(t, "parked egress workers", func() bool { return e.CP.Lanes.EgressParked(a.ID()) > 0 })
+	wantLaneRefused(t, e.Client, a.ID(), "egress/93.184.216.34:443", "ACCESS_DENIED", "egress-not-granted")
+
+	grantBastion(t, e, a, apitypes.BastionGrantIn{Allow: []string{"egress"}}, func(p grant.Policy) bool { return p.Allows("egress") })
+	cases := []struct{ target, reason string }{
+		{"127.0.0.1:22", "loopback"},
+		{"10.0.0.1:80", "private"},
+		{"192.168.1.10:80", "private"},
+		{"169.254.169.254:80", "link-local"},
+		{"localhost:22", "localhost-name"},
+		{"[::ffff:10.0.0.1]:80", "private"},
+	}
+	if own := thisMachine(); own != "" {
+		// This machine's own address: this-machine, unless its range is
+		// refused first (a private or documentation address).
+		reason := string(netguard.Classify(netip.MustParseAddr(own)))
+		if reason == "" {
+			reason = "this-machine"
+		}
+		cases = append(cases, struct{ target, reason string }{own + ":22", reason})
+	}
+	for _, c := range cases {
+		waitFor(t, "a parked egress worker", func() bool { return e.CP.Lanes.EgressParked(a.ID()) > 0 })
+		conn, err := e.Client.ConnectLane(context.Background(), a.ID(), "egress/"+c.target)
+		if err == nil {
+			conn.Close()
+			t.Fatalf("egress to %s was opened", c.target)
+		}
+		var ae *client.Error
+		if !errors.As(err, &ae) || ae.Code != "ACCESS_DENIED" || !strings.Contains(ae.Message, "("+c.reason+")") {
+			t.Fatalf("egress to %s: %v, want ACCESS_DENIED (%s)", c.target, err, c.reason)
+		}
+	}
+	// The bastion's refusals are in the control plane's audit log.
+	waitFor(t, "the bastion's refusals in the audit log", func() bool {
+		l, err := e.Client.AuditList(context.Background(), "", 0, 0)
+		if err != nil {
+			return false
+		}
+		n := 0
+		for _, ev := range l.Events {
+			if ev.Action == "compute:bastions:lane.refuse" && ev.Outcome == "refused" && strings.Contains(ev.Details, "egress") {
+				n++
+			}
+		}
+		return n >= len(cases)+1
+	})
+}
+
+// TestBastionProcessListensOnlyItsTunnelPort runs `bcd bastion pair` and
+// `bcd bastion run` as their own process, reaches a forward through it,
+// then lists the process's sockets: one UDP port (the tunnel's) on
+// non-loopback addresses, and no TCP listener at all. Then `bcd bastion
+// audit verify` checks the on-machine chain, and an unpair takes the
+// tunnel down, ends the process with status 3 and deletes its keys.
+func TestBastionProcessListensOnlyItsTunnelPort(t *testing.T) {
+	e := bastionEnv(t, storetest.NewTestSQLite(t))
+	bcd := builtBcd(t)
+	srv := fakeOllama(t)
+	var tok apitypes.BastionPairToken
+	if err := e.Client.Call(context.Background(), "bastions.pairToken", apitypes.BastionPairTokenIn{Name: "proc"}, &tok); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pair := exec.Command(bcd, "bastion", "pair", "--gateway", e.CP.GatewayAddr, "--data", dir, "--name", "proc")
+	pair.Env = append(os.Environ(), "BCD_PAIR_TOKEN="+tok.Token)
+	out, err := pair.CombinedOutput()
+	if err != nil {
+		t.Fatalf("bcd bastion pair: %v\n%s", err, out)
+	}
+	fields := strings.Fields(string(out))
+	if len(fields) < 4 {
+		t.Fatalf("bcd bastion pair said %q", out)
+	}
+	id := strings.TrimSuffix(fields[3], ";")
+	if strings.Contains(string(out), tok.Token) {
+		t.Fatal("bcd bastion pair printed the token")
+	}
+	run := exec.Command(bcd, "bastion", "run", "--data", dir)
+	run.Env = append(os.Environ(), "OLLAMA_ADDR="+srv.Listener.Addr().String(), "BC_LLM_ADDR=127.0.0.1:1", "BC_PII_ADDR=127.0.0.1:1")
+	var stderr bytes.Buffer
+	run.Stderr = &stderr
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = run.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = run.Process.Kill()
+		<-exited
+	})
+	waitFor(t, "the bastion process's tunnel", func() bool { return e.CP.Lanes.Connected(id) })
+
+	checkOnlyTunnelPort(t, run.Process.Pid)
+	grantBastion2(t, e, id)
+	conn, err := e.Client.ConnectLane(context.Background(), id, "inference/ollama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, body := laneRequest(t, conn, bufio.NewReader(conn), "GET", "/api/tags", ""); st != 200 || !strings.Contains(body, "llama3:8b") || strings.Contains(body, "secret") {
+		t.Fatalf("/api/tags through the bastion process: %d %s", st, body)
+	}
+	conn.Close()
+	checkOnlyTunnelPort(t, run.Process.Pid)
+
+	if out, err := exec.Command(bcd, "bastion", "audit", "verify", "--data", dir).CombinedOutput(); err != nil || !strings.Contains(string(out), "chain intact") {
+		t.Fatalf("bcd bastion audit verify: %v\n%s", err, out)
+	}
+	unpairAndWait(t, e, id, dir, exited, &stderr)
+	var ee *exec.ExitError
+	if !errors.As(waitErr, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("bcd bastion run after unpair: %v, want exit 3\n%s", waitErr, stderr.String())
+	}
+}
+
+// grantBastion2 grants inference for llama3:8b to bastion id and waits
+// until a lane answers with it.
+func grantBastion2(t *testing.T, e *testenv.Env, id string) {
+	t.Helper()
+	var g apitypes.BastionGrant
+	if err := e.Client.Call(context.Background(), "bastions.grant", apitypes.BastionGrantIn{BastionID: id, Allow: []string{"inference"}, Models: []string{"llama3:8b"}}, &g); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the bastion process to hold the grant", func() bool {
+		conn, err := e.Client.ConnectLane(context.Background(), id, "inference/ollama")
+		if err != nil {
+			return false
+		}
+		defer conn.Close()
+		st, _ := laneRequest(t, conn, bufio.NewReader(conn), "GET", "/api/version", "")
+		return st == 200
+	})
+}
+
+// checkOnlyTunnelPort lists pid's sockets: every UDP socket on one port
+// (IPv4 and IPv6 of the tunnel), none of it loopback-only, and no TCP
+// listener.
+func checkOnlyTunnelPort(t *testing.T, pid int) {
+	t.Helper()
+	ss, err := sockets.ListeningSockets(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := map[uint16]bool{}
+	for _, s := range ss {
+		switch {
+		case strings.HasPrefix(s.Proto, "tcp"):
+			t.Errorf("the bastion process listens on TCP %s", s)
+		case !s.Loopback():
+			ports[s.Local.Port()] = true
+		}
+	}
+	if len(ports) != 1 {
+		t.Fatalf("the bastion process's sockets %v: want exactly one UDP port on non-loopback addresses", ss)
+	}
+}
+
+// unpairAndWait unpairs the bastion and checks the process ends (status
+// 3) with its tunnel down and its keys deleted.
+func unpairAndWait(t *testing.T, e *testenv.Env, id, dir string, exited <-chan struct{}, stderr *bytes.Buffer) {
+	t.Helper()
+	if err := e.Client.Call(context.Background(), "bastions.unpair", apitypes.IDIn{ID: id}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The tunnel goes down within 5 s of the unpair (the product's
+	// promise, as for a revocation).
+	waitForWithin(t, 5*time.Second, "the tunnel to go down", func() bool { return !e.CP.Lanes.Connected(id) })
+	select {
+	case <-exited:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("bcd bastion run still running 20 s after the unpair\n%s", stderr.String())
+	}
+	for _, f := range []string{"wg.key", "identity.json", "grant-key.pin"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
+			t.Errorf("%s still there after unpair (%v)", f, err)
+		}
+	}
+	if _, err := e.Client.ConnectLane(context.Background(), id, "inference/ollama"); err == nil {
+		t.Fatal("a lane opened to an unpaired bastion")
+	}
+}
