@@ -48,10 +48,14 @@ func (e *Env) startBastion(ctx context.Context, o Options) error {
 	a, err := agent.Open(ctx, agent.Config{DataDir: dir, Gateway: e.CP.GatewayAddr, Clock: o.Clock, Log: log,
 		Forwards: map[forward.Kind]string{forward.KindOllama: fm.addr}})
 	if errors.Is(err, agent.ErrUnpaired) {
-		return fmt.Errorf("dev bastion: %s was unpaired; remove that folder to pair a new bastion: %w", dir, err)
+		return fmt.Errorf("dev bastion: %s: %w", dir, errors.Join(ErrBastionUnpaired, err))
 	}
 	if err != nil {
 		return fmt.Errorf("dev bastion: %w", err)
+	}
+	if err := e.checkPaired(ctx, a.ID()); err != nil {
+		_ = a.Close()
+		return fmt.Errorf("dev bastion: %s: %w", dir, err)
 	}
 	done := e.runBastion(ctx, a, log)
 	e.BastionID = a.ID()
@@ -80,6 +84,24 @@ func (e *Env) pairBastion(ctx context.Context, dir string) error {
 	}
 	if _, err := agent.Pair(ctx, dir, e.CP.GatewayAddr, tok.Token, bastionName); err != nil {
 		return fmt.Errorf("dev bastion: pair: %w", err)
+	}
+	return nil
+}
+
+// ErrBastionUnpaired is Start's error when DATA/bastion holds a bastion
+// the control plane unpaired: dev does not pair a new one behind the
+// person's back (remove DATA/bastion to pair a new one).
+var ErrBastionUnpaired = errors.New("bastion-unpaired: dev's bastion was unpaired; remove its data folder to pair a new one")
+
+// checkPaired refuses (ErrBastionUnpaired) a bastion the bastions module
+// does not hold as paired: its sessions would be refused forever.
+func (e *Env) checkPaired(ctx context.Context, id string) error {
+	b, err := e.CP.Bastions.Get(ctx, iam.RootScope(), id)
+	if err != nil {
+		return fmt.Errorf("read the bastion: %w", err)
+	}
+	if b.State != bastions.StatePaired {
+		return ErrBastionUnpaired
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -136,5 +137,35 @@ func checkForward(t *testing.T, c *client.Client, id string) {
 	st, body = laneRequest(t, c, id, "POST", "/api/generate", `{"model":"private:latest","prompt":"hi","stream":false}`)
 	if st != http.StatusForbidden || !strings.Contains(body, `"reason":"model-out-of-scope"`) {
 		t.Fatalf("generate private: %d %s, want 403 model-out-of-scope", st, body)
+	}
+}
+
+// A bastion unpaired through the API is not paired again behind the
+// person's back: the next dev --bastion on the same data refuses to
+// start, naming the unpair.
+func TestDevBastionUnpairedRefusesToStart(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "dev")
+	o := devenv.Options{DataDir: dir, APIListen: "127.0.0.1:0", GatewayAddr: "127.0.0.1:0", Bastion: true,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Out: io.Discard}
+	e, err := devenv.Start(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sourceEnv(t, e.EnvFile)
+	c, err := client.FromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Call(context.Background(), "bastions.unpair", apitypes.IDIn{ID: e.BastionID}, nil); err != nil {
+		t.Fatalf("unpair: %v", err)
+	}
+	e.Close()
+	e, err = devenv.Start(context.Background(), o)
+	if err == nil {
+		e.Close()
+		t.Fatal("dev --bastion started again on an unpaired bastion")
+	}
+	if !errors.Is(err, devenv.ErrBastionUnpaired) {
+		t.Fatalf("restart after unpair: %v, want devenv.ErrBastionUnpaired", err)
 	}
 }
