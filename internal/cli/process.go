@@ -73,6 +73,9 @@ func devCmd() *cobra.Command {
 				fmt.Fprintf(out, "  better-compute commands run --node %s --kind disk.wipe --batch BATCH --wait\n", e.NodeIDs[0])
 			}
 			fmt.Fprintf(out, "\n%s", e.SandboxHint)
+			if e.BastionHint != "" {
+				fmt.Fprintf(out, "\n%s", e.BastionHint)
+			}
 			fmt.Fprintf(out, "\nStop with Ctrl-C; start again with the same --data to keep the fleet.\n")
 			<-ctx.Done()
 			fmt.Fprintln(cmd.ErrOrStderr(), "stopping")
@@ -81,6 +84,7 @@ func devCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&o.DataDir, "data", defaultDevDir(), "directory that keeps all state (control.db, pki/, nodes/, env)")
 	c.Flags().IntVar(&o.Nodes, "nodes", 3, "number of simulated nodes")
+	c.Flags().BoolVar(&o.Bastion, "bastion", false, "also pair one local bastion (DATA/bastion) forwarding a fake model server on loopback, granted inference on tinyllama:latest")
 	c.Flags().UintSliceVar(&tunnelPorts, "tunnel-ports", []uint{22}, "ports on 127.0.0.1 the simulated nodes let tunnels reach (comma-separated), as bcd node --tunnel-port")
 	defaults := config.Default()
 	c.Flags().StringVar(&o.APIListen, "api", defaults.API.Listen, "address of the public API")

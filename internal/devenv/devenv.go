@@ -2,8 +2,11 @@
 // on loopback with embedded defaults. SQLite at DATA/control.db, a fresh PKI
 // sealed under DATA/kek with three approver keys in DATA/approvers pinned at
 // threshold 2, and N simulated nodes that really join with tokens and hold
-// mutual-TLS sessions, each with its own state under DATA/nodes/.
-// Restarting with the same DATA brings back the same fleet and history.
+// mutual-TLS sessions, each with its own state under DATA/nodes/. The
+// control plane runs the api, gateway, workers and lanes roles; with
+// Options.Bastion one local bastion under DATA/bastion forwards a fake
+// model server on loopback. Restarting with the same DATA brings back
+// the same fleet and history.
 package devenv
 
 import (
@@ -45,6 +48,10 @@ type Options struct {
 	// TunnelPorts is every simulated node's tunnel allow list (nil: the
 	// nodes' default, 22 only).
 	TunnelPorts []uint32
+	// Bastion also pairs and runs one local bastion in DATA/bastion that
+	// forwards a fake model server on loopback (dev only), granted
+	// inference on FakeModelPublic alone: a forward to try end to end.
+	Bastion bool
 }
 
 // Env is a running dev system.
@@ -58,6 +65,10 @@ type Env struct {
 	NodeIDs []string
 	// SandboxHint says how to use sandboxes (or how to add an image).
 	SandboxHint string
+	// BastionID is dev's bastion's id (with Options.Bastion; else "").
+	BastionID string
+	// BastionHint says what to try with the bastion ("" without one).
+	BastionHint string
 	caPEM       []byte
 	stop        []func()
 }
@@ -103,7 +114,8 @@ func startLocked(ctx context.Context, o Options) (*Env, error) {
 		return nil, err
 	}
 	cp, err := server.Start(ctx, server.Options{DB: db, Bundle: b, KEK: kek, Clock: o.Clock, Log: o.Log,
-		APIListen: o.APIListen, GatewayListen: o.GatewayAddr, SandboxImages: images})
+		APIListen: o.APIListen, GatewayListen: o.GatewayAddr, SandboxImages: images,
+		Roles: []string{server.RoleAPI, server.RoleGateway, server.RoleWorkers, server.RoleLanes}, LanesListen: "127.0.0.1:0"})
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -120,7 +132,8 @@ func startLocked(ctx context.Context, o Options) (*Env, error) {
 }
 
 // bringUp makes the admin key, starts the nodes and waits for them, seeds
-// the sandboxes and writes the env file.
+// the sandboxes, starts the bastion (with o.Bastion) and writes the env
+// file.
 func (e *Env) bringUp(ctx context.Context, o Options, images string) error {
 	if err := e.adminKey(ctx); err != nil {
 		return err
@@ -134,10 +147,15 @@ func (e *Env) bringUp(ctx context.Context, o Options, images string) error {
 		return err
 	}
 	e.SandboxHint = seedSandboxes(ctx, e.CP, runtime)
+	if o.Bastion {
+		if err := e.startBastion(ctx, o); err != nil {
+			return err
+		}
+	}
 	if err := pki.WriteFileAtomic(e.CAFile, e.caPEM, 0o600); err != nil {
 		return fmt.Errorf("write API CA: %w", err)
 	}
-	envText := envFile(e.APIURL, e.KeyFile, e.CAFile, o.DataDir)
+	envText := envFile(e.APIURL, e.KeyFile, e.CAFile, o.DataDir, e.BastionID)
 	if err := pki.WriteFileAtomic(e.EnvFile, []byte(envText), 0o600); err != nil {
 		return fmt.Errorf("write env file: %w", err)
 	}

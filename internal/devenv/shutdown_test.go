@@ -33,21 +33,26 @@ func (l *lockedBuffer) String() string {
 
 // dev stops as `better-compute dev` does on Ctrl-C (its context ends, then
 // Close) without a warning or an error in its log: no session closing into
-// a closed database, no loop failing on the way down.
+// a closed database, no loop failing on the way down; with --bastion too
+// (the bastion stops before the control plane).
 func TestDevStopsWithoutErrorLines(t *testing.T) {
-	var logs lockedBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	o := devenv.Options{DataDir: filepath.Join(t.TempDir(), "dev"), Nodes: 2, APIListen: "127.0.0.1:0", GatewayAddr: "127.0.0.1:0",
-		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})), Out: io.Discard}
-	e, err := devenv.Start(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	e.Close()
-	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
-		if line != "" {
-			t.Errorf("logged at shutdown: %s", line)
-		}
+	for _, bastion := range []bool{false, true} {
+		t.Run(map[bool]string{false: "nodes", true: "bastion"}[bastion], func(t *testing.T) {
+			var logs lockedBuffer
+			ctx, cancel := context.WithCancel(context.Background())
+			o := devenv.Options{DataDir: filepath.Join(t.TempDir(), "dev"), Nodes: 2, APIListen: "127.0.0.1:0", GatewayAddr: "127.0.0.1:0",
+				Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})), Out: io.Discard, Bastion: bastion}
+			e, err := devenv.Start(ctx, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			e.Close()
+			for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+				if line != "" {
+					t.Errorf("logged at shutdown: %s", line)
+				}
+			}
+		})
 	}
 }
