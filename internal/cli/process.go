@@ -40,7 +40,7 @@ func devCmd() *cobra.Command {
 	var tunnelPorts []uint
 	c := &cobra.Command{
 		Use:   "dev",
-		Short: "Run the whole system in one process on loopback: api, gateway, workers, SQLite, a fresh PKI and simulated nodes",
+		Short: "Run the whole system in one process on loopback: api, gateway, workers, lanes, SQLite, a fresh PKI, simulated nodes and a bastion",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -84,7 +84,7 @@ func devCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&o.DataDir, "data", defaultDevDir(), "directory that keeps all state (control.db, pki/, nodes/, env)")
 	c.Flags().IntVar(&o.Nodes, "nodes", 3, "number of simulated nodes")
-	c.Flags().BoolVar(&o.Bastion, "bastion", false, "also pair one local bastion (DATA/bastion) forwarding a fake model server on loopback, granted inference on tinyllama:latest")
+	c.Flags().BoolVar(&o.Bastion, "bastion", true, "pair one local bastion (DATA/bastion) forwarding a stand-in model server on loopback, granted inference on tinyllama:latest (--bastion=false: none)")
 	c.Flags().UintSliceVar(&tunnelPorts, "tunnel-ports", []uint{22}, "ports on 127.0.0.1 the simulated nodes let tunnels reach (comma-separated), as bcd node --tunnel-port")
 	defaults := config.Default()
 	c.Flags().StringVar(&o.APIListen, "api", defaults.API.Listen, "address of the public API")
@@ -102,7 +102,7 @@ func serveCmd() *cobra.Command {
 	apiNames := strings.Join(cfg.API.Names, ",")
 	c := &cobra.Command{
 		Use:   "serve",
-		Short: "Run control plane roles (api, gateway, workers) against a database",
+		Short: "Run control plane roles (api, gateway, workers, lanes) against a database",
 		Long: "Run control plane roles against a database. Settings come from --config (TOML, strict; see docs/operations.md)\n" +
 			"and from flags, which override the file.",
 		Args: cobra.NoArgs,
@@ -149,6 +149,8 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.API.Listen, "api", cfg.API.Listen, "API listen address")
 	f.StringVar(&cfg.Metrics.Listen, "metrics", cfg.Metrics.Listen, "Prometheus /metrics listen address (loopback by default; never the API listener); empty: none")
 	f.StringVar(&cfg.Gateway.Listen, "gateway", cfg.Gateway.Listen, "gateway listen address")
+	f.StringVar(&cfg.Lanes.Listen, "lanes-listen", cfg.Lanes.Listen, "UDP ip:port of the lanes role's WireGuard tunnel (with --roles ...,lanes)")
+	f.StringVar(&cfg.Lanes.Advertise, "lanes-advertise", cfg.Lanes.Advertise, "host:port bastions dial for the tunnel (default: --lanes-listen)")
 	f.StringVar(&names, "gateway-names", names, "comma-separated DNS names for the gateway certificate")
 	f.StringVar(&cfg.Gateway.CertFile, "gateway-cert", cfg.Gateway.CertFile, "the gateway's certificate (pki issue-gateway); a gateway without the api role needs it")
 	f.StringVar(&cfg.Gateway.KeyFile, "gateway-key", cfg.Gateway.KeyFile, "the gateway's key (0600, pki issue-gateway)")
