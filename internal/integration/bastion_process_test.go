@@ -16,6 +16,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
+	"github.com/bettercompute/bettercompute/internal/bastion/agent"
 	"github.com/bettercompute/bettercompute/internal/bastion/grant"
 	"github.com/bettercompute/bettercompute/internal/bastion/sockets"
 	"github.com/bettercompute/bettercompute/internal/netguard"
@@ -240,5 +241,44 @@ func unpairAndWait(t *testing.T, e *testenv.Env, id, dir string, exited <-chan s
 	}
 	if _, err := e.Client.ConnectLane(context.Background(), id, "inference/ollama"); err == nil {
 		t.Fatal("a lane opened to an unpaired bastion")
+	}
+}
+
+// A pairing token works once: replayed, it is refused and nothing is
+// paired; a token for another control plane (another join-key pin) is
+// refused before it is sent. A lane to a forward the bastion does not
+// serve finds nothing listening in the tunnel.
+func TestBastionPairingTokenOnceAndNoListenerNoLane(t *testing.T) {
+	e := bastionEnv(t, storetest.NewTestSQLite(t))
+	other := bastionEnv(t, storetest.NewTestSQLite(t))
+	ctx := context.Background()
+	var tok, foreign apitypes.BastionPairToken
+	if err := e.Client.Call(ctx, "bastions.pairToken", apitypes.BastionPairTokenIn{Name: "once"}, &tok); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Client.Call(ctx, "bastions.pairToken", apitypes.BastionPairTokenIn{Name: "foreign"}, &foreign); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.Pair(ctx, t.TempDir(), e.CP.GatewayAddr, foreign.Token, "foreign"); err == nil {
+		t.Fatal("a token of another control plane paired")
+	}
+	if _, err := agent.Pair(ctx, t.TempDir(), e.CP.GatewayAddr, tok.Token, "once"); err != nil {
+		t.Fatalf("first pairing: %v", err)
+	}
+	dir := t.TempDir()
+	if _, err := agent.Pair(ctx, dir, e.CP.GatewayAddr, tok.Token, "again"); err == nil {
+		t.Fatal("a replayed pairing token paired")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "wg.key")); !os.IsNotExist(err) {
+		t.Fatalf("a refused pairing left a key (%v)", err)
+	}
+
+	a := pairBastion(t, e, nil) // no forward served
+	grantBastion(t, e, a, apitypes.BastionGrantIn{Allow: []string{"inference"}, Models: []string{"llama3:8b"}},
+		func(p grant.Policy) bool { return p.Allows("inference") })
+	_, err := e.Client.ConnectLane(ctx, a.ID(), "inference/ollama")
+	var ae *client.Error
+	if !errors.As(err, &ae) || ae.Code != "UNAVAILABLE" {
+		t.Fatalf("a lane with no listener behind it: %v, want UNAVAILABLE", err)
 	}
 }
