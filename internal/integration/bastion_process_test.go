@@ -282,3 +282,65 @@ func TestBastionPairingTokenOnceAndNoListenerNoLane(t *testing.T) {
 		t.Fatalf("a lane with no listener behind it: %v, want UNAVAILABLE", err)
 	}
 }
+
+// A service slot joins a lane to the server's Unix socket only with the
+// `services` family and a reach grant naming that server: without the
+// family it is refused services-not-granted, with the family but no reach
+// grant for it reach-not-granted (both in the bastion's audit chain), and
+// with both the bytes reach the server. Another server's reach grant does
+// not open it.
+func TestBastionServiceSlotNeedsServicesAndReach(t *testing.T) {
+	e := bastionEnv(t, storetest.NewTestSQLite(t))
+	sock := filepath.Join(t.TempDir(), "db.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = c.Write([]byte("db says hi\n")) }()
+		}
+	}()
+	a := pairBastionWith(t, e, agent.Config{Services: []agent.Service{{Name: "db", Path: sock}, {Name: "other", Path: sock}}})
+	try := func() string {
+		conn, err := e.Client.ConnectLane(context.Background(), a.ID(), "service/db")
+		if err != nil {
+			t.Fatalf("connect service/db: %v", err)
+		}
+		defer conn.Close()
+		line, _ := bufio.NewReader(conn).ReadString('\n')
+		return line
+	}
+	lastRefusal := func() string {
+		evs, err := a.AuditSince(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := len(evs) - 1; i >= 0; i-- {
+			if evs[i].Kind == "refuse" && evs[i].Lane == "service/db" {
+				return evs[i].Reason
+			}
+		}
+		return ""
+	}
+	if got := try(); got != "" {
+		t.Fatalf("no grant: the server answered %q", got)
+	}
+	waitFor(t, "the refusal in the audit chain", func() bool { return lastRefusal() == "services-not-granted" })
+	grantBastion(t, e, a, apitypes.BastionGrantIn{Allow: []string{"services"}, Reach: []string{"other"}},
+		func(p grant.Policy) bool { return p.Allows("services") })
+	if got := try(); got != "" {
+		t.Fatalf("another server's reach grant: the server answered %q", got)
+	}
+	waitFor(t, "the refusal in the audit chain", func() bool { return lastRefusal() == "reach-not-granted" })
+	grantBastion(t, e, a, apitypes.BastionGrantIn{Allow: []string{"services"}, Reach: []string{"db"}},
+		func(p grant.Policy) bool { return p.Reaches("db") })
+	if got := try(); got != "db says hi\n" {
+		t.Fatalf("with services and reach: %q, want the server's line", got)
+	}
+}

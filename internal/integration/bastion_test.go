@@ -63,6 +63,13 @@ func bastionEnv(t *testing.T, db *store.DB) *testenv.Env {
 // handshake.
 func pairBastion(t *testing.T, e *testenv.Env, forwards map[forward.Kind]string) *agent.Agent {
 	t.Helper()
+	return pairBastionWith(t, e, agent.Config{Forwards: forwards})
+}
+
+// pairBastionWith is pairBastion with the agent's configuration (its data
+// folder and log are filled in).
+func pairBastionWith(t *testing.T, e *testenv.Env, cfg agent.Config) *agent.Agent {
+	t.Helper()
 	ctx := context.Background()
 	var tok apitypes.BastionPairToken
 	if err := e.Client.Call(ctx, "bastions.pairToken", apitypes.BastionPairTokenIn{Name: "box"}, &tok); err != nil {
@@ -72,7 +79,8 @@ func pairBastion(t *testing.T, e *testenv.Env, forwards map[forward.Kind]string)
 	if _, err := agent.Pair(ctx, dir, e.CP.GatewayAddr, tok.Token, "box"); err != nil {
 		t.Fatalf("pair: %v", err)
 	}
-	a, err := agent.Open(ctx, agent.Config{DataDir: dir, Forwards: forwards, Log: e.Log})
+	cfg.DataDir, cfg.Log = dir, e.Log
+	a, err := agent.Open(ctx, cfg)
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}

@@ -113,6 +113,10 @@ func (a *Agent) TunnelPort() uint16 {
 	return a.tun.Port()
 }
 
+// AuditSince returns the on-machine audit chain's events after seq (at
+// most 1,000), for tools and tests that read what the bastion recorded.
+func (a *Agent) AuditSince(seq uint64) ([]chainlog.Event, error) { return a.audit.Since(seq, 1000) }
+
 // LiveStreams is how many streams of the pairing's MaxStreams are held
 // now (forwards and service slots).
 func (a *Agent) LiveStreams() int { return a.streams.Live() }
