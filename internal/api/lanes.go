@@ -12,6 +12,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/tunnels"
 )
 
 // LaneConnectPath is the bastion lane endpoint: GET with Upgrade:
@@ -126,6 +127,9 @@ func (s *Server) serveLane(w http.ResponseWriter, q *call, lane net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
+	stopWatch := make(chan struct{})
+	defer close(stopWatch)
+	go s.watchLane(q, stopWatch, func() { _ = conn.Close(); _ = lane.Close() })
 	go func() {
 		// What the client sent along with its request is in rw.Reader.
 		_, _ = io.Copy(lane, rw.Reader)
@@ -146,4 +150,38 @@ func (s *Server) serveLane(w http.ResponseWriter, q *call, lane net.Conn) {
 	<-done
 	<-done
 	s.deps.Log.Info("lane ended", "request_id", q.c.RequestID)
+}
+
+// watchLane re-decides an open lane's caller every tunnels.RecheckEvery,
+// as the tunnel endpoint does: a revoked credential, a removed binding, a
+// suspended tenant or another tenant's bastion closes it (end), and so
+// do decisions that keep failing for tunnels.FailFor; it returns when
+// stop is closed.
+func (s *Server) watchLane(q *call, stop <-chan struct{}, end func()) {
+	tick := s.deps.Clock.NewTicker(tunnels.RecheckEvery)
+	defer tick.Stop()
+	ctx := context.WithoutCancel(q.ctx)
+	lastDecided := s.deps.Clock.Now()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C():
+		}
+		ok, err := s.recheck(ctx, q)
+		now := s.deps.Clock.Now()
+		switch {
+		case err == nil && ok:
+			lastDecided = now
+			continue
+		case err == nil:
+			s.deps.Log.Info("lane access revoked", "request_id", q.c.RequestID)
+		case now.Sub(lastDecided) < tunnels.FailFor:
+			continue
+		default:
+			s.deps.Log.Warn("lane access undecided: closing", "request_id", q.c.RequestID, "err", err)
+		}
+		end()
+		return
+	}
 }

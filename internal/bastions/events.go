@@ -35,7 +35,7 @@ type LaneEvent struct {
 
 var (
 	eventKindRE   = regexp.MustCompile(`^[a-z.-]{1,32}$`)
-	eventLaneRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9/._-]{0,63}$`)
+	eventLaneRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9/._-]{0,79}$`) // service/ and a 63-byte name fit
 	eventReasonRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 	eventPeerRE   = regexp.MustCompile(`^[0-9a-fA-F:.\[\]%a-z]{1,64}$`)
 	eventHashRE   = regexp.MustCompile(`^[0-9a-f]{64}$`)

@@ -46,7 +46,7 @@ var refusals = map[string]refusal{
 	nodev1.Gateway_Secret_FullMethodName:  {event: "security.secret.refused", err: errAccessDenied},
 	nodev1.Gateway_Session_FullMethodName: {event: "security.session.refused", err: errUnauthenticated},
 	nodev1.Gateway_Tunnel_FullMethodName:  {event: "security.tunnel.refused", err: errAccessDenied},
-	nodev1.Gateway_Bastion_FullMethodName: {event: "security.bastion.refused", err: errAccessDenied},
+	nodev1.Gateway_Bastion_FullMethodName: {event: "security.bastion.refused", err: errUnauthenticated},
 }
 
 // bastionMethods are the only methods a bastion-role certificate may call;
@@ -93,7 +93,7 @@ func (g *Gateway) admit(ctx context.Context, method string) (context.Context, er
 		r := refusalFor(method)
 		g.cfg.Log.Info("call refused", "method", method, "node_id", id.NodeID, "reason", reason)
 		g.svc.Refused(ctx, r.event, reason, id.NodeID)
-		if method == nodev1.Gateway_Session_FullMethodName && reason == reasonRevoked {
+		if (method == nodev1.Gateway_Session_FullMethodName || method == nodev1.Gateway_Bastion_FullMethodName) && reason == reasonRevoked {
 			return nil, errCertRevoked
 		}
 		return nil, r.err

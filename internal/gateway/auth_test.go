@@ -138,7 +138,7 @@ var wantRefusal = map[string]struct {
 	nodev1.Gateway_Secret_FullMethodName:  {codes.PermissionDenied, "security.secret.refused"},
 	nodev1.Gateway_Session_FullMethodName: {codes.Unauthenticated, "security.session.refused"},
 	nodev1.Gateway_Tunnel_FullMethodName:  {codes.PermissionDenied, "security.tunnel.refused"},
-	nodev1.Gateway_Bastion_FullMethodName: {codes.PermissionDenied, "security.bastion.refused"},
+	nodev1.Gateway_Bastion_FullMethodName: {codes.Unauthenticated, "security.bastion.refused"},
 }
 
 // authFixture is a gateway served over TLS on loopback, with a node CA,

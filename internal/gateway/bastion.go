@@ -29,6 +29,9 @@ type BastionServices interface {
 	BastionGrants(ctx context.Context, bastionID string) ([][]byte, error)
 	// BastionPaired reports whether the bastion is still paired.
 	BastionPaired(ctx context.Context, bastionID string) (bool, error)
+	// BastionClosed says a stream BastionHello opened has ended: the
+	// bastion's tunnel peer goes with its last stream.
+	BastionClosed(ctx context.Context, bastionID string)
 	// BastionEvents records the bastion's on-machine audit events in the
 	// control plane's audit log, in the bastion's tenant.
 	BastionEvents(ctx context.Context, bastionID string, evs []*nodev1.BastionEvent) error
@@ -70,10 +73,8 @@ func (g *Gateway) Bastion(stream nodev1.Gateway_BastionServer) error {
 	defer stop()
 	remote, stopRemote := g.poke.Subscribe(bus.RemoteTopic(bus.TopicBastions))
 	defer stopRemote()
-	bs := &bastionStream{g: g, stream: stream, id: c.id}
-	if err := bs.open(ctx, hello); err != nil {
-		return err
-	}
+	// The registry sees the session first, so a bastion whose copy was
+	// just quarantined records no key and gets no tunnel.
 	sessionID := ids.New("s")
 	res, err := g.reg.OpenSession(ctx, HelloInfo{NodeID: c.id.NodeID, BootID: BootTag(hello.BootId), Serial: c.id.Serial,
 		SessionID: sessionID, GatewayID: g.cfg.GatewayID, Version: hello.Version})
@@ -81,14 +82,24 @@ func (g *Gateway) Bastion(stream nodev1.Gateway_BastionServer) error {
 		g.cfg.Log.Error("open bastion session", "bastion_id", c.id.NodeID, "err", err)
 		return status.Error(codes.Internal, string(errs.Internal))
 	}
-	if res.Quarantined {
-		return errCertRevoked
-	}
 	defer func() {
 		if err := g.reg.CloseSession(context.WithoutCancel(ctx), c.id.NodeID, sessionID); err != nil {
 			g.cfg.Log.Error("close bastion session", "bastion_id", c.id.NodeID, "err", err)
 		}
 	}()
+	if res.Quarantined {
+		return errCertRevoked
+	}
+	bs := &bastionStream{g: g, stream: stream, id: c.id}
+	if err := bs.hello(ctx, hello); err != nil {
+		return err
+	}
+	// The tunnel's peer lives only as long as this stream: a revoked,
+	// expired, quarantined or unpaired bastion loses both together.
+	defer g.cfg.Bastions.BastionClosed(context.WithoutCancel(ctx), c.id.NodeID)
+	if err := bs.open(ctx); err != nil {
+		return err
+	}
 	g.cfg.Log.Info("bastion session open", "bastion_id", c.id.NodeID, "session_id", sessionID)
 	return bs.serve(ctx, poke, remote)
 }
@@ -133,10 +144,12 @@ type bastionStream struct {
 	stream nodev1.Gateway_BastionServer
 	id     pki.NodeIdentity
 	sent   [][]byte // the grants last sent
+	cfg    *nodev1.BastionConfig
 }
 
-// open records the hello and sends the configuration and the grants.
-func (b *bastionStream) open(ctx context.Context, h *nodev1.BastionHello) error {
+// hello records the hello (the bastion's key and services, its peer
+// activated); open then sends the configuration and the grants.
+func (b *bastionStream) hello(ctx context.Context, h *nodev1.BastionHello) error {
 	cfg, err := b.g.cfg.Bastions.BastionHello(ctx, b.id.NodeID, h.WgPublicKey, h.Services)
 	if err != nil {
 		var e *errs.Error
@@ -147,7 +160,13 @@ func (b *bastionStream) open(ctx context.Context, h *nodev1.BastionHello) error 
 		b.g.cfg.Log.Error("bastion hello", "bastion_id", b.id.NodeID, "err", err)
 		return status.Error(codes.Internal, string(errs.Internal))
 	}
-	if err := b.stream.Send(&nodev1.BastionServerMessage{Msg: &nodev1.BastionServerMessage_Config{Config: cfg}}); err != nil {
+	b.cfg = cfg
+	return nil
+}
+
+// open sends the configuration and the grants.
+func (b *bastionStream) open(ctx context.Context) error {
+	if err := b.stream.Send(&nodev1.BastionServerMessage{Msg: &nodev1.BastionServerMessage_Config{Config: b.cfg}}); err != nil {
 		return err
 	}
 	return b.sendGrants(ctx, true)
@@ -242,8 +261,10 @@ func (b *bastionStream) events(ctx context.Context, m *nodev1.BastionMessage) er
 		return status.Error(codes.InvalidArgument, string(errs.InvalidInput))
 	}
 	if err := b.g.cfg.Bastions.BastionEvents(ctx, b.id.NodeID, ev.Events); err != nil {
+		// The stream ends, so the bastion reconnects and sends again
+		// everything after the last acknowledged event: none is lost.
 		b.g.cfg.Log.Warn("bastion events not recorded", "bastion_id", b.id.NodeID, "err", err)
-		return nil // unacknowledged: the bastion sends them again
+		return status.Error(codes.Unavailable, "events not recorded")
 	}
 	last := ev.Events[len(ev.Events)-1].Seq
 	return b.stream.Send(&nodev1.BastionServerMessage{Msg: &nodev1.BastionServerMessage_EventsAck{EventsAck: &nodev1.BastionEventsAck{Seq: last}}})

@@ -5,18 +5,21 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 	"github.com/bettercompute/bettercompute/internal/bastion/agent"
+	"github.com/bettercompute/bettercompute/internal/bastion/forward"
 	"github.com/bettercompute/bettercompute/internal/bastion/grant"
 	"github.com/bettercompute/bettercompute/internal/bastion/sockets"
 	"github.com/bettercompute/bettercompute/internal/netguard"
@@ -342,5 +345,93 @@ func TestBastionServiceSlotNeedsServicesAndReach(t *testing.T) {
 		func(p grant.Policy) bool { return p.Reaches("db") })
 	if got := try(); got != "db says hi\n" {
 		t.Fatalf("with services and reach: %q, want the server's line", got)
+	}
+}
+
+// Revoking a bastion's certificate (not an unpair) also ends it: its
+// stream is closed, its tunnel peer removed within 5 s, and the bastion
+// stops with ErrRevoked, its tunnel down and its keys deleted.
+func TestBastionRevokedCertificateEndsTunnelAndKeys(t *testing.T) {
+	e := bastionEnv(t, storetest.NewTestSQLite(t))
+	ctx := context.Background()
+	var tok apitypes.BastionPairToken
+	if err := e.Client.Call(ctx, "bastions.pairToken", apitypes.BastionPairTokenIn{Name: "rev"}, &tok); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	id, err := agent.Pair(ctx, dir, e.CP.GatewayAddr, tok.Token, "rev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.Open(ctx, agent.Config{DataDir: dir, Log: e.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	waitFor(t, "the tunnel", func() bool { return e.CP.Lanes.Connected(id) })
+	if err := e.Client.Call(ctx, "nodes.revoke", apitypes.NodeRevokeIn{NodeID: id}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitForWithin(t, 5*time.Second, "the revoked bastion's tunnel to go", func() bool { return !e.CP.Lanes.Connected(id) })
+	select {
+	case err := <-done:
+		if !errors.Is(err, agent.ErrRevoked) {
+			t.Fatalf("Run = %v, want ErrRevoked", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the revoked bastion still runs")
+	}
+	if a.TunnelPort() != 0 {
+		t.Fatal("the revoked bastion's tunnel is still up")
+	}
+	for _, f := range []string{"wg.key", "identity.json"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
+			t.Errorf("%s still there after the revocation (%v)", f, err)
+		}
+	}
+}
+
+// An open lane is re-decided as a tunnel is: revoking the caller's API
+// key closes it (the client's read ends), with no sleep: the read blocks
+// until the close.
+func TestBastionLaneClosedWhenKeyRevoked(t *testing.T) {
+	e := bastionEnv(t, storetest.NewTestSQLite(t))
+	srv := fakeOllama(t)
+	a := pairBastion(t, e, map[forward.Kind]string{forward.KindOllama: srv.Listener.Addr().String()})
+	grantBastion(t, e, a, apitypes.BastionGrantIn{Allow: []string{"inference"}, Models: []string{"llama3:8b"}},
+		func(p grant.Policy) bool { return p.Allows("inference") })
+	ctx := context.Background()
+	id, err := e.Client.CreateIdentity(ctx, "", "laner", "person")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Client.Bind(ctx, "", id.ID, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	k, err := e.Client.CreateAPIKey(ctx, "", id.ID, "lane", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.NewClient(t, k.Key)
+	conn, err := c.ConnectLane(ctx, a.ID(), "inference/ollama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	if st, body := laneRequest(t, conn, br, "GET", "/api/version", ""); st != 200 {
+		t.Fatalf("before: %d %s", st, body)
+	}
+	if err := e.Client.Call(ctx, "apiKeys.revoke", apitypes.IDIn{ID: k.ID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A lane left open fails the test instead of hanging it.
+	var leftOpen atomic.Bool
+	defer time.AfterFunc(30*time.Second, func() { leftOpen.Store(true); conn.Close() }).Stop()
+	_, _ = io.Copy(io.Discard, br)
+	if leftOpen.Load() {
+		t.Fatal("the lane stayed open after its caller's key was revoked")
 	}
 }

@@ -96,6 +96,10 @@ type Role struct {
 	peers    map[string]Peer // by bastion id
 	byAddr   map[netip.Addr]string
 	services map[string][]string // bastion id -> service names, in slot order
+	// active counts each bastion's open Bastion streams: only a bastion
+	// with one is a peer, so a revoked, expired or quarantined bastion
+	// (whose stream the gateway ends) has no tunnel either.
+	active map[string]int
 }
 
 // Start brings the control plane's tunnel up and keeps its peers in step
@@ -124,7 +128,7 @@ func Start(ctx context.Context, cfg Config) (*Role, error) {
 		return nil, fmt.Errorf("lanes: tunnel: %w", err)
 	}
 	r := &Role{cfg: cfg, tun: tun, pub: key.Public(), egress: egresslane.NewDispatcher(cfg.Clock, cfg.Log),
-		peers: map[string]Peer{}, byAddr: map[netip.Addr]string{}, services: map[string][]string{}}
+		peers: map[string]Peer{}, byAddr: map[netip.Addr]string{}, services: map[string][]string{}, active: map[string]int{}}
 	r.endpoint = cfg.Advertise
 	if r.endpoint == "" {
 		host := ap.Addr()
@@ -186,12 +190,14 @@ func (r *Role) Sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	want := map[string]Peer{}
-	for _, p := range ps {
-		want[p.BastionID] = p
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	want := map[string]Peer{}
+	for _, p := range ps {
+		if r.active[p.BastionID] > 0 {
+			want[p.BastionID] = p
+		}
+	}
 	var errsOut []error
 	for id, old := range r.peers {
 		if p, ok := want[id]; !ok || p.PublicKey != old.PublicKey || p.Addr != old.Addr {
@@ -242,6 +248,24 @@ func (r *Role) who(a net.Addr) (string, bool) {
 
 // EgressParked is how many egress workers the bastion has parked here.
 func (r *Role) EgressParked(bastionID string) int { return r.egress.Parked(bastionID) }
+
+// Activate records an open Bastion stream of the bastion (its peer is
+// added at the next Sync).
+func (r *Role) Activate(bastionID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.active[bastionID]++
+}
+
+// Deactivate records the end of one of the bastion's Bastion streams;
+// with none left its peer goes at the next Sync.
+func (r *Role) Deactivate(bastionID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.active[bastionID]--; r.active[bastionID] <= 0 {
+		delete(r.active, bastionID)
+	}
+}
 
 // SetServices records a bastion's service names in slot order (from its
 // hello), so that service/NAME lanes find their port.

@@ -75,8 +75,10 @@ func (s bastionServices) BastionHello(ctx context.Context, id, key string, servi
 	}
 	s.l.SetServices(id, services)
 	// The peer is added now, not at the next sync, so the bastion's first
-	// handshake is answered.
+	// handshake is answered; it stays while this stream does.
+	s.l.Activate(id)
 	if err := s.l.Sync(ctx); err != nil {
+		s.l.Deactivate(id)
 		return nil, err
 	}
 	host, err := netip.ParseAddr(t.HostAddr)
@@ -90,6 +92,11 @@ func (s bastionServices) BastionHello(ctx context.Context, id, key string, servi
 	return &nodev1.BastionConfig{HostPublicKey: t.HostPublicKey, HostEndpoint: s.l.Endpoint(),
 		HostAddress: netip.PrefixFrom(host, host.BitLen()).String(), BastionAddress: netip.PrefixFrom(self, self.BitLen()).String(),
 		GrantVerifyKey: t.GrantVerifyKey, EgressPort: lanes.EgressPort}, nil
+}
+
+func (s bastionServices) BastionClosed(ctx context.Context, id string) {
+	s.l.Deactivate(id)
+	_ = s.l.Sync(ctx)
 }
 
 func (s bastionServices) BastionGrants(ctx context.Context, id string) ([][]byte, error) {

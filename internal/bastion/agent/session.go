@@ -146,7 +146,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		case errors.Is(err, ErrUnpaired):
 			return err
 		case isRevoked(err):
+			// A revoked bastion is as good as unpaired: its tunnel goes
+			// down and its keys are deleted, so a copy of this folder
+			// taken later holds nothing.
 			a.downTunnel()
+			a.record("unpair", "", "certificate-revoked", "", "")
+			if ferr := forgetKeys(a.cfg.DataDir); ferr != nil {
+				a.cfg.Log.Error("delete bastion keys", "err", ferr)
+			}
 			a.cfg.Log.Error("bastion certificate revoked: not reconnecting", "bastion_id", a.ID())
 			return ErrRevoked
 		}
@@ -245,6 +252,9 @@ func (a *Agent) receive(stream nodev1.Gateway_BastionClient, acked chan<- uint64
 func (a *Agent) setGrants(signed [][]byte) {
 	vkey, err := pinnedGrantKey(a.cfg.DataDir)
 	if err != nil || vkey == "" {
+		// Fail closed: with no key to verify under, no grant holds, not
+		// even one held before.
+		a.grants.Store(&[]grant.Doc{})
 		a.record("refuse", "grants", "grant-key-not-pinned", "", "")
 		return
 	}

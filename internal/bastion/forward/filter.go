@@ -103,9 +103,11 @@ func modelKeys(k Kind, path string) []string {
 	return []string{"model", "name"}
 }
 
-// uncheckable returns the /api/create fields (older ollama) whose base
-// model the filter cannot read; a request carrying one is refused.
-func uncheckable() []string { return []string{"modelfile", "path"} }
+// uncheckable returns the /api/create fields whose base model the filter
+// cannot read: a Modelfile or path (older ollama), and blob digests in
+// files or adapters, which could name an out-of-scope model's weights
+// under an in-scope name. A request carrying one is refused.
+func uncheckable() []string { return []string{"modelfile", "path", "files", "adapters"} }
 
 // FilterRequest is the pure request filter: "" allows the request, else
 // the reason it is refused. body is the whole request body; path is the
