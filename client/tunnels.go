@@ -62,20 +62,33 @@ func (c *Client) OpenShell(ctx context.Context, sandboxID string, argv []string)
 
 // connect presents ticket tk to the tunnel endpoint with query q.
 func (c *Client) connect(ctx context.Context, tk apitypes.TunnelTicket, q url.Values) (*Tunnel, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+tk.ConnectPath+"?"+q.Encode(), nil)
+	rwc, err := c.upgrade(ctx, tk.ConnectPath, q, tunnelwire.Protocol, http.Header{"Bc-Ticket": {tk.Ticket}})
 	if err != nil {
-		return nil, fmt.Errorf("client: tunnel request: %w", err)
+		return nil, err
+	}
+	return &Tunnel{rwc: rwc, rd: tunnelwire.NewReader(rwc)}, nil
+}
+
+// upgrade asks path?q to switch to protocol (with the caller's credential
+// and extra headers) and returns the connection once it answered 101, or
+// the API's error in the usual shape.
+func (c *Client) upgrade(ctx context.Context, path string, q url.Values, protocol string, extra http.Header) (io.ReadWriteCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+path+"?"+q.Encode(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("client: %s request: %w", protocol, err)
+	}
+	for k, v := range extra {
+		req.Header[k] = v
 	}
 	req.Header.Set("X-Better-Compute", "1")
 	req.Header.Set("Authorization", "Bearer "+c.key)
 	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", tunnelwire.Protocol)
-	req.Header.Set("Bc-Ticket", tk.Ticket)
+	req.Header.Set("Upgrade", protocol)
 	hc := *c.HTTP
-	hc.Timeout = 0 // a tunnel lasts as long as it is used
+	hc.Timeout = 0 // the connection lasts as long as it is used
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("client: tunnel: %w", err)
+		return nil, fmt.Errorf("client: %s: %w", protocol, err)
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		defer resp.Body.Close()
@@ -89,9 +102,9 @@ func (c *Client) connect(ctx context.Context, tk apitypes.TunnelTicket, q url.Va
 	rwc, ok := resp.Body.(io.ReadWriteCloser)
 	if !ok {
 		resp.Body.Close()
-		return nil, errors.New("client: the tunnel's connection is not writable")
+		return nil, errors.New("client: the upgraded connection is not writable")
 	}
-	return &Tunnel{rwc: rwc, rd: tunnelwire.NewReader(rwc)}, nil
+	return rwc, nil
 }
 
 // errEndedUnexpectedly: the connection ended without an orderly end or a
