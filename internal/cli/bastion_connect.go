@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os/signal"
-	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -55,36 +54,8 @@ func bastionsConnectCmd() *cobra.Command {
 // runLaneListen accepts on addr until ctx ends, each connection carried
 // over its own lane.
 func runLaneListen(ctx context.Context, cl *client.Client, bastion, lane, addr string, cmd *cobra.Command) error {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return &ExitError{Code: 2, Err: fmt.Errorf("--listen: %w", err)}
-	}
-	stop := context.AfterFunc(ctx, func() { _ = lis.Close() })
-	defer stop()
-	stderr := cmd.ErrOrStderr()
-	fmt.Fprintf(stderr, "forwarding %s to lane %s on bastion %s (Ctrl-C to stop)\n", lis.Addr(), lane, bastion)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	var mu sync.Mutex
-	for {
-		conn, err := lis.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("accept: %w", err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer conn.Close()
-			if err := carryLane(ctx, cl, bastion, lane, conn.(*net.TCPConn)); err != nil {
-				mu.Lock()
-				fmt.Fprintf(stderr, "lane from %s: %v\n", conn.RemoteAddr(), apiErr(err))
-				mu.Unlock()
-			}
-		}()
-	}
+	return acceptLoop(ctx, addr, fmt.Sprintf("to lane %s on bastion %s", lane, bastion), "lane", cmd.ErrOrStderr(),
+		func(c *net.TCPConn) error { return carryLane(ctx, cl, bastion, lane, c) })
 }
 
 // carryLane carries one local connection over its own lane.

@@ -84,14 +84,21 @@ func runTunnelStdio(ctx context.Context, cl *client.Client, node string, port in
 // runTunnelListen accepts connections on addr until ctx ends, each
 // carried over its own tunnel.
 func runTunnelListen(ctx context.Context, cl *client.Client, node string, port int, addr string, cmd *cobra.Command) error {
+	return acceptLoop(ctx, addr, fmt.Sprintf("to port %d on node %s", port, node), "tunnel", cmd.ErrOrStderr(),
+		func(c *net.TCPConn) error { return forwardConn(ctx, cl, node, port, c) })
+}
+
+// acceptLoop accepts on the loopback address addr until ctx ends and
+// serves each connection with serve in its own goroutine, printing a
+// failure (as what from the peer) on stderr; it waits for them to end.
+func acceptLoop(ctx context.Context, addr, banner, what string, stderr io.Writer, serve func(*net.TCPConn) error) error {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return &ExitError{Code: 2, Err: fmt.Errorf("--listen: %w", err)}
 	}
 	stop := context.AfterFunc(ctx, func() { _ = lis.Close() })
 	defer stop()
-	stderr := cmd.ErrOrStderr()
-	fmt.Fprintf(stderr, "forwarding %s to port %d on node %s (Ctrl-C to stop)\n", lis.Addr(), port, node)
+	fmt.Fprintf(stderr, "forwarding %s %s (Ctrl-C to stop)\n", lis.Addr(), banner)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	var mu sync.Mutex
@@ -107,9 +114,9 @@ func runTunnelListen(ctx context.Context, cl *client.Client, node string, port i
 		go func() {
 			defer wg.Done()
 			defer conn.Close()
-			if err := forwardConn(ctx, cl, node, port, conn.(*net.TCPConn)); err != nil {
+			if err := serve(conn.(*net.TCPConn)); err != nil {
 				mu.Lock()
-				fmt.Fprintf(stderr, "tunnel from %s: %v\n", conn.RemoteAddr(), apiErr(err))
+				fmt.Fprintf(stderr, "%s from %s: %v\n", what, conn.RemoteAddr(), apiErr(err))
 				mu.Unlock()
 			}
 		}()
