@@ -30,10 +30,12 @@ func DefaultBastionDir() string {
 	return ".bcd-bastion"
 }
 
-// bastionCmd is `bcd bastion`: pair, run, audit verify.
+// bastionCmd is `bcd bastion`: pair, run, audit verify, and the person's
+// on-machine commands (enroll, approve, share, ops, root-grant, anchor).
 func bastionCmd(stdin io.Reader) *cobra.Command {
 	c := &cobra.Command{Use: "bastion", Short: "Run this machine as a bastion: it dials out and serves only gated lanes"}
 	c.AddCommand(bastionPairCmd(stdin), bastionRunCmd(), bastionAuditCmd())
+	c.AddCommand(bastionOpsCmds(stdin)...)
 	return c
 }
 

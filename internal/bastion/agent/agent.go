@@ -102,6 +102,13 @@ type Config struct {
 	Clock    clock.Clock
 	Log      *slog.Logger
 	Version  string
+	// ActionRuntime runs action ops' dry runs: runc (default) or runsc.
+	ActionRuntime string
+	// Shell is the terminals' shell (default $SHELL, else /bin/sh).
+	Shell string
+	// IsRoot tells whether the bastion runs as root (default: its
+	// effective uid is 0); root terminals and root commands need it.
+	IsRoot func() bool
 	// MinBackoff, MaxBackoff bound reconnect delays (200ms to 30s).
 	MinBackoff, MaxBackoff time.Duration
 }
@@ -142,6 +149,9 @@ func withDefaults(cfg Config) (Config, error) {
 	}
 	if cfg.Local == nil {
 		cfg.Local = netguard.NewLocalChecker()
+	}
+	if cfg.IsRoot == nil {
+		cfg.IsRoot = func() bool { return os.Geteuid() == 0 }
 	}
 	if len(cfg.Services) > MaxServices {
 		return cfg, fmt.Errorf("bastion: at most %d services", MaxServices)

@@ -51,6 +51,10 @@ func (a *Agent) upTunnel(ctx context.Context, plan tunnelPlan, fp string) error 
 		stop()
 		return err
 	}
+	if err := a.startOps(lctx, tun, host, &wg); err != nil {
+		stop()
+		return err
+	}
 	a.startEgress(lctx, tun, netip.AddrPortFrom(host, plan.egress), &wg)
 	a.mu.Lock()
 	a.tun, a.tunCfg, a.stopTun = tun, fp, stop

@@ -18,9 +18,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/bettercompute/bettercompute/internal/bastion/approval"
 	"github.com/bettercompute/bettercompute/internal/bastion/chainlog"
 	"github.com/bettercompute/bettercompute/internal/bastion/forward"
 	"github.com/bettercompute/bettercompute/internal/bastion/grant"
+	"github.com/bettercompute/bettercompute/internal/bastion/ops"
 	"github.com/bettercompute/bettercompute/internal/bastion/wgtun"
 	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/daemon"
@@ -43,6 +45,9 @@ type Agent struct {
 	audit   *chainlog.Log
 	streams *forward.Streams
 	bootID  string
+
+	approvals *approval.Store // the second factor, approvals, standing grants
+	ops       *ops.Server     // the op server served on PortOps in the tunnel
 
 	grants    atomic.Pointer[[]grant.Doc] // verified, for this bastion
 	connected atomic.Bool
@@ -85,6 +90,11 @@ func Open(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, node: n, wgKey: key, audit: al, streams: forward.NewStreams(MaxStreams), bootID: ids.New("b"), notify: make(chan struct{}, 1)}
 	a.grants.Store(&[]grant.Doc{})
+	if err := a.openOps(); err != nil {
+		al.Close()
+		n.Close()
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -96,6 +106,9 @@ func (a *Agent) serviceNames() []string {
 	}
 	return out
 }
+
+// DataDir is the bastion's data folder.
+func (a *Agent) DataDir() string { return a.cfg.DataDir }
 
 // ID is the bastion's id (its certificate's node id).
 func (a *Agent) ID() string { return a.node.NodeID() }
