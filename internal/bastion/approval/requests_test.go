@@ -19,6 +19,8 @@ func TestApprovalBoundToOpAndDigestSpentOnce(t *testing.T) {
 	if !strings.HasPrefix(a.ID, "apr_") || len(a.ID) != 24 || a.ID == b.ID || !a.Expires.Equal(a.Created.Add(5*time.Minute)) {
 		t.Fatalf("request %+v", a)
 	}
+	wantRefused(t, f.s.Approve(a.ID, f.wrongCode(t)), ReasonCodeInvalid)
+	wantRefused(t, f.s.Spend(a.ID, moveOp, dA), ReasonNotApproved)
 	must(t, f.s.Approve(a.ID, f.fresh(t)))
 	// A's approval does not spend B's op, nor A's id with another op or digest.
 	wantRefused(t, f.s.Spend(a.ID, moveOp, dB), ReasonApprovalMismatch)

@@ -231,3 +231,35 @@ func TestDropStanding(t *testing.T) {
 	_, err = f.s.UseStanding("files:read")
 	wantRefused(t, err, ReasonNoStanding)
 }
+
+// TestRecordBindsIDAndBastion checks the seal format the brief fixes: a
+// record opens only under aad "bc-bastion-ops\x00"+bastion+"\x00"+id, and
+// a record that opens but whose plaintext names another id or bastion (as
+// only a holder of the key could write) holds no grant either.
+func TestRecordBindsIDAndBastion(t *testing.T) {
+	f := newFixture(t)
+	f.enroll(t)
+	g := f.grant(t, moveOp, 3, 10)
+	rec := f.readOps(t).Records[0]
+	key := DeriveKey(testSecret, "bc-bastion ops.json v1")
+	if _, err := Open(key, []byte("bc-bastion-ops\x00bastion-1\x00"+g.ID), rec.Sealed); err != nil {
+		t.Fatalf("record does not open under its aad: %v", err)
+	}
+	_, err := Open(key, []byte("bc-bastion-ops\x00bastion-1\x00sg_other"), rec.Sealed)
+	wantRefused(t, err, ReasonSealBroken)
+
+	const id = "sg_cccccccccccccccccccc"
+	for name, p := range map[string]standingPlain{
+		"other id":      {V: 1, ID: "sg_dddddddddddddddddddd", Bastion: f.bid},
+		"other bastion": {V: 1, ID: id, Bastion: "bastion-2"},
+		"other version": {V: 2, ID: id, Bastion: f.bid},
+	} {
+		p.Kind, p.NotBefore, p.NotAfter, p.PerHour, p.PerDay = moveOp, f.clk.Now(), f.clk.Now().Add(time.Hour), 5, 5
+		pt, err := json.Marshal(p)
+		must(t, err)
+		sealed, err := Seal(key, opsAAD(f.bid, id), pt)
+		must(t, err)
+		f.writeOps(t, opsDoc{Records: []opsRecord{{ID: id, Sealed: sealed}}})
+		t.Run(name, func(t *testing.T) { f.wantNoGrant(t, moveOp) })
+	}
+}
