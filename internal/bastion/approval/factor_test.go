@@ -96,14 +96,24 @@ func TestFactorFileDamaged(t *testing.T) {
 }
 
 func TestFactorFromAnotherBastionRefused(t *testing.T) {
-	a, b := newFixture(t), newFixture(t)
-	b.keyIn = []byte("another bastion's key bytes....!")
-	b.s = b.open(t)
-	b.enroll(t)
-	must(t, os.WriteFile(filepath.Join(a.dir, factorFile), b.readFile(t, factorFile), 0o600))
-	if a.s.Enrolled() {
-		t.Fatal("a factor copied from another bastion counts as enrolled")
+	for name, other := range map[string]struct {
+		key []byte
+		id  string
+	}{
+		"other key":        {[]byte("another bastion's key bytes....!"), "bastion-1"},
+		"other bastion id": {testSecret, "bastion-2"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a, b := newFixture(t), newFixture(t)
+			b.keyIn, b.bid = other.key, other.id
+			b.s = b.open(t)
+			b.enroll(t)
+			must(t, os.WriteFile(filepath.Join(a.dir, factorFile), b.readFile(t, factorFile), 0o600))
+			if a.s.Enrolled() {
+				t.Fatal("a factor copied from another bastion counts as enrolled")
+			}
+			a.totp = b.totp
+			wantRefused(t, a.s.VerifyCode(a.codeAt(t, a.clk.Now())), ReasonFactorDamaged)
+		})
 	}
-	a.totp = b.totp
-	wantRefused(t, a.s.VerifyCode(a.codeAt(t, a.clk.Now())), ReasonFactorDamaged)
 }

@@ -76,7 +76,7 @@ func TestGrantStandingChecks(t *testing.T) {
 		perHour, perDay int
 		reason          string
 	}{
-		{"over 30 days", moveOp, 0, MaxWindow + time.Second, 1, 1, ReasonBadWindow},
+		{"over 30 days", moveOp, 0, 30*24*time.Hour + time.Second, 1, 1, ReasonBadWindow},
 		{"ended", moveOp, -2 * time.Hour, -time.Hour, 1, 1, ReasonBadWindow},
 		{"empty", moveOp, time.Hour, time.Hour, 1, 1, ReasonBadWindow},
 		{"zero per hour", moveOp, 0, time.Hour, 0, 1, ReasonBadRate},
@@ -92,9 +92,9 @@ func TestGrantStandingChecks(t *testing.T) {
 		})
 	}
 	now := f.clk.Now()
-	_, err := f.s.GrantStanding(moveOp, now, now.Add(MaxWindow), 1, 1, f.wrongCode(t))
+	_, err := f.s.GrantStanding(moveOp, now, now.Add(30*24*time.Hour), 1, 1, f.wrongCode(t))
 	wantRefused(t, err, ReasonCodeInvalid)
-	_, err = f.s.GrantStanding(moveOp, now, now.Add(MaxWindow), 1, 1, f.fresh(t))
+	_, err = f.s.GrantStanding(moveOp, now, now.Add(30*24*time.Hour), 1, 1, f.fresh(t))
 	must(t, err)
 }
 
