@@ -107,7 +107,7 @@ func (f *Folder) checkMove(m Move, archive string) (planned, error) {
 	to := m.To
 	if to == "" {
 		if archive == "" {
-			return p, f.heldTree(p.from, "", m.From)
+			return p, f.heldTree(p, "")
 		}
 		to, p.archived = archive+"/"+from.rel, true
 	}
@@ -116,14 +116,19 @@ func (f *Folder) checkMove(m Move, archive string) (planned, error) {
 		return planned{}, err
 	}
 	p.to = dest.rel
-	return p, f.heldTree(p.from, p.to, m.From)
+	return p, f.heldTree(p, p.to)
 }
 
-// heldTree refuses moving the folder at from (to to, when known) if any
-// path in it, under from or under to, is excluded or in ".agent". Links
-// are not followed (the move moves them, not their targets). A folder with
-// more than maxEntries entries in all is refused (ReasonTooLarge).
-func (f *Folder) heldTree(from, to, given string) error {
+// heldTree refuses moving p's source, when it is a folder, if any path in
+// it, under the source or under to (when known), is excluded or in
+// ".agent". Links are not followed (the move moves them, not their
+// targets). A folder with more than maxEntries entries in all is refused
+// (ReasonTooLarge).
+func (f *Folder) heldTree(p planned, to string) error {
+	if !p.fromInfo.IsDir() {
+		return nil
+	}
+	from, given := p.from, p.move.From
 	dirs, seen := []string{"."}, 0
 	for len(dirs) > 0 {
 		sub := dirs[len(dirs)-1]
