@@ -42,6 +42,9 @@ type Folder struct {
 	// beforeRename, when set (tests only), runs after a move's checks and
 	// just before its rename.
 	beforeRename func(Move)
+	// beforeOpen, when set (tests only), runs after a path's checks and
+	// just before it is opened.
+	beforeOpen func(rel string)
 }
 
 // OpenFolder opens the share's folder. The folder must still be a folder
@@ -162,6 +165,9 @@ func (f *Folder) Read(rel string, max int64) ([]byte, error) {
 // O_NONBLOCK a FIFO's wait) and requires the file opened to be the one
 // resolved (ReasonPathChanged).
 func (f *Folder) openSame(r resolved, given string) (*os.File, error) {
+	if f.beforeOpen != nil {
+		f.beforeOpen(r.rel)
+	}
 	fh, err := f.root.OpenFile(r.rel, openFlags, 0)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.ENOTDIR) {
 		return nil, refuse(ReasonPathChanged, given)

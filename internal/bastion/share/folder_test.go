@@ -2,6 +2,8 @@ package share
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,6 +22,7 @@ var standard = []string{
 	"toAgent -> .agent/notes",
 	"toAgentUp -> proj/../.agent/notes",
 	"alias -> private",
+	"pubAlias -> private",
 	"loop1 -> loop2", "loop2 -> loop1",
 	"goodLink -> docs/readme.md",
 }
@@ -27,7 +30,7 @@ var standard = []string{
 // TestPathRules asserts each path rule by its exact reason, on read, stat
 // and list alike.
 func TestPathRules(t *testing.T) {
-	f, _ := openTest(t, []string{"secret", ".config/gcloud", "private/keys"}, standard...)
+	f, _ := openTest(t, []string{"secret", ".config/gcloud", "private/keys", "pubAlias/ok"}, standard...)
 	cases := []struct{ path, reason string }{
 		{"/etc/passwd", ReasonPathInvalid},
 		{"a/../a.txt", ReasonPathInvalid},
@@ -47,6 +50,7 @@ func TestPathRules(t *testing.T) {
 		{"toSecret", ReasonExcluded},
 		{"secretDir/x.txt", ReasonExcluded},
 		{"alias/keys/k", ReasonExcluded},
+		{"pubAlias/ok", ReasonExcluded}, // excluded by the name given only
 		{"toAgent", ReasonAgentFolder},
 		{"toAgentUp", ReasonAgentFolder},
 		{"loop1", ReasonLinkLoop},
@@ -127,7 +131,7 @@ func names(es []Entry) []string {
 // TestListHidesExcluded: a listing leaves out excluded names and .agent,
 // by the path given and by the path a link leads to.
 func TestListHidesExcluded(t *testing.T) {
-	f, _ := openTest(t, []string{"secret", ".config/gcloud", "private/keys"}, standard...)
+	f, _ := openTest(t, []string{"secret", ".config/gcloud", "private/keys", "pubAlias/ok"}, standard...)
 	top, err := f.List("")
 	if err != nil {
 		t.Fatal(err)
@@ -156,5 +160,43 @@ func TestListHidesExcluded(t *testing.T) {
 		if err != nil || !slices.Equal(names(es), want) {
 			t.Errorf("list %s = %v, %v; want %v", dir, names(es), err, want)
 		}
+	}
+}
+
+// TestSwappedAfterCheck: a file or folder replaced between the checks and
+// the open (by a link into an excluded folder, or by another file) is
+// refused, not served.
+func TestSwappedAfterCheck(t *testing.T) {
+	cases := []struct {
+		name string
+		swap func(root string) error
+		op   func(f *Folder) error
+	}{
+		{"file to link", func(root string) error {
+			if err := os.Remove(filepath.Join(root, "a.txt")); err != nil {
+				return err
+			}
+			return os.Symlink("secret/x.txt", filepath.Join(root, "a.txt"))
+		}, func(f *Folder) error { _, err := f.Read("a.txt", 0); return err }},
+		{"file to file", func(root string) error {
+			return os.Rename(filepath.Join(root, "secret", "x.txt"), filepath.Join(root, "a.txt"))
+		}, func(f *Folder) error { _, err := f.Read("a.txt", 0); return err }},
+		{"folder to link", func(root string) error {
+			if err := os.Rename(filepath.Join(root, "docs"), filepath.Join(root, "docs-old")); err != nil {
+				return err
+			}
+			return os.Symlink("secret", filepath.Join(root, "docs"))
+		}, func(f *Folder) error { _, err := f.List("docs"); return err }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f, root := openTest(t, []string{"secret"}, standard...)
+			f.beforeOpen = func(string) {
+				if err := c.swap(root); err != nil {
+					t.Error(err)
+				}
+			}
+			wantReason(t, c.op(f), ReasonPathChanged)
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package share
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -92,7 +93,7 @@ func TestMoveRefusals(t *testing.T) {
 	f, root := openTest(t, []string{"secret", ".config/gcloud"}, append(standard, "stuff/gcloud/k", "keep.txt")...)
 	many := make([]Move, 101)
 	for i := range many {
-		many[i] = Move{From: "a.txt"}
+		many[i] = Move{From: fmt.Sprint("f", i)}
 	}
 	cases := []struct {
 		name   string
