@@ -153,6 +153,7 @@ func TestListHidesExcluded(t *testing.T) {
 		"proj":        {"code.go"},
 		"alias":       {"ok"},
 		"private":     {"ok"},
+		"pubAlias":    nil, // "ok" is excluded by the name given only
 		"a/b/c":       nil,
 	}
 	for dir, want := range cases {
