@@ -78,7 +78,7 @@ func (t *Terminals) Serve(ctx context.Context, conn io.ReadWriteCloser, sessionI
 	}
 	defer ptmx.Close()
 	t.audit(KindTerminal, EventOpen, who+" transcript "+tr.name+" pid "+strconv.Itoa(cmd.Process.Pid))
-	t.log.Info("terminal: opened", "session", sessionID, "root", root)
+	t.log.Info("terminal: opened", "session", sessionID, "root_terminal", root)
 	s := &session{t: t, conn: conn, ptmx: ptmx, cmd: cmd, tr: tr}
 	cause := s.run(ctx)
 	code := cmd.ProcessState.ExitCode()
