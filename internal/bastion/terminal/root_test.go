@@ -231,3 +231,23 @@ func TestRunRootContextEnd(t *testing.T) {
 	}
 	waitGone(t, pid)
 }
+
+// TestRunRootStopsAtGrantEnd: the watcher also wakes at the grant's end,
+// not only on its 500 ms tick.
+func TestRunRootStopsAtGrantEnd(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	fake := clock.NewFake(t0)
+	terms, audit, _ := newTerms(t, func(c *Config) { c.Clock = fake })
+	grant := func() (time.Time, bool) { return t0.Add(100 * time.Millisecond), true }
+	ch := startRoot(terms, []string{"/bin/sleep", "30"}, grant)
+	startedPid(t, audit)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := fake.BlockUntil(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	fake.Advance(100 * time.Millisecond) // before the first tick
+	if r := waitRoot(t, ch); r.res.Stopped != StoppedExpired {
+		t.Fatalf("RunRoot = %+v, %v; want stopped %s", r.res, r.err, StoppedExpired)
+	}
+}

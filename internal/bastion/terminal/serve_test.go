@@ -140,8 +140,18 @@ func TestServeRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			terms, audit, dir := newTerms(t, func(c *Config) { c.IsRoot = func() bool { return false } })
 			server, client := net.Pipe()
+			defer client.Close()
 			out := readAll(client)
-			err := terms.Serve(context.Background(), server, tc.session, true)
+			done := make(chan error, 1)
+			go func() { done <- terms.Serve(context.Background(), server, tc.session, true) }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(5 * time.Second):
+				client.Close() // a shell was started: end it, then fail
+				<-done
+				t.Fatal("Serve started a session instead of refusing")
+			}
 			wantRefusal(t, err, tc.reason)
 			<-out.done
 			if n := len(transcripts(t, dir)); n != 0 {
