@@ -15,6 +15,9 @@ import (
 // TermProtocol is the Upgrade token of GET /v1/terminal.
 const TermProtocol = "bc-term-v1"
 
+// queryRoot is the terminal query's root flag.
+const queryRoot = "root" // archtest:not-tenant (a query parameter)
+
 // Handler serves POST /v1/op and GET /v1/terminal as b19-wire.md says.
 // Anything else is refused NOT_FOUND no-such-endpoint.
 func (s *Server) Handler() http.Handler {
@@ -163,11 +166,11 @@ func terminalOp(r *http.Request) (Op, error) {
 		return Op{}, invalid(ReasonMalformed, "the query does not parse")
 	}
 	for k, v := range q {
-		if (k != "session" && k != "root" && k != "approval") || len(v) != 1 {
+		if (k != "session" && k != queryRoot && k != "approval") || len(v) != 1 {
 			return Op{}, invalid(ReasonMalformed, "query: session, root and approval, each once")
 		}
 	}
-	root := q.Get("root")
+	root := q.Get(queryRoot)
 	if root != "0" && root != "1" {
 		return Op{}, invalid(ReasonMalformed, "root: 0 or 1")
 	}

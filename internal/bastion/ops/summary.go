@@ -39,7 +39,7 @@ func Summary(kind string, args any, extra string) string {
 	case TerminalArgs:
 		who := "the bastion's user"
 		if a.Root {
-			who = "root"
+			who = "root" // archtest:not-tenant (the superuser)
 		}
 		fmt.Fprintf(&b, " session %s as %s", a.Session, who)
 	default:
