@@ -1,0 +1,106 @@
+package ops
+
+import (
+	"fmt"
+	"time"
+)
+
+// How an op came to run, in its audit line.
+const (
+	byRead      = "read"
+	byRootGrant = "root-grant"
+	byApproval  = "approval"
+	byStanding  = "standing"
+)
+
+// decide says whether op may run and how (byRead, byRootGrant, byApproval,
+// byStanding), or refuses it. It is the table in the package doc, in order.
+func (s *Server) decide(op Op) (string, error) {
+	a := s.cfg.Approvals
+	if op.Kind == KindRootRun || rootTerminal(op) {
+		if !s.cfg.IsRoot() {
+			return "", denied(ReasonNotRoot, "the bastion does not run as root")
+		}
+		if op.Kind == KindRootRun {
+			return byRootGrant, nil // Root.Run checks the grant given here
+		}
+	}
+	if !kinds[op.Kind].write {
+		return byRead, nil
+	}
+	if until, locked := a.WritesLocked(); locked {
+		return "", denied(ReasonWritesLocked, "writes are closed until "+until.UTC().Format(time.RFC3339))
+	}
+	if !a.Enrolled() {
+		return "", denied(ReasonFactorNotEnrolled, EnrollHint)
+	}
+	extra, err := s.precheck(op)
+	if err != nil {
+		return "", err
+	}
+	digest := Digest(op.Kind, op.Canonical)
+	if op.Approval != "" {
+		if err := a.Spend(op.Approval, op.Kind, digest); err != nil {
+			a.NoteRefusedWrite()
+			return "", spendRefusal(err)
+		}
+		return byApproval, nil
+	}
+	if op.Kind != KindTerminal {
+		err := a.UseStanding(op.Kind)
+		if err == nil {
+			return byStanding, nil
+		}
+		if refusalOf(err) == nil {
+			return "", fmt.Errorf("ops: standing grant: %w", err)
+		}
+	}
+	return "", s.ask(op, digest, extra)
+}
+
+// rootTerminal reports a terminal asked as root.
+func rootTerminal(op Op) bool {
+	t, ok := op.Args.(TerminalArgs)
+	return ok && t.Root
+}
+
+// precheck runs the kind's own check before the person is asked, so a bad
+// request never reaches them. It returns extra summary text (a plan's).
+func (s *Server) precheck(op Op) (string, error) {
+	switch a := op.Args.(type) {
+	case MovePlanArgs:
+		return "", s.cfg.Files.CheckMoves(a.Share, a.Moves)
+	case DryRunArgs:
+		return "", s.cfg.Actions.Check(a.Share, a)
+	case ApplyArgs:
+		return s.cfg.Actions.PlanSummary(a.Plan, a.Digest)
+	}
+	return "", nil
+}
+
+// spendRefusal is a refused Spend as ACCESS_DENIED with the approval
+// store's reason; an error that is not a refusal is passed on.
+func spendRefusal(err error) error {
+	r := refusalOf(err)
+	if r == nil {
+		return fmt.Errorf("ops: spend approval: %w", err)
+	}
+	return denied(r.Reason, r.Detail)
+}
+
+// ask files an approval request and refuses APPROVAL_REQUIRED with it.
+func (s *Server) ask(op Op, digest, extra string) error {
+	summary := Summary(op.Kind, op.Args, extra)
+	id, expires, err := s.cfg.Approvals.Ask(op.Kind, digest, summary)
+	if err != nil {
+		if r := refusalOf(err); r != nil {
+			return denied(r.Reason, r.Detail)
+		}
+		return fmt.Errorf("ops: ask approval: %w", err)
+	}
+	return &RefusedError{
+		Code: CodeApprovalRequired, Reason: ReasonApprovalRequired,
+		Detail:          "approve it on the machine: bcd bastion approve " + id,
+		ApprovalRequest: id, ApprovalExpires: expires, Summary: summary,
+	}
+}
