@@ -173,3 +173,9 @@ func wantReason(t *testing.T, err error, reason string) {
 		t.Fatalf("want refusal %q, got %q (%v)", reason, re.RefusalReason(), err)
 	}
 }
+
+// execOutput runs a command and returns its standard output.
+func execOutput(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).Output()
+	return string(out), err
+}
