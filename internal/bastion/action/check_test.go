@@ -37,7 +37,8 @@ func TestCheckRefusesPrivateDestinations(t *testing.T) {
 }
 
 // TestCheckAnchoredKeepsPrivate: an anchored machine allows private
-// destinations but never loopback, link-local, metadata or this machine.
+// destinations but never loopback, link-local, metadata or this machine,
+// also inside NAT64 or 6to4 (10.1.2.3 is this machine here).
 func TestCheckAnchoredKeepsPrivate(t *testing.T) {
 	e := newEnv(t, testOpts{anchored: true, local: fakeLocal{netip.MustParseAddr("10.1.2.3"): true}})
 	for _, host := range []string{"10.0.0.1", "192.168.1.1", "[fd00::1]", "100.64.0.1", "[64:ff9b::a00:1]"} {
@@ -46,7 +47,8 @@ func TestCheckAnchoredKeepsPrivate(t *testing.T) {
 		}
 	}
 	for _, host := range []string{"127.0.0.1", "[::1]", "localhost", "169.254.169.254", "100.100.100.200",
-		"[fd00:ec2::254]", "[fe80::1]", "0.0.0.0", "[64:ff9b::7f00:1]", "[2002:7f00:1::]", "10.1.2.3", "[::ffff:127.0.0.1]"} {
+		"[fd00:ec2::254]", "[fe80::1]", "0.0.0.0", "[64:ff9b::7f00:1]", "[2002:7f00:1::]", "10.1.2.3", "[::ffff:127.0.0.1]",
+		"[64:ff9b::a01:203]", "[2002:a01:203::]"} {
 		t.Run(host, func(t *testing.T) {
 			wantReason(t, e.r.Check(prog("http://"+host+"/")), ReasonDestinationPrivate)
 		})

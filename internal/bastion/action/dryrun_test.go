@@ -64,8 +64,16 @@ exit 3
 			t.Fatalf("after apply %s = %q, want %q", p, got, body)
 		}
 	}
+	// Put the originals back: the plan is spent all the same.
+	e.write(t, "notes.txt", "old\n")
+	if err := os.Remove(filepath.Join(e.folder, "sub", "created.txt")); err != nil {
+		t.Fatal(err)
+	}
 	_, err = e.r.Apply(context.Background(), e.folder, plan.ID, plan.Digest)
 	wantReason(t, err, ReasonUnknownPlan)
+	if got := e.read(t, "notes.txt"); got != "old\n" {
+		t.Fatalf("a second apply landed notes.txt: %q", got)
+	}
 	_, err = e.r.Summary(plan.ID)
 	wantReason(t, err, ReasonUnknownPlan)
 	if left, _ := os.ReadDir(filepath.Join(e.state, "run")); len(left) != 0 {
@@ -133,8 +141,8 @@ func TestApplyStale(t *testing.T) {
 	}
 }
 
-// TestDryRunRefusesLinks: an effect that is a link (in the folder, or a
-// folder link out of it), or that the program turns into a link, is
+// TestDryRunRefusesLinks: an effect that is a link (out of the folder or
+// inside it), or under a folder link out of it,, or that the program turns into a link, is
 // effect-not-file.
 func TestDryRunRefusesLinks(t *testing.T) {
 	requireRunc(t)
@@ -149,7 +157,11 @@ func TestDryRunRefusesLinks(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(e.folder, "out")); err != nil {
 		t.Fatal(err)
 	}
-	for _, effect := range []string{"link.txt", "out/secret"} {
+	e.write(t, "real.txt", "real\n")
+	if err := os.Symlink("real.txt", filepath.Join(e.folder, "alias.txt")); err != nil {
+		t.Fatal(err)
+	}
+	for _, effect := range []string{"link.txt", "out/secret", "alias.txt"} {
 		_, err := e.r.DryRun(context.Background(), e.folder, Program{Script: "true", Effects: []string{effect}})
 		wantReason(t, err, ReasonEffectNotFile)
 	}
