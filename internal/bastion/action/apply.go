@@ -19,7 +19,8 @@ import (
 // (ReasonDestinationPrivate); an effect that changed in folder since the
 // dry run is ReasonStale; then each change is written through os.Root of
 // folder (temporary file and rename) and nothing else. It returns the
-// changes written.
+// changes written. folder "" is the folder the dry run ran on; another
+// folder than that is ReasonPlanMismatch.
 func (r *Runner) Apply(ctx context.Context, folder, planID, digest string) ([]Change, error) {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
@@ -29,6 +30,12 @@ func (r *Runner) Apply(ctx context.Context, folder, planID, digest string) ([]Ch
 	}
 	if subtle.ConstantTimeCompare([]byte(digest), []byte(sp.Digest)) != 1 {
 		return nil, refuse(ReasonPlanMismatch, "the digest is not the plan's")
+	}
+	switch {
+	case folder == "":
+		folder = sp.Folder
+	case folder != sp.Folder:
+		return nil, refuse(ReasonPlanMismatch, "the plan was made for another folder")
 	}
 	// Spend the plan: the one rename that succeeds owns it.
 	spent := filepath.Join(r.stateDir, "plans", ".spent-"+planID)

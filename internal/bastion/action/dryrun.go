@@ -64,7 +64,7 @@ func (r *Runner) DryRun(ctx context.Context, folder string, p Program) (Plan, er
 	if res.TimedOut {
 		res.Stderr += fmt.Sprintf("\n[the program was stopped after %s]\n", r.timeout)
 	}
-	return r.keepPlan(id, d.work, p.Effects, originals, hosts, res)
+	return r.keepPlan(id, folder, d.work, p.Effects, originals, hosts, res)
 }
 
 // readOriginals reads each declared effect that exists in folder.
@@ -155,7 +155,7 @@ func copyOriginals(work string, originals map[string]original) error {
 
 // keepPlan reads the effects back from work, makes the change list and
 // stores the plan.
-func (r *Runner) keepPlan(id, work string, effects []string, originals map[string]original, hosts []string, res runResult) (Plan, error) {
+func (r *Runner) keepPlan(id, folder, work string, effects []string, originals map[string]original, hosts []string, res runResult) (Plan, error) {
 	root, err := os.OpenRoot(work)
 	if err != nil {
 		return Plan{}, fmt.Errorf("action: /work: %w", err)
@@ -163,7 +163,7 @@ func (r *Runner) keepPlan(id, work string, effects []string, originals map[strin
 	defer root.Close()
 	sorted := append([]string{}, effects...)
 	sort.Strings(sorted)
-	sp := storedPlan{Created: r.clock.Now().UTC(), Hosts: hosts, Originals: map[string]string{}}
+	sp := storedPlan{Created: r.clock.Now().UTC(), Folder: folder, Hosts: hosts, Originals: map[string]string{}}
 	sp.Changes = []Change{}
 	var data [][]byte
 	for _, e := range sorted {

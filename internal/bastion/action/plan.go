@@ -56,6 +56,8 @@ type Plan struct {
 type storedPlan struct {
 	Plan
 	Created time.Time `json:"created"`
+	// Folder is the folder the dry run ran on; the apply lands there.
+	Folder string `json:"folder"`
 	// Hosts are every host an input fetch reached, redirects included.
 	Hosts []string `json:"hosts"`
 	// Originals maps each changed path to the hex SHA-256 of the file the

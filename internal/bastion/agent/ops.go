@@ -160,14 +160,13 @@ func (f shareFiles) List(id, rel string) (any, error) {
 		if es == nil {
 			es = []share.Entry{}
 		}
-		return map[string]any{"entries": es}, err
+		return es, err
 	})
 }
 
 func (f shareFiles) Stat(id, rel string) (any, error) {
 	return f.folder(id, func(fo *share.Folder) (any, error) {
-		e, err := fo.Stat(rel)
-		return map[string]any{"entry": e}, err
+		return fo.Stat(rel)
 	})
 }
 
@@ -233,11 +232,7 @@ func (x *actions) DryRun(ctx context.Context, a ops.DryRunArgs) (any, error) {
 func (x *actions) PlanSummary(plan, _ string) (string, error) { return x.r.Summary(plan) }
 
 func (x *actions) Apply(ctx context.Context, a ops.ApplyArgs) (any, error) {
-	applied, err := x.r.Apply(ctx, a.Plan, a.Digest)
-	if err != nil {
-		return nil, err
-	}
-	return map[string]any{"applied": applied}, nil
+	return x.r.Apply(ctx, "", a.Plan, a.Digest)
 }
 
 // rootRunner runs root commands under the root command grant given on
