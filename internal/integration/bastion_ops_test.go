@@ -5,10 +5,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,7 +150,7 @@ func TestBastionOpsSharedFoldersAndApprovals(t *testing.T) {
 		for _, c := range []struct{ path, reason string }{{"notes/secrets/key.txt", "excluded"}, {".agent/index.txt", "agent-folder"},
 			{"notes/out", "link-outside"}, {"notes/../../etc/passwd", "path-invalid"}} {
 			_, err := op(t, e, id, "files:read", `{"share":"`+s.ID+`","path":"`+c.path+`"}`, "")
-			wantOpRefused(t, "read "+c.path, err, refusedCode(c.reason), c.reason)
+			wantOpRefused(t, "read "+c.path, err, errs.AccessDenied, c.reason)
 		}
 
 		moves := `{"share":"` + s.ID + `","moves":[{"from":"old/report.txt","to":""}]}`
@@ -168,13 +172,6 @@ func TestBastionOpsSharedFoldersAndApprovals(t *testing.T) {
 	})
 }
 
-// refusedCode is the API code a share refusal answers with.
-func refusedCode(reason string) errs.Code {
-	if reason == "path-invalid" {
-		return errs.InvalidInput
-	}
-	return errs.AccessDenied
-}
 
 // mustApprovalRequired sends an op that must wait for the person's
 // approval and returns the pending request's id.
@@ -194,4 +191,202 @@ func wantStoreRefusal(t *testing.T, what string, err error, reason string) {
 	if err == nil || !errors.As(err, &r) || r.RefusalReason() != reason {
 		t.Fatalf("%s: %v, want reason %s", what, err, reason)
 	}
+}
+
+// TestBastionOpsStandingGrantWindowRateAndSeal gives a standing grant
+// for move plans of 3 runs an hour: three plans run with no approval,
+// the 4th waits for the person. A tampered ops.json, then a record
+// copied from another bastion, hold no grant.
+func TestBastionOpsStandingGrantWindowRateAndSeal(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := bastionEnv(t, db)
+		b := enrolledBastion(t, e, agent.Config{})
+		other := enrolledBastion(t, e, agent.Config{})
+		id := b.a.ID()
+		s := sharedFolder(t, b.a.DataDir())
+		for i := range 5 {
+			if err := os.WriteFile(filepath.Join(s.Path, "old", fmt.Sprintf("f%d", i)), []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		now := time.Now()
+		if _, err := b.st.GrantStanding("files:move-plan", now.Add(-time.Minute), now.Add(24*time.Hour), 3, 10, b.code(t)); err != nil {
+			t.Fatalf("standing grant: %v", err)
+		}
+		move := func(i int) string { return fmt.Sprintf(`{"share":"%s","moves":[{"from":"old/f%d","to":""}]}`, s.ID, i) }
+		for i := range 3 {
+			mustOp(t, e, id, "files:move-plan", move(i), "")
+		}
+		mustApprovalRequired(t, e, id, "files:move-plan", move(3))
+
+		// A record edited by hand holds no grant, nor one copied from
+		// another bastion (sealed under its key and id).
+		ops := filepath.Join(b.a.DataDir(), "ops.json")
+		orig, err := os.ReadFile(ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.st.GrantStanding("files:move-plan", now.Add(-time.Minute), now.Add(24*time.Hour), 100, 100, other.code(t)); err != nil {
+			t.Fatalf("other's standing grant: %v", err)
+		}
+		copied, err := os.ReadFile(filepath.Join(other.a.DataDir(), "ops.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tampered := strings.Replace(string(orig), `"sealed":"`, `"sealed":"AAAA`, 1)
+		for name, body := range map[string]string{"edited": tampered, "copied from another bastion": string(copied)} {
+			if err := os.WriteFile(ops, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			gs, err := b.st.ListStanding()
+			if err != nil || len(gs) != 1 || gs[0].Valid {
+				t.Fatalf("%s: ops list %+v %v, want one invalid record", name, gs, err)
+			}
+			mustApprovalRequired(t, e, id, "files:move-plan", move(4))
+		}
+	})
+}
+
+// TestBastionOpsActionDryRunHasNoNetwork runs an action op's dry run
+// through the control plane: it needs the person's approval, runs with
+// no network (a listener on this machine sees nothing), and its apply
+// lands exactly the change list shown. A destination on the LAN, as an
+// address, is refused when the op arrives.
+func TestBastionOpsActionDryRunHasNoNetwork(t *testing.T) {
+	requireRuncForOps(t)
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := bastionEnv(t, db)
+		b := enrolledBastion(t, e, agent.Config{})
+		id := b.a.ID()
+		s := sharedFolder(t, b.a.DataDir())
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		var reached atomic.Int32
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				reached.Add(1)
+				c.Close()
+			}
+		}()
+		port := ln.Addr().(*net.TCPAddr).Port
+		script := fmt.Sprintf(`if wget -q -T 2 -O /dev/null http://127.0.0.1:%d/; then echo reached > /work/notes/net.txt; else echo no-network > /work/notes/net.txt; fi`, port)
+		args, _ := json.Marshal(map[string]any{"share": s.ID, "script": script, "effects": []string{"notes/net.txt"}})
+		apr := mustApprovalRequired(t, e, id, "action:dry-run", string(args))
+		if err := b.st.Approve(apr, b.code(t)); err != nil {
+			t.Fatalf("approve the dry run: %v", err)
+		}
+		ans := mustOp(t, e, id, "action:dry-run", string(args), apr)
+		var plan struct {
+			Plan, Digest string
+			Changes      []struct{ Path, SHA256 string }
+		}
+		if err := json.Unmarshal(ans.Result, &plan); err != nil || len(plan.Changes) != 1 || plan.Changes[0].Path != "notes/net.txt" {
+			t.Fatalf("dry run: %s %v", ans.Result, err)
+		}
+		if n := reached.Load(); n != 0 {
+			t.Fatalf("the dry run reached a listener on this machine %d times", n)
+		}
+		if _, err := os.Stat(filepath.Join(s.Path, "notes", "net.txt")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the dry run changed the folder: %v", err)
+		}
+		apply := fmt.Sprintf(`{"plan":"%s","digest":"%s"}`, plan.Plan, plan.Digest)
+		apr = mustApprovalRequired(t, e, id, "action:apply", apply)
+		if err := b.st.Approve(apr, b.code(t)); err != nil {
+			t.Fatalf("approve the apply: %v", err)
+		}
+		mustOp(t, e, id, "action:apply", apply, apr)
+		if got, err := os.ReadFile(filepath.Join(s.Path, "notes", "net.txt")); err != nil || string(got) != "no-network\n" {
+			t.Fatalf("applied file: %q %v, want no-network", got, err)
+		}
+
+		lan, _ := json.Marshal(map[string]any{"share": s.ID, "script": "true", "effects": []string{"notes/x"},
+			"inputs": []map[string]string{{"url": "http://192.168.1.10/x", "as": "x"}}})
+		_, err = op(t, e, id, "action:dry-run", string(lan), "")
+		wantOpRefused(t, "a LAN destination", err, errs.AccessDenied, "destination-private")
+	})
+}
+
+// requireRuncForOps skips unless this is root with runc, or fails under
+// BC_REQUIRE_RUNC=1 (CI).
+func requireRuncForOps(t *testing.T) {
+	t.Helper()
+	_, err := exec.LookPath("runc")
+	if os.Geteuid() == 0 && err == nil {
+		return
+	}
+	if os.Getenv("BC_REQUIRE_RUNC") == "1" {
+		t.Fatal("BC_REQUIRE_RUNC=1 but not root with runc: action ops' dry runs need them")
+	}
+	t.Skip("action ops' dry runs need root and runc")
+}
+
+// TestBastionOpsRootCommandStopsOnRevoke gives the root command grant on
+// the machine (root and a code), runs a long root command through the
+// control plane, revokes the grant, and sees the command stopped within
+// 2 s. Without the grant, root:run is refused.
+func TestBastionOpsRootCommandStopsOnRevoke(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("BC_REQUIRE_ROOT") == "1" {
+			t.Fatal("BC_REQUIRE_ROOT=1 but not root")
+		}
+		t.Skip("root commands need the bastion to run as root")
+	}
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := bastionEnv(t, db)
+		b := enrolledBastion(t, e, agent.Config{})
+		id := b.a.ID()
+		_, err := op(t, e, id, "root:run", `{"argv":["/bin/true"]}`, "")
+		wantOpRefused(t, "no root grant", err, errs.AccessDenied, "no-root-grant")
+		if err := b.st.GiveRootGrant(time.Now().Add(time.Hour), b.code(t)); err != nil {
+			t.Fatalf("root grant: %v", err)
+		}
+		type result struct {
+			ans apitypes.BastionOpAnswer
+			err error
+			at  time.Time
+		}
+		done := make(chan result, 1)
+		go func() {
+			ans, err := op(t, e, id, "root:run", `{"argv":["/bin/sleep","30"]}`, "")
+			done <- result{ans, err, time.Now()}
+		}()
+		waitFor(t, "the root command to start", func() bool { return processRunning("/bin/sleep", "30") })
+		revoked := time.Now()
+		if err := b.st.RevokeRootGrant(); err != nil {
+			t.Fatal(err)
+		}
+		var r result
+		select {
+		case r = <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the root command still runs 10 s after its grant was revoked")
+		}
+		var res struct{ Stopped string }
+		if r.err != nil || json.Unmarshal(r.ans.Result, &res) != nil || res.Stopped != "grant-revoked" {
+			t.Fatalf("root:run after revoke: %+v %v", r.ans, r.err)
+		}
+		if took := r.at.Sub(revoked); took > 2*time.Second {
+			t.Fatalf("the root command stopped %v after the revoke, want within 2 s", took)
+		}
+	})
+}
+
+// processRunning reports whether a process runs with exactly argv.
+func processRunning(argv ...string) bool {
+	want := strings.Join(argv, "\x00") + "\x00"
+	ds, _ := os.ReadDir("/proc")
+	for _, d := range ds {
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err == nil && string(b) == want {
+			return true
+		}
+	}
+	return false
 }
