@@ -63,18 +63,18 @@ var answers = map[string]struct {
 	status int
 	body   string
 }{
-	"observe:disk":      {200, `{"ok":true,"kind":"observe:disk","result":{"filesystems":[{"path":"/","total_bytes":10,"free_bytes":4}]}}`},
-	"files:move-plan":   {409, `{"ok":false,"code":"APPROVAL_REQUIRED","reason":"approval-required","message":"m","approval_request":"` + testApproval + `","approval_expires":"2026-12-02T10:05:00Z","summary":"move a to b"}`},
-	"test:invalid":      {400, `{"ok":false,"code":"INVALID_INPUT","reason":"unknown-kind","message":"the bastion knows no such kind"}`},
-	"test:denied":       {403, `{"ok":false,"code":"ACCESS_DENIED","reason":"excluded","message":"x"}`},
-	"test:missing":      {404, `{"ok":false,"code":"NOT_FOUND","reason":"no-such-share","message":"x"}`},
-	"test:odd-reason":   {400, `{"ok":false,"code":"INVALID_INPUT","reason":"Bad Reason\u001b[31m","message":"x"}`},
-	"test:mismatch":     {400, `{"ok":false,"code":"ACCESS_DENIED","reason":"excluded"}`},
-	"test:other-code":   {409, `{"ok":false,"code":"CONFLICT","reason":"busy"}`},
-	"test:bad-approval": {409, `{"ok":false,"code":"APPROVAL_REQUIRED","approval_request":"apr_../../x","approval_expires":"2026-12-02T10:05:00Z"}`},
-	"test:garbage":      {200, `not json`},
-	"test:other-kind":   {200, `{"ok":true,"kind":"observe:disk","result":{}}`},
-	"test:ok-not-ok-status":   {500, `{"ok":true,"kind":"test:ok-not-ok-status","result":{}}`},
+	"observe:disk":          {200, `{"ok":true,"kind":"observe:disk","result":{"filesystems":[{"path":"/","total_bytes":10,"free_bytes":4}]}}`},
+	"files:move-plan":       {409, `{"ok":false,"code":"APPROVAL_REQUIRED","reason":"approval-required","message":"m","approval_request":"` + testApproval + `","approval_expires":"2026-12-02T10:05:00Z","summary":"move a to b"}`},
+	"test:invalid":          {400, `{"ok":false,"code":"INVALID_INPUT","reason":"unknown-kind","message":"the bastion knows no such kind"}`},
+	"test:denied":           {403, `{"ok":false,"code":"ACCESS_DENIED","reason":"excluded","message":"x"}`},
+	"test:missing":          {404, `{"ok":false,"code":"NOT_FOUND","reason":"no-such-share","message":"x"}`},
+	"test:odd-reason":       {400, `{"ok":false,"code":"INVALID_INPUT","reason":"Bad Reason\u001b[31m","message":"x"}`},
+	"test:mismatch":         {400, `{"ok":false,"code":"ACCESS_DENIED","reason":"excluded"}`},
+	"test:other-code":       {409, `{"ok":false,"code":"CONFLICT","reason":"busy"}`},
+	"test:bad-approval":     {409, `{"ok":false,"code":"APPROVAL_REQUIRED","approval_request":"apr_../../x","approval_expires":"2026-12-02T10:05:00Z"}`},
+	"test:garbage":          {200, `not json`},
+	"test:other-kind":       {200, `{"ok":true,"kind":"observe:disk","result":{}}`},
+	"test:ok-not-ok-status": {500, `{"ok":true,"kind":"test:ok-not-ok-status","result":{}}`},
 }
 
 func (f *fakeOps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
