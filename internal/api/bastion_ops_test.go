@@ -5,104 +5,29 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"net"
-	"net/http"
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/bastions/opstest"
 	"github.com/bettercompute/bettercompute/internal/server"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 	"github.com/bettercompute/bettercompute/internal/testenv"
 )
 
-const testApproval = "apr_abcdefghijklmnopqrst"
-
-// opsServer stands in for a bastion's ops server (the boundary the
-// control plane does not own): a real HTTP/1.1 server on loopback that
-// parses each request as the wire says and answers fixed JSON per kind;
-// a terminal asks for approval, then answers 101 and echoes. It is the
-// bastions module's OpsDialer in these tests.
-type opsServer struct{ ln net.Listener }
-
-func newOpsServer(t *testing.T) *opsServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(serveOps), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return &opsServer{ln: ln}
-}
-
-func (o *opsServer) DialOps(ctx context.Context, _ string) (net.Conn, error) {
-	var d net.Dialer
-	return d.DialContext(ctx, "tcp", o.ln.Addr().String())
-}
-
-func serveOps(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/v1/terminal" {
-		serveTerminal(w, r)
-		return
-	}
-	var op struct {
-		OpID     string          `json:"op_id"`
-		Kind     string          `json:"kind"`
-		Args     json.RawMessage `json:"args"`
-		Approval string          `json:"approval"`
-	}
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if r.Method != http.MethodPost || r.URL.Path != "/v1/op" || dec.Decode(&op) != nil || !strings.HasPrefix(op.OpID, "op_") || len(op.OpID) != 29 {
-		w.WriteHeader(400)
-		_, _ = w.Write([]byte(`{"ok":false,"code":"INVALID_INPUT","reason":"malformed"}`))
-		return
-	}
-	switch {
-	case op.Kind == "observe:disk":
-		_, _ = w.Write([]byte(`{"ok":true,"kind":"observe:disk","result":{"filesystems":[]}}`))
-	case op.Kind == "files:move-plan" && op.Approval != testApproval:
-		w.WriteHeader(409)
-		_, _ = w.Write([]byte(`{"ok":false,"code":"APPROVAL_REQUIRED","reason":"approval-required","approval_request":"` + testApproval + `","approval_expires":"2026-12-02T10:05:00Z","summary":"move a to b"}`))
-	case op.Kind == "files:move-plan":
-		_, _ = w.Write([]byte(`{"ok":true,"kind":"files:move-plan","result":{"moved":[]}}`))
-	default:
-		w.WriteHeader(403)
-		_, _ = w.Write([]byte(`{"ok":false,"code":"ACCESS_DENIED","reason":"excluded","message":"/home/person/secret"}`))
-	}
-}
-
-func serveTerminal(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("Upgrade") != "bc-term-v1" || r.URL.Query().Get("approval") != testApproval {
-		w.WriteHeader(409)
-		_, _ = w.Write([]byte(`{"ok":false,"code":"APPROVAL_REQUIRED","reason":"approval-required","approval_request":"` + testApproval + `","approval_expires":"2026-12-02T10:05:00Z","summary":"terminal"}`))
-		return
-	}
-	conn, rw, err := w.(http.Hijacker).Hijack()
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: bc-term-v1\r\nConnection: Upgrade\r\n\r\n$ ")
-	_ = rw.Flush()
-	_, _ = io.Copy(conn, rw)
-}
+const testApproval = opstest.Approval
 
 // lanesEnv is a control plane running the lanes role, whose bastions
-// module dials ops at an opsServer, with a bastion node of tenantA.
+// module dials ops at a stand-in for the bastion's ops server (opstest), with a bastion node of tenantA.
 func lanesEnv(t *testing.T, db *store.DB) (e *testenv.Env, tenantA string, adminA *client.Client, bastion string) {
 	t.Helper()
 	e = testenv.Start(t, db, testenv.Options{Tune: func(o *server.Options) {
 		o.Roles = []string{server.RoleAPI, server.RoleGateway, server.RoleWorkers, server.RoleLanes}
 		o.LanesListen = "127.0.0.1:0"
 	}})
-	e.CP.Bastions.SetOpsDialer(newOpsServer(t))
+	e.CP.Bastions.SetOpsDialer(opstest.Start(t))
 	tenantA, adminA = e.TenantAdmin(t, "tenant-a")
 	bastion = "nbastionaaaaaaaa"
 	if _, err := db.ExecContext(context.Background(), `INSERT INTO nodes (id, tenant_id, name, role, created_at) VALUES ($1, $2, $1, 'bastion', 0)`, bastion, tenantA); err != nil {
@@ -135,7 +60,7 @@ func TestBastionsOp(t *testing.T) {
 			t.Fatalf("move-plan approved: %+v %v", a, err)
 		}
 		keyA := clientKey(t, adminA)
-		r := do(t, e, "POST", "/api/v1/bastions.op", keyA, map[string]string{"X-Request-Id": "op-refused"}, `{"bastion_id":"`+bastion+`","kind":"files:read","args":{}}`)
+		r := do(t, e, "POST", "/api/v1/bastions.op", keyA, map[string]string{"X-Request-Id": "op-refused"}, `{"bastion_id":"`+bastion+`","kind":"observe:procs","args":{}}`)
 		expectCode(t, r, 403, "ACCESS_DENIED")
 		if r.message() != "the bastion refused the op (excluded)" || strings.Contains(string(r.body), "/home") {
 			t.Fatalf("refusal: %s", r.body)

@@ -32,6 +32,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/idempotency"
 	"github.com/bettercompute/bettercompute/internal/quorum/quorumwire"
 	"github.com/bettercompute/bettercompute/internal/server"
+	"github.com/bettercompute/bettercompute/internal/bastions/opstest"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 	"github.com/bettercompute/bettercompute/internal/testenv"
@@ -1075,7 +1076,7 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 		t.Fatal(err)
 	}
 	// bastions.op reaches a stand-in for the bastion's ops server.
-	e.CP.Bastions.SetOpsDialer(newOpsServer(t))
+	e.CP.Bastions.SetOpsDialer(opstest.Start(t))
 	var tarball bytes.Buffer
 	tw := tar.NewWriter(&tarball)
 	_ = tw.WriteHeader(&tar.Header{Name: "hello", Mode: 0o644, Size: 2})

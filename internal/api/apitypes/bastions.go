@@ -86,7 +86,7 @@ type BastionGrant struct {
 type BastionOpIn struct {
 	BastionID string          `json:"bastion_id" api:"max=64"`
 	Kind      string          `json:"kind" api:"max=64"`
-	Args      json.RawMessage `json:"args"`
+	Args      json.RawMessage `json:"args,omitempty"`
 	Approval  string          `json:"approval,omitempty" api:"max=24"`
 }
 
