@@ -65,6 +65,13 @@ func TestBastionsOp(t *testing.T) {
 		if r.message() != "the bastion refused the op (excluded)" || strings.Contains(string(r.body), "/home") {
 			t.Fatalf("refusal: %s", r.body)
 		}
+		// An op's answer is never kept for a replay of its Idempotency-Key.
+		idem := map[string]string{"Idempotency-Key": "op-once"}
+		body := `{"bastion_id":"` + bastion + `","kind":"observe:disk","args":{}}`
+		expectCode(t, do(t, e, "POST", "/api/v1/bastions.op", keyA, idem, body), 200, "")
+		if r := do(t, e, "POST", "/api/v1/bastions.op", keyA, idem, body); r.status != 409 || r.code() != "CONFLICT" || strings.Contains(string(r.body), "filesystems") {
+			t.Fatalf("replayed op: %d %s", r.status, r.body)
+		}
 		for _, body := range []string{`{"bastion_id":"B","kind":"observe","args":{}}`, `{"bastion_id":"B","kind":"observe:disk","args":[]}`,
 			`{"bastion_id":"B","kind":"observe:disk","args":{},"approval":"apr_x"}`} {
 			expectCode(t, do(t, e, "POST", "/api/v1/bastions.op", keyA, nil, strings.ReplaceAll(body, "B", bastion)), 400, "INVALID_INPUT")
