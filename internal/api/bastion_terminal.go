@@ -43,7 +43,7 @@ func (s *Server) terminalUpgrade() bastionUpgrade {
 	var req bastions.TerminalRequest
 	return bastionUpgrade{method: "bastions.terminal", action: ActionBastionsTerminal, protocol: TerminalProtocol,
 		query: func(qv url.Values) (string, error) {
-			id, root := qv.Get("bastion"), qv.Get("root")
+			id, root := qv.Get("bastion"), qv.Get("root") // archtest:not-tenant (the query's root flag)
 			req = bastions.TerminalRequest{Session: qv.Get("session"), Root: root == "1", Approval: qv.Get("approval")}
 			if id == "" || len(id) > 64 || root != "0" && root != "1" || bastions.CheckTerminal(req) != nil {
 				return "", errs.New(errs.InvalidInput, "bastion=ID, session=ts_<20 base32>, root=0|1 and optionally approval=apr_<20 base32> are required")

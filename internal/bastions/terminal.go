@@ -55,7 +55,7 @@ func (s *Service) OpenTerminal(ctx context.Context, actor audit.Entry, scope iam
 	if err != nil {
 		return nil, err
 	}
-	details := map[string]any{"session": req.Session, "root": req.Root, "approval": req.Approval}
+	details := map[string]any{"session": req.Session, "root": req.Root, "approval": req.Approval} // archtest:not-tenant (the query's root flag)
 	const action = "compute:bastions:terminal"
 	if err := s.record(ctx, actor, tenant, action, bastionID, "allowed", details); err != nil {
 		return nil, err
@@ -68,9 +68,9 @@ func (s *Service) OpenTerminal(ctx context.Context, actor audit.Entry, scope iam
 // openTerminal sends the terminal request and reads the bastion's answer:
 // the upgraded connection (status "opened"), or an error.
 func (s *Service) openTerminal(ctx context.Context, d OpsDialer, bastionID string, req TerminalRequest) (net.Conn, string, error) {
-	q := url.Values{"session": {req.Session}, "root": {"0"}}
+	q := url.Values{"session": {req.Session}, "root": {"0"}} // archtest:not-tenant (the query's root flag)
 	if req.Root {
-		q.Set("root", "1")
+		q.Set("root", "1") // archtest:not-tenant (the query's root flag)
 	}
 	if req.Approval != "" {
 		q.Set("approval", req.Approval)

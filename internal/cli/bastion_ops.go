@@ -126,7 +126,7 @@ func bastionsTerminalCmd() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&bastion, "bastion", "", "bastion id")
-	c.Flags().BoolVar(&root, "root", false, "a root terminal (the bastion must run as root)")
+	c.Flags().BoolVar(&root, "root", false, "a root terminal (the bastion must run as root)") // archtest:not-tenant (a root terminal flag)
 	c.Flags().StringVar(&session, "session", "", "the session id (ts_...; default: a new one, printed)")
 	c.Flags().StringVar(&approval, "approval", "", "the approval request the person approved for this session (apr_...)")
 	return c
