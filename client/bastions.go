@@ -73,3 +73,20 @@ func (c *Client) RevokeBastionGrant(ctx context.Context, grantID string) error {
 func (c *Client) UnpairBastion(ctx context.Context, id string) error {
 	return c.Call(ctx, "bastions.unpair", apitypes.IDIn{ID: id}, nil)
 }
+
+// BastionOpIn is an op for a bastion (bastions.op's input).
+type BastionOpIn = apitypes.BastionOpIn
+
+// BastionOpAnswer is bastions.op's answer: done with its result, or
+// approval-required with the request the person approves on the machine.
+type BastionOpAnswer = apitypes.BastionOpAnswer
+
+// BastionOp sends an op to a bastion. An approval request is an answer
+// (Status "approval-required"), not an error: the person runs `bcd
+// bastion approve ID` on the machine, then the same op is sent again with
+// Approval set to ID.
+func (c *Client) BastionOp(ctx context.Context, in BastionOpIn) (BastionOpAnswer, error) {
+	var out BastionOpAnswer
+	err := c.Call(ctx, "bastions.op", in, &out)
+	return out, err
+}

@@ -61,6 +61,7 @@ var (
 	ErrTenantSuspended   = &Error{Code: "TENANT_SUSPENDED"}
 	ErrUnavailable       = &Error{Code: "UNAVAILABLE"}
 	ErrInternal          = &Error{Code: "INTERNAL_ERROR"}
+	ErrApprovalRequired  = &Error{Code: "APPROVAL_REQUIRED"}
 )
 
 // CodeOf returns the API error code in err, or "" when err is not one.

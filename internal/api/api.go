@@ -222,6 +222,9 @@ type Server struct {
 	// lanes serves the bastion lane endpoint (nil: its path is an unknown
 	// method).
 	lanes LaneOpener
+	// terminals serves the bastion terminal endpoint (nil: its path is an
+	// unknown method).
+	terminals TerminalOpener
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -331,6 +334,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.lanes != nil && r.URL.Path == LaneConnectPath {
 		s.serveLaneHTTP(w, r)
+		return
+	}
+	if s.terminals != nil && r.URL.Path == TerminalPath {
+		s.serveTerminalHTTP(w, r)
 		return
 	}
 	if s.tunnels != nil && r.URL.Path == TunnelConnectPath {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/api"
+	"github.com/bettercompute/bettercompute/internal/bastions/opstest"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/idempotency"
 	"github.com/bettercompute/bettercompute/internal/quorum/quorumwire"
@@ -1074,6 +1075,8 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 	if _, err := e.CP.DB.ExecContext(ctx, `INSERT INTO nodes (id, tenant_id, name, role, created_at) VALUES ($1, 'root', 'walk-bastion', 'bastion', 0)`, bastion); err != nil {
 		t.Fatal(err)
 	}
+	// bastions.op reaches a stand-in for the bastion's ops server.
+	e.CP.Bastions.SetOpsDialer(opstest.Start(t))
 	var tarball bytes.Buffer
 	tw := tar.NewWriter(&tarball)
 	_ = tw.WriteHeader(&tar.Header{Name: "hello", Mode: 0o644, Size: 2})
@@ -1187,6 +1190,7 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 		{"bastions.pairToken", func() string { return `{"name":"walk-bastion"}` }, nil},
 		{"bastions.grant", func() string { return `{"bastion_id":"` + bastion + `","allow":["inference"],"models":["llama3:8b"]}` }, func(o map[string]any) { state["grant"] = str(o["id"]) }},
 		{"bastions.revokeGrant", func() string { return `{"id":"` + state["grant"] + `"}` }, nil},
+		{"bastions.op", func() string { return `{"bastion_id":"` + bastion + `","kind":"observe:disk","args":{}}` }, nil},
 		{"bastions.unpair", func() string { return `{"id":"` + bastion + `"}` }, nil},
 		{"tenants.delete", func() string { return `{"id":"` + state["tenant"] + `"}` }, nil},
 		{"nodes.revoke", func() string { return `{"node_id":"` + node + `","serial":"` + serial + `"}` }, nil},

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -42,43 +43,76 @@ func (s *Server) ServeBastionLanes(o LaneOpener) { s.lanes = o }
 // egress/<host:port> (the bastion checks the target again).
 var laneRE = regexp.MustCompile(`^(inference/(ollama|llm|pii)|service/[a-z0-9][a-z0-9-]{0,62}|egress/[A-Za-z0-9.:\[\]-]{1,260})$`)
 
+// bastionUpgrade is one of the endpoints that upgrade a connection to a
+// bastion (lanes, terminals): its method name and action (decided on the
+// bastion), its Upgrade token, how it reads its query and how it opens
+// the connection once the caller is decided.
+type bastionUpgrade struct {
+	method, action, protocol string
+	// query returns the bastion's id from the query, or an INVALID_INPUT
+	// error.
+	query func(url.Values) (string, error)
+	open  func(q *call, bastionID string) (net.Conn, error)
+}
+
+// laneUpgrade is the lane endpoint.
+func (s *Server) laneUpgrade() bastionUpgrade {
+	var lane string
+	return bastionUpgrade{method: "bastions.connect", action: ActionBastionsConnect, protocol: LaneProtocol,
+		query: func(qv url.Values) (string, error) {
+			id := qv.Get("bastion")
+			lane = qv.Get("lane")
+			if id == "" || len(id) > 64 || !laneRE.MatchString(lane) {
+				return "", errs.New(errs.InvalidInput, "bastion=ID and lane=inference/ollama|inference/llm|inference/pii|service/NAME|egress/HOST:PORT are required")
+			}
+			return id, nil
+		},
+		open: func(q *call, id string) (net.Conn, error) { return s.lanes.OpenLane(q.ctx, q.c.Actor(), id, lane) },
+	}
+}
+
 // serveLaneHTTP answers a request to the lane endpoint: an error in the
 // envelope's shape, or the upgraded connection for the lane's life.
 func (s *Server) serveLaneHTTP(w http.ResponseWriter, r *http.Request) {
+	s.serveBastionUpgrade(w, r, s.laneUpgrade())
+}
+
+// serveBastionUpgrade answers a request to one of the bastion upgrade
+// endpoints: an error in the envelope's shape, or the upgraded connection
+// for its life.
+func (s *Server) serveBastionUpgrade(w http.ResponseWriter, r *http.Request, u bastionUpgrade) {
 	start := time.Now()
 	rid := SecurityHeaders(w, r)
-	const label = "bastions.connect"
-	q, conn, a := s.admitLane(r, rid)
+	q, conn, a := s.admitUpgrade(r, rid, u)
 	if conn == nil {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(a.status)
 		_, _ = w.Write(a.body)
-		s.requests.WithLabelValues(label, fmt.Sprint(a.status)).Inc()
-		s.latency.WithLabelValues(label).Observe(time.Since(start).Seconds())
+		s.requests.WithLabelValues(u.method, fmt.Sprint(a.status)).Inc()
+		s.latency.WithLabelValues(u.method).Observe(time.Since(start).Seconds())
 		return
 	}
-	s.requests.WithLabelValues(label, "101").Inc()
-	s.latency.WithLabelValues(label).Observe(time.Since(start).Seconds())
-	s.serveLane(w, q, conn)
+	s.requests.WithLabelValues(u.method, "101").Inc()
+	s.latency.WithLabelValues(u.method).Observe(time.Since(start).Seconds())
+	s.serveLane(w, q, conn, u.protocol)
 }
 
-// admitLane runs the envelope's stages for the lane endpoint, then opens
-// the lane.
-func (s *Server) admitLane(r *http.Request, rid string) (*call, net.Conn, answer) {
-	m := Method{Name: "bastions.connect", Action: ActionBastionsConnect, Mutates: true}
+// admitUpgrade runs the envelope's stages for an upgrade endpoint, then
+// opens its connection.
+func (s *Server) admitUpgrade(r *http.Request, rid string, u bastionUpgrade) (*call, net.Conn, answer) {
+	m := Method{Name: u.method, Action: u.action, Mutates: true}
 	q := &call{r: r, ctx: r.Context(), m: m, known: true,
 		c: &Caller{RequestID: rid, Addr: s.cfg.TrustedProxies.ClientAddr(r)}}
 	if r.Method != http.MethodGet || r.Header.Get("X-Better-Compute") != "1" ||
-		!strings.EqualFold(r.Header.Get("Upgrade"), LaneProtocol) || !headerHasToken(r.Header, "Connection", "upgrade") {
-		return q, nil, s.errorAnswer(rid, errs.New(errs.CSRFRejected, "GET with Upgrade: "+LaneProtocol+", Connection: Upgrade and X-Better-Compute: 1 is required"))
+		!strings.EqualFold(r.Header.Get("Upgrade"), u.protocol) || !headerHasToken(r.Header, "Connection", "upgrade") {
+		return q, nil, s.errorAnswer(rid, errs.New(errs.CSRFRejected, "GET with Upgrade: "+u.protocol+", Connection: Upgrade and X-Better-Compute: 1 is required"))
 	}
 	if err := s.authenticateCaller(q); err != nil {
 		return q, nil, s.errorAnswer(rid, err)
 	}
-	qv := r.URL.Query()
-	id, lane := qv.Get("bastion"), qv.Get("lane")
-	if id == "" || len(id) > 64 || !laneRE.MatchString(lane) {
-		return q, nil, s.errorAnswer(rid, errs.New(errs.InvalidInput, "bastion=ID and lane=inference/ollama|inference/llm|inference/pii|service/NAME|egress/HOST:PORT are required"))
+	id, err := u.query(r.URL.Query())
+	if err != nil {
+		return q, nil, s.errorAnswer(rid, err)
 	}
 	q.target = Target{Kind: "bastion", ID: id}
 	if err := s.callerState(q); err != nil {
@@ -96,16 +130,16 @@ func (s *Server) admitLane(r *http.Request, rid string) (*call, net.Conn, answer
 	if err != nil {
 		return q, nil, s.errorAnswer(rid, err)
 	}
-	conn, err := s.lanes.OpenLane(q.ctx, q.c.Actor(), id, lane)
+	conn, err := u.open(q, id)
 	if err != nil {
 		return q, nil, s.errorAnswer(rid, err)
 	}
 	return q, conn, answer{}
 }
 
-// serveLane takes over the client's connection, answers 101 and copies
-// bytes both ways until either side ends.
-func (s *Server) serveLane(w http.ResponseWriter, q *call, lane net.Conn) {
+// serveLane takes over the client's connection, answers 101 (Upgrade:
+// protocol) and copies bytes both ways until either side ends.
+func (s *Server) serveLane(w http.ResponseWriter, q *call, lane net.Conn, protocol string) {
 	defer lane.Close()
 	hj, ok := w.(http.Hijacker)
 	if !ok {
@@ -122,7 +156,7 @@ func (s *Server) serveLane(w http.ResponseWriter, q *call, lane net.Conn) {
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Time{})
-	_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: " + LaneProtocol + "\r\nConnection: Upgrade\r\nX-Request-Id: " + q.c.RequestID + "\r\n\r\n")
+	_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: " + protocol + "\r\nConnection: Upgrade\r\nX-Request-Id: " + q.c.RequestID + "\r\n\r\n")
 	if err := rw.Flush(); err != nil {
 		return
 	}

@@ -19,6 +19,11 @@ const (
 	ActionBastionsGrant   = "compute:bastions:grant"
 	ActionBastionsUnpair  = "compute:bastions:unpair"
 	ActionBastionsConnect = "compute:bastions:connect"
+	// ActionBastionsOp sends an op to a bastion (bastions.op).
+	ActionBastionsOp = "compute:bastions:op"
+	// ActionBastionsTerminal opens a terminal on a bastion (the terminal
+	// endpoint).
+	ActionBastionsTerminal = "compute:bastions:terminal"
 )
 
 // bastionResolver returns f of the bastions module, or a resolver that
@@ -75,6 +80,12 @@ func bastionMethods(m Modules) []Method {
 		Def("bastions.revokeGrant", ActionBastionsGrant, true, byID("bastion-grant"), func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
 			return map[string]any{}, b.RevokeGrant(ctx, c.Actor(), c.ActingTenant, in.ID)
 		}),
+		// An op's answer can carry a person's file contents: it is never
+		// kept for an idempotent replay (which answers CONFLICT).
+		Def("bastions.op", ActionBastionsOp, true, func(in apitypes.BastionOpIn) Target { return bastionTarget(in.BastionID) },
+			func(ctx context.Context, c *Caller, in apitypes.BastionOpIn) (any, error) {
+				return b.Op(ctx, c.Actor(), c.Scope(), in.BastionID, in.Kind, in.Args, in.Approval)
+			}).ShownOnce(),
 		Def("bastions.unpair", ActionBastionsUnpair, true, func(in apitypes.IDIn) Target { return bastionTarget(in.ID) }, func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
 			if err := b.Unpair(ctx, c.Actor(), c.Scope(), in.ID); err != nil {
 				return nil, err

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
@@ -96,6 +97,11 @@ type Service struct {
 	nodes *nodes.Service
 	bus   *bus.Bus
 	log   *slog.Logger
+
+	// ops reaches bastions' ops servers (SetOpsDialer; nil: this process
+	// does not run the lanes role).
+	opsMu sync.RWMutex
+	ops   OpsDialer
 }
 
 // New returns the bastions module. kek seals the control plane's bastion

@@ -13,11 +13,12 @@ import (
 
 // bastionsCmd is `better-compute bastions`: pairing, grants and unpairing
 // of bastions (a person's own machine running bcd bastion). `bastions
-// connect` is added by the lanes role's code.
+// connect`, `bastions op` and `bastions terminal` reach a bastion through
+// the lanes role's tunnel.
 func bastionsCmd() *cobra.Command {
 	c := &cobra.Command{Use: "bastions", Short: "Bastions: people's own machines that dial out and serve gated lanes"}
 	c.AddCommand(bastionsPairTokenCmd(), bastionsListCmd(), bastionsShowCmd(), bastionsGrantCmd(), bastionsGrantsCmd(), bastionsConnectCmd(),
-		bastionsRevokeGrantCmd(), bastionsUnpairCmd())
+		bastionsRevokeGrantCmd(), bastionsUnpairCmd(), bastionsOpCmd(), bastionsTerminalCmd())
 	return c
 }
 

@@ -6,6 +6,12 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// ExitApprovalRequired is the exit status of `bastions op` and `bastions
+// terminal` when the bastion asks its person to approve the request on
+// the machine first (bcd bastion approve), so a script tells "approve,
+// then repeat" from a failure (1) and a usage error (2).
+const ExitApprovalRequired = 4
+
 // Exit statuses of a command that exits with another program's status
 // (sandbox exec), as docker exec has them: the program's own status, or
 // ExitCLIFailed when the CLI or the server failed (usage, configuration,

@@ -36,6 +36,10 @@ const (
 	// the same call may succeed later (HTTP 503).
 	Unavailable Code = "UNAVAILABLE"
 	Internal    Code = "INTERNAL_ERROR"
+	// ApprovalRequired: a bastion asks its person to approve the request
+	// on the machine (bcd bastion approve), after which the same request
+	// is sent again with the approval's id (HTTP 409).
+	ApprovalRequired Code = "APPROVAL_REQUIRED"
 )
 
 // Error is a coded error: Message is safe to show a caller, Cause is not.
@@ -95,7 +99,7 @@ func HTTPStatus(c Code) int {
 		return http.StatusUnauthorized
 	case InvalidInput, InvalidConfig:
 		return http.StatusBadRequest
-	case InvalidState, Conflict:
+	case InvalidState, Conflict, ApprovalRequired:
 		return http.StatusConflict
 	case NotFound:
 		return http.StatusNotFound

@@ -43,6 +43,9 @@ const (
 	SlotFirstPort = 18100
 	SlotLastPort  = 18199
 	EgressPort    = 18300
+	// PortOps is the bastion's ops server (POST /v1/op, GET
+	// /v1/terminal): reached only through DialOps, never as a lane.
+	PortOps = 18400
 )
 
 // SyncEvery is how often peers are re-read without a poke.
@@ -323,6 +326,24 @@ func (r *Role) Connect(ctx context.Context, bastionID, lane string) (net.Conn, e
 	return c, nil
 }
 
+// DialOps opens a connection to the bastion's ops server (PortOps) inside
+// its tunnel, for the bastions module's ops and terminals: INVALID_STATE
+// when the bastion has no tunnel up, UNAVAILABLE when it does not answer.
+// The lane endpoint never reaches this port (lanePort has no lane for it).
+func (r *Role) DialOps(ctx context.Context, bastionID string) (net.Conn, error) {
+	r.mu.Lock()
+	p, ok := r.peers[bastionID]
+	r.mu.Unlock()
+	if !ok {
+		return nil, errNoTunnel
+	}
+	c, err := r.tun.DialContext(ctx, "tcp", netip.AddrPortFrom(p.Addr, PortOps).String())
+	if err != nil {
+		return nil, errs.Wrap(errs.Unavailable, "the bastion's ops server did not answer", err)
+	}
+	return c, nil
+}
+
 // EgressWait bounds how long an egress lane waits for a parked worker.
 const EgressWait = 10 * time.Second
 
@@ -362,6 +383,11 @@ func lanePort(lane string, svcs []string) (uint16, error) {
 		return 0, errBadLane
 	}
 	for i, s := range svcs {
+		if i > SlotLastPort-SlotFirstPort {
+			// The gateway refuses a longer list; a slot past the last
+			// would be another port (PortOps lies beyond).
+			break
+		}
 		if s == name {
 			return uint16(SlotFirstPort + i), nil
 		}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/bastions"
 	"github.com/bettercompute/bettercompute/internal/errs"
@@ -24,8 +25,21 @@ func (cp *ControlPlane) startLanes(o Options) error {
 		return err
 	}
 	cp.Lanes = l
+	// Ops and terminals reach bastions through this role's tunnel.
+	cp.Bastions.SetOpsDialer(l)
 	o.Log.Info("lanes role started", "endpoint", l.Endpoint())
 	return nil
+}
+
+// serveBastionLanes enables the API's lane and terminal endpoints when
+// this process runs the lanes role (else their paths are unknown
+// methods, and bastions.op answers UNAVAILABLE).
+func (cp *ControlPlane) serveBastionLanes(srv *api.Server, o Options) {
+	if cp.Lanes == nil || cp.Bastions == nil {
+		return
+	}
+	srv.ServeBastionLanes(laneOpener{db: cp.DB, l: cp.Lanes, o: o})
+	srv.ServeBastionTerminals(cp.Bastions)
 }
 
 // laneSource reads the lanes role's key and peers from the bastions

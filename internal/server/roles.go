@@ -173,9 +173,7 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 		execTarget = cp.Sandboxes.ExecTarget
 	}
 	srv.ServeTunnels(cp.Tunnels, execTarget)
-	if cp.Lanes != nil {
-		srv.ServeBastionLanes(laneOpener{db: cp.DB, l: cp.Lanes, o: o})
-	}
+	cp.serveBastionLanes(srv, o)
 	// Tunnels are hijacked connections, which the HTTP server's shutdown
 	// does not wait for: they are closed when the roles stop.
 	cp.runLoop(func(ctx context.Context) { <-ctx.Done(); cp.Tunnels.CloseAll() })

@@ -1,6 +1,9 @@
 package apitypes
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // BastionPairTokenIn is bastions.pairToken's input: the bastion's name and
 // the token's lifetime (0: one hour; at most seven days).
@@ -74,4 +77,29 @@ type BastionGrant struct {
 	CreatedBy string     `json:"created_by"`
 	Revoked   bool       `json:"revoked"`
 	Expired   bool       `json:"expired"`
+}
+
+// BastionOpIn is bastions.op's input: the bastion, the op's kind (such as
+// observe:disk or files:read), its arguments (a JSON object, checked by
+// the bastion against the kind's schema) and, when repeating an op the
+// bastion asked approval for, the approval request's id.
+type BastionOpIn struct {
+	BastionID string          `json:"bastion_id" api:"max=64"`
+	Kind      string          `json:"kind" api:"max=64"`
+	Args      json.RawMessage `json:"args,omitempty"`
+	Approval  string          `json:"approval,omitempty" api:"max=24"`
+}
+
+// BastionOpAnswer is bastions.op's answer: status "done" with the op's
+// result, or "approval-required" with the approval request the person
+// approves on the machine (bcd bastion approve ID) before the same op is
+// sent again with approval set.
+type BastionOpAnswer struct {
+	Status          string          `json:"status"`
+	Kind            string          `json:"kind"`
+	OpID            string          `json:"op_id"`
+	Result          json.RawMessage `json:"result,omitempty"`
+	ApprovalRequest string          `json:"approval_request,omitempty"`
+	ApprovalExpires *time.Time      `json:"approval_expires,omitempty"`
+	Summary         string          `json:"summary,omitempty"`
 }
