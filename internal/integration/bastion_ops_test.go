@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/pquerna/otp/totp"
 
+	"github.com/bettercompute/bettercompute/client"
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 	"github.com/bettercompute/bettercompute/internal/bastion/agent"
 	"github.com/bettercompute/bettercompute/internal/bastion/approval"
@@ -84,7 +87,8 @@ func op(t *testing.T, e *testenv.Env, id, kind, args, approvalID string) (apityp
 // wantOpRefused asserts err is code with the bastion's reason.
 func wantOpRefused(t *testing.T, what string, err error, code errs.Code, reason string) {
 	t.Helper()
-	if errs.CodeOf(err) != code || !strings.Contains(err.Error(), "("+reason+")") {
+	var ae *client.Error
+	if !errors.As(err, &ae) || ae.Code != string(code) || !strings.Contains(ae.Message, "("+reason+")") {
 		t.Fatalf("%s: %v, want %s (%s)", what, err, code, reason)
 	}
 }
@@ -129,7 +133,7 @@ func sharedFolder(t *testing.T, dir string) share.Share {
 // excluded file, a path into .agent, a link out of the folder and a path
 // with .. are refused by reason; a move plan waits for a code entered on
 // the machine, runs once with it and archives (nothing deleted); the
-// approval spent, and a code used once, are refused again.
+// code used once is refused for the next request.
 func TestBastionOpsSharedFoldersAndApprovals(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		e := bastionEnv(t, db)
@@ -164,8 +168,9 @@ func TestBastionOpsSharedFoldersAndApprovals(t *testing.T) {
 		if got, err := os.ReadFile(archived); err != nil || string(got) != "q3" {
 			t.Fatalf("archived file %s: %q %v (answer %s)", archived, got, err, ans.Result)
 		}
-		_, err := op(t, e, id, "files:move-plan", moves, pending)
-		wantOpRefused(t, "approval reused", err, errs.AccessDenied, approval.ReasonApprovalSpent)
+		if _, err := os.Stat(filepath.Join(s.Path, "old", "report.txt")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the moved file is still in place: %v", err)
+		}
 
 		again := mustApprovalRequired(t, e, id, "files:move-plan", `{"share":"`+s.ID+`","moves":[{"from":"notes/todo.txt","to":""}]}`)
 		wantStoreRefusal(t, "code reused", b.st.Approve(again, code), approval.ReasonCodeReused)
@@ -249,7 +254,8 @@ func TestBastionOpsStandingGrantWindowRateAndSeal(t *testing.T) {
 
 // TestBastionOpsActionDryRunHasNoNetwork runs an action op's dry run
 // through the control plane: it needs the person's approval, runs with
-// no network (a listener on this machine sees nothing), and its apply
+// no network (a listener on this machine sees nothing), its approval is
+// spent by that one run, and its apply
 // lands exactly the change list shown. A destination on the LAN, as an
 // address, is refused when the op arrives.
 func TestBastionOpsActionDryRunHasNoNetwork(t *testing.T) {
@@ -283,6 +289,8 @@ func TestBastionOpsActionDryRunHasNoNetwork(t *testing.T) {
 			t.Fatalf("approve the dry run: %v", err)
 		}
 		ans := mustOp(t, e, id, "action:dry-run", string(args), apr)
+		_, err = op(t, e, id, "action:dry-run", string(args), apr)
+		wantOpRefused(t, "approval reused", err, errs.AccessDenied, approval.ReasonApprovalSpent)
 		var plan struct {
 			Plan, Digest string
 			Changes      []struct{ Path, SHA256 string }
@@ -389,4 +397,60 @@ func processRunning(argv ...string) bool {
 		}
 	}
 	return false
+}
+
+// aprRE finds the approval request in a refusal's message.
+var aprRE = regexp.MustCompile(`apr_[a-z2-7]{20}`)
+
+// TestBastionOpsTerminalNeedsApprovalForItsSession asks for a terminal
+// through the control plane: it is refused APPROVAL_REQUIRED naming a
+// request; an approval for that session opens a PTY with the bastion
+// user's shell once; the same approval for another session is refused,
+// and the session is in the machine's transcripts.
+func TestBastionOpsTerminalNeedsApprovalForItsSession(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := bastionEnv(t, db)
+		b := enrolledBastion(t, e, agent.Config{Shell: "/bin/sh", IsRoot: func() bool { return false }})
+		ctx := context.Background()
+		session := client.NewTerminalSession()
+		_, err := e.Client.BastionTerminal(ctx, b.a.ID(), session, false, "")
+		var ae *client.Error
+		if !errors.As(err, &ae) || ae.Code != "APPROVAL_REQUIRED" || !aprRE.MatchString(ae.Message) {
+			t.Fatalf("terminal without approval: %v, want APPROVAL_REQUIRED naming a request", err)
+		}
+		apr := aprRE.FindString(ae.Message)
+		if err := b.st.Approve(apr, b.code(t)); err != nil {
+			t.Fatalf("approve: %v", err)
+		}
+		_, err = e.Client.BastionTerminal(ctx, b.a.ID(), client.NewTerminalSession(), false, apr)
+		if !errors.As(err, &ae) || ae.Code != "ACCESS_DENIED" || !strings.Contains(ae.Message, "("+approval.ReasonApprovalMismatch+")") {
+			t.Fatalf("another session with that approval: %v, want approval-mismatch", err)
+		}
+		_, err = e.Client.BastionTerminal(ctx, b.a.ID(), session, true, apr)
+		if !errors.As(err, &ae) || !strings.Contains(ae.Message, "(not-root)") {
+			t.Fatalf("a root terminal on a bastion not running as root: %v, want not-root", err)
+		}
+		conn, err := e.Client.BastionTerminal(ctx, b.a.ID(), session, false, apr)
+		if err != nil {
+			t.Fatalf("terminal with its approval: %v", err)
+		}
+		if _, err := io.WriteString(conn, "echo hi-$((6*7))\nexit\n"); err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(io.LimitReader(conn, 1<<20))
+		conn.Close()
+		if !strings.Contains(string(out), "hi-42") {
+			t.Fatalf("terminal output %q, want hi-42", out)
+		}
+		ts, _ := filepath.Glob(filepath.Join(b.a.DataDir(), "transcripts", "*"))
+		found := false
+		for _, p := range ts {
+			if body, _ := os.ReadFile(p); strings.Contains(string(body), "hi-42") {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("no transcript among %v holds the session", ts)
+		}
+	})
 }

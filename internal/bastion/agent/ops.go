@@ -34,6 +34,11 @@ const actionsDir = "actions"
 // run on the machine (enroll, approve, ops, root-grant, anchor) open
 // it as the running bastion does; the store locks its files.
 func OpenApprovals(dir string, clk clock.Clock) (*approval.Store, error) {
+	// The folder holds the bastion's keys: only its owner may enter it
+	// (a folder made before, by hand or by a test, is tightened).
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("bastion: data folder: %w", err)
+	}
 	key, err := readWGKey(dir)
 	if err != nil {
 		return nil, err
