@@ -177,7 +177,6 @@ func TestBastionOpsSharedFoldersAndApprovals(t *testing.T) {
 	})
 }
 
-
 // mustApprovalRequired sends an op that must wait for the person's
 // approval and returns the pending request's id.
 func mustApprovalRequired(t *testing.T, e *testenv.Env, id, kind, args string) string {

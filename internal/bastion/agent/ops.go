@@ -113,11 +113,11 @@ func (a *Agent) startOps(ctx context.Context, tun *wgtun.Tunnel, host netip.Addr
 // approvals is the op server's view of the approval store.
 type approvals struct{ st *approval.Store }
 
-func (p approvals) Enrolled() bool                     { return p.st.Enrolled() }
+func (p approvals) Enrolled() bool                      { return p.st.Enrolled() }
 func (p approvals) Spend(id, kind, digest string) error { return p.st.Spend(id, kind, digest) }
-func (p approvals) WritesLocked() (time.Time, bool)    { return p.st.WritesLocked() }
-func (p approvals) NoteRefusedWrite()                  { p.st.NoteRefusedWrite() }
-func (p approvals) Anchored() bool                     { return p.st.Anchored() }
+func (p approvals) WritesLocked() (time.Time, bool)     { return p.st.WritesLocked() }
+func (p approvals) NoteRefusedWrite()                   { p.st.NoteRefusedWrite() }
+func (p approvals) Anchored() bool                      { return p.st.Anchored() }
 
 func (p approvals) Ask(kind, digest, summary string) (string, time.Time, error) {
 	r, err := p.st.Ask(kind, digest, summary)
