@@ -24,6 +24,10 @@ func (s *Server) decide(op Op) (string, error) {
 		if op.Kind == KindRootRun {
 			return byRootGrant, nil // Root.Run checks the grant given here
 		}
+	} else if op.Kind == KindTerminal && s.cfg.IsRoot() {
+		// The bastion's user is root: its shell is a root shell, asked
+		// for (and approved) as one.
+		return "", denied(ReasonAskRoot, "the bastion runs as root: ask for a root terminal")
 	}
 	if !kinds[op.Kind].write {
 		return byRead, nil

@@ -45,6 +45,9 @@ const (
 	ReasonApprovalRequired = "approval-required"
 	// ReasonNotRoot: the op needs the bastion running as root.
 	ReasonNotRoot = "not-root"
+	// ReasonAskRoot: a terminal not asked as root on a bastion running as
+	// root (its shell would be root's).
+	ReasonAskRoot = "terminal-would-be-root"
 	// ReasonTooLarge: a handler's answer is over its limit (files:read).
 	ReasonTooLarge = "too-large"
 	// ReasonRefused: a handler refused with a reason that is not a short

@@ -248,6 +248,14 @@ func TestRootNeedsRoot(t *testing.T) {
 	if !strings.HasSuffix(re.Summary, "as root") {
 		t.Fatalf("summary %q", re.Summary)
 	}
+	// On a bastion running as root, a terminal not asked as root would
+	// be a root shell: refused before the person is asked.
+	asked := f.appr.asked()
+	_, err = f.s.Do(ctx, f.op(t, KindTerminal, TerminalArgs{Session: testID("ts_", 20, 3)}, ""))
+	wantRefused(t, err, CodeAccessDenied, ReasonAskRoot)
+	if f.appr.asked() != asked {
+		t.Fatal("asked the person for a terminal that would be root's")
+	}
 }
 
 // observe:net goes through the egress guard: loopback and localhost are
