@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/bettercompute/internal/bastion/approval"
+	"github.com/bettercompute/bettercompute/internal/bastion/ops"
 )
 
 // bastionStandingCmd is `bcd bastion ops`: standing grants, held on this
@@ -28,6 +29,9 @@ func standingGrantCmd(stdin io.Reader) *cobra.Command {
 		Short: "Approve an op kind for later with a code: at most 30 days, at most N runs an hour and M a day",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !ops.StandingKinds[kind] {
+				return &ExitError{Code: 2, Err: fmt.Errorf("--kind: a standing grant is for %s or %s only", ops.KindFilesMove, ops.KindDryRun)}
+			}
 			now := time.Now()
 			nb := now
 			var err error
@@ -58,7 +62,7 @@ func standingGrantCmd(stdin io.Reader) *cobra.Command {
 		},
 	}
 	dataFlag(c, &dir)
-	c.Flags().StringVar(&kind, "kind", "", "the op kind, such as files:move-plan")
+	c.Flags().StringVar(&kind, "kind", "", "the op kind: files:move-plan or action:dry-run")
 	c.Flags().StringVar(&notBefore, "not-before", "", "start (RFC 3339 or a duration from now; default now)")
 	c.Flags().StringVar(&notAfter, "not-after", "24h", "end (RFC 3339 or a duration from now; at most 30 days after the start)")
 	c.Flags().IntVar(&perHour, "per-hour", 1, "runs an hour")
@@ -145,7 +149,7 @@ func bastionRootGrantCmd(stdin io.Reader) *cobra.Command {
 		Short: "Let the control plane run commands as root until T (root and a code); --revoke ends it and stops running commands",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := needRoot("root-grant"); err != nil {
+			if err := needRoot("root-grant", dir); err != nil {
 				return err
 			}
 			st, err := openApprovals(dir)
@@ -188,7 +192,7 @@ func bastionAnchorCmd(stdin io.Reader) *cobra.Command {
 		Short: "Mark this machine as one a fleet owns (root); --remove needs root and a code",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := needRoot("anchor"); err != nil {
+			if err := needRoot("anchor", dir); err != nil {
 				return err
 			}
 			st, err := openApprovals(dir)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/bastion/agent"
 	"github.com/bettercompute/bettercompute/internal/bastion/approval"
+	"github.com/bettercompute/bettercompute/internal/bastion/ops"
 	"github.com/bettercompute/bettercompute/internal/bastion/share"
 	"github.com/bettercompute/bettercompute/internal/clock"
 )
@@ -57,11 +59,20 @@ func refusal(err error) error {
 	return &ExitError{Code: 1, Err: err}
 }
 
-// needRoot refuses unless this process runs as root: the anchor and the
-// root command grant are machine-wide facts.
-func needRoot(what string) error {
+// needRoot refuses unless this process runs as root and the bastion of
+// dir does too (its folder is root's): the anchor and the root command
+// grant are machine-wide facts, and a record root wrote in a person's
+// bastion folder could not be read by that bastion.
+func needRoot(what, dir string) error {
 	if os.Geteuid() != 0 {
 		return &ExitError{Code: 2, Err: fmt.Errorf("%s needs root on this machine", what)}
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return &ExitError{Code: 2, Err: fmt.Errorf("%s: %w", what, err)}
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 {
+		return &ExitError{Code: 2, Err: fmt.Errorf("%s is for a bastion that runs as root; the bastion of %s runs as user %d", what, dir, st.Uid)}
 	}
 	return nil
 }
@@ -173,6 +184,10 @@ func bastionApproveCmd(stdin io.Reader) *cobra.Command {
 				return refusal(err)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "request %s (%s), expires %s:\n%s\n", r.ID, r.Op, r.Expires.Format(time.RFC3339), r.Summary)
+			if r.Op == ops.KindTerminal {
+				fmt.Fprintln(cmd.ErrOrStderr(), "A terminal is this bastion's account: from it the control plane can read the bastion's keys "+
+					"and so act as you would here. Approve it only as you would hand over the account.")
+			}
 			code, err := readCode(stdin, cmd.ErrOrStderr())
 			if err != nil {
 				return err

@@ -89,6 +89,9 @@ func TestBastionApproveCommands(t *testing.T) {
 	if code, _, errOut := runIn(t, c+"\n", "bastion", "ops", "grant", "--kind", "files:move-plan", "--data", dir); code != 1 || !strings.Contains(errOut, "code-reused") {
 		t.Fatalf("standing grant with a used code: %d %q", code, errOut)
 	}
+	if code, _, errOut := runIn(t, "", "bastion", "ops", "grant", "--kind", "action:apply", "--data", dir); code != 2 || !strings.Contains(errOut, "standing grant is for") {
+		t.Fatalf("standing grant for an apply: %d %q", code, errOut)
+	}
 	c2, _ := totp.GenerateCode(secret, now.Add(30*time.Second))
 	if code, out, errOut := runIn(t, c2+"\n", "bastion", "ops", "grant", "--kind", "files:move-plan", "--per-hour", "3", "--data", dir); code != 0 || !strings.Contains(out, "standing grant sg_") {
 		t.Fatalf("standing grant: %d %q %q", code, out, errOut)

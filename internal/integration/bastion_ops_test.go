@@ -157,6 +157,15 @@ func TestBastionOpsSharedFoldersAndApprovals(t *testing.T) {
 			wantOpRefused(t, "read "+c.path, err, errs.AccessDenied, c.reason)
 		}
 
+		// An action op's effects are held to the share's rules as the
+		// file ops are, before the person is asked.
+		for _, c := range []struct{ path, reason string }{{"notes/secrets/key.txt", "excluded"}, {".agent/index.txt", "agent-folder"},
+			{"notes/out", "link-outside"}, {"notes/secrets/new.txt", "excluded"}} {
+			args, _ := json.Marshal(map[string]any{"share": s.ID, "script": "true", "effects": []string{c.path}})
+			_, err := op(t, e, id, "action:dry-run", string(args), "")
+			wantOpRefused(t, "effect "+c.path, err, errs.AccessDenied, c.reason)
+		}
+
 		moves := `{"share":"` + s.ID + `","moves":[{"from":"old/report.txt","to":""}]}`
 		pending := mustApprovalRequired(t, e, id, "files:move-plan", moves)
 		code := b.code(t)
@@ -255,8 +264,9 @@ func TestBastionOpsStandingGrantWindowRateAndSeal(t *testing.T) {
 // through the control plane: it needs the person's approval, runs with
 // no network (a listener on this machine sees nothing), its approval is
 // spent by that one run, and its apply
-// lands exactly the change list shown. A destination on the LAN, as an
-// address, is refused when the op arrives.
+// lands exactly the change list shown, and only while the folder is
+// shared. A destination on the LAN, as an address, is refused when the op
+// arrives.
 func TestBastionOpsActionDryRunHasNoNetwork(t *testing.T) {
 	requireRuncForOps(t)
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
@@ -307,6 +317,15 @@ func TestBastionOpsActionDryRunHasNoNetwork(t *testing.T) {
 		apr = mustApprovalRequired(t, e, id, "action:apply", apply)
 		if err := b.st.Approve(apr, b.code(t)); err != nil {
 			t.Fatalf("approve the apply: %v", err)
+		}
+		// A folder no longer shared takes no apply; shared again, it does.
+		if err := share.Remove(b.a.DataDir(), s.ID); err != nil {
+			t.Fatal(err)
+		}
+		_, err = op(t, e, id, "action:apply", apply, apr)
+		wantOpRefused(t, "apply to a folder no longer shared", err, errs.NotFound, share.ReasonUnknownShare)
+		if s, err = share.Add(b.a.DataDir(), s.Path, s.Excludes, time.Now()); err != nil {
+			t.Fatal(err)
 		}
 		mustOp(t, e, id, "action:apply", apply, apr)
 		if got, err := os.ReadFile(filepath.Join(s.Path, "notes", "net.txt")); err != nil || string(got) != "no-network\n" {

@@ -174,3 +174,25 @@ func (r *Runner) Summary(planID string) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// PlanInfo is what a caller checks of a plan before asking the person to
+// apply it: the folder it lands in, its digest and the paths it writes.
+type PlanInfo struct {
+	Folder string
+	Digest string
+	Paths  []string
+}
+
+// Info returns plan planID's PlanInfo (ReasonUnknownPlan when there is no
+// such unspent, unexpired plan).
+func (r *Runner) Info(planID string) (PlanInfo, error) {
+	sp, err := r.loadPlan(planID, r.planDir(planID))
+	if err != nil {
+		return PlanInfo{}, err
+	}
+	pi := PlanInfo{Folder: sp.Folder, Digest: sp.Digest}
+	for _, c := range sp.Changes {
+		pi.Paths = append(pi.Paths, c.Path)
+	}
+	return pi, nil
+}

@@ -219,24 +219,81 @@ func program(a ops.DryRunArgs) action.Program {
 	return p
 }
 
-func (x *actions) Check(id string, a ops.DryRunArgs) error {
-	if _, err := share.Find(x.dir, id); err != nil {
+// heldEffects holds every path to share s's excludes and ".agent" (the
+// path as named and wherever a link in it leads), as the file ops are.
+func heldEffects(s share.Share, paths []string) error {
+	fo, err := share.OpenFolder(s)
+	if err != nil {
 		return err
 	}
-	return x.r.Check(program(a))
+	defer fo.Close()
+	for _, p := range paths {
+		if err := fo.CheckEffect(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checked finds the share a dry run names and holds its effects to it.
+func (x *actions) checked(id string, a ops.DryRunArgs) (share.Share, error) {
+	s, err := share.Find(x.dir, id)
+	if err != nil {
+		return s, err
+	}
+	if err := heldEffects(s, a.Effects); err != nil {
+		return s, err
+	}
+	return s, x.r.Check(program(a))
+}
+
+func (x *actions) Check(id string, a ops.DryRunArgs) error {
+	_, err := x.checked(id, a)
+	return err
 }
 
 func (x *actions) DryRun(ctx context.Context, a ops.DryRunArgs) (any, error) {
-	s, err := share.Find(x.dir, a.Share)
+	s, err := x.checked(a.Share, a)
 	if err != nil {
 		return nil, err
 	}
 	return x.r.DryRun(ctx, s.Path, program(a))
 }
 
-func (x *actions) PlanSummary(plan, _ string) (string, error) { return x.r.Summary(plan) }
+// applicable checks, before the person is asked and again at apply, that
+// plan's digest is digest and that its folder is still shared, with every
+// path it writes held to the share's excludes as they are now.
+func (x *actions) applicable(plan, digest string) error {
+	pi, err := x.r.Info(plan)
+	if err != nil {
+		return err
+	}
+	if pi.Digest != digest {
+		return &action.RefusedError{Reason: action.ReasonPlanMismatch, Detail: "the digest is not the plan's"}
+	}
+	ss, err := share.List(x.dir)
+	if err != nil {
+		return err
+	}
+	for _, s := range ss {
+		if s.Path == pi.Folder {
+			return heldEffects(s, pi.Paths)
+		}
+	}
+	return &share.RefusedError{Reason: share.ReasonUnknownShare, Detail: "the plan's folder is no longer shared"}
+}
+
+func (x *actions) PlanSummary(plan, digest string) (string, error) {
+	if err := x.applicable(plan, digest); err != nil {
+		return "", err
+	}
+	return x.r.Summary(plan)
+}
 
 func (x *actions) Apply(ctx context.Context, a ops.ApplyArgs) (any, error) {
+	if err := x.applicable(a.Plan, a.Digest); err != nil {
+		return nil, err
+	}
 	return x.r.Apply(ctx, "", a.Plan, a.Digest)
 }
 

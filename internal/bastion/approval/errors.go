@@ -19,6 +19,9 @@ const (
 	ReasonTooManyPending = "too-many-pending"
 	// ReasonUnknownRequest: no request with that id is kept here.
 	ReasonUnknownRequest = "unknown-request"
+	// ReasonSummaryTooLong: the request's text is longer than MaxSummary
+	// runes (it would not be shown whole).
+	ReasonSummaryTooLong = "summary-too-long"
 	// ReasonApprovalMismatch: the approval is for another op or digest.
 	ReasonApprovalMismatch = "approval-mismatch"
 	// ReasonNotApproved: the request was not approved on the machine.

@@ -19,8 +19,10 @@ const (
 	RequestTTL = 5 * time.Minute
 	// MaxPending is how many unexpired, unspent requests may wait.
 	MaxPending = 64
-	// MaxSummary is the longest summary kept, in runes.
-	MaxSummary = 512
+	// MaxSummary is the longest summary, in runes: a longer one is
+	// refused (ReasonSummaryTooLong), never clipped, since the person
+	// approves what the text shows.
+	MaxSummary = 64 << 10
 	// maxOp is the longest op name.
 	maxOp = 64
 	// keepExpired is how long a request is kept past Expires, so a late
@@ -126,11 +128,14 @@ func (s *Store) updateState(fn func(st *approvalState, now time.Time) error) err
 // Ask files a new pending request for op bound to digest, expiring
 // RequestTTL from now. With MaxPending unexpired, unspent requests waiting
 // it is refused ReasonTooManyPending. The summary is kept with control
-// characters replaced and cut to MaxSummary runes, since it is shown on
-// the person's terminal.
+// characters replaced, since it is shown on the person's terminal; a
+// summary longer than MaxSummary runes is refused ReasonSummaryTooLong.
 func (s *Store) Ask(op, digest, summary string) (Request, error) {
 	if !validOp(op) || !validDigest(digest) {
 		return Request{}, refuse(ReasonBadRequest, "op or digest malformed")
+	}
+	if utf8.RuneCountInString(summary) > MaxSummary {
+		return Request{}, refuse(ReasonSummaryTooLong, "the request is too long to show whole on the machine")
 	}
 	id, err := newID("apr_")
 	if err != nil {
@@ -180,20 +185,14 @@ func validDigest(d string) bool {
 	return err == nil && strings.ToLower(d) == d
 }
 
-// cleanSummary replaces control and invalid characters with '?' and cuts
-// the text to MaxSummary runes.
+// cleanSummary replaces control and invalid characters with '?'.
 func cleanSummary(s string) string {
 	var b strings.Builder
-	n := 0
 	for _, r := range s {
-		if n == MaxSummary {
-			break
-		}
 		if r == utf8.RuneError || unicode.IsControl(r) || !unicode.IsPrint(r) {
 			r = '?'
 		}
 		b.WriteRune(r)
-		n++
 	}
 	return b.String()
 }

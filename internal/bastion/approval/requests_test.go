@@ -92,10 +92,13 @@ func TestAskLimits(t *testing.T) {
 	wantRefused(t, err, ReasonBadRequest)
 	_, err = f.s.Ask("files:move plan", d, "x")
 	wantRefused(t, err, ReasonBadRequest)
-	r, err := f.s.Ask(moveOp, d, "move \x1b[2Jall\u202e"+strings.Repeat("y", 2*MaxSummary))
+	_, err = f.s.Ask(moveOp, d, "move "+strings.Repeat("y", MaxSummary))
+	wantRefused(t, err, ReasonSummaryTooLong)
+	long := "move \x1b[2Jall\u202e" + strings.Repeat("y", MaxSummary-20)
+	r, err := f.s.Ask(moveOp, d, long)
 	must(t, err)
-	if strings.ContainsAny(r.Summary, "\x1b\u202e") || !strings.HasPrefix(r.Summary, "move ?[2Jall?y") || len([]rune(r.Summary)) != MaxSummary {
-		t.Fatalf("summary kept as %q", r.Summary)
+	if strings.ContainsAny(r.Summary, "\x1b\u202e") || !strings.HasPrefix(r.Summary, "move ?[2Jall?y") || len([]rune(r.Summary)) != len([]rune(long)) {
+		t.Fatalf("summary kept as %q...", r.Summary[:40])
 	}
 }
 

@@ -22,6 +22,9 @@ func (s *Server) decide(op Op) (string, error) {
 			return "", denied(ReasonNotRoot, "the bastion does not run as root")
 		}
 		if op.Kind == KindRootRun {
+			if until, locked := a.WritesLocked(); locked {
+				return "", denied(ReasonWritesLocked, "writes are closed until "+until.UTC().Format(time.RFC3339))
+			}
 			return byRootGrant, nil // Root.Run checks the grant given here
 		}
 	} else if op.Kind == KindTerminal && s.cfg.IsRoot() {
@@ -50,7 +53,7 @@ func (s *Server) decide(op Op) (string, error) {
 		}
 		return byApproval, nil
 	}
-	if op.Kind != KindTerminal {
+	if StandingKinds[op.Kind] && !a.Anchored() {
 		err := a.UseStanding(op.Kind)
 		if err == nil {
 			return byStanding, nil
@@ -61,6 +64,13 @@ func (s *Server) decide(op Op) (string, error) {
 	}
 	return "", s.ask(op, digest, extra)
 }
+
+// StandingKinds are the kinds a standing grant may run without a fresh
+// approval: move plans and dry runs (which change nothing but a plan).
+// Never an apply (it lands a change list someone must have seen), a
+// terminal, or any write on an anchored machine, where every write needs
+// an approval verified and spent here.
+var StandingKinds = map[string]bool{KindFilesMove: true, KindDryRun: true}
 
 // rootTerminal reports a terminal asked as root.
 func rootTerminal(op Op) bool {
@@ -95,6 +105,9 @@ func spendRefusal(err error) error {
 // ask files an approval request and refuses APPROVAL_REQUIRED with it.
 func (s *Server) ask(op Op, digest, extra string) error {
 	summary := Summary(op.Kind, op.Args, extra)
+	if len(summary) > MaxSummary {
+		return denied(ReasonTooLarge, "the request is too long to show whole to the person")
+	}
 	id, expires, err := s.cfg.Approvals.Ask(op.Kind, digest, summary)
 	if err != nil {
 		if r := refusalOf(err); r != nil {

@@ -120,7 +120,7 @@ func refusalOf(err error) *RefusedError {
 	if reason == "not-found" || len(reason) > 8 && reason[:8] == "unknown-" {
 		code = CodeNotFound
 	}
-	return &RefusedError{Code: code, Reason: reason, Detail: clean(err.Error(), maxDetail)}
+	return &RefusedError{Code: code, Reason: reason, Detail: cleanClip(err.Error(), maxDetail)}
 }
 
 // validReason reports a reason fit for the wire: 1 to 64 bytes of

@@ -44,6 +44,7 @@ func refuse(reason string) error { return &fakeRefusal{reason} }
 // apart, spent once, dead after 5 minutes; 5 refused writes in 10 minutes
 // lock writes for 10 minutes; a standing grant is a count of runs left.
 type fakeApprovals struct {
+	anchored atomic.Bool // the machine is anchored
 	clk      clock.Clock
 	enrolled atomic.Bool
 
@@ -65,7 +66,7 @@ func newFakeApprovals(clk clock.Clock) *fakeApprovals {
 }
 
 func (f *fakeApprovals) Enrolled() bool { return f.enrolled.Load() }
-func (f *fakeApprovals) Anchored() bool { return false }
+func (f *fakeApprovals) Anchored() bool { return f.anchored.Load() }
 
 func (f *fakeApprovals) Ask(kind, digest, summary string) (string, time.Time, error) {
 	f.mu.Lock()

@@ -81,7 +81,7 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 		writeJSON(w, http.StatusInternalServerError, answer{Code: CodeInternal, Reason: ReasonInternal})
 		return
 	}
-	a := answer{Code: re.Code, Reason: re.Reason, Message: clean(re.Detail, maxDetail)}
+	a := answer{Code: re.Code, Reason: re.Reason, Message: cleanClip(re.Detail, maxDetail)}
 	if re.Code == CodeApprovalRequired {
 		a.ApprovalRequest, a.Summary = re.ApprovalRequest, re.Summary
 		a.ApprovalExpires = re.ApprovalExpires.UTC().Format(time.RFC3339)

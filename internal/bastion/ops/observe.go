@@ -82,7 +82,7 @@ func observeProcs(root string) (any, error) {
 		if err != nil {
 			continue
 		}
-		procs = append(procs, Process{PID: pid, Name: clean(strings.TrimSuffix(string(b), "\n"), 64)})
+		procs = append(procs, Process{PID: pid, Name: cleanClip(strings.TrimSuffix(string(b), "\n"), 64)})
 	}
 	return map[string]any{"count": len(pids), "processes": procs}, nil
 }

@@ -170,6 +170,13 @@ func TestPrecheckBeforeAsk(t *testing.T) {
 	if f.appr.asked() != 0 {
 		t.Fatal("the person was asked for a request that cannot run")
 	}
+	// A request too long to show whole is refused, never shown clipped.
+	_, err = f.s.Do(context.Background(), f.op(t, KindDryRun, DryRunArgs{Share: f.share, Script: strings.Repeat("x", MaxScript),
+		Effects: []string{strings.Repeat("e", 2000)}}, ""))
+	wantRefused(t, err, CodeAccessDenied, ReasonTooLarge)
+	if f.appr.asked() != 0 {
+		t.Fatal("the person was asked with a clipped text")
+	}
 }
 
 // Five refused writes lock writes for 10 minutes, even with a good
@@ -222,6 +229,20 @@ func TestStandingGrant(t *testing.T) {
 	wantRefused(t, err, CodeApprovalRequired, ReasonApprovalRequired)
 	if f.appr.standing[KindTerminal] != 5 {
 		t.Fatal("a terminal used a standing grant")
+	}
+	// An apply never runs on a standing grant (it lands a change list
+	// someone must have seen); on an anchored machine no write does.
+	f.appr.standing[KindApply] = 5
+	_, err = f.s.Do(ctx, f.op(t, KindApply, ApplyArgs{Plan: testID("pl_", 20, 1), Digest: strings.Repeat("a", 64)}, ""))
+	if re := refusalOf(err); re == nil || re.Reason == "" || f.appr.standing[KindApply] != 5 {
+		t.Fatalf("apply under a standing grant: %v (uses left %d)", err, f.appr.standing[KindApply])
+	}
+	f.appr.standing[KindFilesMove] = 5
+	f.appr.anchored.Store(true)
+	_, err = f.s.Do(ctx, f.op(t, KindFilesMove, MovePlanArgs{Share: f.share, Moves: []Move{{From: "b.txt", To: "d.txt"}}}, ""))
+	wantRefused(t, err, CodeApprovalRequired, ReasonApprovalRequired)
+	if f.appr.standing[KindFilesMove] != 5 {
+		t.Fatal("an anchored machine ran a write on a standing grant")
 	}
 }
 
@@ -354,8 +375,8 @@ func TestDigest(t *testing.T) {
 func TestSummary(t *testing.T) {
 	args := dryRun(testShare, "echo \x1b[2Jhi\u202e\nrm -rf ~"+strings.Repeat("é", 3000))
 	s := Summary(KindDryRun, args, "")
-	if strings.ContainsAny(s, "\x1b\u202e\n") || len(s) > MaxSummary || !strings.HasSuffix(s, "...") {
-		t.Fatalf("summary %q (%d bytes)", s[:80], len(s))
+	if strings.ContainsAny(s, "\x1b\u202e\n") || !strings.HasSuffix(s, strings.Repeat("é", 3000)) {
+		t.Fatalf("summary %q (%d bytes): want it cleaned and whole", s[:80], len(s))
 	}
 	if !strings.Contains(s, "echo [2Jhi | rm -rf ~") {
 		t.Fatalf("summary %q", s[:120])

@@ -7,13 +7,16 @@ import (
 	"unicode/utf8"
 )
 
-// MaxSummary bounds the summary shown to the person.
-const MaxSummary = 4 << 10
+// MaxSummary bounds the summary shown to the person, in bytes: a longer
+// one is refused (ReasonTooLarge), never clipped, since the person
+// approves what the text shows.
+const MaxSummary = 64 << 10
 
 // Summary is the one-paragraph text shown to the person for an approval:
 // the kind and its args rendered readably, with control and formatting
-// characters (bidi overrides included) removed, a newline shown as " | ",
-// clipped to MaxSummary bytes. It is deterministic. extra (the action
+// characters (bidi overrides included) removed and a newline shown as
+// " | ". It is deterministic and never clipped (ask refuses a summary
+// longer than MaxSummary). extra (the action
 // package's plan summary for action:apply) is appended.
 func Summary(kind string, args any, extra string) string {
 	var b strings.Builder
@@ -49,13 +52,12 @@ func Summary(kind string, args any, extra string) string {
 		b.WriteString("; ")
 		b.WriteString(extra)
 	}
-	return clean(b.String(), MaxSummary)
+	return clean(b.String())
 }
 
 // clean removes control and formatting characters (a newline becomes
-// " | ", invalid UTF-8 is dropped) and clips the text to max bytes on a
-// character boundary, ending it with "..." when clipped.
-func clean(s string, max int) string {
+// " | ", invalid UTF-8 is dropped).
+func clean(s string) string {
 	var b strings.Builder
 	for i, r := range s {
 		switch {
@@ -71,7 +73,13 @@ func clean(s string, max int) string {
 			b.WriteRune(r)
 		}
 	}
-	out := b.String()
+	return b.String()
+}
+
+// cleanClip is clean, clipped to max bytes on a character boundary and
+// ended with "..." when clipped (details and names, never a summary).
+func cleanClip(s string, max int) string {
+	out := clean(s)
 	if len(out) <= max {
 		return out
 	}

@@ -97,12 +97,14 @@ func inAgent(comps []string) bool {
 }
 
 // matchRun reports whether pattern p matches len(p) consecutive
-// components of comps, anywhere.
+// components of comps, anywhere. Names are compared case-folded: on a
+// case-insensitive file system ".SSH" opens ".ssh", so an exclude holds
+// for every spelling (stricter, never looser, on a case-sensitive one).
 func matchRun(p, comps []string) bool {
 	for i := 0; i+len(p) <= len(comps); i++ {
 		all := true
 		for j, pc := range p {
-			if ok, _ := path.Match(pc, comps[i+j]); !ok {
+			if ok, _ := path.Match(strings.ToLower(pc), strings.ToLower(comps[i+j])); !ok {
 				all = false
 				break
 			}

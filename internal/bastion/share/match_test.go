@@ -32,6 +32,9 @@ func TestMatcher(t *testing.T) {
 		{".agent", true},
 		{"a/.agent/b", true},
 		{"a/.Agent", true},
+		{"SECRET", true}, // excludes hold for every spelling
+		{"a/.Config/GCloud/x", true},
+		{"keys/SERVER.PEM", true},
 		{"a/b/c", false},
 		{"", false},
 		{".", false},

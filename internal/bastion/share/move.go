@@ -225,3 +225,16 @@ func (f *Folder) openDir(rel, given string) (*os.File, error) {
 	}
 	return f.openSame(r, given)
 }
+
+// CheckEffect holds rel, a file an action op may change, to the share's
+// rules whether or not it exists yet: the path as named and wherever a
+// link in it leads is neither excluded nor in ".agent", and no link
+// leaves the folder; the components of a missing tail are held one by one.
+func (f *Folder) CheckEffect(rel string) error {
+	_, err := f.resolve(rel, follow)
+	var re *RefusedError
+	if errors.As(err, &re) && re.Reason == ReasonNotFound {
+		_, err = f.resolve(rel, create)
+	}
+	return err
+}

@@ -148,7 +148,7 @@ func (r *rootRun) start() (*exec.Cmd, *os.File, error) {
 	cmd.Env = r.t.env()
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.SysProcAttr = groupAttr()
+	cmd.SysProcAttr = rootCmdAttr()
 	err = cmd.Start()
 	pw.Close()
 	if err != nil {

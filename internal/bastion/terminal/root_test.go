@@ -251,3 +251,53 @@ func TestRunRootStopsAtGrantEnd(t *testing.T) {
 		t.Fatalf("RunRoot = %+v, %v; want stopped %s", r.res, r.err, StoppedExpired)
 	}
 }
+
+// processWith returns the pid of a process whose argv is exactly argv (0
+// when none).
+func processWith(argv ...string) int {
+	want := strings.Join(argv, "\x00") + "\x00"
+	ds, _ := os.ReadDir("/proc")
+	for _, d := range ds {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + d.Name() + "/cmdline"); err == nil && string(b) == want && alive(pid) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// TestRunRootSetsidDoesNotOutliveRevoke: a process the root command
+// started in a new session (out of its process group) is stopped with it
+// at a revoke: the command runs in its own PID namespace. Needs real root.
+func TestRunRootSetsidDoesNotOutliveRevoke(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("BC_REQUIRE_ROOT") == "1" {
+			t.Fatal("BC_REQUIRE_ROOT=1 but not root")
+		}
+		t.Skip("a PID namespace needs root")
+	}
+	terms, audit, _ := newTerms(t, nil)
+	var revoked atomic.Bool
+	grant := func() (time.Time, bool) { return time.Now().Add(time.Hour), !revoked.Load() }
+	ch := startRoot(terms, []string{"/bin/sh", "-c", "setsid /bin/sleep 313.25 & exec /bin/sleep 30"}, grant)
+	startedPid(t, audit)
+	deadline := time.Now().Add(5 * time.Second)
+	for processWith("/bin/sleep", "313.25") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the setsid child did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	revokedAt := time.Now()
+	revoked.Store(true)
+	waitRoot(t, ch)
+	for processWith("/bin/sleep", "313.25") != 0 {
+		if time.Since(revokedAt) > 2*time.Second {
+			t.Fatal("a process the root command started with setsid outlived the revoke by 2 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
