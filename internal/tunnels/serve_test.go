@@ -114,21 +114,40 @@ func lastRefusal(t *testing.T, out *syncBuffer) string {
 }
 
 // stepper advances clk and waits for the watch loop's recheck of that
-// tick, failing when the tunnel ended instead.
+// tick, failing when the tunnel ended instead. A tunnel that ends right
+// after its tick's recheck (the recheck decided to close it) keeps its
+// result in stash for end: both are ready then, and select would pick
+// either.
 type stepper struct {
 	t     *testing.T
 	clk   *clock.Fake
 	calls chan struct{}
 	res   <-chan error
+	stash chan error
+}
+
+// newStepper is a stepper over clk, calls and res.
+func newStepper(t *testing.T, clk *clock.Fake, calls chan struct{}, res <-chan error) stepper {
+	return stepper{t, clk, calls, res, make(chan error, 1)}
 }
 
 func (s stepper) tick(d time.Duration, what string) {
 	s.t.Helper()
+	select {
+	case err := <-s.stash:
+		s.t.Fatalf("%s: the tunnel had ended: %v", what, err)
+	default:
+	}
 	s.clk.Advance(d)
 	select {
 	case <-s.calls:
 	case err := <-s.res:
-		s.t.Fatalf("%s: the tunnel ended: %v", what, err)
+		select {
+		case <-s.calls: // this tick's recheck ran, then ended the tunnel
+			s.stash <- err
+		default:
+			s.t.Fatalf("%s: the tunnel ended: %v", what, err)
+		}
 	}
 }
 
@@ -136,6 +155,11 @@ func (s stepper) tick(d time.Duration, what string) {
 // test after 10 s instead of hanging it.
 func (s stepper) end() error {
 	s.t.Helper()
+	select {
+	case err := <-s.stash:
+		return err
+	default:
+	}
 	select {
 	case err := <-s.res:
 		return err
@@ -162,10 +186,13 @@ func TestServeClosesAfterTwoMinutesUndecided(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 	calls := make(chan struct{}, 1000)
 	node, out, res := serveWith(t, clk, recorder(calls, false, errors.New("iam unreachable")))
-	s := stepper{t, clk, calls, res}
-	for i := 1; i <= int(FailFor/RecheckEvery); i++ {
+	s := newStepper(t, clk, calls, res)
+	for i := 1; i < int(FailFor/RecheckEvery); i++ {
 		s.tick(RecheckEvery, "undecided tick "+strconv.Itoa(i))
 	}
+	// The tick that reaches FailFor closes the tunnel (whether its
+	// recheck runs first or not).
+	clk.Advance(RecheckEvery)
 	if err := s.end(); err != errUndecided {
 		t.Fatalf("end: %v", err)
 	}
@@ -180,7 +207,7 @@ func TestServeClosesAtOnceOnRefusal(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 	calls := make(chan struct{}, 1000)
 	_, out, res := serveWith(t, clk, recorder(calls, false, nil))
-	s := stepper{t, clk, calls, res}
+	s := newStepper(t, clk, calls, res)
 	s.tick(RecheckEvery, "first recheck")
 	if err := s.end(); err != errRevoked {
 		t.Fatalf("end: %v", err)
@@ -196,7 +223,7 @@ func TestServeClosesAfterTwelveHours(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 	calls := make(chan struct{}, 1000)
 	_, out, res := serveWith(t, clk, recorder(calls, true, nil))
-	s := stepper{t, clk, calls, res}
+	s := newStepper(t, clk, calls, res)
 	s.tick(MaxLife-3*time.Second, "11:59:57")
 	s.tick(time.Second, "11:59:58")
 	clk.Advance(2 * time.Second)
