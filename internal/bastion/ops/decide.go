@@ -22,8 +22,8 @@ func (s *Server) decide(op Op) (string, error) {
 			return "", denied(ReasonNotRoot, "the bastion does not run as root")
 		}
 		if op.Kind == KindRootRun {
-			if until, locked := a.WritesLocked(); locked {
-				return "", denied(ReasonWritesLocked, "writes are closed until "+until.UTC().Format(time.RFC3339))
+			if err := writesClosed(a); err != nil {
+				return "", err
 			}
 			return byRootGrant, nil // Root.Run checks the grant given here
 		}
@@ -35,8 +35,8 @@ func (s *Server) decide(op Op) (string, error) {
 	if !kinds[op.Kind].write {
 		return byRead, nil
 	}
-	if until, locked := a.WritesLocked(); locked {
-		return "", denied(ReasonWritesLocked, "writes are closed until "+until.UTC().Format(time.RFC3339))
+	if err := writesClosed(a); err != nil {
+		return "", err
 	}
 	if !a.Enrolled() {
 		return "", denied(ReasonFactorNotEnrolled, EnrollHint)
@@ -71,6 +71,15 @@ func (s *Server) decide(op Op) (string, error) {
 // terminal, or any write on an anchored machine, where every write needs
 // an approval verified and spent here.
 var StandingKinds = map[string]bool{KindFilesMove: true, KindDryRun: true}
+
+// writesClosed refuses writes-locked while repeated refusals keep the
+// pairing's writes closed.
+func writesClosed(a Approvals) error {
+	if until, locked := a.WritesLocked(); locked {
+		return denied(ReasonWritesLocked, "writes are closed until "+until.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
 
 // rootTerminal reports a terminal asked as root.
 func rootTerminal(op Op) bool {

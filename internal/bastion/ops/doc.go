@@ -19,6 +19,7 @@
 //	kind                         check                              refusal
 //	root:run, terminal root=1    the bastion runs as root           ACCESS_DENIED not-root
 //	terminal root=0              the bastion does not run as root   ACCESS_DENIED terminal-would-be-root
+//	root:run                     write lanes open                   ACCESS_DENIED writes-locked
 //	root:run                     Root.Run holds the root grant      (Root's reason)
 //	observe:*, files:list|stat|read  none: reads run at once        (the handler's reason)
 //	writes (below)               write lanes open                   ACCESS_DENIED writes-locked
