@@ -50,6 +50,16 @@ func opsPair(t *testing.T) (*Role, *wgtun.Tunnel) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
+	// The bastion speaks first, as a real one does (its hello precedes any
+	// op): one connection to the role's egress port completes the bastion's
+	// own handshake, so the role's first dial never races it. (Two crossing
+	// first handshakes can leave wireguard-go's session one-way until its
+	// 15 s re-handshake, which outlasts the dial's SYN retries.)
+	c, err := b.DialContext(ctx, "tcp", netip.AddrPortFrom(HostAddr, EgressPort).String())
+	if err != nil {
+		t.Fatalf("the bastion's first connection to the role: %v", err)
+	}
+	c.Close()
 	return r, b
 }
 

@@ -57,7 +57,7 @@ func (t *Tunnel) DialContext(ctx context.Context, network, addr string) (net.Con
 	if err != nil {
 		return nil, fmt.Errorf("wgtun: dialing %s in the tunnel: %w", ap, err)
 	}
-	tc, ok := t.track(c, ap.Addr())
+	tc, ok := t.track(c, net.TCPAddrFromAddrPort(ap))
 	if !ok {
 		_ = c.Close()
 		return nil, refuse(ReasonDialTarget, "peer at %s was removed while dialling", ap.Addr())
@@ -79,14 +79,26 @@ func (l *scopedListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		remote := remoteAddr(c)
-		if tc, ok := l.t.track(c, remote); ok {
-			return tc, nil
+		// gVisor answers a nil RemoteAddr once the connection is reset,
+		// which a peer can do between its SYN and this Accept: such a
+		// connection has no address to check and is closed.
+		remote, ok := c.RemoteAddr().(*net.TCPAddr)
+		if ok && remote != nil {
+			if tc, ok := l.t.track(c, remote); ok {
+				return tc, nil
+			}
 		}
 		_ = c.Close()
-		l.t.log.Info("tunnel connection refused", "reason", ReasonForeignSource,
-			"remote", c.RemoteAddr().String(), "local", c.LocalAddr().String())
+		l.t.log.Info("tunnel connection refused", "reason", ReasonForeignSource, "remote", addrString(remote))
 	}
+}
+
+// addrString is a's text, or "unknown" for a nil address.
+func addrString(a *net.TCPAddr) string {
+	if a == nil {
+		return "unknown"
+	}
+	return a.String()
 }
 
 // Close stops the listener; the tunnel forgets it.
@@ -97,24 +109,24 @@ func (l *scopedListener) Close() error {
 	return l.Listener.Close()
 }
 
-// remoteAddr is c's remote IP, or the zero Addr (which is no peer's) when it
-// cannot be read.
-func remoteAddr(c net.Conn) netip.Addr {
-	a, ok := c.RemoteAddr().(*net.TCPAddr)
-	if !ok {
-		return netip.Addr{}
-	}
-	return a.AddrPort().Addr().Unmap()
-}
-
 // trackedConn is a connection the tunnel carries for one peer address, so
-// RemovePeer and Close can close it.
+// RemovePeer and Close can close it. Its addresses are the ones read when
+// it was tracked: gVisor's own answer nil once the connection is reset,
+// and every caller may log or check them at any time.
 type trackedConn struct {
 	net.Conn
-	t    *Tunnel
-	addr netip.Addr
-	once sync.Once
+	t      *Tunnel
+	addr   netip.Addr
+	remote *net.TCPAddr
+	local  *net.TCPAddr
+	once   sync.Once
 }
+
+// RemoteAddr is the peer's address and port (never nil).
+func (c *trackedConn) RemoteAddr() net.Addr { return c.remote }
+
+// LocalAddr is this end's tunnel address and port (never nil).
+func (c *trackedConn) LocalAddr() net.Addr { return c.local }
 
 // Close closes the connection and untracks it.
 func (c *trackedConn) Close() error {
@@ -131,15 +143,21 @@ func (c *trackedConn) CloseWrite() error {
 	return c.Close()
 }
 
-// track records c as peer addr's, atomically with checking that addr is a
-// current peer's and the tunnel is open. ok false: the caller closes c.
-func (t *Tunnel) track(c net.Conn, addr netip.Addr) (*trackedConn, bool) {
+// track records c, whose remote end is remote, as that peer address's,
+// atomically with checking that the address is a current peer's and the
+// tunnel is open. ok false: the caller closes c.
+func (t *Tunnel) track(c net.Conn, remote *net.TCPAddr) (*trackedConn, bool) {
+	addr := remote.AddrPort().Addr().Unmap()
+	local, ok := c.LocalAddr().(*net.TCPAddr)
+	if !ok || local == nil {
+		local = &net.TCPAddr{IP: t.addr.AsSlice()}
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, isPeer := t.byAddr[addr]; !isPeer || t.closed {
 		return nil, false
 	}
-	tc := &trackedConn{Conn: c, t: t, addr: addr}
+	tc := &trackedConn{Conn: c, t: t, addr: addr, remote: remote, local: local}
 	set := t.conns[addr]
 	if set == nil {
 		set = map[*trackedConn]struct{}{}

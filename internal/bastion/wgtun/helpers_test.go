@@ -144,3 +144,12 @@ func dialCtx(t testing.TB, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// remoteAddr is c's remote IP, or the zero Addr when it cannot be read.
+func remoteAddr(c net.Conn) netip.Addr {
+	a, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok || a == nil {
+		return netip.Addr{}
+	}
+	return a.AddrPort().Addr().Unmap()
+}
