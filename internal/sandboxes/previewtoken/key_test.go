@@ -79,10 +79,10 @@ func TestKeyNeverPrints(t *testing.T) {
 		outs = append(outs, fmt.Sprintf(verb, k), fmt.Sprintf(verb, &k), fmt.Sprintf(verb, holder{k, &k}), fmt.Sprintf(verb, []Key{k}))
 	}
 	outs = append(outs, fmt.Sprint(k), fmt.Sprintln(k), k.String(), k.GoString())
-	var logged bytes.Buffer
-	slog.New(slog.NewJSONHandler(&logged, nil)).Info("key", "key", k, "ptr", &k)
+	var logged, jsonLogged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&jsonLogged, nil)).Info("key", "key", k, "ptr", &k)
 	slog.New(slog.NewTextHandler(&logged, nil)).Info("key", "key", k, "holder", holder{k, &k})
-	outs = append(outs, logged.String())
+	outs = append(outs, logged.String(), jsonLogged.String())
 	j, _ := json.Marshal(holder{k, &k})
 	outs = append(outs, string(j))
 	v := mustVerifier(t, k)
@@ -107,7 +107,7 @@ func TestKeyNeverPrints(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(fmt.Sprintf("%d", k), "REDACTED") || !strings.Contains(logged.String(), k.ID()) {
+	if !strings.Contains(fmt.Sprintf("%d", k), "REDACTED") || !strings.Contains(logged.String(), k.ID()) || !strings.Contains(jsonLogged.String(), k.ID()) {
 		t.Fatal("redacted form does not name the key")
 	}
 }

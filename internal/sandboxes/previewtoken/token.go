@@ -122,7 +122,10 @@ func validID(s string) bool {
 // decodeClaims reads the signed payload strictly: one JSON object with
 // exactly the known fields, in exactly the bytes json.Marshal writes for
 // it (so key order, whitespace, escapes, case and duplicates are refused),
-// and claims that check.
+// and claims that check. The byte comparison alone would refuse unknown
+// fields and trailing data too; DisallowUnknownFields and the single-value
+// check stay as the first gate, so a later change to the comparison does
+// not open them.
 func decodeClaims(payload []byte) (wireClaims, error) {
 	var w wireClaims
 	dec := json.NewDecoder(bytes.NewReader(payload))

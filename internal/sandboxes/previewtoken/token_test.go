@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"errors"
+	"math"
 	"net/url"
 	"strings"
 	"testing"
@@ -60,6 +61,7 @@ func TestIssueRefusals(t *testing.T) {
 		{"tenant NUL", func(c *Claims) { c.TenantID = "tn\x00" }, maxTTL, ReasonBadClaims},
 		{"expiry before 1970", func(c *Claims) { c.Expires = time.Unix(-1, 0) }, 1 << 62, ReasonBadClaims},
 		{"expiry past 2262", func(c *Claims) { c.Expires = time.Date(2263, 1, 1, 0, 0, 0, 0, time.UTC) }, 1 << 62, ReasonBadClaims},
+		{"expiry in 2600 (UnixNano wraps to a positive time)", func(c *Claims) { c.Expires = time.Date(2600, 1, 1, 0, 0, 0, 0, time.UTC) }, math.MaxInt64, ReasonBadClaims},
 		{"ttl 0", func(c *Claims) { c.Expires = now0 }, maxTTL, ReasonBadTTL},
 		{"ttl negative", func(c *Claims) { c.Expires = now0.Add(-time.Second) }, maxTTL, ReasonBadTTL},
 		{"ttl over max by 1ns", func(c *Claims) { c.Expires = now0.Add(maxTTL + 1) }, maxTTL, ReasonBadTTL},

@@ -24,10 +24,7 @@ type Verifier struct {
 func NewVerifier(keys ...Key) (*Verifier, error) {
 	pubs := make([]ed25519.PublicKey, 0, len(keys))
 	for _, k := range keys {
-		if k.priv == nil {
-			return nil, ErrZeroKey
-		}
-		pubs = append(pubs, k.PublicKey())
+		pubs = append(pubs, k.PublicKey()) // nil for a zero Key: refused below
 	}
 	return NewVerifierFromPublic(pubs...)
 }
@@ -38,7 +35,7 @@ func NewVerifierFromPublic(pubs ...ed25519.PublicKey) (*Verifier, error) {
 	v := &Verifier{keys: make(map[string]ed25519.PublicKey, len(pubs))}
 	for _, p := range pubs {
 		if len(p) != ed25519.PublicKeySize {
-			return nil, fmt.Errorf("previewtoken: public key of %d bytes: %w", len(p), ErrZeroKey)
+			return nil, fmt.Errorf("previewtoken: verifier key of %d bytes: %w", len(p), ErrZeroKey)
 		}
 		kid := KeyID(p)
 		if _, dup := v.keys[kid]; dup {
