@@ -143,7 +143,13 @@ func cleanRel(p string) (string, error) {
 			return "", refuse(ReasonPathInvalid, p)
 		}
 	}
-	return path.Clean(p), nil
+	// Cleaning can bring a backslash or a drive letter to the front
+	// (`./\x` cleans to `\x`), so the cleaned form is checked too.
+	c := path.Clean(p)
+	if strings.HasPrefix(c, `\`) || hasVolume(c) {
+		return "", refuse(ReasonPathInvalid, p)
+	}
+	return c, nil
 }
 
 // hasVolume reports whether p starts with a drive letter and a colon
