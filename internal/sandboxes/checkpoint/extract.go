@@ -64,8 +64,9 @@ func extract(ctx context.Context, f io.Reader, root *os.Root, lim Limits) (*extr
 	return x, x.run()
 }
 
-// run extracts every entry, checks that the compressed stream ends
-// cleanly, then applies the directories' modes, deepest first.
+// run extracts every entry, checks that the stream ends cleanly right
+// after the tar's end (nothing hidden after it, no bad trailing frame),
+// then applies the directories' modes, deepest first.
 func (x *extractor) run() error {
 	for {
 		h, err := x.tr.Next()
@@ -83,7 +84,10 @@ func (x *extractor) run() error {
 			return err
 		}
 	}
-	if _, err := io.Copy(io.Discard, x.stream); err != nil {
+	if n, err := io.Copy(io.Discard, x.stream); err != nil || n != 0 {
+		if err == nil {
+			return refuse(ReasonCorrupt, "%d bytes after the end of the archive", n)
+		}
 		return x.streamErr(err)
 	}
 	for i := len(x.dirs) - 1; i >= 0; i-- {

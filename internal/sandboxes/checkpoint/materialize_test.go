@@ -34,7 +34,7 @@ func TestMaterializeRefusesUnsafeEntries(t *testing.T) {
 		{"symlink-up", []ent{symEnt("ok/l", "../../etc")}, ReasonLinkEscapes},
 		{"symlink-up-top", []ent{symEnt("l", "..")}, ReasonLinkEscapes},
 		{"symlink-absolute-up", []ent{symEnt("l", "/../etc")}, ReasonLinkEscapes},
-		{"symlink-dotdot-after-name", []ent{symEnt("dot", "."), symEnt("ok/m", "../dot/..")}, ReasonLinkEscapes},
+		{"symlink-dotdot-after-name", []ent{symEnt("ok/up", ".."), dirEnt("ok/d"), symEnt("ok/d/m", "../up/..")}, ReasonLinkEscapes},
 		{"symlink-empty", []ent{symEnt("l", "")}, ReasonLinkEscapes},
 		{"hardlink-outside", []ent{linkEnt("h", "../outside")}, ReasonHardLink},
 		{"hardlink-absolute", []ent{linkEnt("h", "/etc/passwd")}, ReasonHardLink},
@@ -71,15 +71,21 @@ func TestMaterializeRefusesUnsafeEntries(t *testing.T) {
 }
 
 // TestMaterializeRefusesCorrupt: bytes that are not a zstd tar, a cut
-// stream and a tar cut mid-file are refused checkpoint-corrupt, target empty.
+// stream, a frame whose checksum is missing or wrong, bytes after the
+// tar's end (compressed or not) and a tar cut mid-file are refused
+// checkpoint-corrupt, target empty.
 func TestMaterializeRefusesCorrupt(t *testing.T) {
 	good := archive(t, append(prefix(), fileEnt("ok/g", strings.Repeat("y", 5000)))...)
 	tarCut := rawTar(t, append(prefix(), fileEnt("ok/g", strings.Repeat("y", 5000)))...)
 	cases := map[string][]byte{
-		"not-zstd":  []byte("this is not zstd"),
-		"cut-zstd":  good[:len(good)-6],
-		"zstd-junk": compress(t, []byte(strings.Repeat("not a tar header ", 64))),
-		"cut-tar":   compress(t, tarCut[:2048]),
+		"not-zstd":      []byte("this is not zstd"),
+		"cut-zstd":      good[:len(good)-6],
+		"no-sum":        good[:len(good)-4],
+		"bad-sum":       append(bytes.Clone(good[:len(good)-1]), good[len(good)-1]^1),
+		"trailing-junk": append(bytes.Clone(good), "junk"...),
+		"trailing-data": compress(t, append(rawTar(t, prefix()...), "hidden"...)),
+		"zstd-junk":     compress(t, []byte(strings.Repeat("not a tar header ", 64))),
+		"cut-tar":       compress(t, tarCut[:2048]),
 	}
 	for name, b := range cases {
 		t.Run(name, func(t *testing.T) {
