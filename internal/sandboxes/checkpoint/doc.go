@@ -17,8 +17,8 @@
 // root, hard links to anything but an earlier regular file of the archive,
 // device nodes, FIFOs and every other entry type, set-user-ID and
 // set-group-ID bits, duplicate names, entries whose parent is not an
-// earlier directory of the archive, and archives over the size and entry
-// caps. Each refusal is a *RefusedError carrying a constant Reason; on a
+// earlier directory of the archive, bytes after the tar's end, and
+// archives over the size and entry caps. Each refusal is a *RefusedError carrying a constant Reason; on a
 // refusal the target directory is emptied again, so a caller sees either a
 // complete checkpoint or an empty directory.
 //

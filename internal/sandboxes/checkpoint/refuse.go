@@ -34,14 +34,16 @@ const (
 	ReasonFIFO = "checkpoint-fifo"
 	// ReasonOtherType: any other entry type (sockets, sparse files, vendor types).
 	ReasonOtherType = "checkpoint-entry-type"
-	// ReasonSetID: a set-user-ID or set-group-ID bit, or mode bits beyond 07777.
+	// ReasonSetID: a set-user-ID or set-group-ID bit.
 	ReasonSetID = "checkpoint-setid"
 	// ReasonTooLarge: the archive, its unpacked files or its decompressed
 	// stream is over its cap.
 	ReasonTooLarge = "checkpoint-too-large"
 	// ReasonTooManyEntries: more entries than Limits.MaxEntries.
 	ReasonTooManyEntries = "checkpoint-too-many-entries"
-	// ReasonCorrupt: the bytes are not a zstd-compressed tar, or are truncated.
+	// ReasonCorrupt: the bytes are not one zstd-compressed tar (truncated, a
+	// bad frame or checksum, a window over 8 MiB, bytes after the tar's end,
+	// mode bits beyond 07777, a size on a non-file entry).
 	ReasonCorrupt = "checkpoint-corrupt"
 	// ReasonNotEmpty: Materialize's target directory is not empty.
 	ReasonNotEmpty = "checkpoint-dir-not-empty"
