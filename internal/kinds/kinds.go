@@ -27,6 +27,10 @@ const (
 	SandboxExec   = "sandbox.exec"
 	SandboxUpdate = "sandbox.update"
 	SandboxDelete = "sandbox.delete"
+	// SandboxCheckpoint captures a sandbox's writable layer (and, on
+	// runsc with memory set, its processes' memory) into the object
+	// store and answers the content addresses (spec.CheckpointResult).
+	SandboxCheckpoint = "sandbox.checkpoint"
 	// SSHAccess writes a node's break-glass sshd files (package breakglass
 	// makes it; payload sshca.Access: the CA, the accounts, the revoked
 	// serials and a generation the node never goes back from).
@@ -38,7 +42,7 @@ const (
 
 // byRole lists the kinds each certificate role accepts.
 var byRole = map[string][]string{
-	pki.RoleNode:       {NodePing, DiagRun, NodeReboot, DiskWipe, SecretDigest, SandboxCreate, SandboxExec, SandboxUpdate, SandboxDelete, SSHAccess, GPUReset},
+	pki.RoleNode:       {NodePing, DiagRun, NodeReboot, DiskWipe, SecretDigest, SandboxCreate, SandboxExec, SandboxUpdate, SandboxDelete, SandboxCheckpoint, SSHAccess, GPUReset},
 	pki.RoleRamdisk:    {NodePing, DiagRun, DiskWipe},
 	pki.RoleSite:       {NodePing},
 	pki.RoleNodeTenant: {NodePing, DiagRun},

@@ -104,6 +104,14 @@ type Create struct {
 	Env         map[string]string `json:"env,omitempty"`
 	DeadlineMS  int64             `json:"deadline_ms"` // the host stops and removes the sandbox then
 	Warm        bool              `json:"warm"`        // unclaimed: no tenant env until sandbox.update claims it
+	// FromCheckpoint, when set, is the digest of a checkpoint archive
+	// (package checkpoint) the host fetches, verifies against this
+	// digest and materializes as the new sandbox's writable layer before
+	// it starts. FromMemory, runsc only and only with FromCheckpoint, is
+	// the digest of the memory image archive the host restores the
+	// sandbox's processes from (runsc restore) instead of starting init.
+	FromCheckpoint string `json:"from_checkpoint,omitempty"`
+	FromMemory     string `json:"from_memory,omitempty"`
 }
 
 // Validate checks a create payload.
@@ -131,8 +139,67 @@ func (c Create) Validate() error {
 	if c.Warm && len(c.Env) > 0 {
 		return errors.New("env: a warm sandbox holds no environment until claimed")
 	}
+	if err := c.validRestore(); err != nil {
+		return err
+	}
 	return ValidEnv(c.Env)
 }
+
+// validRestore checks the restore fields of a create: digests, never a
+// warm restore, and memory only on runsc over a layer.
+func (c Create) validRestore() error {
+	switch {
+	case c.FromCheckpoint != "" && !ValidDigest(c.FromCheckpoint):
+		return errors.New("from_checkpoint: sha256:<64 lowercase hex>")
+	case c.FromMemory != "" && !ValidDigest(c.FromMemory):
+		return errors.New("from_memory: sha256:<64 lowercase hex>")
+	case c.FromMemory != "" && c.FromCheckpoint == "":
+		return errors.New("from_memory: only with from_checkpoint")
+	case c.FromMemory != "" && c.Runtime != RuntimeRunsc:
+		return errors.New("from_memory: memory checkpoints need runsc")
+	case c.Warm && c.FromCheckpoint != "":
+		return errors.New("from_checkpoint: a warm sandbox is never a restore")
+	}
+	return nil
+}
+
+// Checkpoint is the payload of sandbox.checkpoint: capture the sandbox's
+// writable layer, and with Memory (runsc only) its processes' memory, into
+// the object store. The sandbox keeps running.
+type Checkpoint struct {
+	SandboxID string `json:"sandbox_id"`
+	Memory    bool   `json:"memory,omitempty"`
+}
+
+// Validate checks a checkpoint payload.
+func (c Checkpoint) Validate() error { return ValidSandboxID(c.SandboxID) }
+
+// CheckpointResult is what a host answers to sandbox.checkpoint: the
+// content addresses and sizes of what it stored. Memory fields are set
+// only for a memory checkpoint.
+type CheckpointResult struct {
+	Digest       string `json:"digest"`
+	Size         int64  `json:"size"`
+	MemoryDigest string `json:"memory_digest,omitempty"`
+	MemorySize   int64  `json:"memory_size,omitempty"`
+}
+
+// Validate checks a host's answer before the control plane records it.
+func (r CheckpointResult) Validate() error {
+	switch {
+	case !ValidDigest(r.Digest) || r.Size <= 0:
+		return errors.New("checkpoint result: digest and size required")
+	case r.MemoryDigest != "" && (!ValidDigest(r.MemoryDigest) || r.MemorySize <= 0):
+		return errors.New("checkpoint result: memory digest and size")
+	case r.MemoryDigest == "" && r.MemorySize != 0:
+		return errors.New("checkpoint result: memory size without digest")
+	}
+	return nil
+}
+
+// ReasonMemoryNeedsRunsc is a host's refusal of a memory checkpoint of a
+// sandbox that does not run on runsc.
+const ReasonMemoryNeedsRunsc = "memory-checkpoint-needs-runsc"
 
 // Exec is the payload of sandbox.exec.
 type Exec struct {
