@@ -27,7 +27,7 @@ func sandboxMethods(m Modules) []Method {
 	}
 	sbx := func(in apitypes.IDIn) Target { return Target{Kind: "sandbox", ID: in.ID} }
 	s := m.Sandboxes
-	return []Method{
+	return append([]Method{
 		Def("images.beginUpload", "compute:images:create", true, byTenant[apitypes.TenantIn], func(ctx context.Context, c *Caller, _ apitypes.TenantIn) (any, error) {
 			id, err := s.BeginUpload(ctx, c.Actor(), c.ActingTenant)
 			if err != nil {
@@ -66,6 +66,9 @@ func sandboxMethods(m Modules) []Method {
 				return s.DeleteTemplate(ctx, c.Actor(), c.ActingTenant, in.ID)
 			}),
 		Def("sandboxes.create", "compute:sandboxes:create", true, byTenant[apitypes.SandboxCreateIn], func(ctx context.Context, c *Caller, in apitypes.SandboxCreateIn) (any, error) {
+			if in.FromCheckpoint != "" {
+				return s.CreateFrom(ctx, c.Actor(), c.ActingTenant, in.Template, in.FromCheckpoint)
+			}
 			return s.Create(ctx, c.Actor(), c.ActingTenant, in.Template)
 		}),
 		Def("sandboxes.get", "compute:sandboxes:get", false, sbx, func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
@@ -92,5 +95,29 @@ func sandboxMethods(m Modules) []Method {
 				}
 				return s.Exec(ctx, c.Actor(), c.Scope(), in.ID, in.Argv, time.Duration(in.TimeoutSeconds)*time.Second)
 			}),
+	}, checkpointMethods(s)...)
+}
+
+// checkpointMethods are sandboxes.checkpoint and the checkpoint methods.
+// A checkpoint is its sandbox owner's: the checkpoint methods are decided
+// on the tenant, and the module answers NOT_FOUND to every other identity
+// exactly as for a checkpoint that does not exist (or is another
+// tenant's), so neither the tenant nor the id is an existence oracle.
+func checkpointMethods(s *sandboxes.Service) []Method {
+	return []Method{
+		Def("sandboxes.checkpoint", "compute:sandboxes:checkpoint", true, func(in apitypes.SandboxCheckpointIn) Target { return Target{Kind: "sandbox", ID: in.ID} },
+			func(ctx context.Context, c *Caller, in apitypes.SandboxCheckpointIn) (any, error) {
+				return s.Checkpoint(ctx, c.Actor(), c.Scope(), in.ID, in.Memory)
+			}),
+		Def("checkpoints.list", "compute:checkpoints:list", false, byTenant[apitypes.TenantIn], func(ctx context.Context, c *Caller, _ apitypes.TenantIn) (any, error) {
+			cks, err := s.ListCheckpoints(ctx, c.Actor(), c.ActingTenant)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"checkpoints": cks}, nil
+		}),
+		Def("checkpoints.delete", "compute:checkpoints:delete", true, byTenant[apitypes.TenantIDIn], func(ctx context.Context, c *Caller, in apitypes.TenantIDIn) (any, error) {
+			return s.DeleteCheckpoint(ctx, c.Actor(), c.ActingTenant, in.ID)
+		}),
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 // sandboxCommands are the sandbox, templates and images command groups.
 func sandboxCommands() []*cobra.Command {
-	return []*cobra.Command{sandboxCmd(), templatesCmd(), imagesCmd()}
+	return []*cobra.Command{sandboxCmd(), templatesCmd(), imagesCmd(), checkpointsCmd()}
 }
 
 func sandboxCmd() *cobra.Command {
@@ -49,24 +49,28 @@ func sandboxCmd() *cobra.Command {
 				return "deleted (the host will remove it when it reconnects, or at its deadline)\n"
 			})
 		}}
-	c.AddCommand(create, exe, list, get, extend, del, hiddenAlias(get, "get"))
+	c.AddCommand(create, exe, list, get, extend, del, sandboxCheckpointCmd(), hiddenAlias(get, "get"))
 	return c
 }
 
 // sandboxCreateCmd creates a sandbox from a template and waits until it
 // runs.
 func sandboxCreateCmd() *cobra.Command {
-	var tpl, tenant string
+	var tpl, tenant, from string
 	var cj bool
-	create := &cobra.Command{Use: "create --template T", Short: "Create a sandbox and wait until it runs", Args: cobra.NoArgs,
+	create := &cobra.Command{Use: "create --template T | --from-checkpoint CKPT", Short: "Create a sandbox (or restore a checkpoint of yours) and wait until it runs", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if tpl == "" {
-				return &ExitError{Code: 2, Err: errors.New("--template is required")}
+			if tpl == "" && from == "" {
+				return &ExitError{Code: 2, Err: errors.New("--template or --from-checkpoint is required")}
 			}
-			return call(cmd, "sandboxes.create", map[string]any{"tenant_id": tenant, "template": tpl}, cj,
-				func(o map[string]any) string { return fmt.Sprintf("%v\n", o["id"]) })
+			in := map[string]any{"tenant_id": tenant, "template": tpl}
+			if from != "" {
+				in["from_checkpoint"] = from
+			}
+			return call(cmd, "sandboxes.create", in, cj, func(o map[string]any) string { return fmt.Sprintf("%v\n", o["id"]) })
 		}}
 	create.Flags().StringVar(&tpl, "template", "", "template name or id")
+	create.Flags().StringVar(&from, "from-checkpoint", "", "restore this checkpoint of yours (under its own template)")
 	create.Flags().StringVar(&tenant, "tenant", "", "tenant (default: your own)")
 	create.Flags().BoolVar(&cj, "json", false, "print JSON")
 	return create
@@ -230,4 +234,39 @@ func keyValues(kvs []string) (map[string]string, error) {
 		out[k] = v
 	}
 	return out, nil
+}
+
+// sandboxCheckpointCmd captures a sandbox's writable layer (and with
+// --memory on runsc, its processes' memory) as a checkpoint.
+func sandboxCheckpointCmd() *cobra.Command {
+	var memory, j bool
+	c := &cobra.Command{Use: "checkpoint ID [--memory]", Short: "Capture a running sandbox's files (and with --memory on runsc, its processes' memory) as a checkpoint you own; the sandbox keeps running",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd, "sandboxes.checkpoint", map[string]any{"id": args[0], "memory": memory}, j,
+				func(o map[string]any) string { return fmt.Sprintf("%v %v %v bytes\n", o["id"], o["digest"], o["size"]) })
+		}}
+	c.Flags().BoolVar(&memory, "memory", false, "also capture the processes' memory (runsc sandboxes only)")
+	c.Flags().BoolVar(&j, "json", false, "print JSON")
+	return c
+}
+
+// checkpointsCmd lists and deletes the caller's own checkpoints.
+func checkpointsCmd() *cobra.Command {
+	c := &cobra.Command{Use: "checkpoints", Short: "Your sandbox checkpoints: restore with sandbox create --from-checkpoint"}
+	var tenant string
+	var lj bool
+	list := &cobra.Command{Use: "list", Short: "List your checkpoints (another identity's are never shown)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, "checkpoints.list", map[string]any{"tenant_id": tenant}, lj,
+				table("checkpoints", "id", "sandbox_id", "template_id", "runtime", "size", "memory_size", "created_at"))
+		}}
+	list.Flags().StringVar(&tenant, "tenant", "", "tenant (default: your own)")
+	list.Flags().BoolVar(&lj, "json", false, "print JSON")
+	del := &cobra.Command{Use: "delete ID", Short: "Delete a checkpoint of yours; its objects are removed once no live sandbox restores from them", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd, "checkpoints.delete", map[string]any{"id": args[0]}, false, func(map[string]any) string { return "deleted\n" })
+		}}
+	c.AddCommand(list, del)
+	return c
 }

@@ -188,7 +188,8 @@ func candidates(ns []nodes.Node, t Template) []*host {
 func newSandbox(t Template, id, node, actor string, warm bool, now time.Time) (Sandbox, spec.Create, int) {
 	x := Sandbox{ID: id, TenantID: t.TenantID, TemplateID: t.ID, NodeID: node, Runtime: t.Runtime, State: StateStarting,
 		CreatedBy: actor, CreatedAt: now.UTC(), ExpiresAt: now.Add(time.Duration(t.Lifetime) * time.Second).UTC(),
-		MaxExpires: now.Add(time.Duration(t.MaxLifetime) * time.Second).UTC(), memoryMB: t.Limits.MemoryMB}
+		MaxExpires: now.Add(time.Duration(t.MaxLifetime) * time.Second).UTC(), memoryMB: t.Limits.MemoryMB,
+		run: runsAs{image: t.ImageDigest, network: t.Network, root: t.Root}}
 	c := spec.Create{SandboxID: x.ID, ImageDigest: t.ImageDigest, Runtime: t.Runtime, Limits: t.Limits, Network: t.Network, Root: t.Root,
 		Env: t.Env, DeadlineMS: x.ExpiresAt.UnixMilli()}
 	claimed := 1

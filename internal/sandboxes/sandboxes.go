@@ -273,8 +273,19 @@ type Sandbox struct {
 	CreatedAt  time.Time `json:"created_at"`
 	ExpiresAt  time.Time `json:"expires_at"`
 	MaxExpires time.Time `json:"max_expires_at"`
+	// FromCheckpoint is the checkpoint the sandbox was restored from.
+	FromCheckpoint string `json:"from_checkpoint,omitempty"`
 
 	memoryMB int64
+	// run is what the sandbox runs, as its create spec said: a
+	// checkpoint records it, and a restore runs under it.
+	run runsAs
+}
+
+// runsAs is what a sandbox's create spec fixed about what its guest runs.
+type runsAs struct {
+	image, network string
+	root           bool
 }
 
 func (s *Service) sandboxes(ctx context.Context, where string, args ...any) ([]Sandbox, error) {
@@ -390,12 +401,23 @@ func (s *Service) Create(ctx context.Context, actor audit.Entry, tenant, templat
 
 // start places and starts a sandbox (warm: unclaimed, no environment).
 func (s *Service) start(ctx context.Context, actor audit.Entry, t Template, warm bool) (Sandbox, error) {
+	return s.startFrom(ctx, actor, t, warm, nil)
+}
+
+// startFrom is start, restoring checkpoint from when it is not nil (t is
+// then the checkpoint's own template, as restoreTemplate made it).
+func (s *Service) startFrom(ctx context.Context, actor audit.Entry, t Template, warm bool, from *Checkpoint) (Sandbox, error) {
 	node, err := s.place(ctx, t)
 	if err != nil {
 		return Sandbox{}, err
 	}
 	now := s.clk.Now()
 	x, c, claimed := newSandbox(t, ids.New("sbx"), node, actor.Actor, warm, now)
+	details := map[string]any{"template_id": t.ID, "node_id": node, "warm": warm, "image_digest": t.ImageDigest}
+	if from != nil {
+		x.FromCheckpoint, c.FromCheckpoint, c.FromMemory = from.ID, from.Digest, from.MemoryDigest
+		details["from_checkpoint"] = from.ID
+	}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		if err := s.admitSandbox(ctx, tx, t, warm); err != nil {
 			return err
@@ -405,7 +427,7 @@ func (s *Service) start(ctx context.Context, actor audit.Entry, t Template, warm
 		}
 		a := actor
 		a.TenantID, a.Action, a.Resource, a.Outcome = t.TenantID, "compute:sandboxes:create", "sandbox/"+x.ID, "allowed"
-		a.Details = map[string]any{"template_id": t.ID, "node_id": node, "warm": warm, "image_digest": t.ImageDigest}
+		a.Details = details
 		return audit.Record(ctx, tx, now, a)
 	})
 	if err != nil {
@@ -750,7 +772,8 @@ func (s *Service) ReconcileWarm(ctx context.Context) (int, error) {
 	return started, nil
 }
 
-// Run sweeps expiries and refills warm pools every interval, and at once
+// Run sweeps expiries, purges deleted checkpoints nothing uses and
+// refills warm pools every interval, and at once
 // when poked, until ctx ends (the workers role runs it).
 func (s *Service) Run(ctx context.Context, interval time.Duration) {
 	poke, stop := s.bus.Subscribe(TopicWarm)
@@ -760,6 +783,9 @@ func (s *Service) Run(ctx context.Context, interval time.Duration) {
 	for {
 		if _, err := s.SweepExpired(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("sweep expired sandboxes", "err", err)
+		}
+		if _, err := s.PurgeCheckpoints(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("purge checkpoints", "err", err)
 		}
 		if !s.holdRefill.Load() {
 			if _, err := s.ReconcileWarm(ctx); err != nil && ctx.Err() == nil {

@@ -32,9 +32,11 @@ const (
 
 // Sandboxes.
 const (
-	sqlSelectSandboxes = `SELECT id, tenant_id, template_id, node_id, runtime, memory_mb, state, reason, claimed, created_by, created_at, expires_at, max_expires_at FROM sandboxes`
-	sqlInsertSandbox   = `INSERT INTO sandboxes (id, tenant_id, template_id, node_id, runtime, memory_mb, state, claimed, created_by, created_at, updated_at, expires_at, max_expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12)`
+	sqlSelectSandboxes = `SELECT id, tenant_id, template_id, node_id, runtime, memory_mb, state, reason, claimed, created_by, created_at, expires_at, max_expires_at,
+	image_digest, network, run_as_root, from_checkpoint FROM sandboxes`
+	sqlInsertSandbox = `INSERT INTO sandboxes (id, tenant_id, template_id, node_id, runtime, memory_mb, state, claimed, created_by, created_at, updated_at, expires_at, max_expires_at,
+			image_digest, network, run_as_root, from_checkpoint)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12, $13, $14, $15, $16)`
 	sqlClaimed = `UPDATE sandboxes SET state = $1, claimed = 2, created_by = $2, created_at = $3, updated_at = $3, expires_at = $4,
 				max_expires_at = $5 WHERE id = $6 AND state = $7`
 	sqlSetState   = `UPDATE sandboxes SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND state = $5`
@@ -123,7 +125,15 @@ func scanTemplate(r scanner) (Template, error) {
 // made at now; claimed is 0 for a warm sandbox, 1 otherwise.
 func sandboxArgs(x Sandbox, claimed int, now time.Time) []any {
 	return []any{x.ID, x.TenantID, x.TemplateID, x.NodeID, x.Runtime, x.memoryMB, string(StateStarting), claimed, x.CreatedBy,
-		now.UnixMilli(), x.ExpiresAt.UnixMilli(), x.MaxExpires.UnixMilli()}
+		now.UnixMilli(), x.ExpiresAt.UnixMilli(), x.MaxExpires.UnixMilli(), x.run.image, x.run.network, boolInt(x.run.root), x.FromCheckpoint}
+}
+
+// boolInt is a boolean column's value.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // scanSandbox reads one row of sqlSelectSandboxes.
@@ -132,11 +142,12 @@ func scanSandbox(r scanner) (Sandbox, error) {
 	var state string
 	var claimed int
 	var created, exp, maxExp int64
+	var root int
 	if err := r.Scan(&x.ID, &x.TenantID, &x.TemplateID, &x.NodeID, &x.Runtime, &x.memoryMB, &state, &x.Reason, &claimed, &x.CreatedBy,
-		&created, &exp, &maxExp); err != nil {
+		&created, &exp, &maxExp, &x.run.image, &x.run.network, &root, &x.FromCheckpoint); err != nil {
 		return Sandbox{}, fmt.Errorf("sandboxes: scan: %w", err)
 	}
-	x.State, x.FromWarm = State(state), claimed == 2
+	x.State, x.FromWarm, x.run.root = State(state), claimed == 2, root == 1
 	x.CreatedAt, x.ExpiresAt, x.MaxExpires = time.UnixMilli(created).UTC(), time.UnixMilli(exp).UTC(), time.UnixMilli(maxExp).UTC()
 	return x, nil
 }

@@ -25,10 +25,20 @@ type ImageImportIn struct {
 	Digest   string `json:"digest" api:"max=71"`
 }
 
-// SandboxCreateIn is sandboxes.create's input.
+// SandboxCreateIn is sandboxes.create's input: a template, or a
+// checkpoint of the caller's own to restore (under its own template;
+// template may then be left out).
 type SandboxCreateIn struct {
 	TenantIn
-	Template string `json:"template" api:"max=64"`
+	Template       string `json:"template" api:"max=64"`
+	FromCheckpoint string `json:"from_checkpoint,omitempty" api:"max=64"`
+}
+
+// SandboxCheckpointIn is sandboxes.checkpoint's input: the sandbox, and
+// whether to capture its processes' memory too (runsc only).
+type SandboxCheckpointIn struct {
+	ID     string `json:"id" api:"max=64"`
+	Memory bool   `json:"memory,omitempty"`
 }
 
 // SandboxExtendIn is sandboxes.extend's input.
