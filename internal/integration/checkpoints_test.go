@@ -164,7 +164,9 @@ func TestSandboxCheckpointsAreTheOwners(t *testing.T) {
 		"restore": func(c *client.Client, id string) error {
 			return c.Call(ctx, "sandboxes.create", map[string]any{"from_checkpoint": id}, nil)
 		},
-		"delete": func(c *client.Client, id string) error { return c.Call(ctx, "checkpoints.delete", map[string]any{"id": id}, nil) },
+		"delete": func(c *client.Client, id string) error {
+			return c.Call(ctx, "checkpoints.delete", map[string]any{"id": id}, nil)
+		},
 	}
 	for name, call := range calls {
 		for who, c := range map[string]*client.Client{"colleague": colleague, "stranger": stranger} {
