@@ -19,6 +19,7 @@ type checkpointOut struct {
 	ID           string `json:"id"`
 	Owner        string `json:"owner"`
 	SandboxID    string `json:"sandbox_id"`
+	ImageDigest  string `json:"image_digest"`
 	Digest       string `json:"digest"`
 	Size         int64  `json:"size"`
 	MemoryDigest string `json:"memory_digest"`

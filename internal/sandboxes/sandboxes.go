@@ -77,6 +77,9 @@ const ExecRefuseWithin = time.Minute
 // StartTimeout bounds how long a create waits for its host.
 const StartTimeout = 90 * time.Second
 
+// CollectEvery is how often Run collects unreferenced objects.
+const CollectEvery = 10 * time.Minute
+
 // TopicWarm wakes the warm pool reconciler.
 const TopicWarm = "sandboxes.warm"
 
@@ -773,14 +776,22 @@ func (s *Service) ReconcileWarm(ctx context.Context) (int, error) {
 }
 
 // Run sweeps expiries, purges deleted checkpoints nothing uses and
-// refills warm pools every interval, and at once
+// refills warm pools every interval, collects unreferenced objects every
+// CollectEvery, and at once
 // when poked, until ctx ends (the workers role runs it).
 func (s *Service) Run(ctx context.Context, interval time.Duration) {
 	poke, stop := s.bus.Subscribe(TopicWarm)
 	defer stop()
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var collected time.Time
 	for {
+		if now := s.clk.Now(); now.Sub(collected) >= CollectEvery {
+			collected = now
+			if _, err := s.CollectObjects(ctx); err != nil && ctx.Err() == nil {
+				s.log.Error("collect objects", "err", err)
+			}
+		}
 		if _, err := s.SweepExpired(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("sweep expired sandboxes", "err", err)
 		}
