@@ -186,6 +186,8 @@ type Sandbox struct {
 	CreatedAt  time.Time `json:"created_at"`
 	ExpiresAt  time.Time `json:"expires_at"`
 	MaxExpires time.Time `json:"max_expires_at"`
+	// FromCheckpoint is the checkpoint the sandbox was restored from.
+	FromCheckpoint string `json:"from_checkpoint,omitempty"`
 }
 
 // ExecResult is the answer of sandboxes.exec: each stream capped, with
