@@ -49,14 +49,17 @@ func TestSandboxObjectsCollected(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The checkpoint's image loses its name and template.
-		for _, c := range [][2]string{{"templates.delete", `id`}, {"images.delete", `name`}} {
-			v := map[string]string{"templates.delete": "small", "images.delete": "busybox"}[c[0]]
-			if err := admin.Call(ctx, c[0], map[string]any{c[1]: v}, nil); err != nil {
-				t.Fatalf("%s: %v", c[0], err)
+		for _, c := range []struct {
+			method string
+			in     map[string]any
+		}{
+			{"templates.delete", map[string]any{"id": x.TemplateID}},
+			{"images.delete", map[string]any{"name": "busybox"}},
+			{"images.delete", map[string]any{"name": "spare"}},
+		} {
+			if err := admin.Call(ctx, c.method, c.in, nil); err != nil {
+				t.Fatalf("%s %v: %v", c.method, c.in, err)
 			}
-		}
-		if err := admin.Call(ctx, "images.delete", map[string]any{"name": "spare"}, nil); err != nil {
-			t.Fatal(err)
 		}
 		up, err := e.CP.Sandboxes.BeginUpload(ctx, actor, tenant)
 		if err != nil {
