@@ -33,6 +33,7 @@ type checkpointOut struct {
 func TestSandboxCheckpointRestoreOnAnotherHost(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		rt := sandboxRuntime(t)
+		t.Logf("runtime %s", rt)
 		e := testenv.Start(t, db, testenv.Options{Nodes: 2, SandboxRuntime: rt})
 		_, admin := e.TenantAdmin(t, "acme")
 		importSmallTemplate(t, e, admin, rt, 0)
