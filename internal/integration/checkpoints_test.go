@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/checkpoint"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
@@ -189,5 +190,46 @@ func TestSandboxCheckpointsAreTheOwners(t *testing.T) {
 	var y client.Sandbox
 	if err := admin.Call(ctx, "sandboxes.create", map[string]any{"template": "small", "from_checkpoint": ck.ID}, &y); err != nil || y.TemplateID != x.TemplateID {
 		t.Fatalf("the owner's restore: %+v %v", y, err)
+	}
+}
+
+// TestSandboxRestoreRunsUnderItsCheckpoint: a restore runs with the image,
+// runtime, network mode and user its checkpoint was taken under, even
+// after the template changed them (memory captured under network none
+// never resumes with egress), and the limits and lifetime the template
+// has now.
+func TestSandboxRestoreRunsUnderItsCheckpoint(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1, SandboxRuntime: spec.RuntimeSim})
+	tenant, admin := e.TenantAdmin(t, "acme")
+	importSmallTemplate(t, e, admin, spec.RuntimeSim, 0)
+	ctx := context.Background()
+	if _, err := e.CP.Sandboxes.ImportBytes(ctx, audit.Entry{TenantID: tenant, Actor: "test"}, tenant, "spare", tinyTar(t)); err != nil {
+		t.Fatal(err)
+	}
+	x, err := admin.CreateSandbox(ctx, "", "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := e.Nodes[0].Sandbox.Get(x.ID)
+	var ck checkpointOut
+	if err := admin.Call(ctx, "sandboxes.checkpoint", map[string]any{"id": x.ID}, &ck); err != nil {
+		t.Fatal(err)
+	}
+	// The template now runs another image, as root, with egress (which
+	// this fleet cannot place), and other limits.
+	if err := admin.Call(ctx, "templates.update", map[string]any{"id": x.TemplateID, "image": "spare", "runtime": spec.RuntimeSim,
+		"network": "egress", "root": true, "limits": map[string]any{"cpu_millis": 250, "memory_mb": 64, "pids": 32, "disk_mb": 16}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CreateSandbox(ctx, "", "small"); !errors.Is(err, client.ErrInvalidState) {
+		t.Fatalf("a new sandbox of the changed template: %v, want INVALID_STATE (no egress host)", err)
+	}
+	var y client.Sandbox
+	if err := admin.Call(ctx, "sandboxes.create", map[string]any{"from_checkpoint": ck.ID}, &y); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	got, ok := e.Nodes[0].Sandbox.Get(y.ID)
+	if !ok || got.ImageDigest != before.ImageDigest || got.Network != spec.NetworkNone || got.Root || got.Limits.MemoryMB != 64 || got.FromCheckpoint != ck.Digest {
+		t.Fatalf("restored as %+v; taken from %+v", got, before)
 	}
 }
