@@ -54,6 +54,14 @@ type Placement struct {
 	// when none.
 	IDs    IDRange
 	UserNS string
+	// Restore, when set, fills the sandbox's new, empty writable layer
+	// (upper, the overlay's upper directory) before the overlay is
+	// mounted, giving what it writes to host uid and gid (the sandbox's
+	// user as the host sees it). Its error fails Start.
+	Restore func(upper string, uid, gid int) error
+	// Memory, when set (runsc), is a directory holding a memory image
+	// the sandbox's processes are restored from instead of started.
+	Memory string
 }
 
 // Liveness is a Runtime that can tell a sandbox whose runtime instance
@@ -226,6 +234,12 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 	if err := writableLayer(b, c.Limits.DiskMB, ids); err != nil {
 		return err
 	}
+	if p.Restore != nil {
+		uid, gid := sandboxOwner(c.Root, ids)
+		if err := p.Restore(filepath.Join(rw, "upper"), uid, gid); err != nil {
+			return err
+		}
+	}
 	if ids.Valid() {
 		if usernsPath == "" {
 			ns, err := o.NewUserNS(c.SandboxID, ids)
@@ -265,6 +279,9 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 		}
 	}
 	args := []string{"run", "--detach", "--bundle", b, "--pid-file", filepath.Join(b, "init.pid")}
+	if p.Memory != "" && o.name == spec.RuntimeRunsc {
+		args = []string{"restore", "--image-path", p.Memory, "--detach", "--bundle", b, "--pid-file", filepath.Join(b, "init.pid")}
+	}
 	var globals []string
 	switch o.name {
 	case spec.RuntimeRunc:
@@ -277,6 +294,58 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 		}
 	}
 	return o.runDetached(ctx, b, globals, append(args, c.SandboxID)...)
+}
+
+// sandboxOwner is the host uid and gid of the user a sandbox runs as:
+// its user mapped through ids when it has its own.
+func sandboxOwner(root bool, ids IDRange) (int, int) {
+	u := user(root)
+	if ids.Valid() {
+		return ids.Host(u.UID), ids.Host(u.GID)
+	}
+	return int(u.UID), int(u.GID)
+}
+
+// LayerDir returns the host directory of sandbox id's writable layer
+// (the overlay's upper directory).
+func (o *OCI) LayerDir(id string) (string, error) {
+	if err := spec.ValidSandboxID(id); err != nil {
+		return "", err
+	}
+	d := filepath.Join(o.bundle(id), "rw", "upper")
+	if _, err := os.Lstat(d); err != nil {
+		return "", fmt.Errorf("sandbox: layer: %w", err)
+	}
+	return d, nil
+}
+
+// Pause freezes every process of the sandbox (runc/runsc pause).
+func (o *OCI) Pause(ctx context.Context, id string) error {
+	if err := spec.ValidSandboxID(id); err != nil {
+		return err
+	}
+	return o.run(ctx, "pause", id)
+}
+
+// Resume thaws the sandbox's processes (runc/runsc resume).
+func (o *OCI) Resume(ctx context.Context, id string) error {
+	if err := spec.ValidSandboxID(id); err != nil {
+		return err
+	}
+	return o.run(ctx, "resume", id)
+}
+
+// CheckpointMemory saves a gVisor sandbox's processes into dir and
+// leaves it running (runsc checkpoint --leave-running); other runtimes
+// refuse.
+func (o *OCI) CheckpointMemory(ctx context.Context, id, dir string) error {
+	if err := spec.ValidSandboxID(id); err != nil {
+		return err
+	}
+	if o.name != spec.RuntimeRunsc {
+		return errors.New(spec.ReasonMemoryNeedsRunsc)
+	}
+	return o.run(ctx, "checkpoint", "--image-path", dir, "--leave-running", id)
 }
 
 // writableLayer makes bundle b's rootfs directory and its writable layer

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/checkpoint"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
 
@@ -114,7 +115,8 @@ func Open(ctx context.Context, o Options) (*Host, func(), error) {
 		}
 		return nil, nil, err
 	}
-	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: o.Clock, Log: o.Log, Slots: o.Slots, MemoryMB: o.MemoryMB, Egress: eg, IDBase: o.IDBase, IDSize: o.IDSize})
+	// Checkpoints live on the images' object store.
+	cs, err := checkpoint.OpenStore(ctx, o.ImageStore)
 	if err != nil {
 		im.Close()
 		if eg != nil {
@@ -122,7 +124,17 @@ func Open(ctx context.Context, o Options) (*Host, func(), error) {
 		}
 		return nil, nil, err
 	}
+	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: o.Clock, Log: o.Log, Slots: o.Slots, MemoryMB: o.MemoryMB, Egress: eg, IDBase: o.IDBase, IDSize: o.IDSize, Checkpoints: cs})
+	if err != nil {
+		cs.Close()
+		im.Close()
+		if eg != nil {
+			eg.Close()
+		}
+		return nil, nil, err
+	}
 	return h, func() {
+		_ = cs.Close()
 		_ = im.Close()
 		if eg != nil {
 			eg.Close()
