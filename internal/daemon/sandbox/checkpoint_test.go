@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -253,4 +254,66 @@ func TestRuncCheckpointRestore(t *testing.T) {
 	}
 	mustDelete(t, b, r.SandboxID)
 	assertNoSandbox(t, b, bad.SandboxID)
+}
+
+// counterOf reads /counter in sandbox id (-1 when unreadable).
+func counterOf(t *testing.T, h *Host, id string) int {
+	t.Helper()
+	r := execIn(t, h, id, 30*time.Second, "cat", "/counter")
+	n, err := strconv.Atoi(strings.TrimSpace(string(r.Stdout)))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// waitCounter polls sandbox id's /counter until it is over min, or
+// fails at the deadline; it answers the value seen.
+func waitCounter(t *testing.T, h *Host, id string, min int) int {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if n := counterOf(t, h, id); n > min {
+			return n
+		}
+	}
+	t.Fatalf("/counter in %s never went over %d", id, min)
+	return 0
+}
+
+// TestRunscMemoryCheckpointRestore: on gVisor, a process counting in a
+// shell variable (its only copy of the count is in memory) survives a
+// memory checkpoint and a restore on a second host: the restored
+// sandbox's counter goes on from past the checkpointed value instead of
+// starting again, and the checkpointed sandbox keeps running.
+func TestRunscMemoryCheckpointRestore(t *testing.T) {
+	rt := runscRuntime(t)
+	bucket, digest := sharedBucket(t)
+	a, b := ckptHost(t, rt, bucket), ckptHost(t, rt, bucket)
+	// gVisor's ptrace platform's own processes count under the pids
+	// limit: room for them and the loop.
+	c := createSpec(digest, time.Now().Add(time.Hour), 1024)
+	c.Runtime, c.Root = spec.RuntimeRunsc, true
+	mustCreate(t, a, c)
+	loop := "i=0; while true; do i=$((i+1)); echo $i > /counter.new && mv /counter.new /counter; usleep 50000; done"
+	if r := execIn(t, a, c.SandboxID, 30*time.Second, "sh", "-c", "sh -c '"+loop+"' </dev/null >/dev/null 2>&1 &"); r.ExitCode != 0 {
+		t.Fatalf("start counter: %+v", r)
+	}
+	seen := waitCounter(t, a, c.SandboxID, 3)
+	res, err := checkpointOf(a, c.SandboxID, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.MemoryDigest == "" || res.MemorySize <= 0 {
+		t.Fatalf("no memory checkpoint: %+v", res)
+	}
+	waitCounter(t, a, c.SandboxID, seen+1)
+
+	r := createSpec(digest, time.Now().Add(time.Hour), 1024)
+	r.Runtime, r.Root, r.FromCheckpoint, r.FromMemory = spec.RuntimeRunsc, true, res.Digest, res.MemoryDigest
+	if err := createErr(b, r); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	first := waitCounter(t, b, r.SandboxID, seen)
+	waitCounter(t, b, r.SandboxID, first)
 }

@@ -345,7 +345,21 @@ func (o *OCI) CheckpointMemory(ctx context.Context, id, dir string) error {
 	if o.name != spec.RuntimeRunsc {
 		return errors.New(spec.ReasonMemoryNeedsRunsc)
 	}
-	return o.run(ctx, "checkpoint", "--image-path", dir, "--leave-running", id)
+	// runsc's --leave-running waits on the sandbox it restarts, so the
+	// restart is done here instead, detached: checkpoint (which ends the
+	// sandbox), delete the stopped instance, then restore it from the
+	// image it just saved, on the same bundle (the overlay and its layer
+	// stay mounted), like run (no network, standard streams /dev/null,
+	// errors to the bundle's log), with a fresh pid file.
+	if err := o.run(ctx, "checkpoint", "--image-path", dir, id); err != nil {
+		return err
+	}
+	if err := o.run(ctx, "delete", "--force", id); err != nil {
+		return err
+	}
+	b := o.bundle(id)
+	return o.runDetached(ctx, b, []string{"--network=none"}, "restore", "--image-path", dir, "--detach",
+		"--bundle", b, "--pid-file", filepath.Join(b, "init.pid"), id)
 }
 
 // writableLayer makes bundle b's rootfs directory and its writable layer
