@@ -14,6 +14,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/kinds"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/checkpoint"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/imagetar"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
@@ -80,12 +81,12 @@ func ckptHost(t *testing.T, rt func(dir string) Runtime, bucket string) *Host {
 
 func simRuntime(string) Runtime { return NewSim() }
 
-// checkpointOf runs sandbox.checkpoint and answers the result or the
-// refusal.
+// checkpointOf runs sandbox.checkpoint through the host's Driver and
+// answers the result or the refusal.
 func checkpointOf(h *Host, id string, memory bool) (spec.CheckpointResult, error) {
 	raw, _ := json.Marshal(spec.Checkpoint{SandboxID: id, Memory: memory})
 	var r spec.CheckpointResult
-	out, err := h.Checkpoint(context.Background(), raw)
+	out, err := (&Driver{Host: h}).Run(context.Background(), kinds.SandboxCheckpoint, raw)
 	if err == nil {
 		err = json.Unmarshal(out, &r)
 	}
