@@ -46,7 +46,8 @@ type Info struct {
 // kept (the later names link to the first).
 //
 // It refuses what Materialize would refuse, with the same reasons: device
-// nodes, FIFOs, sockets and other types, set-user-ID and set-group-ID bits
+// nodes (but whiteouts with Limits.Whiteouts, which also records opaque
+// directories), FIFOs, sockets and other types, set-user-ID and set-group-ID bits
 // (refused rather than dropped, so a checkpoint never silently differs from
 // its layer), names that are not canonical or hold a backslash, symbolic
 // links that leave the root, and a tree over lim. dir should not change
