@@ -109,13 +109,36 @@ func (h *Host) Checkpoint(ctx context.Context, payload []byte) ([]byte, error) {
 	}
 	res.Digest, res.Size = info.Digest, info.Size
 	if c.Memory {
-		if info, err = h.captureMemory(ctx, mc, c.SandboxID); err != nil {
+		// runsc's memory checkpoint ends the sandbox's instance and
+		// restores it from what it saved: the sweep must not take that
+		// moment for a death.
+		restart := h.restarting(c.SandboxID)
+		info, err = h.captureMemory(ctx, mc, c.SandboxID)
+		restart()
+		if err != nil {
 			return nil, err
 		}
 		res.MemoryDigest, res.MemorySize = info.Digest, info.Size
 	}
 	h.cfg.Log.Info("sandbox checkpointed", "sandbox_id", c.SandboxID, "digest", res.Digest, "size", res.Size, "memory", c.Memory)
 	return json.Marshal(res)
+}
+
+// restarting marks sandbox id as being started again (the sweep skips
+// it, see starting) and returns the function that marks it started.
+func (h *Host) restarting(id string) func() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st, ok := h.sbx[id]
+	if !ok {
+		return func() {}
+	}
+	st.started = false
+	return func() {
+		h.mu.Lock()
+		st.started = true
+		h.mu.Unlock()
+	}
 }
 
 // captureLayer packs sandbox id's writable layer while it is paused,
