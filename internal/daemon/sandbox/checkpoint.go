@@ -28,7 +28,11 @@ type Layers interface {
 // MemoryCheckpointer is a Runtime that can save a running sandbox's
 // processes to a directory and leave it running (runsc).
 type MemoryCheckpointer interface {
-	CheckpointMemory(ctx context.Context, id, dir string) error
+	// CheckpointMemory saves sandbox id's processes into dir, runs
+	// stopped while none of them runs (after the save, before they run
+	// again), and restarts the sandbox from what it saved, even when
+	// stopped fails.
+	CheckpointMemory(ctx context.Context, id, dir string, stopped func() error) error
 }
 
 // Reasons a checkpoint or a restore fails with besides the checkpoint
@@ -103,23 +107,23 @@ func (h *Host) Checkpoint(ctx context.Context, payload []byte) ([]byte, error) {
 	h.ckpt.Lock() // one checkpoint at a time: pause and resume never interleave
 	defer h.ckpt.Unlock()
 	var res spec.CheckpointResult
-	info, err := h.captureLayer(ctx, ly, c.SandboxID)
-	if err != nil {
-		return nil, err
-	}
-	res.Digest, res.Size = info.Digest, info.Size
+	var info, mem checkpoint.Info
+	var err error
 	if c.Memory {
 		// runsc's memory checkpoint ends the sandbox's instance and
 		// restores it from what it saved: the sweep must not take that
 		// moment for a death.
 		restart := h.restarting(c.SandboxID)
-		info, err = h.captureMemory(ctx, mc, c.SandboxID)
+		info, mem, err = h.captureMemory(ctx, ly, mc, c.SandboxID)
 		restart()
-		if err != nil {
-			return nil, err
-		}
-		res.MemoryDigest, res.MemorySize = info.Digest, info.Size
+		res.MemoryDigest, res.MemorySize = mem.Digest, mem.Size
+	} else {
+		info, err = h.captureLayer(ctx, ly, c.SandboxID, paused(ctx, ly, c.SandboxID))
 	}
+	if err != nil {
+		return nil, err
+	}
+	res.Digest, res.Size = info.Digest, info.Size
 	h.cfg.Log.Info("sandbox checkpointed", "sandbox_id", c.SandboxID, "digest", res.Digest, "size", res.Size, "memory", c.Memory)
 	return json.Marshal(res)
 }
@@ -141,9 +145,24 @@ func (h *Host) restarting(id string) func() {
 	}
 }
 
-// captureLayer packs sandbox id's writable layer while it is paused,
-// resumes it, then stores the archive.
-func (h *Host) captureLayer(ctx context.Context, ly Layers, id string) (checkpoint.Info, error) {
+// paused is the hold of a layer checkpoint without memory: the sandbox
+// paused while pack runs, and resumed after whatever happened.
+func paused(ctx context.Context, ly Layers, id string) func(pack func() error) error {
+	return func(pack func() error) error {
+		if err := ly.Pause(ctx, id); err != nil {
+			return err
+		}
+		perr := pack()
+		if err := ly.Resume(context.WithoutCancel(ctx), id); err != nil {
+			return err
+		}
+		return perr
+	}
+}
+
+// captureLayer packs sandbox id's writable layer while hold keeps the
+// sandbox still, then stores the archive.
+func (h *Host) captureLayer(ctx context.Context, ly Layers, id string, hold func(pack func() error) error) (checkpoint.Info, error) {
 	dir, err := ly.LayerDir(id)
 	if err != nil {
 		h.cfg.Log.Error("sandbox layer not found", "sandbox_id", id, "err", err)
@@ -155,16 +174,14 @@ func (h *Host) captureLayer(ctx context.Context, ly Layers, id string) (checkpoi
 		return checkpoint.Info{}, err
 	}
 	defer f.Close()
-	if err := ly.Pause(ctx, id); err != nil {
-		h.cfg.Log.Error("sandbox not paused for a checkpoint", "sandbox_id", id, "err", err)
+	var perr error
+	err = hold(func() error {
+		_, perr = checkpoint.Pack(ctx, dir, f, h.layerLimits(st.Limits.DiskMB))
+		return nil
+	})
+	if err != nil {
+		h.cfg.Log.Error("sandbox not held still for a checkpoint", "sandbox_id", id, "err", err)
 		return checkpoint.Info{}, errors.New(ReasonCheckpointFailed)
-	}
-	_, perr := checkpoint.Pack(ctx, dir, f, h.layerLimits(st.Limits.DiskMB))
-	if err := ly.Resume(context.WithoutCancel(ctx), id); err != nil {
-		h.cfg.Log.Error("sandbox not resumed after a checkpoint", "sandbox_id", id, "err", err)
-		if perr == nil {
-			perr = err
-		}
 	}
 	if perr != nil {
 		h.cfg.Log.Warn("sandbox layer not packed", "sandbox_id", id, "err", perr)
@@ -173,28 +190,34 @@ func (h *Host) captureLayer(ctx context.Context, ly Layers, id string) (checkpoi
 	return h.put(ctx, f)
 }
 
-// captureMemory saves sandbox id's processes into a fresh directory,
-// packs it and stores the archive.
-func (h *Host) captureMemory(ctx context.Context, mc MemoryCheckpointer, id string) (checkpoint.Info, error) {
+// captureMemory saves sandbox id's processes into a fresh directory and
+// packs its writable layer while it is stopped between the save and the
+// restart (so the two agree exactly), then packs the saved processes;
+// it stores both and answers the layer's and the memory's archives.
+func (h *Host) captureMemory(ctx context.Context, ly Layers, mc MemoryCheckpointer, id string) (checkpoint.Info, checkpoint.Info, error) {
+	var none checkpoint.Info
 	dir, err := os.MkdirTemp(h.cfg.Dir, "memory-")
 	if err != nil {
-		return checkpoint.Info{}, fmt.Errorf("sandbox: memory checkpoint: %w", err)
+		return none, none, fmt.Errorf("sandbox: memory checkpoint: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	if err := mc.CheckpointMemory(ctx, id, dir); err != nil {
-		h.cfg.Log.Error("sandbox memory not checkpointed", "sandbox_id", id, "err", err)
-		return checkpoint.Info{}, errors.New(ReasonCheckpointFailed)
+	layer, err := h.captureLayer(ctx, ly, id, func(pack func() error) error {
+		return mc.CheckpointMemory(ctx, id, dir, pack)
+	})
+	if err != nil {
+		return none, none, err
 	}
 	f, err := h.spoolFile()
 	if err != nil {
-		return checkpoint.Info{}, err
+		return none, none, err
 	}
 	defer f.Close()
 	if _, err := checkpoint.Pack(ctx, dir, f, h.layerLimits(0)); err != nil {
 		h.cfg.Log.Warn("sandbox memory not packed", "sandbox_id", id, "err", err)
-		return checkpoint.Info{}, errors.New(checkpointReason(err))
+		return none, none, errors.New(checkpointReason(err))
 	}
-	return h.put(ctx, f)
+	mem, err := h.put(ctx, f)
+	return layer, mem, err
 }
 
 // spoolFile is an unlinked temporary file under the host's directory.

@@ -286,7 +286,8 @@ func waitCounter(t *testing.T, h *Host, id string, min int) int {
 // shell variable (its only copy of the count is in memory) survives a
 // memory checkpoint and a restore on a second host: the restored
 // sandbox's counter goes on from past the checkpointed value instead of
-// starting again, and the checkpointed sandbox keeps running.
+// starting again, and the checkpointed sandbox keeps running; a layer
+// checkpoint (pause, pack, resume) works on runsc too.
 func TestRunscMemoryCheckpointRestore(t *testing.T) {
 	rt := runscRuntime(t)
 	bucket, digest := sharedBucket(t)
@@ -301,6 +302,9 @@ func TestRunscMemoryCheckpointRestore(t *testing.T) {
 		t.Fatalf("start counter: %+v", r)
 	}
 	seen := waitCounter(t, a, c.SandboxID, 3)
+	if _, err := checkpointOf(a, c.SandboxID, false); err != nil {
+		t.Fatalf("layer checkpoint (runsc pause, resume): %v", err)
+	}
 	res, err := checkpointOf(a, c.SandboxID, true)
 	if err != nil {
 		t.Fatal(err)

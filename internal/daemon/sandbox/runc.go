@@ -335,31 +335,36 @@ func (o *OCI) Resume(ctx context.Context, id string) error {
 	return o.run(ctx, "resume", id)
 }
 
-// CheckpointMemory saves a gVisor sandbox's processes into dir and
-// leaves it running (runsc checkpoint --leave-running); other runtimes
-// refuse.
-func (o *OCI) CheckpointMemory(ctx context.Context, id, dir string) error {
+// CheckpointMemory saves a gVisor sandbox's processes into dir, runs
+// stopped while the sandbox is down, and restarts it from what it saved
+// (see MemoryCheckpointer); other runtimes refuse.
+//
+// runsc's own --leave-running waits on the sandbox it restarts, so the
+// restart is done here instead, detached: checkpoint (which ends the
+// sandbox), delete the stopped instance, then restore it from the image
+// it just saved, on the same bundle (the overlay and its layer stay
+// mounted), like run (no network, standard streams /dev/null, errors to
+// the bundle's log), with a fresh pid file.
+func (o *OCI) CheckpointMemory(ctx context.Context, id, dir string, stopped func() error) error {
 	if err := spec.ValidSandboxID(id); err != nil {
 		return err
 	}
 	if o.name != spec.RuntimeRunsc {
 		return errors.New(spec.ReasonMemoryNeedsRunsc)
 	}
-	// runsc's --leave-running waits on the sandbox it restarts, so the
-	// restart is done here instead, detached: checkpoint (which ends the
-	// sandbox), delete the stopped instance, then restore it from the
-	// image it just saved, on the same bundle (the overlay and its layer
-	// stay mounted), like run (no network, standard streams /dev/null,
-	// errors to the bundle's log), with a fresh pid file.
 	if err := o.run(ctx, "checkpoint", "--image-path", dir, id); err != nil {
 		return err
 	}
+	serr := stopped()
 	if err := o.run(ctx, "delete", "--force", id); err != nil {
 		return err
 	}
 	b := o.bundle(id)
-	return o.runDetached(ctx, b, []string{"--network=none"}, "restore", "--image-path", dir, "--detach",
-		"--bundle", b, "--pid-file", filepath.Join(b, "init.pid"), id)
+	if err := o.runDetached(ctx, b, []string{"--network=none"}, "restore", "--image-path", dir, "--detach",
+		"--bundle", b, "--pid-file", filepath.Join(b, "init.pid"), id); err != nil {
+		return err
+	}
+	return serr
 }
 
 // writableLayer makes bundle b's rootfs directory and its writable layer
