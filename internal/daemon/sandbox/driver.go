@@ -25,6 +25,8 @@ func (d *Driver) Run(ctx context.Context, kind string, payload []byte) ([]byte, 
 		return d.Host.Update(ctx, payload)
 	case kinds.SandboxDelete:
 		return d.Host.Delete(ctx, payload)
+	case kinds.SandboxCheckpoint:
+		return d.Host.Checkpoint(ctx, payload)
 	}
 	return d.Driver.Run(ctx, kind, payload)
 }

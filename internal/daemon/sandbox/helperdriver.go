@@ -65,7 +65,7 @@ type HelperDriver struct {
 // with the refusal (code and reason).
 func (d *HelperDriver) Run(ctx context.Context, kind string, payload []byte) ([]byte, error) {
 	switch kind {
-	case kinds.SandboxCreate, kinds.SandboxExec, kinds.SandboxUpdate, kinds.SandboxDelete, kinds.SSHAccess:
+	case kinds.SandboxCreate, kinds.SandboxExec, kinds.SandboxUpdate, kinds.SandboxDelete, kinds.SandboxCheckpoint, kinds.SSHAccess:
 	default:
 		return d.Driver.Run(ctx, kind, payload)
 	}

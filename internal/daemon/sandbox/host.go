@@ -28,6 +28,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/checkpoint"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
 
@@ -48,6 +49,10 @@ type State struct {
 	// IDs is the sandbox's block of host ids (runc only), held from
 	// create to remove and never handed to another sandbox meanwhile.
 	IDs IDRange `json:"ids,omitzero"`
+	// FromCheckpoint and FromMemory are the checkpoints the sandbox was
+	// restored from (digests; empty for a fresh one).
+	FromCheckpoint string `json:"from_checkpoint,omitempty"`
+	FromMemory     string `json:"from_memory,omitempty"`
 	// started is set once the runtime started the sandbox (in memory: a
 	// sandbox loaded at open is running).
 	started bool
@@ -71,6 +76,10 @@ type HostConfig struct {
 	// IDBase (defaults DefaultIDBase and DefaultIDSize). Nothing else on
 	// the machine may use these ids.
 	IDBase, IDSize uint32
+	// Checkpoints is the checkpoint store (on the images' object store);
+	// nil refuses sandbox.checkpoint and restores
+	// (checkpoint-unavailable).
+	Checkpoints *checkpoint.Store
 }
 
 // Host runs sandboxes on one machine.
@@ -85,6 +94,8 @@ type Host struct {
 	// onFailed, when set, is told of each sandbox the sweep found dead
 	// and removed (the daemon reports it to the control plane).
 	onFailed func(sandboxID, reason string)
+	// ckpt serialises checkpoints (see Checkpoint).
+	ckpt sync.Mutex
 }
 
 // ReasonRuntimeDied is the reason a host gives for a sandbox whose
@@ -128,6 +139,9 @@ func OpenHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "state"), 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox: state dir: %w", err)
+	}
+	if s, ok := cfg.Runtime.(*Sim); ok {
+		s.useDir(filepath.Join(cfg.Dir, "sim"))
 	}
 	h := &Host{cfg: cfg, sbx: map[string]*State{}, failed: map[string]bool{}}
 	ents, err := os.ReadDir(filepath.Join(cfg.Dir, "state"))
@@ -269,7 +283,8 @@ func (h *Host) reserve(c spec.Create, now time.Time) (*State, error) {
 		return nil, errors.New("no-capacity")
 	}
 	st := &State{ID: c.SandboxID, Runtime: c.Runtime, ImageDigest: c.ImageDigest, Limits: c.Limits, Root: c.Root,
-		Env: c.Env, DeadlineMS: c.DeadlineMS, Warm: c.Warm, CreatedMS: now.UnixMilli(), Network: c.Network}
+		Env: c.Env, DeadlineMS: c.DeadlineMS, Warm: c.Warm, CreatedMS: now.UnixMilli(), Network: c.Network,
+		FromCheckpoint: c.FromCheckpoint, FromMemory: c.FromMemory}
 	if c.Network == spec.NetworkEgress {
 		taken := map[int]bool{}
 		for _, s := range h.sbx {
@@ -335,9 +350,19 @@ func (h *Host) launch(ctx context.Context, c spec.Create, st *State) error {
 		}
 		place.NetNS = st.Link.NetNSPath()
 	}
+	if c.FromCheckpoint != "" {
+		place.Restore = h.restorer(ctx, c)
+	}
+	if c.FromMemory != "" {
+		if place.Memory, err = h.memoryImage(ctx, c); err != nil {
+			h.cfg.Log.Warn("sandbox memory image refused", "sandbox_id", c.SandboxID, "err", err)
+			return fail(startReason(err))
+		}
+		defer os.RemoveAll(place.Memory)
+	}
 	if err := h.cfg.Runtime.Start(ctx, c, place); err != nil {
 		h.cfg.Log.Error("sandbox start failed", "sandbox_id", c.SandboxID, "err", err)
-		return fail(errors.New("start-failed"))
+		return fail(startReason(err))
 	}
 	return nil
 }

@@ -54,6 +54,14 @@ type Placement struct {
 	// when none.
 	IDs    IDRange
 	UserNS string
+	// Restore, when set, fills the sandbox's new, empty writable layer
+	// (upper, the overlay's upper directory) before the overlay is
+	// mounted, giving what it writes to host uid and gid (the sandbox's
+	// user as the host sees it). Its error fails Start.
+	Restore func(upper string, uid, gid int) error
+	// Memory, when set (runsc), is a directory holding a memory image
+	// the sandbox's processes are restored from instead of started.
+	Memory string
 }
 
 // Liveness is a Runtime that can tell a sandbox whose runtime instance
@@ -226,6 +234,12 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 	if err := writableLayer(b, c.Limits.DiskMB, ids); err != nil {
 		return err
 	}
+	if p.Restore != nil {
+		uid, gid := sandboxOwner(c.Root, ids)
+		if err := p.Restore(filepath.Join(rw, "upper"), uid, gid); err != nil {
+			return err
+		}
+	}
 	if ids.Valid() {
 		if usernsPath == "" {
 			ns, err := o.NewUserNS(c.SandboxID, ids)
@@ -265,6 +279,9 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 		}
 	}
 	args := []string{"run", "--detach", "--bundle", b, "--pid-file", filepath.Join(b, "init.pid")}
+	if p.Memory != "" && o.name == spec.RuntimeRunsc {
+		args = []string{"restore", "--image-path", p.Memory, "--detach", "--bundle", b, "--pid-file", filepath.Join(b, "init.pid")}
+	}
 	var globals []string
 	switch o.name {
 	case spec.RuntimeRunc:
@@ -277,6 +294,77 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 		}
 	}
 	return o.runDetached(ctx, b, globals, append(args, c.SandboxID)...)
+}
+
+// sandboxOwner is the host uid and gid of the user a sandbox runs as:
+// its user mapped through ids when it has its own.
+func sandboxOwner(root bool, ids IDRange) (int, int) {
+	u := user(root)
+	if ids.Valid() {
+		return ids.Host(u.UID), ids.Host(u.GID)
+	}
+	return int(u.UID), int(u.GID)
+}
+
+// LayerDir returns the host directory of sandbox id's writable layer
+// (the overlay's upper directory).
+func (o *OCI) LayerDir(id string) (string, error) {
+	if err := spec.ValidSandboxID(id); err != nil {
+		return "", err
+	}
+	d := filepath.Join(o.bundle(id), "rw", "upper")
+	if _, err := os.Lstat(d); err != nil {
+		return "", fmt.Errorf("sandbox: layer: %w", err)
+	}
+	return d, nil
+}
+
+// Pause freezes every process of the sandbox (runc/runsc pause).
+func (o *OCI) Pause(ctx context.Context, id string) error {
+	if err := spec.ValidSandboxID(id); err != nil {
+		return err
+	}
+	return o.run(ctx, "pause", id)
+}
+
+// Resume thaws the sandbox's processes (runc/runsc resume).
+func (o *OCI) Resume(ctx context.Context, id string) error {
+	if err := spec.ValidSandboxID(id); err != nil {
+		return err
+	}
+	return o.run(ctx, "resume", id)
+}
+
+// CheckpointMemory saves a gVisor sandbox's processes into dir, runs
+// stopped while the sandbox is down, and restarts it from what it saved
+// (see MemoryCheckpointer); other runtimes refuse.
+//
+// runsc's own --leave-running waits on the sandbox it restarts, so the
+// restart is done here instead, detached: checkpoint (which ends the
+// sandbox), delete the stopped instance, then restore it from the image
+// it just saved, on the same bundle (the overlay and its layer stay
+// mounted), like run (no network, standard streams /dev/null, errors to
+// the bundle's log), with a fresh pid file.
+func (o *OCI) CheckpointMemory(ctx context.Context, id, dir string, stopped func() error) error {
+	if err := spec.ValidSandboxID(id); err != nil {
+		return err
+	}
+	if o.name != spec.RuntimeRunsc {
+		return errors.New(spec.ReasonMemoryNeedsRunsc)
+	}
+	if err := o.run(ctx, "checkpoint", "--image-path", dir, id); err != nil {
+		return err
+	}
+	serr := stopped()
+	if err := o.run(ctx, "delete", "--force", id); err != nil {
+		return err
+	}
+	b := o.bundle(id)
+	if err := o.runDetached(ctx, b, []string{"--network=none"}, "restore", "--image-path", dir, "--detach",
+		"--bundle", b, "--pid-file", filepath.Join(b, "init.pid"), id); err != nil {
+		return err
+	}
+	return serr
 }
 
 // writableLayer makes bundle b's rootfs directory and its writable layer

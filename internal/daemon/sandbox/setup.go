@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/checkpoint"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
 
@@ -80,28 +81,9 @@ func Open(ctx context.Context, o Options) (*Host, func(), error) {
 		return nil, nil, errors.New("sandbox: an image store URL is required")
 	}
 	dir := filepath.Join(o.DataDir, "sandbox")
-	var rt Runtime
-	switch name {
-	case spec.RuntimeSim:
-		rt = NewSim()
-	case spec.RuntimeRunc, spec.RuntimeRunsc:
-		bin, ok := Usable(name)
-		if !ok {
-			return nil, nil, fmt.Errorf("sandbox: %s is not usable here (installed, and bcd running as root?)", name)
-		}
-		// runsc is advertised only when a gVisor sandbox really runs here.
-		if name == spec.RuntimeRunsc && o.Runtime != "auto" {
-			if err := ProbeRunsc(ctx, bin, dir); err != nil {
-				return nil, nil, err
-			}
-		}
-		o, err := NewOCI(name, bin, filepath.Join(dir, "rt"))
-		if err != nil {
-			return nil, nil, err
-		}
-		rt = o
-	default:
-		return nil, nil, errors.New("sandbox: runtime must be runc, runsc, sim or auto")
+	rt, err := newRuntime(ctx, o, name, dir)
+	if err != nil {
+		return nil, nil, err
 	}
 	eg, err := openEgress(ctx, o, name)
 	if err != nil {
@@ -114,7 +96,8 @@ func Open(ctx context.Context, o Options) (*Host, func(), error) {
 		}
 		return nil, nil, err
 	}
-	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: o.Clock, Log: o.Log, Slots: o.Slots, MemoryMB: o.MemoryMB, Egress: eg, IDBase: o.IDBase, IDSize: o.IDSize})
+	// Checkpoints live on the images' object store.
+	cs, err := checkpoint.OpenStore(ctx, o.ImageStore)
 	if err != nil {
 		im.Close()
 		if eg != nil {
@@ -122,12 +105,45 @@ func Open(ctx context.Context, o Options) (*Host, func(), error) {
 		}
 		return nil, nil, err
 	}
+	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: o.Clock, Log: o.Log, Slots: o.Slots, MemoryMB: o.MemoryMB, Egress: eg, IDBase: o.IDBase, IDSize: o.IDSize, Checkpoints: cs})
+	if err != nil {
+		cs.Close()
+		im.Close()
+		if eg != nil {
+			eg.Close()
+		}
+		return nil, nil, err
+	}
 	return h, func() {
+		_ = cs.Close()
 		_ = im.Close()
 		if eg != nil {
 			eg.Close()
 		}
 	}, nil
+}
+
+// newRuntime makes the runtime called name (resolved from auto) of the
+// host in dir.
+func newRuntime(ctx context.Context, o Options, name, dir string) (Runtime, error) {
+	switch name {
+	case spec.RuntimeSim:
+		return NewSim(), nil
+	case spec.RuntimeRunc, spec.RuntimeRunsc:
+		bin, ok := Usable(name)
+		if !ok {
+			return nil, fmt.Errorf("sandbox: %s is not usable here (installed, and bcd running as root?)", name)
+		}
+		// runsc is advertised only when a gVisor sandbox really runs here.
+		if name == spec.RuntimeRunsc && o.Runtime != "auto" {
+			if err := ProbeRunsc(ctx, bin, dir); err != nil {
+				return nil, err
+			}
+		}
+		return NewOCI(name, bin, filepath.Join(dir, "rt"))
+	default:
+		return nil, errors.New("sandbox: runtime must be runc, runsc, sim or auto")
+	}
 }
 
 // openEgress wires network egress for an OCI runtime when o asks for it

@@ -3,6 +3,9 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -20,7 +23,52 @@ type Sim struct {
 	// told of each change (tests wait on it, never sleep).
 	shells  int
 	changed chan int
+	// dir holds each sandbox's (real, empty unless restored) writable
+	// layer, dir/layers/<id>; OpenHost sets it under the host's
+	// directory.
+	dir string
 }
+
+// useDir sets the directory of the sandboxes' layers, once.
+func (s *Sim) useDir(dir string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dir == "" {
+		s.dir = dir
+	}
+}
+
+// layer returns sandbox id's layer directory ("" without a directory).
+func (s *Sim) layer(id string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dir == "" || spec.ValidSandboxID(id) != nil {
+		return ""
+	}
+	return filepath.Join(s.dir, "layers", id)
+}
+
+// LayerDir returns sandbox id's writable layer: a real directory the
+// host packs and restores like a real runtime's.
+func (s *Sim) LayerDir(id string) (string, error) {
+	if !s.Running(context.Background(), id) {
+		return "", errors.New("sandbox-not-found")
+	}
+	d := s.layer(id)
+	if d == "" {
+		return "", errors.New("sim: no layer directory")
+	}
+	return d, nil
+}
+
+// Pause checks that the sandbox exists; simulated processes write nothing.
+func (s *Sim) Pause(ctx context.Context, id string) error {
+	_, err := s.LayerDir(id)
+	return err
+}
+
+// Resume checks that the sandbox exists.
+func (s *Sim) Resume(ctx context.Context, id string) error { return s.Pause(ctx, id) }
 
 // NewSim returns an empty simulated runtime.
 func NewSim() *Sim { return &Sim{sbx: map[string]spec.Create{}, changed: make(chan int, 64)} }
@@ -50,8 +98,22 @@ func (s *Sim) shellDelta(d int) {
 // Name returns "sim".
 func (s *Sim) Name() string { return spec.RuntimeSim }
 
-// Start records the sandbox.
-func (s *Sim) Start(_ context.Context, c spec.Create, _ Placement) error {
+// Start makes the sandbox's layer directory, fills it from p.Restore
+// (owned by this process, the simulated sandbox's user), and records the
+// sandbox.
+func (s *Sim) Start(_ context.Context, c spec.Create, p Placement) error {
+	if d := s.layer(c.SandboxID); d != "" {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("sim: layer: %w", err)
+		}
+		if p.Restore != nil {
+			if err := p.Restore(d, os.Getuid(), os.Getgid()); err != nil {
+				return err
+			}
+		}
+	} else if p.Restore != nil {
+		return &reasonError{ReasonCheckpointUnavailable, errors.New("sim: no layer directory")}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sbx[c.SandboxID] = c
@@ -87,8 +149,13 @@ func (s *Sim) Exec(ctx context.Context, id string, argv, env []string, _ bool) (
 	return r, nil
 }
 
-// Remove forgets the sandbox.
+// Remove forgets the sandbox and removes its layer.
 func (s *Sim) Remove(_ context.Context, id string) error {
+	if d := s.layer(id); d != "" {
+		if err := os.RemoveAll(d); err != nil {
+			return fmt.Errorf("sim: remove layer: %w", err)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.sbx, id)

@@ -54,6 +54,9 @@ const (
 	OpSandboxExec   = "sandbox.exec"
 	OpSandboxUpdate = "sandbox.update"
 	OpSandboxDelete = "sandbox.delete"
+	// OpSandboxCheckpoint runs a signed sandbox.checkpoint command as
+	// root, verified like the four above.
+	OpSandboxCheckpoint = "sandbox.checkpoint"
 	// OpSandboxLabels answers the helper's sandbox host's capability
 	// labels (SandboxLabels), which the node advertises in Hello. Read
 	// only; carries no intent.

@@ -42,7 +42,7 @@ func FuzzCommand(f *testing.F) {
 
 func opChanges(op string) bool {
 	switch op {
-	case helperwire.OpSandboxCreate, helperwire.OpSandboxExec, helperwire.OpSandboxUpdate, helperwire.OpSandboxDelete:
+	case helperwire.OpSandboxCreate, helperwire.OpSandboxExec, helperwire.OpSandboxUpdate, helperwire.OpSandboxDelete, helperwire.OpSandboxCheckpoint:
 		return true
 	}
 	return false

@@ -145,7 +145,7 @@ func New(cfg Config) (*Ops, error) {
 }
 
 // Handlers returns the handler of each operation this package serves.
-// sandbox.create, .exec, .update and .delete change the host (the server
+// sandbox.create, .exec, .update, .delete and .checkpoint change the host (the server
 // requires a signed desired state on them); sandbox.labels and
 // sandbox.failures only read.
 func (o *Ops) Handlers() map[string]Handler {
@@ -154,6 +154,7 @@ func (o *Ops) Handlers() map[string]Handler {
 		h[helperwire.OpSandboxCreate], h[helperwire.OpSandboxExec] = o.Create, o.Exec
 		h[helperwire.OpSandboxUpdate], h[helperwire.OpSandboxDelete] = o.Update, o.Delete
 		h[helperwire.OpSandboxLabels], h[helperwire.OpSandboxFailures] = o.Labels, o.Failures
+		h[helperwire.OpSandboxCheckpoint] = o.Checkpoint
 	}
 	for op, r := range o.cfg.Extra {
 		h[op] = func(ctx context.Context, req *helperwire.Request) (json.RawMessage, error) {
@@ -172,6 +173,9 @@ var opKind = map[string]string{
 	helperwire.OpSandboxExec:   kinds.SandboxExec,
 	helperwire.OpSandboxUpdate: kinds.SandboxUpdate,
 	helperwire.OpSandboxDelete: kinds.SandboxDelete,
+	// sandbox.checkpoint changes the host: it pauses the sandbox and
+	// writes to the store.
+	helperwire.OpSandboxCheckpoint: kinds.SandboxCheckpoint,
 }
 
 // Create runs a verified sandbox.create command.
@@ -187,6 +191,12 @@ func (o *Ops) Exec(ctx context.Context, req *helperwire.Request) (json.RawMessag
 // Update runs a verified sandbox.update command.
 func (o *Ops) Update(ctx context.Context, req *helperwire.Request) (json.RawMessage, error) {
 	return o.run(ctx, helperwire.OpSandboxUpdate, req, o.cfg.Host.Update)
+}
+
+// Checkpoint runs a verified sandbox.checkpoint command and answers
+// what it stored (spec.CheckpointResult).
+func (o *Ops) Checkpoint(ctx context.Context, req *helperwire.Request) (json.RawMessage, error) {
+	return o.run(ctx, helperwire.OpSandboxCheckpoint, req, o.cfg.Host.Checkpoint)
 }
 
 // Delete runs a verified sandbox.delete command; a deleted sandbox leaves

@@ -26,6 +26,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/checkpoint"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/imagetar"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
@@ -137,8 +138,13 @@ func openHost(t testing.TB, rt func(dir string) sandbox.Runtime, store string, c
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { im.Close() })
+	cs, err := checkpoint.OpenStore(ctx, filepath.Join(dir, "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
 	h, err := sandbox.OpenHost(ctx, sandbox.HostConfig{Dir: dir, Runtime: rt(filepath.Join(dir, "rt")), Images: im, Clock: clk,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Slots: 4, MemoryMB: 1024})
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Slots: 4, MemoryMB: 1024, Checkpoints: cs})
 	if err != nil {
 		t.Fatal(err)
 	}

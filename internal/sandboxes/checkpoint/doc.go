@@ -18,7 +18,13 @@
 // device nodes, FIFOs and every other entry type, set-user-ID and
 // set-group-ID bits, duplicate names, entries whose parent is not an
 // earlier directory of the archive, bytes after the tar's end, and
-// archives over the size and entry caps. Each refusal is a *RefusedError carrying a constant Reason; on a
+// archives over the size and entry caps. With Limits.Whiteouts (for an
+// overlay's upper layer) exactly two overlayfs forms are carried: a
+// character device 0/0 with no mode bits beyond 0777 (a whiteout, made
+// with mknodat in its parent opened through the root) and the
+// "trusted.overlay.opaque" attribute with value "y" on a directory; every
+// other device is still refused and every other attribute is neither
+// recorded nor applied. Each refusal is a *RefusedError carrying a constant Reason; on a
 // refusal the target directory is emptied again, so a caller sees either a
 // complete checkpoint or an empty directory.
 //

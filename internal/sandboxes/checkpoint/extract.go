@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
 )
 
 // zstdWindow is the largest zstd window Pack uses and Materialize accepts:
@@ -117,7 +118,7 @@ func (x *extractor) entry(h *tar.Header) error {
 	if err != nil {
 		return err
 	}
-	if err := checkType(name, h); err != nil {
+	if err := checkType(name, h, x.lim.Whiteouts); err != nil {
 		return err
 	}
 	if _, dup := x.seen[name]; dup {
@@ -134,7 +135,16 @@ func (x *extractor) entry(h *tar.Header) error {
 	case tar.TypeDir:
 		x.seen[name] = kindDir
 		x.dirs = append(x.dirs, dirMode{name, mode | fs.ModeDir})
-		return wrapFS(name, x.root.Mkdir(name, 0o700))
+		if err := x.root.Mkdir(name, 0o700); err != nil {
+			return wrapFS(name, err)
+		}
+		if x.lim.Whiteouts && h.PAXRecords[paxOpaque] == "y" {
+			return wrapFS(name, x.setOpaque(name))
+		}
+		return nil
+	case tar.TypeChar: // a whiteout, as checkType allows no other device
+		x.seen[name] = kindOther
+		return wrapFS(name, x.whiteout(name, mode))
 	case tar.TypeReg:
 		x.seen[name] = kindFile
 		return x.file(name, mode, h.Size)
@@ -154,13 +164,39 @@ func (x *extractor) entry(h *tar.Header) error {
 	}
 }
 
+// setOpaque marks the directory name, just made, overlay-opaque.
+func (x *extractor) setOpaque(name string) error {
+	d, err := x.root.Open(name)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return unix.Fsetxattr(int(d.Fd()), opaqueXattr, []byte("y"), 0)
+}
+
+// whiteout makes name an overlay whiteout (character device 0/0) in its
+// parent, an earlier directory of the archive opened through the root.
+func (x *extractor) whiteout(name string, mode fs.FileMode) error {
+	d, err := x.root.Open(path.Dir(name))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return unix.Mknodat(int(d.Fd()), path.Base(name), unix.S_IFCHR|uint32(mode.Perm()), 0)
+}
+
 // checkType refuses every entry type but directories, regular files,
-// symbolic and hard links; set-user-ID and set-group-ID bits; mode bits
+// symbolic and hard links, and with whiteouts a character device 0/0
+// and nothing else; set-user-ID and set-group-ID bits; mode bits
 // beyond 07777; and a size on anything but a regular file.
-func checkType(name string, h *tar.Header) error {
+func checkType(name string, h *tar.Header, whiteouts bool) error {
 	switch h.Typeflag {
 	case tar.TypeDir, tar.TypeReg, tar.TypeSymlink, tar.TypeLink:
-	case tar.TypeChar, tar.TypeBlock:
+	case tar.TypeChar:
+		if !whiteouts || h.Devmajor != 0 || h.Devminor != 0 || h.Mode&^0o777 != 0 {
+			return refuse(ReasonDevice, "entry %q is a device node", name)
+		}
+	case tar.TypeBlock:
 		return refuse(ReasonDevice, "entry %q is a device node", name)
 	case tar.TypeFifo:
 		return refuse(ReasonFIFO, "entry %q is a FIFO", name)

@@ -9,6 +9,15 @@ type Limits struct {
 	MaxUnpackedBytes int64
 	// MaxEntries caps the number of tar entries.
 	MaxEntries int
+	// Whiteouts carries overlayfs whiteouts and opaque directories, for a
+	// directory that is an overlay's upper layer: Pack records a character
+	// device 0/0 (a whiteout) as such an entry and a directory whose
+	// "trusted.overlay.opaque" attribute is "y" with that one attribute,
+	// and Materialize recreates exactly those two forms (mknod 0/0, the
+	// attribute on the directory). Every other device stays refused
+	// (ReasonDevice) and every other attribute is neither recorded nor
+	// applied. Off, whiteouts are refused like any device.
+	Whiteouts bool
 	// SpoolDir is where Materialize spools the archive while hashing it
 	// (an unlinked temporary file); empty means os.TempDir. It must not be
 	// inside the target directory.

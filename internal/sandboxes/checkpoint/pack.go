@@ -15,6 +15,15 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
+)
+
+// opaqueXattr marks an overlayfs directory opaque (its lower directory
+// hidden); paxOpaque is how an archive records it (the SCHILY.xattr form
+// GNU tar and archive/tar read).
+const (
+	opaqueXattr = "trusted.overlay.opaque"
+	paxOpaque   = "SCHILY.xattr." + opaqueXattr
 )
 
 // Info describes a checkpoint archive.
@@ -37,7 +46,8 @@ type Info struct {
 // kept (the later names link to the first).
 //
 // It refuses what Materialize would refuse, with the same reasons: device
-// nodes, FIFOs, sockets and other types, set-user-ID and set-group-ID bits
+// nodes (but whiteouts with Limits.Whiteouts, which also records opaque
+// directories), FIFOs, sockets and other types, set-user-ID and set-group-ID bits
 // (refused rather than dropped, so a checkpoint never silently differs from
 // its layer), names that are not canonical or hold a backslash, symbolic
 // links that leave the root, and a tree over lim. dir should not change
@@ -122,18 +132,51 @@ func (p *packer) visit(name string, d fs.DirEntry, err error) error {
 	switch m.Type() {
 	case fs.ModeDir:
 		h.Typeflag, h.Name = tar.TypeDir, name+"/"
+		if err := p.opaque(h, name); err != nil {
+			return err
+		}
 		return p.tw.WriteHeader(h)
 	case fs.ModeSymlink:
 		return p.symlink(h)
 	case 0:
 		return p.regular(h, info)
-	case fs.ModeDevice, fs.ModeDevice | fs.ModeCharDevice:
+	case fs.ModeDevice | fs.ModeCharDevice:
+		if st, ok := info.Sys().(*syscall.Stat_t); ok && p.lim.Whiteouts && st.Rdev == 0 {
+			h.Typeflag = tar.TypeChar // an overlay whiteout: device 0/0
+			return p.tw.WriteHeader(h)
+		}
+		return refuse(ReasonDevice, "%q is a device node", name)
+	case fs.ModeDevice:
 		return refuse(ReasonDevice, "%q is a device node", name)
 	case fs.ModeNamedPipe:
 		return refuse(ReasonFIFO, "%q is a FIFO", name)
 	default:
 		return refuse(ReasonOtherType, "%q has type %v", name, m.Type())
 	}
+}
+
+// opaque adds the overlay opaque attribute to directory header h when
+// Whiteouts is on and the directory name carries it with value "y".
+func (p *packer) opaque(h *tar.Header, name string) error {
+	if !p.lim.Whiteouts {
+		return nil
+	}
+	d, err := p.root.Open(name)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	buf := make([]byte, 8)
+	n, err := unix.Fgetxattr(int(d.Fd()), opaqueXattr, buf)
+	switch {
+	case errors.Is(err, unix.ENODATA), errors.Is(err, unix.ENOTSUP), errors.Is(err, unix.ERANGE):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%q: read opaque attribute: %w", name, err)
+	case string(buf[:n]) == "y":
+		h.PAXRecords = map[string]string{paxOpaque: "y"}
+	}
+	return nil
 }
 
 // symlink writes a symbolic link, refusing one whose target leaves dir.
