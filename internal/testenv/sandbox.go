@@ -10,6 +10,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/checkpoint"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
 
@@ -58,7 +59,12 @@ func (e *Env) nodeDriver(t testing.TB, n *Node) driver.Driver {
 		}
 		t.Cleanup(eg.Close)
 	}
-	h, err := sandbox.OpenHost(ctx, sandbox.HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: e.Clock, Log: e.Log, Slots: 64, MemoryMB: 8192, Egress: eg})
+	ck, err := checkpoint.OpenStore(ctx, e.imageStore)
+	if err != nil {
+		t.Fatalf("sandbox checkpoints: %v", err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	h, err := sandbox.OpenHost(ctx, sandbox.HostConfig{Dir: dir, Runtime: rt, Images: im, Checkpoints: ck, Clock: e.Clock, Log: e.Log, Slots: 64, MemoryMB: 8192, Egress: eg})
 	if err != nil {
 		t.Fatalf("sandbox host: %v", err)
 	}
