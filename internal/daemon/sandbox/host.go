@@ -96,6 +96,9 @@ type Host struct {
 	onFailed func(sandboxID, reason string)
 	// ckpt serialises checkpoints (see Checkpoint).
 	ckpt sync.Mutex
+	// atOpen holds the sandboxes removed when the host opened, until
+	// OnFailed takes them to report.
+	atOpen []failure
 }
 
 // ReasonRuntimeDied is the reason a host gives for a sandbox whose
@@ -103,11 +106,20 @@ type Host struct {
 const ReasonRuntimeDied = "runtime-died"
 
 // OnFailed sets f to be called, outside the host's lock, with each
-// sandbox the sweep finds dead and removes. A later call replaces f.
+// sandbox the sweep finds dead and removes, and at once with each the
+// host removed when it opened (ReasonLostAtRestart, ReasonUnknownToHost).
+// A later call replaces f.
 func (h *Host) OnFailed(f func(sandboxID, reason string)) {
 	h.mu.Lock()
 	h.onFailed = f
+	var tell []failure
+	if f != nil {
+		tell = h.takeAtOpen()
+	}
 	h.mu.Unlock()
+	for _, x := range tell {
+		f(x.id, x.reason)
+	}
 }
 
 // OpenHost loads the host's sandboxes from cfg.Dir. A sandbox whose state
@@ -164,6 +176,7 @@ func OpenHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 		if !cfg.Runtime.Running(ctx, id) {
 			cfg.Log.Warn("sandbox lost by its runtime", "sandbox_id", id)
 			_ = h.remove(ctx, id)
+			h.atOpen = append(h.atOpen, failure{id, ReasonLostAtRestart})
 			continue
 		}
 		if st.Link != nil {
@@ -175,6 +188,7 @@ func OpenHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 			}
 		}
 	}
+	h.killUnknown(ctx)
 	h.Sweep(ctx)
 	return h, nil
 }
