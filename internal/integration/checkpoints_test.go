@@ -233,3 +233,45 @@ func TestSandboxRestoreRunsUnderItsCheckpoint(t *testing.T) {
 		t.Fatalf("restored as %+v; taken from %+v", got, before)
 	}
 }
+
+// TestSandboxCheckpointsOfADeletedOwnerAreDropped: a checkpoint is its
+// owner's alone; when the owner identity is deleted, nobody inherits its
+// checkpoints: they are dropped (and purged), and another owner's are
+// kept.
+func TestSandboxCheckpointsOfADeletedOwnerAreDropped(t *testing.T) {
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1, SandboxRuntime: spec.RuntimeSim})
+	tenant, admin := e.TenantAdmin(t, "acme")
+	importSmallTemplate(t, e, admin, spec.RuntimeSim, 0)
+	leaver := e.IdentityClient(t, tenant, "leaver", "admin")
+	ctx := context.Background()
+	cks := map[string]checkpointOut{}
+	for who, c := range map[string]*client.Client{"admin": admin, "leaver": leaver} {
+		x, err := c.CreateSandbox(ctx, "", "small")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ck checkpointOut
+		if err := c.Call(ctx, "sandboxes.checkpoint", map[string]any{"id": x.ID}, &ck); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.DeleteSandbox(ctx, x.ID); err != nil {
+			t.Fatal(err)
+		}
+		cks[who] = ck
+	}
+	me, _ := leaver.Whoami(ctx)
+	if err := admin.Call(ctx, "identities.delete", map[string]any{"id": me.IdentityID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.CP.Sandboxes.PurgeCheckpoints(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := e.CP.DB.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandbox_checkpoints WHERE deleted_at IS NULL AND owner_id = $1`, me.IdentityID).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the deleted owner keeps %d checkpoints (%v)", n, err)
+	}
+	var list struct{ Checkpoints []checkpointOut }
+	if err := admin.Call(ctx, "checkpoints.list", map[string]any{}, &list); err != nil || len(list.Checkpoints) != 1 || list.Checkpoints[0].ID != cks["admin"].ID {
+		t.Fatalf("the remaining owner lists %+v %v", list, err)
+	}
+}

@@ -219,11 +219,63 @@ const (
 	sqlDigestUse = `SELECT COUNT(*) FROM sandbox_checkpoints WHERE purged_at IS NULL AND (digest = $1 OR memory_digest = $1)`
 )
 
-// PurgeCheckpoints removes the objects of deleted checkpoints that no live
-// sandbox restores from and no other checkpoint holds, and returns how
-// many checkpoints it purged. A purge never touches what a live sandbox
-// or a kept checkpoint needs; an object it could not remove is kept.
+// Owners tells whether a checkpoint's owner still exists (the iam
+// module's Identity answers NOT_FOUND for a deleted identity).
+type Owners interface {
+	Identity(ctx context.Context, id string) (iam.Identity, error)
+}
+
+// SetOwners makes PurgeCheckpoints drop the checkpoints of owners that no
+// longer exist; without it they are kept.
+func (s *Service) SetOwners(o Owners) { s.owners = o }
+
+// The orphan drop's SQL.
+const (
+	sqlCheckpointOwners = `SELECT DISTINCT owner_id FROM sandbox_checkpoints WHERE deleted_at IS NULL ORDER BY owner_id`
+	sqlDropOwners       = `UPDATE sandbox_checkpoints SET deleted_at = $1 WHERE owner_id = $2 AND deleted_at IS NULL`
+)
+
+// dropOrphans deletes every checkpoint whose owner identity was deleted:
+// a checkpoint is its owner's alone, and nobody inherits it.
+func (s *Service) dropOrphans(ctx context.Context) error {
+	if s.owners == nil {
+		return nil
+	}
+	owners, err := s.column(ctx, sqlCheckpointOwners)
+	if err != nil {
+		return err
+	}
+	for _, o := range owners {
+		if _, err := s.owners.Identity(ctx, o); errs.CodeOf(err) != errs.NotFound {
+			continue // it exists, or it cannot be told: kept
+		}
+		now := s.clk.Now()
+		err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, sqlDropOwners, now.UnixMilli(), o)
+			if err != nil {
+				return fmt.Errorf("sandboxes: drop checkpoints: %w", err)
+			}
+			n, _ := res.RowsAffected()
+			return audit.Record(ctx, tx, now, audit.Entry{TenantID: iam.RootTenant, Actor: "sandboxes:checkpoints", Action: "compute:checkpoints:delete",
+				Resource: "identity/" + o, Outcome: "allowed", Details: map[string]any{"reason": "owner-deleted", "checkpoints": n}})
+		})
+		if err != nil {
+			return err
+		}
+		s.log.Info("checkpoints of a deleted owner dropped", "owner", o)
+	}
+	return nil
+}
+
+// PurgeCheckpoints drops the checkpoints of deleted owners (SetOwners),
+// then removes the objects of deleted checkpoints that no live sandbox
+// restores from and no other checkpoint holds, and returns how many
+// checkpoints it purged. A purge never touches what a live sandbox or a
+// kept checkpoint needs; an object it could not remove is kept.
 func (s *Service) PurgeCheckpoints(ctx context.Context) (int, error) {
+	if err := s.dropOrphans(ctx); err != nil {
+		return 0, err
+	}
 	type cand struct{ id, digest, memory string }
 	var cs []cand
 	rows, err := s.db.QueryContext(ctx, sqlPurgeable)

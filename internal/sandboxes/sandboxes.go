@@ -111,6 +111,8 @@ type Service struct {
 	// holds the uploads a write streams into now.
 	maxImage atomic.Int64
 	writing  sync.Map
+	// owners, when set, lets the purge drop deleted owners' checkpoints.
+	owners Owners
 }
 
 // HoldWarmRefill stops (true) or resumes the background warm-pool refill;

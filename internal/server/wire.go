@@ -58,6 +58,7 @@ func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 	}
 	cp.Sandboxes = sandboxes.New(o.DB, o.Clock, cp.Bus, cp.Commands, cp.Nodes, cp.Quotas, bucket, o.Log)
 	cp.Sandboxes.SetMaxImageBytes(o.SandboxMaxImageBytes)
+	cp.Sandboxes.SetOwners(cp.IAM)
 	if r.api {
 		if cp.BreakGlass, err = breakglass.New(o.DB, o.Clock, cp.Commands, cp.Nodes, k.breakGlass, o.Log); err != nil {
 			return err
