@@ -221,13 +221,15 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	}
 }
 
-// refuse answers a connection over a cap and closes it; the write has a
-// short deadline so a client that never reads cannot hold it.
+// refuse counts a connection over a cap, answers it and closes it; the
+// write has a short deadline so a client that never reads cannot hold it.
 func (l *limitListener) refuse(c net.Conn, which string) {
+	// Counted before the client is answered, so whoever sees the refusal
+	// finds it counted.
+	l.p.conns.WithLabelValues(VerdictRefused, ReasonConnLimit).Inc()
 	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 29\r\n\r\nrefused: too many connections")
 	_ = c.Close()
-	l.p.conns.WithLabelValues(VerdictRefused, ReasonConnLimit).Inc()
 	l.p.log.LogAttrs(l.ctx, slog.LevelWarn, logMessage,
 		slog.String("client", c.RemoteAddr().String()),
 		slog.String("verdict", VerdictRefused),
