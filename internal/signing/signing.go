@@ -56,6 +56,9 @@ type Signer struct {
 	// last signed one (by its clock).
 	timeMu   sync.Mutex
 	lastTime time.Time
+	// keyMu serialises making a worker key, so two callers that both find
+	// none (the signing loop and a ticket, at start) make one, not two.
+	keyMu sync.Mutex
 }
 
 // BatchGate tells the signer whether a batch has its quorum; the quorum
@@ -131,6 +134,25 @@ func (s *Signer) CurrentKey(ctx context.Context) (string, error) {
 }
 
 func (s *Signer) currentKey(ctx context.Context) (*workerKey, error) {
+	k, err := s.storedKey(ctx)
+	if k != nil || err != nil {
+		return k, err
+	}
+	if s.rootKey == nil {
+		return nil, ErrNoWorkerKey
+	}
+	s.keyMu.Lock()
+	defer s.keyMu.Unlock()
+	// Another caller may have made one while this one waited.
+	if k, err := s.storedKey(ctx); k != nil || err != nil {
+		return k, err
+	}
+	return s.newKey(ctx, s.clk.Now())
+}
+
+// storedKey returns the stored worker key with at least RotateBefore
+// left, opened, or nil when there is none.
+func (s *Signer) storedKey(ctx context.Context) (*workerKey, error) {
 	now := s.clk.Now()
 	stored, ok, err := readCurrentKey(ctx, s.db, now.Add(RotateBefore), s.root)
 	if err != nil {
@@ -146,10 +168,7 @@ func (s *Signer) currentKey(ctx context.Context) (*workerKey, error) {
 		}
 		return &workerKey{id: stored.id, cert: stored.cert, key: ed25519.PrivateKey(raw)}, nil
 	}
-	if s.rootKey == nil {
-		return nil, ErrNoWorkerKey
-	}
-	return s.newKey(ctx, now)
+	return nil, nil
 }
 
 // ErrNoWorkerKey: a ticket signer (NewTicketSigner) found no current
