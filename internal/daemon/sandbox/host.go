@@ -413,6 +413,9 @@ func (h *Host) launch(ctx context.Context, c spec.Create, st *State) error {
 		return fail(imageReason(err))
 	}
 	rt := h.rts[c.Runtime]
+	if rt == nil { // checkCreate refuses it first
+		return fail(errors.New("runtime-unavailable"))
+	}
 	place := Placement{Lower: lower, IDs: st.IDs}
 	nsPID := 0
 	if un, ok := rt.(UserNamespaces); ok && st.IDs.Valid() {
