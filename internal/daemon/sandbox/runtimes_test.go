@@ -249,10 +249,10 @@ func TestRuntimeNames(t *testing.T) {
 		}
 	}
 	both := []string{"runsc", "runc"}
-	if runtimeDir("d", "runc", both) == runtimeDir("d", "runsc", both) {
+	if RuntimeDir("d", "runc", both) == RuntimeDir("d", "runsc", both) {
 		t.Fatal("runc and runsc share a directory")
 	}
-	if runtimeDir("d", "runc", []string{"runc"}) != runtimeDir("d", "runc", both) || runtimeDir("d", "runsc", []string{"runsc"}) != filepath.Join("d", "rt") {
+	if RuntimeDir("d", "runc", []string{"runc"}) != RuntimeDir("d", "runc", both) || RuntimeDir("d", "runsc", []string{"runsc"}) != filepath.Join("d", "rt") {
 		t.Fatal("a one-runtime host's directory moved")
 	}
 }

@@ -70,7 +70,7 @@ func Open(ctx context.Context, o Options) (*Host, func(), error) {
 	dir := filepath.Join(o.DataDir, "sandbox")
 	var rts []Runtime
 	for _, name := range names {
-		rt, err := newRuntime(ctx, name, runtimeDir(dir, name, names), dir, o.Runtime != "auto")
+		rt, err := newRuntime(ctx, name, RuntimeDir(dir, name, names), dir, o.Runtime != "auto")
 		if err != nil {
 			return nil, nil, err
 		}
@@ -149,12 +149,12 @@ func runtimeNames(ctx context.Context, o Options) ([]string, error) {
 	return names, nil
 }
 
-// runtimeDir is the directory of the OCI runtime called name on the host
+// RuntimeDir is the directory of the OCI runtime called name on the host
 // in dir running names: dir/rt for runc, and for runsc when it is the
 // host's only OCI runtime (the layout of a host with one runtime), else
 // dir/rt-runsc. Two runtimes on one host thus never share a state root
 // or bundles (runc's bundles folder is named after its directory).
-func runtimeDir(dir, name string, names []string) string {
+func RuntimeDir(dir, name string, names []string) string {
 	if name == spec.RuntimeRunc || !slices.Contains(names, spec.RuntimeRunc) {
 		return filepath.Join(dir, "rt")
 	}
