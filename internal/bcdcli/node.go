@@ -134,7 +134,7 @@ func addNodeFlags(c *cobra.Command, o *nodeOptions) {
 	addPluginFlags(c, &o.plug)
 	c.Flags().StringVar(&o.helperSock, "helper-socket", "", "run unprivileged: sandboxes (and the other root operations) go through bcd helper on this socket, which checks each request itself")
 	sbx := &o.sbx
-	c.Flags().StringVar(&sbx.Runtime, "sandbox-runtime", "auto", "sandbox runtime: auto (runc when usable), runc, runsc, sim or none")
+	c.Flags().StringVar(&sbx.Runtime, "sandbox-runtime", "auto", "sandbox runtime: auto (runc when usable), runc, runsc, runc,runsc (both side by side; each must work, and each sandbox runs on the one its template names), sim or none")
 	c.Flags().StringVar(&sbx.ImageStore, "image-store", "", "gocloud.dev/blob URL of the sandbox image store (file:///dir, s3://…)")
 	c.Flags().IntVar(&sbx.Slots, "sandbox-slots", 16, "most sandboxes at once")
 	c.Flags().Int64Var(&sbx.MemoryMB, "sandbox-memory-mb", 8192, "most memory (MiB) all sandboxes' limits may add up to")

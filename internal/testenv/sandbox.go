@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
@@ -39,21 +40,9 @@ func (e *Env) nodeDriver(t testing.TB, n *Node) driver.Driver {
 		t.Fatalf("sandbox images: %v", err)
 	}
 	t.Cleanup(func() { im.Close() })
-	var rt sandbox.Runtime
-	switch e.sandboxRuntime {
-	case spec.RuntimeSim:
-		rt = sandbox.NewSim()
-	default:
-		bin, err := exec.LookPath(e.sandboxRuntime)
-		if err != nil {
-			t.Fatalf("sandbox runtime: %v", err)
-		}
-		if rt, err = sandbox.NewOCI(e.sandboxRuntime, bin, filepath.Join(dir, "rt")); err != nil {
-			t.Fatalf("sandbox runtime: %v", err)
-		}
-	}
+	rts := sandboxRuntimes(t, e.sandboxRuntime, dir)
 	var eg *sandbox.Egress
-	if e.sandboxEgress && e.sandboxRuntime != spec.RuntimeSim {
+	if e.sandboxEgress && !strings.Contains(e.sandboxRuntime, spec.RuntimeSim) {
 		if eg, err = sandbox.NewEgress(ctx, sandbox.EgressConfig{Log: e.Log}); err != nil {
 			t.Fatalf("sandbox egress: %v", err)
 		}
@@ -64,7 +53,7 @@ func (e *Env) nodeDriver(t testing.TB, n *Node) driver.Driver {
 		t.Fatalf("sandbox checkpoints: %v", err)
 	}
 	t.Cleanup(func() { ck.Close() })
-	h, err := sandbox.OpenHost(ctx, sandbox.HostConfig{Dir: dir, Runtime: rt, Images: im, Checkpoints: ck, Clock: e.Clock, Log: e.Log, Slots: 64, MemoryMB: 8192, Egress: eg})
+	h, err := sandbox.OpenHost(ctx, sandbox.HostConfig{Dir: dir, Runtimes: rts, Images: im, Checkpoints: ck, Clock: e.Clock, Log: e.Log, Slots: 64, MemoryMB: 8192, Egress: eg})
 	if err != nil {
 		t.Fatalf("sandbox host: %v", err)
 	}
@@ -77,6 +66,30 @@ func (e *Env) nodeDriver(t testing.TB, n *Node) driver.Driver {
 		}
 	})
 	return &sandbox.Driver{Driver: n.Sim, Host: h}
+}
+
+// sandboxRuntimes makes the runtimes list names (comma-separated) for
+// the host in dir, each OCI runtime in its own directory as bcd's.
+func sandboxRuntimes(t testing.TB, list, dir string) []sandbox.Runtime {
+	t.Helper()
+	names := strings.Split(list, ",")
+	var rts []sandbox.Runtime
+	for _, name := range names {
+		if name == spec.RuntimeSim {
+			rts = append(rts, sandbox.NewSim())
+			continue
+		}
+		bin, err := exec.LookPath(name)
+		if err != nil {
+			t.Fatalf("sandbox runtime: %v", err)
+		}
+		rt, err := sandbox.NewOCI(name, bin, sandbox.RuntimeDir(dir, name, names))
+		if err != nil {
+			t.Fatalf("sandbox runtime: %v", err)
+		}
+		rts = append(rts, rt)
+	}
+	return rts
 }
 
 // ImageStore is the sandbox image store's URL (empty unless the

@@ -67,8 +67,10 @@ type Options struct {
 	// Approvers and Threshold: approver keys made in DIR/approvers and
 	// pinned before any node joins (default 3 and 2, as in dev).
 	Approvers, Threshold int
-	// SandboxRuntime, when set (sim or runc), makes every node a sandbox
-	// host on that runtime, sharing the control plane's image store.
+	// SandboxRuntime, when set (sim, runc, runsc, or a comma-separated
+	// list such as "runc,runsc"), makes every node a sandbox host on that
+	// runtime, or on each listed side by side, sharing the control plane's
+	// image store.
 	SandboxRuntime string
 	// SandboxEgress wires network egress into every OCI sandbox host (the
 	// machine's egress firewall table, a proxy listener per egress

@@ -35,29 +35,41 @@ const (
 // failure is a sandbox removed and not yet reported.
 type failure struct{ id, reason string }
 
-// killUnknown removes every sandbox the runtime holds that the host has
-// no state for, and queues its report. A runtime that cannot list is
-// logged: the host still opens, with its known sandboxes.
+// killUnknown removes, from each of the host's runtimes, every sandbox
+// it holds that the host has no state for, and queues its report. A
+// runtime that cannot list is logged: the host still opens, with its
+// known sandboxes.
 func (h *Host) killUnknown(ctx context.Context) {
-	ls, ok := h.cfg.Runtime.(Lister)
-	if !ok {
-		return
+	for _, n := range h.names {
+		if ls, ok := h.rts[n].(Lister); ok {
+			h.killUnknownOn(ctx, n, ls)
+		}
 	}
+}
+
+// killUnknownOn is killUnknown on the runtime called name. An instance
+// whose id the host holds on another runtime is left alone and logged:
+// both would share the sandbox's cgroup, and removing it could kill the
+// sandbox the host knows.
+func (h *Host) killUnknownOn(ctx context.Context, name string, ls Lister) {
 	ids, err := ls.Instances(ctx)
 	if err != nil {
-		h.cfg.Log.Error("sandbox runtime not listed; unknown sandboxes not killed", "err", err)
+		h.cfg.Log.Error("sandbox runtime not listed; unknown sandboxes not killed", "runtime", name, "err", err)
 		return
 	}
 	for _, id := range ids {
-		if _, known := h.sbx[id]; known {
+		if st, known := h.sbx[id]; known {
+			if st.Runtime != name {
+				h.cfg.Log.Warn("sandbox instance on another runtime than its state's left alone", "sandbox_id", id, "runtime", name)
+			}
 			continue
 		}
 		if spec.ValidSandboxID(id) != nil {
-			h.cfg.Log.Warn("runtime instance with a foreign id left alone", "id", fmt.Sprintf("%.64q", id))
+			h.cfg.Log.Warn("runtime instance with a foreign id left alone", "runtime", name, "id", fmt.Sprintf("%.64q", id))
 			continue
 		}
-		h.cfg.Log.Warn("sandbox unknown to the host killed", "sandbox_id", id)
-		if err := h.cfg.Runtime.Remove(ctx, id); err != nil {
+		h.cfg.Log.Warn("sandbox unknown to the host killed", "sandbox_id", id, "runtime", name)
+		if err := h.rts[name].Remove(ctx, id); err != nil {
 			h.cfg.Log.Error("unknown sandbox not removed", "sandbox_id", id, "err", err)
 			continue
 		}

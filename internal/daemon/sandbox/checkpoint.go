@@ -90,17 +90,18 @@ func (h *Host) Checkpoint(ctx context.Context, payload []byte) ([]byte, error) {
 	if err := strictJSON(payload, &c); err != nil || c.Validate() != nil {
 		return nil, errors.New("payload-invalid")
 	}
-	if _, err := h.programFor(c.SandboxID); err != nil {
+	p, err := h.programFor(c.SandboxID)
+	if err != nil {
 		return nil, err
 	}
 	if h.starting(c.SandboxID) {
 		return nil, errors.New("sandbox-not-found")
 	}
-	if c.Memory && h.cfg.Runtime.Name() != spec.RuntimeRunsc {
+	if c.Memory && p.rt.Name() != spec.RuntimeRunsc {
 		return nil, errors.New(spec.ReasonMemoryNeedsRunsc)
 	}
-	ly, ok := h.cfg.Runtime.(Layers)
-	mc, mok := h.cfg.Runtime.(MemoryCheckpointer)
+	ly, ok := p.rt.(Layers)
+	mc, mok := p.rt.(MemoryCheckpointer)
 	if !ok || h.cfg.Checkpoints == nil || (c.Memory && !mok) {
 		return nil, errors.New(ReasonCheckpointUnavailable)
 	}
@@ -108,7 +109,6 @@ func (h *Host) Checkpoint(ctx context.Context, payload []byte) ([]byte, error) {
 	defer h.ckpt.Unlock()
 	var res spec.CheckpointResult
 	var info, mem checkpoint.Info
-	var err error
 	if c.Memory {
 		// runsc's memory checkpoint ends the sandbox's instance and
 		// restores it from what it saved: the sweep must not take that

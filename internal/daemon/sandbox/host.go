@@ -1,6 +1,7 @@
 // Package sandbox is bcd's sandbox host: it runs the sandbox.* command
-// kinds on a real OCI runtime (runc; runsc when asked) or the sim runtime,
-// from the exact spec the control plane signed. It fetches images by
+// kinds on real OCI runtimes (runc, runsc, or both side by side, each
+// sandbox on the one its spec names) or the sim runtime, from the exact
+// spec the control plane signed. It fetches images by
 // digest and verifies them before unpacking, builds one OCI bundle per
 // sandbox (read-only image under a size-limited writable layer, no
 // capabilities, no new privileges, a seccomp profile, masked kernel
@@ -60,11 +61,16 @@ type State struct {
 
 // HostConfig configures a sandbox host.
 type HostConfig struct {
-	Dir     string // state root (0700), e.g. DATA/sandbox
-	Runtime Runtime
-	Images  *Images
-	Clock   clock.Clock
-	Log     *slog.Logger
+	Dir string // state root (0700), e.g. DATA/sandbox
+	// Runtime is the host's runtime when it runs one; Runtimes are its
+	// runtimes when it runs several (Runtime, when also set, counts as
+	// the first). Each name may appear once; a sandbox runs on the one
+	// its signed spec names, and every later operation on it goes there.
+	Runtime  Runtime
+	Runtimes []Runtime
+	Images   *Images
+	Clock    clock.Clock
+	Log      *slog.Logger
 	// Slots bounds how many sandboxes run at once; MemoryMB bounds the sum
 	// of their memory limits. Both are advertised to the control plane.
 	Slots    int
@@ -85,8 +91,11 @@ type HostConfig struct {
 // Host runs sandboxes on one machine.
 type Host struct {
 	cfg HostConfig
-	mu  sync.Mutex
-	sbx map[string]*State
+	// rts are the host's runtimes by name; names lists them in order.
+	rts   map[string]Runtime
+	names []string
+	mu    sync.Mutex
+	sbx   map[string]*State
 	// failed holds the sandboxes whose runtime instance died and that
 	// the host removed: an exec answers sandbox-failed until they are
 	// deleted.
@@ -123,9 +132,14 @@ func (h *Host) OnFailed(f func(sandboxID, reason string)) {
 }
 
 // OpenHost loads the host's sandboxes from cfg.Dir. A sandbox whose state
-// survives but whose runtime instance does not (a reboot) is removed.
+// survives but whose runtime instance does not (a reboot), or whose
+// runtime the host no longer runs, is removed.
 func OpenHost(ctx context.Context, cfg HostConfig) (*Host, error) {
-	if cfg.Runtime == nil || cfg.Images == nil {
+	rts, names, err := hostRuntimes(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Images == nil {
 		return nil, errors.New("sandbox: a runtime and an image store are required")
 	}
 	if cfg.Clock == nil {
@@ -152,40 +166,18 @@ func OpenHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "state"), 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox: state dir: %w", err)
 	}
-	if s, ok := cfg.Runtime.(*Sim); ok {
+	if s, ok := rts[spec.RuntimeSim].(*Sim); ok {
 		s.useDir(filepath.Join(cfg.Dir, "sim"))
 	}
-	h := &Host{cfg: cfg, sbx: map[string]*State{}, failed: map[string]bool{}}
+	h := &Host{cfg: cfg, rts: rts, names: names, sbx: map[string]*State{}, failed: map[string]bool{}}
 	ents, err := os.ReadDir(filepath.Join(cfg.Dir, "state"))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: read state: %w", err)
 	}
 	for _, e := range ents {
 		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || spec.ValidSandboxID(id) != nil {
-			continue
-		}
-		var st State
-		b, err := os.ReadFile(filepath.Join(cfg.Dir, "state", e.Name()))
-		if err != nil || json.Unmarshal(b, &st) != nil || st.ID != id {
-			cfg.Log.Warn("sandbox state unreadable", "sandbox_id", id)
-			continue
-		}
-		st.started = true
-		h.sbx[id] = &st
-		if !cfg.Runtime.Running(ctx, id) {
-			cfg.Log.Warn("sandbox lost by its runtime", "sandbox_id", id)
-			_ = h.remove(ctx, id)
-			h.atOpen = append(h.atOpen, failure{id, ReasonLostAtRestart})
-			continue
-		}
-		if st.Link != nil {
-			if cfg.Egress == nil {
-				cfg.Log.Warn("egress sandbox on a host without egress", "sandbox_id", id)
-				_ = h.remove(ctx, id)
-			} else if err := cfg.Egress.Listen(ctx, id, *st.Link); err != nil {
-				cfg.Log.Error("sandbox egress proxy not restored", "sandbox_id", id, "err", err)
-			}
+		if ok && spec.ValidSandboxID(id) == nil {
+			h.load(ctx, id)
 		}
 	}
 	h.killUnknown(ctx)
@@ -193,16 +185,91 @@ func OpenHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 	return h, nil
 }
 
-// Runtime returns the host's runtime name.
-func (h *Host) Runtime() string { return h.cfg.Runtime.Name() }
+// hostRuntimes returns cfg's runtimes by name and their names in order,
+// refusing none and a name given twice.
+func hostRuntimes(cfg HostConfig) (map[string]Runtime, []string, error) {
+	all := cfg.Runtimes
+	if cfg.Runtime != nil {
+		all = append([]Runtime{cfg.Runtime}, all...)
+	}
+	if len(all) == 0 {
+		return nil, nil, errors.New("sandbox: a runtime and an image store are required")
+	}
+	rts := map[string]Runtime{}
+	var names []string
+	for _, rt := range all {
+		if rt == nil {
+			return nil, nil, errors.New("sandbox: a nil runtime")
+		}
+		if _, dup := rts[rt.Name()]; dup {
+			return nil, nil, fmt.Errorf("sandbox: runtime %s given twice", rt.Name())
+		}
+		rts[rt.Name()] = rt
+		names = append(names, rt.Name())
+	}
+	return rts, names, nil
+}
+
+// load reads sandbox id's state at open and keeps it when its runtime
+// still runs it (restoring its egress proxy), else removes it and queues
+// its report (ReasonLostAtRestart).
+func (h *Host) load(ctx context.Context, id string) {
+	var st State
+	b, err := os.ReadFile(h.statePath(id))
+	if err != nil || json.Unmarshal(b, &st) != nil || st.ID != id {
+		h.cfg.Log.Warn("sandbox state unreadable", "sandbox_id", id)
+		return
+	}
+	st.started = true
+	h.sbx[id] = &st
+	rt := h.rts[st.Runtime]
+	if rt == nil {
+		// Its runtime is not on this host any more: nothing here runs it.
+		h.cfg.Log.Warn("sandbox runtime not on this host", "sandbox_id", id, "runtime", fmt.Sprintf("%.32q", st.Runtime))
+	}
+	if rt == nil || !rt.Running(ctx, id) {
+		h.cfg.Log.Warn("sandbox lost by its runtime", "sandbox_id", id)
+		_ = h.remove(ctx, id)
+		h.atOpen = append(h.atOpen, failure{id, ReasonLostAtRestart})
+		return
+	}
+	if st.Link != nil {
+		if h.cfg.Egress == nil {
+			h.cfg.Log.Warn("egress sandbox on a host without egress", "sandbox_id", id)
+			_ = h.remove(ctx, id)
+		} else if err := h.cfg.Egress.Listen(ctx, id, *st.Link); err != nil {
+			h.cfg.Log.Error("sandbox egress proxy not restored", "sandbox_id", id, "err", err)
+		}
+	}
+}
+
+// runtimeOf returns the runtime sandbox id runs on, or nil when the host
+// does not hold it (or no longer runs its runtime).
+func (h *Host) runtimeOf(id string) Runtime {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st, ok := h.sbx[id]
+	if !ok {
+		return nil
+	}
+	return h.rts[st.Runtime]
+}
+
+// Runtime returns the host's runtime names, comma-separated, in order.
+func (h *Host) Runtime() string { return strings.Join(h.names, ",") }
+
+// Runtimes returns the host's runtime names in order.
+func (h *Host) Runtimes() []string { return append([]string(nil), h.names...) }
 
 // Labels are the capability labels bcd advertises in Hello; only bcd
 // sets labels under spec.LabelPrefix.
 func (h *Host) Labels() map[string]string {
 	l := map[string]string{
-		spec.RuntimeLabel(h.cfg.Runtime.Name()): "true",
-		spec.LabelPrefix + "sandbox.slots":      strconv.Itoa(h.cfg.Slots),
-		spec.LabelPrefix + "sandbox.memory_mb":  strconv.FormatInt(h.cfg.MemoryMB, 10),
+		spec.LabelPrefix + "sandbox.slots":     strconv.Itoa(h.cfg.Slots),
+		spec.LabelPrefix + "sandbox.memory_mb": strconv.FormatInt(h.cfg.MemoryMB, 10),
+	}
+	for _, n := range h.names {
+		l[spec.RuntimeLabel(n)] = "true"
 	}
 	if h.egress() {
 		l[spec.EgressLabel] = "true"
@@ -211,11 +278,11 @@ func (h *Host) Labels() map[string]string {
 }
 
 // egress reports whether this host runs egress sandboxes: it has the
-// egress wiring and runs runc. gVisor refuses to join a network
+// egress wiring and runs runc (egress sandboxes run on runc only). gVisor refuses to join a network
 // namespace it did not make ("cannot run with network enabled in root
 // network namespace"), so runsc hosts run network none only.
 func (h *Host) egress() bool {
-	return h.cfg.Egress != nil && h.cfg.Runtime.Name() == spec.RuntimeRunc
+	return h.cfg.Egress != nil && h.rts[spec.RuntimeRunc] != nil
 }
 
 func (h *Host) statePath(id string) string { return filepath.Join(h.cfg.Dir, "state", id+".json") }
@@ -263,17 +330,18 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 	return json.Marshal(map[string]any{"sandbox_id": c.SandboxID, "runtime": c.Runtime, "deadline_ms": c.DeadlineMS})
 }
 
-// checkCreate decodes a sandbox.create payload and checks that this host
-// offers its runtime and network.
+// checkCreate decodes a sandbox.create payload and checks that its
+// runtime is one of this host's and that the host offers its network on
+// that runtime.
 func (h *Host) checkCreate(payload []byte) (spec.Create, error) {
 	var c spec.Create
 	if err := strictJSON(payload, &c); err != nil || c.Validate() != nil {
 		return spec.Create{}, errors.New("payload-invalid")
 	}
-	if c.Runtime != h.cfg.Runtime.Name() {
+	if h.rts[c.Runtime] == nil {
 		return spec.Create{}, errors.New("runtime-unavailable")
 	}
-	if c.Network == spec.NetworkEgress && !h.egress() {
+	if c.Network == spec.NetworkEgress && (!h.egress() || c.Runtime != spec.RuntimeRunc) {
 		return spec.Create{}, errors.New("network-unavailable")
 	}
 	return c, nil
@@ -344,9 +412,13 @@ func (h *Host) launch(ctx context.Context, c spec.Create, st *State) error {
 		h.cfg.Log.Warn("sandbox image refused", "sandbox_id", c.SandboxID, "digest", c.ImageDigest, "err", err)
 		return fail(imageReason(err))
 	}
+	rt := h.rts[c.Runtime]
+	if rt == nil { // checkCreate refuses it first
+		return fail(errors.New("runtime-unavailable"))
+	}
 	place := Placement{Lower: lower, IDs: st.IDs}
 	nsPID := 0
-	if un, ok := h.cfg.Runtime.(UserNamespaces); ok && st.IDs.Valid() {
+	if un, ok := rt.(UserNamespaces); ok && st.IDs.Valid() {
 		ns, err := un.NewUserNS(c.SandboxID, st.IDs)
 		if err != nil {
 			h.cfg.Log.Error("sandbox user namespace failed", "sandbox_id", c.SandboxID, "err", err)
@@ -374,7 +446,7 @@ func (h *Host) launch(ctx context.Context, c spec.Create, st *State) error {
 		}
 		defer os.RemoveAll(place.Memory)
 	}
-	if err := h.cfg.Runtime.Start(ctx, c, place); err != nil {
+	if err := rt.Start(ctx, c, place); err != nil {
 		h.cfg.Log.Error("sandbox start failed", "sandbox_id", c.SandboxID, "err", err)
 		return fail(startReason(err))
 	}
@@ -406,7 +478,7 @@ func (h *Host) Exec(ctx context.Context, payload []byte) ([]byte, error) {
 	env, root, left := p.env, p.root, p.left
 	ectx, cancel := context.WithTimeout(ctx, min(time.Duration(e.TimeoutMS)*time.Millisecond, left))
 	defer cancel()
-	res, err := h.cfg.Runtime.Exec(ectx, e.SandboxID, e.Argv, env, root)
+	res, err := p.rt.Exec(ectx, e.SandboxID, e.Argv, env, root)
 	if err != nil {
 		h.cfg.Log.Warn("sandbox exec failed", "sandbox_id", e.SandboxID, "err", err)
 		return nil, errors.New("exec-failed")
@@ -415,11 +487,13 @@ func (h *Host) Exec(ctx context.Context, payload []byte) ([]byte, error) {
 }
 
 // program is what a program started in a sandbox gets: its environment
-// (sorted), whether it runs as root, and the time left to the deadline.
+// (sorted), whether it runs as root, the time left to the deadline, and
+// the runtime the sandbox runs on.
 type program struct {
 	env  []string
 	root bool
 	left time.Duration
+	rt   Runtime
 }
 
 // programFor reads what a program started in sandbox id now gets, or why
@@ -445,14 +519,14 @@ func (h *Host) programFor(id string) (program, error) {
 		for k, v := range vars {
 			p.env = append(p.env, k+"="+v)
 		}
-		p.root, deadline = st.Root, st.DeadlineMS
+		p.root, deadline, p.rt = st.Root, st.DeadlineMS, h.rts[st.Runtime]
 	}
 	dead := h.failed[id]
 	h.mu.Unlock()
 	switch {
 	case dead:
 		return p, errors.New("sandbox-failed")
-	case !ok:
+	case !ok || p.rt == nil:
 		return p, errors.New("sandbox-not-found")
 	}
 	sort.Strings(p.env)
@@ -508,11 +582,24 @@ func (h *Host) Delete(ctx context.Context, payload []byte) ([]byte, error) {
 	return json.Marshal(map[string]any{"sandbox_id": d.SandboxID, "deleted": true})
 }
 
-// remove stops and deletes a sandbox, then its egress link, then its
-// state.
+// remove stops and deletes a sandbox on its runtime, then its egress
+// link, then its state. A sandbox the host does not hold is removed from
+// every runtime (whatever a crash left of it).
 func (h *Host) remove(ctx context.Context, id string) error {
-	if err := h.cfg.Runtime.Remove(ctx, id); err != nil {
-		return err
+	rts := []Runtime{h.runtimeOf(id)}
+	if rts[0] == nil && !h.holds(id) {
+		rts = rts[:0]
+		for _, n := range h.names {
+			rts = append(rts, h.rts[n])
+		}
+	}
+	for _, rt := range rts {
+		if rt == nil {
+			continue // its runtime is not on this host: nothing runs it
+		}
+		if err := rt.Remove(ctx, id); err != nil {
+			return err
+		}
 	}
 	h.mu.Lock()
 	var link *Link
@@ -547,6 +634,14 @@ func (h *Host) starting(id string) bool {
 	return ok && !st.started
 }
 
+// holds reports whether the host has state for sandbox id.
+func (h *Host) holds(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.sbx[id]
+	return ok
+}
+
 func (h *Host) forget(id string) {
 	h.mu.Lock()
 	delete(h.sbx, id)
@@ -569,23 +664,22 @@ func (h *Host) Sweep(ctx context.Context) int {
 		}
 	}
 	h.mu.Unlock()
-	if lv, ok := h.cfg.Runtime.(Liveness); ok {
-		for _, id := range alive {
-			if h.starting(id) || lv.Alive(id) {
-				continue
-			}
-			h.cfg.Log.Error("sandbox runtime died, removing it", "sandbox_id", id)
-			if err := h.remove(ctx, id); err != nil {
-				h.cfg.Log.Error("dead sandbox not removed", "sandbox_id", id, "err", err)
-				continue
-			}
-			h.mu.Lock()
-			h.failed[id] = true
-			f := h.onFailed
-			h.mu.Unlock()
-			if f != nil {
-				f(id, ReasonRuntimeDied)
-			}
+	for _, id := range alive {
+		lv, ok := h.runtimeOf(id).(Liveness)
+		if !ok || h.starting(id) || lv.Alive(id) {
+			continue
+		}
+		h.cfg.Log.Error("sandbox runtime died, removing it", "sandbox_id", id)
+		if err := h.remove(ctx, id); err != nil {
+			h.cfg.Log.Error("dead sandbox not removed", "sandbox_id", id, "err", err)
+			continue
+		}
+		h.mu.Lock()
+		h.failed[id] = true
+		f := h.onFailed
+		h.mu.Unlock()
+		if f != nil {
+			f(id, ReasonRuntimeDied)
 		}
 	}
 	n := 0

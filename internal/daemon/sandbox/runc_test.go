@@ -64,6 +64,13 @@ func testHost(t *testing.T, rt func(dir string) Runtime, clk clock.Clock) (*Host
 // testHostEgress is testHost with egress wiring (nil: none).
 func testHostEgress(t *testing.T, rt func(dir string) Runtime, clk clock.Clock, eg *Egress) (*Host, string) {
 	t.Helper()
+	return testHostRuntimes(t, func(dir string) []Runtime { return []Runtime{rt(filepath.Join(dir, "rt"))} }, clk, eg)
+}
+
+// testHostRuntimes is testHostEgress on the runtimes rts makes in the
+// host's directory.
+func testHostRuntimes(t *testing.T, rts func(dir string) []Runtime, clk clock.Clock, eg *Egress) (*Host, string) {
+	t.Helper()
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "bcsbx-") // short: overlay options hold paths
 	if err != nil {
@@ -84,7 +91,11 @@ func testHostEgress(t *testing.T, rt func(dir string) Runtime, clk clock.Clock, 
 	if err := im.bucket.WriteAll(ctx, ImageKey(digest), tarball, nil); err != nil {
 		t.Fatal(err)
 	}
-	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt(filepath.Join(dir, "rt")), Images: im, Clock: clk, Log: slog.New(slog.NewTextHandler(testLogOut(io.Discard), nil)), Slots: 8, MemoryMB: 4096, Egress: eg})
+	all := rts(dir)
+	cfg := HostConfig{Dir: dir, Runtimes: all[1:], Images: im, Clock: clk, Log: slog.New(slog.NewTextHandler(testLogOut(io.Discard), nil)), Slots: 8, MemoryMB: 4096, Egress: eg}
+	// One runtime stays the shorthand, as the tests reach it there.
+	cfg.Runtime = all[0]
+	h, err := OpenHost(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,13 +333,21 @@ func assertGone(t *testing.T, h *Host, id string) {
 	if _, ok := h.Get(id); ok {
 		t.Fatal("state still held")
 	}
-	if h.cfg.Runtime.Running(context.Background(), id) {
-		t.Fatal("runtime still has the sandbox")
-	}
 	if _, err := os.Stat(h.statePath(id)); !os.IsNotExist(err) {
 		t.Fatalf("state file: %v", err)
 	}
-	if o, ok := h.cfg.Runtime.(*OCI); ok {
+	for _, n := range h.names {
+		assertGoneFrom(t, h.rts[n], id)
+	}
+}
+
+// assertGoneFrom checks that runtime rt holds nothing of sandbox id.
+func assertGoneFrom(t *testing.T, rt Runtime, id string) {
+	t.Helper()
+	if rt.Running(context.Background(), id) {
+		t.Fatalf("runtime %s still has the sandbox", rt.Name())
+	}
+	if o, ok := rt.(*OCI); ok {
 		if _, err := os.Stat(o.bundle(id)); !os.IsNotExist(err) {
 			t.Fatalf("bundle still there: %v", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,8 +20,12 @@ import (
 
 // Options open a node's sandbox host.
 type Options struct {
-	DataDir    string // the node's data directory; the host lives in DataDir/sandbox
-	Runtime    string // runc, runsc, sim, or auto (runc when usable, else none)
+	DataDir string // the node's data directory; the host lives in DataDir/sandbox
+	// Runtime is runc, runsc, sim, auto (runc when usable, else runsc
+	// when it works here, else none), or a comma-separated list of
+	// runc and runsc ("runc,runsc"): the host then runs each, and every
+	// one must be usable or Open fails naming it.
+	Runtime    string
 	ImageStore string // gocloud.dev/blob URL of the image store
 	Slots      int
 	MemoryMB   int64
@@ -52,12 +57,65 @@ func Usable(name string) (string, bool) {
 // Open opens the sandbox host of a node; the returned close releases the
 // image store.
 func Open(ctx context.Context, o Options) (*Host, func(), error) {
-	name := o.Runtime
-	if name == "auto" && o.ImageStore == "" {
+	if o.Runtime == "auto" && o.ImageStore == "" {
 		return nil, nil, ErrNoRuntime
 	}
-	if name == "auto" {
-		name = ""
+	names, err := runtimeNames(ctx, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.ImageStore == "" {
+		return nil, nil, errors.New("sandbox: an image store URL is required")
+	}
+	dir := filepath.Join(o.DataDir, "sandbox")
+	var rts []Runtime
+	for _, name := range names {
+		rt, err := newRuntime(ctx, name, RuntimeDir(dir, name, names), dir, o.Runtime != "auto")
+		if err != nil {
+			return nil, nil, err
+		}
+		rts = append(rts, rt)
+	}
+	eg, err := openEgress(ctx, o, slices.Contains(names, spec.RuntimeRunc))
+	if err != nil {
+		return nil, nil, err
+	}
+	closeEgress := func() {
+		if eg != nil {
+			eg.Close()
+		}
+	}
+	im, err := OpenImages(ctx, o.ImageStore, filepath.Join(dir, "images"))
+	if err != nil {
+		closeEgress()
+		return nil, nil, err
+	}
+	// Checkpoints live on the images' object store.
+	cs, err := checkpoint.OpenStore(ctx, o.ImageStore)
+	if err != nil {
+		im.Close()
+		closeEgress()
+		return nil, nil, err
+	}
+	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtimes: rts, Images: im, Clock: o.Clock, Log: o.Log, Slots: o.Slots, MemoryMB: o.MemoryMB, Egress: eg, IDBase: o.IDBase, IDSize: o.IDSize, Checkpoints: cs})
+	if err != nil {
+		cs.Close()
+		im.Close()
+		closeEgress()
+		return nil, nil, err
+	}
+	return h, func() {
+		_ = cs.Close()
+		_ = im.Close()
+		closeEgress()
+	}, nil
+}
+
+// runtimeNames resolves o.Runtime to the names of the host's runtimes:
+// auto to the first usable of runc and runsc (ErrNoRuntime when none),
+// a list to its names, each once. sim runs alone.
+func runtimeNames(ctx context.Context, o Options) ([]string, error) {
+	if o.Runtime == "auto" {
 		for _, rt := range []string{spec.RuntimeRunc, spec.RuntimeRunsc} {
 			bin, ok := Usable(rt)
 			if ok && rt == spec.RuntimeRunsc {
@@ -69,63 +127,43 @@ func Open(ctx context.Context, o Options) (*Host, func(), error) {
 				}
 			}
 			if ok {
-				name = rt
-				break
+				return []string{rt}, nil
 			}
 		}
-		if name == "" {
-			return nil, nil, ErrNoRuntime
+		return nil, ErrNoRuntime
+	}
+	var names []string
+	for _, n := range strings.Split(o.Runtime, ",") {
+		n = strings.TrimSpace(n)
+		switch {
+		case n != spec.RuntimeRunc && n != spec.RuntimeRunsc && n != spec.RuntimeSim:
+			return nil, errors.New("sandbox: runtime must be runc, runsc, sim, auto, or a comma-separated list of runc and runsc")
+		case slices.Contains(names, n):
+			return nil, fmt.Errorf("sandbox: runtime %s listed twice", n)
 		}
+		names = append(names, n)
 	}
-	if o.ImageStore == "" {
-		return nil, nil, errors.New("sandbox: an image store URL is required")
+	if len(names) > 1 && slices.Contains(names, spec.RuntimeSim) {
+		return nil, errors.New("sandbox: the sim runtime runs alone, not with runc or runsc")
 	}
-	dir := filepath.Join(o.DataDir, "sandbox")
-	rt, err := newRuntime(ctx, o, name, dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	eg, err := openEgress(ctx, o, name)
-	if err != nil {
-		return nil, nil, err
-	}
-	im, err := OpenImages(ctx, o.ImageStore, filepath.Join(dir, "images"))
-	if err != nil {
-		if eg != nil {
-			eg.Close()
-		}
-		return nil, nil, err
-	}
-	// Checkpoints live on the images' object store.
-	cs, err := checkpoint.OpenStore(ctx, o.ImageStore)
-	if err != nil {
-		im.Close()
-		if eg != nil {
-			eg.Close()
-		}
-		return nil, nil, err
-	}
-	h, err := OpenHost(ctx, HostConfig{Dir: dir, Runtime: rt, Images: im, Clock: o.Clock, Log: o.Log, Slots: o.Slots, MemoryMB: o.MemoryMB, Egress: eg, IDBase: o.IDBase, IDSize: o.IDSize, Checkpoints: cs})
-	if err != nil {
-		cs.Close()
-		im.Close()
-		if eg != nil {
-			eg.Close()
-		}
-		return nil, nil, err
-	}
-	return h, func() {
-		_ = cs.Close()
-		_ = im.Close()
-		if eg != nil {
-			eg.Close()
-		}
-	}, nil
+	return names, nil
 }
 
-// newRuntime makes the runtime called name (resolved from auto) of the
-// host in dir.
-func newRuntime(ctx context.Context, o Options, name, dir string) (Runtime, error) {
+// RuntimeDir is the directory of the OCI runtime called name on the host
+// in dir running names: dir/rt for runc, and for runsc when it is the
+// host's only OCI runtime (the layout of a host with one runtime), else
+// dir/rt-runsc. Two runtimes on one host thus never share a state root
+// or bundles (runc's bundles folder is named after its directory).
+func RuntimeDir(dir, name string, names []string) string {
+	if name == spec.RuntimeRunc || !slices.Contains(names, spec.RuntimeRunc) {
+		return filepath.Join(dir, "rt")
+	}
+	return filepath.Join(dir, "rt-"+name)
+}
+
+// newRuntime makes the runtime called name with its state in rtDir, on
+// the host in dir; probe has runsc tried first (auto probed it already).
+func newRuntime(ctx context.Context, name, rtDir, dir string, probe bool) (Runtime, error) {
 	switch name {
 	case spec.RuntimeSim:
 		return NewSim(), nil
@@ -135,22 +173,22 @@ func newRuntime(ctx context.Context, o Options, name, dir string) (Runtime, erro
 			return nil, fmt.Errorf("sandbox: %s is not usable here (installed, and bcd running as root?)", name)
 		}
 		// runsc is advertised only when a gVisor sandbox really runs here.
-		if name == spec.RuntimeRunsc && o.Runtime != "auto" {
+		if name == spec.RuntimeRunsc && probe {
 			if err := ProbeRunsc(ctx, bin, dir); err != nil {
 				return nil, err
 			}
 		}
-		return NewOCI(name, bin, filepath.Join(dir, "rt"))
+		return NewOCI(name, bin, rtDir)
 	default:
 		return nil, errors.New("sandbox: runtime must be runc, runsc, sim or auto")
 	}
 }
 
-// openEgress wires network egress for an OCI runtime when o asks for it
-// (auto) and this machine can: a failure to set it up leaves the host
+// openEgress wires network egress for runc (when the host runs it) when o
+// asks for it (auto) and this machine can: a failure to set it up leaves the host
 // without egress (it does not advertise it), logged, rather than without
 // sandboxes.
-func openEgress(ctx context.Context, o Options, runtime string) (*Egress, error) {
+func openEgress(ctx context.Context, o Options, runc bool) (*Egress, error) {
 	switch o.Egress {
 	case "off":
 		return nil, nil
@@ -158,7 +196,7 @@ func openEgress(ctx context.Context, o Options, runtime string) (*Egress, error)
 	default:
 		return nil, errors.New("sandbox: egress must be auto or off")
 	}
-	if runtime != spec.RuntimeRunc {
+	if !runc {
 		return nil, nil // egress runs on runc only (see Host.egress)
 	}
 	cfg := EgressConfig{Port: o.EgressPort, Log: o.Log}

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
 
 // Sheller is a runtime that runs interactive processes on a terminal.
@@ -21,13 +22,13 @@ type Sheller interface {
 // execs (driver.ErrShellUnsupported). The process is killed at the
 // sandbox's deadline or when ctx ends.
 func (h *Host) OpenShell(ctx context.Context, sandboxID string, argv []string) (driver.Shell, error) {
-	sh, ok := h.cfg.Runtime.(Sheller)
-	if !ok {
-		return nil, driver.ErrShellUnsupported
-	}
 	p, err := h.programFor(sandboxID)
 	if err != nil {
 		return nil, driver.ErrSandboxGone
+	}
+	sh, ok := p.rt.(Sheller)
+	if !ok {
+		return nil, driver.ErrShellUnsupported
 	}
 	env, root, left := p.env, p.root, p.left
 	sctx, cancel := context.WithTimeout(ctx, left)
@@ -56,10 +57,10 @@ func (c *cancelShell) Close() error {
 }
 
 // Shells returns how many interactive processes the host's simulated
-// runtime has alive and a channel told of each change; ok is false on a
+// runtime (when it has one) has alive and a channel told of each change; ok is false on a
 // real runtime (tests of the sim runtime wait on it).
 func (h *Host) Shells() (n int, changed <-chan int, ok bool) {
-	sim, isSim := h.cfg.Runtime.(*Sim)
+	sim, isSim := h.rts[spec.RuntimeSim].(*Sim)
 	if !isSim {
 		return 0, nil, false
 	}

@@ -90,8 +90,9 @@ type Config struct {
 	// gpu.reset yet.
 	Driver string `toml:"driver"`
 	// SandboxRuntime is the runtime of the sandboxes the helper runs for
-	// the node: none (default: the helper runs no sandbox), auto, runc or
-	// runsc. The helper's sandbox host lives in StateDir/sandbox, never in
+	// the node: none (default: the helper runs no sandbox), auto, runc,
+	// runsc, or "runc,runsc" (both side by side, each sandbox on the one
+	// its template names; each must work or the helper fails). The helper's sandbox host lives in StateDir/sandbox, never in
 	// the node's data directory.
 	SandboxRuntime string `toml:"sandbox_runtime"`
 	// ImageStore is the gocloud.dev/blob URL of the sandbox image store
@@ -252,7 +253,7 @@ func (c Config) validateSandbox() error {
 		return fmt.Errorf("%s %q: want one of %s: %w", key, v, strings.Join(ok, ", "), ErrValue)
 	}
 	if err := errors.Join(oneOf("driver", c.Driver, "linux", "sim"),
-		oneOf("sandbox_runtime", c.SandboxRuntime, "none", "auto", "runc", "runsc"),
+		oneOf("sandbox_runtime", c.SandboxRuntime, "none", "auto", "runc", "runsc", "runc,runsc", "runsc,runc"),
 		oneOf("sandbox_egress", c.SandboxEgress, "auto", "off")); err != nil {
 		return err
 	}

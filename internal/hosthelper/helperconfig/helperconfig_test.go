@@ -56,6 +56,9 @@ func TestParseRefusesBadValues(t *testing.T) {
 		{"unclean state dir", "state_dir = '/var/lib/../tmp'\n", ErrValue},
 		{"root node user", "node_user = 'root'\n", ErrValue},
 		{"odd node user", "node_user = 'bcd;x'\n", ErrValue},
+		{"runtime listed twice", "sandbox_runtime = 'runc,runc'\nimage_store = 'file:///x'\n", ErrValue},
+		{"sim among runtimes", "sandbox_runtime = 'runc,sim'\nimage_store = 'file:///x'\n", ErrValue},
+		{"runtime list without image store", "sandbox_runtime = 'runc,runsc'\n", ErrValue},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.file))
@@ -63,6 +66,15 @@ func TestParseRefusesBadValues(t *testing.T) {
 				t.Fatalf("Parse(%q) = %v, want %v", tc.file, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestParseRuntimeList: the helper's sandbox_runtime takes runc and
+// runsc together.
+func TestParseRuntimeList(t *testing.T) {
+	c, err := Parse([]byte("sandbox_runtime = 'runc,runsc'\nimage_store = 'file:///x'\n"))
+	if err != nil || c.SandboxRuntime != "runc,runsc" {
+		t.Fatalf("runc,runsc: %+v, %v", c.SandboxRuntime, err)
 	}
 }
 
