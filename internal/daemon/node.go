@@ -1012,15 +1012,33 @@ func (n *Node) sendUpdate(send func(*nodev1.NodeMessage) error, raw []byte) erro
 	return send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_Update{Update: &u}})
 }
 
-// execute verifies and runs commands one at a time, in arrival order.
+// execute verifies and runs the commands of work in lanes (lanes.go):
+// sandbox commands in one lane per sandbox id, every other command in one
+// serial lane. A lane runs its commands one at a time in arrival order;
+// different lanes run concurrently (at most MaxSandboxLanes sandbox lanes
+// at once), so a long sandbox.exec delays only later commands for its own
+// sandbox. The lane is chosen from the unverified body for scheduling
+// only: handle verifies each command in full, whatever its lane. execute
+// returns once work is closed and every lane has finished.
+//
+// Everything handle reaches is safe for concurrent commands: the journal
+// (its Begin and Refuse check and journal an id in one step), the outbox,
+// the verifier's caches and the node's own state (under their mutexes),
+// the send function (lockedSend), and each command's own running timer,
+// context and secret fetcher.
 func (n *Node) execute(ctx context.Context, work <-chan *nodev1.SignedCommand, send func(*nodev1.NodeMessage) error, allowed []string, rewound bool,
 	fetch func(ctx context.Context, commandID, ref string) ([]byte, error)) {
-	for c := range work {
-		cctx := driver.WithSecrets(ctx, func(ctx context.Context, ref string) ([]byte, error) { return fetch(ctx, c.Id, ref) })
+	l := newLanes(func(c *nodev1.SignedCommand) {
+		id := c.Id
+		cctx := driver.WithSecrets(ctx, func(ctx context.Context, ref string) ([]byte, error) { return fetch(ctx, id, ref) })
 		if err := n.handle(cctx, c, send, allowed, rewound); err != nil {
-			n.cfg.Log.Error("handle command", "command_id", c.Id, "err", err)
+			n.cfg.Log.Error("handle command", "command_id", id, "err", err)
 		}
+	})
+	for c := range work {
+		l.submit(laneKey(c), c)
 	}
+	l.wait()
 }
 
 // handle verifies one command and either refuses it or runs it. A
