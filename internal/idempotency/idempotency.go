@@ -18,6 +18,8 @@ import (
 	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/sha256"
+	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -146,7 +148,13 @@ func (s *Store) claim(ctx context.Context, c Call, sum []byte) (*Answer, error) 
 			return nil, ErrRunning
 		}
 		var r row
-		if err := s.db.QueryRowContext(ctx, sqlRead, c.Tenant, c.Identity, c.Key).Scan(&r.digest, &r.status, &r.response, &r.created, &r.lease); err != nil {
+		err = s.db.QueryRowContext(ctx, sqlRead, c.Tenant, c.Identity, c.Key).Scan(&r.digest, &r.status, &r.response, &r.created, &r.lease)
+		if errors.Is(err, sql.ErrNoRows) {
+			// The key went between the insert and the read (the sweep
+			// deleted it, expired): it is free again, insert once more.
+			continue
+		}
+		if err != nil {
 			return nil, fmt.Errorf("idempotency: read key: %w", err)
 		}
 		switch decide(r, sum, now, c.ShownOnce) {
