@@ -179,6 +179,9 @@ func Open(cfg Config) (*Node, error) {
 	if sf, ok := cfg.Driver.(SandboxFailures); ok {
 		sf.OnSandboxFailed(n.ReportSandboxFailed)
 	}
+	if a, ok := cfg.Driver.(SandboxAdopter); ok {
+		n.adoptSandboxes(a)
+	}
 	if err := n.failInterrupted(); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"sync"
 
@@ -14,6 +15,36 @@ import (
 // dead (sandbox.Driver): Open registers the node's report function with it.
 type SandboxFailures interface {
 	OnSandboxFailed(f func(sandboxID, reason string))
+}
+
+// SandboxAdopter is a driver whose sandbox host can adopt the sandboxes
+// it found running at open (sandbox.Driver): Open has it check each
+// against the signed commands it kept, verified again by the node's
+// Verifier (CheckKept), and reports the ones it kept to the control
+// plane, which confirms each or orders it deleted with a signed
+// sandbox.delete.
+type SandboxAdopter interface {
+	AdoptSandboxes(ctx context.Context, check func(signed []byte, kind string) ([]byte, error)) []string
+}
+
+// sandboxAdopted is the state of a node's report that its host adopted a
+// sandbox after a restart (the control plane's sandboxes.ReportAdopted),
+// with reason reasonAdopted.
+const (
+	sandboxAdopted = "adopted"
+	reasonAdopted  = "adopted-at-restart"
+)
+
+// adoptSandboxes has the driver adopt what its host found running and
+// queues a report of each sandbox it kept.
+func (n *Node) adoptSandboxes(a SandboxAdopter) {
+	ids := a.AdoptSandboxes(context.Background(), n.verify.CheckKept)
+	for _, id := range ids {
+		n.queueReport(&nodev1.SandboxReportBody{SandboxId: id, State: sandboxAdopted, Reason: reasonAdopted, AtMs: n.now().UnixMilli()})
+	}
+	if len(ids) > 0 {
+		n.cfg.Log.Info("sandboxes adopted, to report", "count", len(ids))
+	}
 }
 
 // sandboxFailed is the sandbox state a report carries: the only one a node
@@ -43,10 +74,16 @@ func newReports() *reports {
 // ReportSandboxFailed queues a signed report that sandbox id failed with
 // reason and wakes the session to send it.
 func (n *Node) ReportSandboxFailed(id, reason string) {
-	n.reports.mu.Lock()
-	n.reports.pending[id] = &pendingReport{body: &nodev1.SandboxReportBody{SandboxId: id, State: sandboxFailed, Reason: reason, AtMs: n.now().UnixMilli()}}
-	n.reports.mu.Unlock()
+	n.queueReport(&nodev1.SandboxReportBody{SandboxId: id, State: sandboxFailed, Reason: reason, AtMs: n.now().UnixMilli()})
 	n.cfg.Log.Info("sandbox failure to report", "sandbox_id", id, "reason", reason)
+}
+
+// queueReport queues a report body (replacing one pending for its
+// sandbox) and wakes the session to send it.
+func (n *Node) queueReport(b *nodev1.SandboxReportBody) {
+	n.reports.mu.Lock()
+	n.reports.pending[b.SandboxId] = &pendingReport{body: b}
+	n.reports.mu.Unlock()
 	select {
 	case n.reports.wake <- struct{}{}:
 	default:
