@@ -11,8 +11,11 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
+	"github.com/bettercompute/bettercompute/internal/kinds"
+	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
+	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 	"github.com/bettercompute/bettercompute/internal/testenv"
 )
@@ -147,4 +150,82 @@ func runcInstances(t *testing.T, nodeDir string) []string {
 		t.Fatal(err)
 	}
 	return ids
+}
+
+// TestSandboxAdoptedReportOrdersOnlyTheReporter: a node's adopted report
+// can only ever have the control plane order that same node to delete:
+// a node claiming another node's live sandbox gets a signed
+// sandbox.delete addressed to itself, while the sandbox keeps running on
+// its host and no command reaches the host; the host's own adopted
+// report is confirmed with no delete; a report with a bad signature or
+// a malformed sandbox id is refused by reason and queues nothing.
+func TestSandboxAdoptedReportOrdersOnlyTheReporter(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{Nodes: 2, SandboxRuntime: spec.RuntimeSim})
+		tenant, admin := e.TenantAdmin(t, "acme")
+		ctx := context.Background()
+		if _, err := e.CP.Sandboxes.ImportBytes(ctx, audit.Entry{TenantID: tenant, Actor: "test"}, tenant, "busybox", busyboxTar(t)); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.Call(ctx, "templates.create", map[string]any{"name": "small", "image": "busybox", "runtime": spec.RuntimeSim}, nil); err != nil {
+			t.Fatal(err)
+		}
+		x, err := admin.CreateSandbox(ctx, "", "small")
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		host, other := e.Nodes[0], e.Nodes[1]
+		if x.NodeID != host.NodeID() {
+			host, other = other, host
+		}
+		adopted := func(n *testenv.Node, id string) *nodev1.SandboxReport {
+			t.Helper()
+			r, err := n.SignReport(&nodev1.SandboxReportBody{SandboxId: id, NodeId: n.NodeID(), State: sandboxes.ReportAdopted, Reason: "adopted-at-restart", AtMs: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		deletes := func(n *testenv.Node) int {
+			t.Helper()
+			var c int
+			if err := e.CP.DB.QueryRowContext(ctx, `SELECT COUNT(*) FROM commands WHERE node_id = $1 AND kind = $2`, n.NodeID(), kinds.SandboxDelete).Scan(&c); err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+		running := func(what string) {
+			t.Helper()
+			got, err := admin.Sandbox(ctx, x.ID)
+			if err != nil || got.State != sandboxes.StateRunning {
+				t.Fatalf("after %s: %+v %v, want running", what, got, err)
+			}
+		}
+
+		others := openReportSession(t, other)
+		if !others.send(adopted(other, x.ID)) {
+			t.Fatal("another node's adopted report was not answered")
+		}
+		running("another node's adopted report")
+		if deletes(other) != 1 || deletes(host) != 0 {
+			t.Fatalf("deletes: %d to the reporter, %d to the host; want 1 and 0", deletes(other), deletes(host))
+		}
+		if others.send(adopted(other, "sbx-unknown")) || !hasReason(t, e, sandboxes.EventReportRefused, "report-malformed") {
+			t.Fatal("a malformed sandbox id was not refused report-malformed")
+		}
+
+		hs := openReportSession(t, host)
+		bad := adopted(host, x.ID)
+		bad.NodeSig[len(bad.NodeSig)/2] ^= 0xff
+		if hs.send(bad) || !hasReason(t, e, sandboxes.EventReportRefused, "bad-signature") {
+			t.Fatal("an adopted report with a bad signature was not refused bad-signature")
+		}
+		if !hs.send(adopted(host, x.ID)) {
+			t.Fatal("the host's own adopted report was not confirmed")
+		}
+		running("the host's adopted report")
+		if deletes(host) != 0 || deletes(other) != 1 {
+			t.Fatalf("deletes after confirmation: %d to the host, %d to the other; want 0 and 1", deletes(host), deletes(other))
+		}
+	})
 }

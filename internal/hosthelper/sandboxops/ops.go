@@ -28,6 +28,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon"
+	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
 	"github.com/bettercompute/bettercompute/internal/hosthelper/helperwire"
 	"github.com/bettercompute/bettercompute/internal/kinds"
@@ -234,7 +235,9 @@ func (o *Ops) run(ctx context.Context, op string, req *helperwire.Request, do fu
 		return nil, err
 	}
 	o.cfg.Log.Info("sandbox command admitted", "op", op, "command_id", body.CommandId)
-	res, err := do(ctx, body.Payload)
+	// The host keeps the signed command a sandbox's state is written
+	// from, to verify it again when it adopts the sandbox.
+	res, err := do(driver.WithCommand(ctx, req.Command), body.Payload)
 	if err != nil {
 		reason := err.Error()
 		if !reasonToken.MatchString(reason) {
