@@ -122,10 +122,14 @@ func (n *Node) sendReports(send func(*nodev1.NodeMessage) error, fresh bool) err
 	return nil
 }
 
-// ackReport forgets an acknowledged report.
+// ackReport forgets an acknowledged report. A report queued for the same
+// sandbox since the acknowledged one was sent (an adopted sandbox found
+// dead, say) is not yet sent and stays.
 func (n *Node) ackReport(a *nodev1.SandboxReportAck) {
 	n.reports.mu.Lock()
-	delete(n.reports.pending, a.GetSandboxId())
+	if p, ok := n.reports.pending[a.GetSandboxId()]; ok && p.sent {
+		delete(n.reports.pending, a.GetSandboxId())
+	}
 	n.reports.mu.Unlock()
 }
 

@@ -62,3 +62,35 @@ func TestReportsResentOnNewSession(t *testing.T) {
 		t.Fatal("the report's signature verifies as an update's")
 	}
 }
+
+// TestAckKeepsAReportQueuedSinceSent: a failure report queued for a
+// sandbox after its adopted report was sent survives that report's ack
+// and is sent next; its own ack then clears it.
+func TestAckKeepsAReportQueuedSinceSent(t *testing.T) {
+	key, err := pki.NewNodeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{cfg: Config{Clock: clock.Real{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, rec: &JoinRecord{NodeID: "n-1"}, key: key,
+		chain: []*x509.Certificate{{SerialNumber: big.NewInt(7)}}, reports: newReports()}
+	var sent []string
+	send := func(m *nodev1.NodeMessage) error {
+		var b nodev1.SandboxReportBody
+		_ = proto.Unmarshal(m.GetSandboxReport().GetBody(), &b)
+		sent = append(sent, b.State)
+		return nil
+	}
+	n.queueReport(&nodev1.SandboxReportBody{SandboxId: "sbx-1", State: sandboxAdopted, Reason: reasonAdopted})
+	if err := n.sendReports(send, true); err != nil {
+		t.Fatal(err)
+	}
+	n.ReportSandboxFailed("sbx-1", "runtime-died")
+	n.ackReport(&nodev1.SandboxReportAck{SandboxId: "sbx-1"}) // the adopted report's
+	if err := n.sendReports(send, false); err != nil || len(sent) != 2 || sent[1] != sandboxFailed {
+		t.Fatalf("sent %v (%v), want the failure after the adopted report", sent, err)
+	}
+	n.ackReport(&nodev1.SandboxReportAck{SandboxId: "sbx-1"})
+	if n.PendingReports() != 0 {
+		t.Fatalf("%d pending after the failure's ack", n.PendingReports())
+	}
+}
