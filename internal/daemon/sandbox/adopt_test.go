@@ -105,22 +105,7 @@ func TestHostAdoptKillsWhatItCannotMatch(t *testing.T) {
 	}
 	run := func(kind string, payload any, signed func(kind string, raw []byte) []byte) {
 		t.Helper()
-		raw, _ := json.Marshal(payload)
-		var cmd []byte
-		if signed != nil {
-			cmd = signed(kind, raw)
-		}
-		c := driver.WithCommand(ctx, cmd)
-		var err error
-		switch kind {
-		case kinds.SandboxCreate:
-			_, err = h.Create(c, raw)
-		case kinds.SandboxUpdate:
-			_, err = h.Update(c, raw)
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", kind, err)
-		}
+		runSigned(t, h, kind, payload, signed)
 	}
 	forge := func(kind string, raw []byte) []byte { return append([]byte(kind+"\x00"), raw...) }
 	cases := map[string]spec.Create{}
@@ -188,5 +173,28 @@ func editState(t *testing.T, h *Host, id string, edit func(*State)) {
 	edit(&st)
 	if err := h.save(&st); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// runSigned runs a sandbox.create or sandbox.update of payload on h with
+// the command signed makes of it in the context (none when signed is
+// nil), as the daemon hands a verified command to its driver.
+func runSigned(t *testing.T, h *Host, kind string, payload any, signed func(kind string, raw []byte) []byte) {
+	t.Helper()
+	raw, _ := json.Marshal(payload)
+	var cmd []byte
+	if signed != nil {
+		cmd = signed(kind, raw)
+	}
+	ctx := driver.WithCommand(context.Background(), cmd)
+	var err error
+	switch kind {
+	case kinds.SandboxCreate:
+		_, err = h.Create(ctx, raw)
+	case kinds.SandboxUpdate:
+		_, err = h.Update(ctx, raw)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", kind, err)
 	}
 }
