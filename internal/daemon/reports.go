@@ -18,13 +18,16 @@ type SandboxFailures interface {
 }
 
 // SandboxAdopter is a driver whose sandbox host can adopt the sandboxes
-// it found running at open (sandbox.Driver): Open has it check each
-// against the signed commands it kept, verified again by the node's
-// Verifier (CheckKept), and reports the ones it kept to the control
-// plane, which confirms each or orders it deleted with a signed
-// sandbox.delete.
+// it found running at open (sandbox.Driver, sandbox.HelperDriver): it
+// checks each against the signed commands it kept, verified again (by
+// the node's Verifier's CheckKept, or the root helper under its own
+// trust), kills those that do not match, and returns the ones it kept;
+// the node reports those to the control plane, which confirms each or
+// orders it deleted with a signed sandbox.delete. An error means it
+// could not adopt yet (the helper needs a desired state): the node asks
+// again at Run and at each desired state it takes, until it succeeds.
 type SandboxAdopter interface {
-	AdoptSandboxes(ctx context.Context, check func(signed []byte, kind string) ([]byte, error)) []string
+	AdoptSandboxes(ctx context.Context, check func(signed []byte, kind string) ([]byte, error)) ([]string, error)
 }
 
 // sandboxAdopted is the state of a node's report that its host adopted a
@@ -35,16 +38,33 @@ const (
 	reasonAdopted  = "adopted-at-restart"
 )
 
+// adoption is the node's once-per-process adoption of its sandboxes.
+type adoption struct {
+	mu   sync.Mutex
+	by   SandboxAdopter // nil: the driver hosts no sandboxes
+	done bool
+}
+
 // adoptSandboxes has the driver adopt what its host found running and
-// queues a report of each sandbox it kept.
-func (n *Node) adoptSandboxes(a SandboxAdopter) {
-	ids := a.AdoptSandboxes(context.Background(), n.verify.CheckKept)
+// queues a report of each sandbox it kept, unless that already happened
+// in this process; a driver that cannot adopt yet is asked again on the
+// next call.
+func (n *Node) adoptSandboxes(ctx context.Context) {
+	n.adoption.mu.Lock()
+	defer n.adoption.mu.Unlock()
+	if n.adoption.by == nil || n.adoption.done {
+		return
+	}
+	ids, err := n.adoption.by.AdoptSandboxes(ctx, n.verify.CheckKept)
+	if err != nil {
+		n.cfg.Log.Warn("sandboxes not adopted yet", "err", err)
+		return
+	}
+	n.adoption.done = true
 	for _, id := range ids {
 		n.queueReport(&nodev1.SandboxReportBody{SandboxId: id, State: sandboxAdopted, Reason: reasonAdopted, AtMs: n.now().UnixMilli()})
 	}
-	if len(ids) > 0 {
-		n.cfg.Log.Info("sandboxes adopted, to report", "count", len(ids))
-	}
+	n.cfg.Log.Info("sandboxes adopted, to report", "count", len(ids))
 }
 
 // sandboxFailed is the sandbox state a report carries: the only one a node

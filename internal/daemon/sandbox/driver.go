@@ -49,6 +49,6 @@ func (d *Driver) OpenShell(ctx context.Context, sandboxID string, argv []string)
 // check, kills those that do not match, and returns the ids it adopted
 // (see Host.Adopt). The daemon calls it once it can verify, and reports
 // the adopted ones to the control plane.
-func (d *Driver) AdoptSandboxes(ctx context.Context, check func(signed []byte, kind string) ([]byte, error)) []string {
-	return d.Host.Adopt(ctx, check)
+func (d *Driver) AdoptSandboxes(ctx context.Context, check func(signed []byte, kind string) ([]byte, error)) ([]string, error) {
+	return d.Host.Adopt(ctx, check), nil
 }

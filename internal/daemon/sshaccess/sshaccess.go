@@ -329,13 +329,13 @@ func (d *Driver) OnSandboxFailed(f func(sandboxID, reason string)) {
 
 // AdoptSandboxes passes adoption on to the wrapped driver when it hosts
 // sandboxes (daemon.SandboxAdopter); without one it adopts none.
-func (d *Driver) AdoptSandboxes(ctx context.Context, check func(signed []byte, kind string) ([]byte, error)) []string {
+func (d *Driver) AdoptSandboxes(ctx context.Context, check func(signed []byte, kind string) ([]byte, error)) ([]string, error) {
 	if a, ok := d.Driver.(interface {
-		AdoptSandboxes(context.Context, func([]byte, string) ([]byte, error)) []string
+		AdoptSandboxes(context.Context, func([]byte, string) ([]byte, error)) ([]string, error)
 	}); ok {
 		return a.AdoptSandboxes(ctx, check)
 	}
-	return nil
+	return nil, nil
 }
 
 // OpenShell passes an interactive exec on to the wrapped driver
