@@ -33,7 +33,7 @@ import (
 // (or never answered) the update of its warm claim.
 const ReasonClaimRefused = "claim-refused"
 
-// claim takes a warm sandbox of t (of its 16 oldest), if one is on a
+// claim takes a warm sandbox of t (of its 8 oldest), if one is on a
 // connected host, and
 // returns it with its signed update queued, without waiting for the host.
 // It answers an error only when the tenant's sandboxes quota refuses it.

@@ -65,7 +65,7 @@ const (
 	// Conditions after sqlSelectSandboxes.
 	whereClaimedID  = `WHERE id = $1 AND claimed <> 0 AND state NOT IN ($2, $3)`
 	whereListed     = `WHERE tenant_id = $1 AND claimed <> 0 AND state IN ($2, $3) ORDER BY created_at DESC, id`
-	whereWarmOf     = `WHERE template_id = $1 AND state = $2 ORDER BY created_at, id LIMIT 16`
+	whereWarmOf     = `WHERE template_id = $1 AND state = $2 ORDER BY created_at, id LIMIT 8`
 	whereExpiredNow = `WHERE state IN ($1, $2, $3, $4) AND expires_at <= $5`
 )
 
@@ -73,8 +73,10 @@ const (
 // every tenant under it.
 const (
 	// countLive: sandboxes the tenants hold outside their warm pools (a
-	// warm one being claimed counts).
-	countLive = `SELECT COUNT(*) FROM sandboxes WHERE ` + quota.InSubtree + ` AND (state IN ($2, $3) OR (state = $4 AND claimed <> 0))`
+	// warm one being claimed counts). The states are one IN list so that
+	// the (tenant_id, state) index bounds the count to live rows, not
+	// every sandbox the tenants ever had.
+	countLive = `SELECT COUNT(*) FROM sandboxes WHERE ` + quota.InSubtree + ` AND state IN ($2, $3, $4) AND (state <> $4 OR claimed <> 0)`
 	// sumWarmHeld: memory of the tenants' unclaimed warm sandboxes.
 	sumWarmHeld = `SELECT COALESCE(SUM(memory_mb), 0) FROM sandboxes WHERE ` + quota.InSubtree + ` AND claimed = 0 AND state IN ($2, $3)`
 	// sumWarmConfigured: warm × memory over the tenants' templates.
