@@ -354,6 +354,44 @@ func TestSandboxWarmClaimRefusedBack(t *testing.T) {
 	if got, _ := sb.Get(ctx, iam.RootScope(), y.ID); got.State != sandboxes.StateFailed || !strings.HasPrefix(got.Reason, sandboxes.ReasonClaimRefused) {
 		t.Fatalf("after the background settling: %+v", got)
 	}
+	// A claim deleted before its (refused) update was answered is settled
+	// too, and stays deleted (no refusal, nothing left pending).
+	sb.HoldWarmRefill(false)
+	waitWarm(t, s, tpl.ID, 1)
+	sb.HoldWarmRefill(true)
+	for _, id := range host.Sandboxes() {
+		raw, _ := json.Marshal(spec.Delete{SandboxID: id})
+		if _, err := host.Delete(ctx, raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	z, err := s.admin.CreateSandbox(ctx, "", "small")
+	if err != nil || !z.FromWarm {
+		t.Fatalf("third claim: %+v %v", z, err)
+	}
+	if _, err := s.admin.DeleteSandbox(ctx, z.ID); err != nil {
+		t.Fatal(err)
+	}
+	for pending := 1; pending > 0; {
+		if _, err := sb.ConfirmClaims(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CP.DB.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE claim_command <> ''`).Scan(&pending); err != nil {
+			t.Fatal(err)
+		}
+		if pending == 0 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("a deleted claim stayed pending")
+		}
+	}
+	var state string
+	if err := s.CP.DB.QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = $1`, z.ID).Scan(&state); err != nil || state != sandboxes.StateDeleted {
+		t.Fatalf("the deleted claim is %q (%v), want deleted", state, err)
+	}
 }
 
 // waitWarm runs the warm reconciler until the template holds n warm

@@ -158,20 +158,29 @@ func (s *Service) confirmClaim(ctx context.Context, id, command string) {
 // applied) and has the host delete it; the refusal is an audit row.
 func (s *Service) refuseClaim(ctx context.Context, x Sandbox, reason string) {
 	now := s.clk.Now()
+	refused := false
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		refused = false
 		res, err := tx.ExecContext(ctx, sqlClaimRefused, StateFailed, ReasonClaimRefused+": "+reason, now.UnixMilli(), x.ID, x.claimCommand, StateRunning)
 		if err != nil {
 			return fmt.Errorf("sandboxes: refuse claim: %w", err)
 		}
 		if n, _ := res.RowsAffected(); n != 1 {
-			return nil // confirmed, refused or deleted meanwhile
+			// Deleted or expired meanwhile (or settled by another
+			// process): nothing to refuse, only the pending mark to drop.
+			_, err := tx.ExecContext(ctx, sqlClaimConfirmed, x.ID, x.claimCommand)
+			return err
 		}
+		refused = true
 		return audit.Record(ctx, tx, now, audit.Entry{TenantID: x.TenantID, Actor: "system:sandboxes", Action: "compute:sandboxes:create",
 			Resource: "sandbox/" + x.ID, Outcome: "refused",
 			Details: map[string]any{"reason": ReasonClaimRefused, "node_id": x.NodeID, "update_command_id": x.claimCommand, "host_reason": reason}})
 	})
 	if err != nil {
 		s.log.Error("refuse warm claim", "sandbox_id", x.ID, "err", err)
+		return
+	}
+	if !refused {
 		return
 	}
 	s.log.Warn("warm claim refused by host", "sandbox_id", x.ID, "node_id", x.NodeID, "reason", reason)
