@@ -500,6 +500,10 @@ func (h *Host) Exec(ctx context.Context, payload []byte) ([]byte, error) {
 	return json.Marshal(res)
 }
 
+// ReasonNotClaimed refuses a program in a warm sandbox: no signed update
+// has handed it to a tenant yet.
+const ReasonNotClaimed = "sandbox-not-claimed"
+
 // program is what a program started in a sandbox gets: its environment
 // (sorted), whether it runs as root, the time left to the deadline, and
 // the runtime the sandbox runs on.
@@ -512,7 +516,9 @@ type program struct {
 
 // programFor reads what a program started in sandbox id now gets, or why
 // none can start: the sandbox failed (sandbox-failed), is not on this
-// host (sandbox-not-found), or its deadline passed (sandbox-expired).
+// host (sandbox-not-found), is still warm (sandbox-not-claimed: no
+// tenant's signed update has handed it over yet; a claim answers before
+// its update reaches the host), or its deadline passed (sandbox-expired).
 func (h *Host) programFor(id string) (program, error) {
 	h.mu.Lock()
 	st, ok := h.sbx[id]
@@ -535,13 +541,15 @@ func (h *Host) programFor(id string) (program, error) {
 		}
 		p.root, deadline, p.rt = st.Root, st.DeadlineMS, h.rts[st.Runtime]
 	}
-	dead := h.failed[id]
+	dead, warm := h.failed[id], ok && st.Warm
 	h.mu.Unlock()
 	switch {
 	case dead:
 		return p, errors.New("sandbox-failed")
 	case !ok || p.rt == nil:
 		return p, errors.New("sandbox-not-found")
+	case warm:
+		return p, errors.New(ReasonNotClaimed)
 	}
 	sort.Strings(p.env)
 	if p.left = time.UnixMilli(deadline).Sub(h.cfg.Clock.Now()); p.left <= 0 {
