@@ -25,6 +25,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
+	"github.com/bettercompute/bettercompute/internal/kinds"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/quorum/quorumwire"
@@ -81,6 +82,9 @@ type Command struct {
 	// FanoutID groups the commands one fan-out made ("" for a command
 	// made alone).
 	FanoutID string `json:"fanout_id,omitempty"`
+	// subject is the tenant a module's command works for (CreateFor);
+	// only the insert writes it.
+	subject string
 	// Late is true when the result arrived after the sweep had cancelled
 	// the command as expired: its node proved (an attested result) that
 	// it ran the command, so State is what the node reported, not
@@ -201,6 +205,21 @@ func (s *Service) CreateOwned(ctx context.Context, module string, actor audit.En
 	return s.create(ctx, actor, module, nodeID, kind, payload, ttl, "")
 }
 
+// CreateFor is CreateOwned for a command that works for subject, a tenant
+// other than its node's (a sandbox's tenant on a fleet host): the command
+// records subject, and its payload may name secret references, each of
+// which must be a live secret of subject (ErrSecretNotFound otherwise).
+// Only sandbox.create and sandbox.update of the sandboxes module take a
+// subject (INVALID_INPUT otherwise). The secrets broker releases such a
+// secret only to the command's node, only while the command is live, and
+// only when its env names the reference.
+func (s *Service) CreateFor(ctx context.Context, module string, actor audit.Entry, subject, nodeID, kind string, payload json.RawMessage, ttl time.Duration) (Command, error) {
+	if module != kinds.ModuleSandboxes || (kind != kinds.SandboxCreate && kind != kinds.SandboxUpdate) || subject == "" {
+		return Command{}, errs.New(errs.InvalidInput, "subject: only the sandboxes module's create and update commands work for a subject tenant")
+	}
+	return s.createSubject(ctx, actor, module, subject, nodeID, kind, payload, ttl)
+}
+
 // CreateInBatch queues a command that belongs to batchID: the batch must
 // have a leaf for (node, kind, payload) (INVALID_INPUT otherwise; the node
 // checks again). The payload is stored in canonical form (compact JSON) so
@@ -247,23 +266,38 @@ func (s *Service) node(ctx context.Context, nodeID string) (nodes.TenantRole, bo
 // create reads the node, decides (checkCreate, then the secret
 // references), and writes the command and its audit row.
 func (s *Service) create(ctx context.Context, actor audit.Entry, module, nodeID, kind string, payload json.RawMessage, ttl time.Duration, batchID string) (Command, error) {
-	if err := checkKind(kind, module); err != nil {
+	return s.createAs(ctx, actor, createRequest{module: module, kind: kind, payload: payload, ttl: ttl}, nodeID, batchID)
+}
+
+// createSubject is create for a command working for subject (CreateFor).
+func (s *Service) createSubject(ctx context.Context, actor audit.Entry, module, subject, nodeID, kind string, payload json.RawMessage, ttl time.Duration) (Command, error) {
+	return s.createAs(ctx, actor, createRequest{module: module, kind: kind, payload: payload, ttl: ttl, subject: subject}, nodeID, "")
+}
+
+// createAs is create for request r (its scope is the actor's tenant).
+func (s *Service) createAs(ctx context.Context, actor audit.Entry, r createRequest, nodeID, batchID string) (Command, error) {
+	if err := checkKind(r.kind, r.module); err != nil {
 		return Command{}, err // before the read, as always
 	}
 	node, found, err := s.node(ctx, nodeID)
 	if err != nil {
 		return Command{}, err
 	}
-	plan, err := checkCreate(createRequest{scope: iam.ScopeOf(actor.TenantID), module: module, kind: kind, payload: payload, ttl: ttl}, node, found)
+	r.scope = iam.ScopeOf(actor.TenantID)
+	plan, err := checkCreate(r, node, found)
 	if err != nil {
 		return Command{}, err
 	}
-	if err := s.checkSecrets(ctx, plan.tenant, plan.refs); err != nil {
+	refsTenant := plan.tenant
+	if r.subject != "" {
+		refsTenant = r.subject
+	}
+	if err := s.checkSecrets(ctx, refsTenant, plan.refs); err != nil {
 		return Command{}, err
 	}
 	now := s.clk.Now()
-	c := newCommand(actor, nodeID, plan.tenant, kind, plan.payload, now, plan.ttl)
-	c.BatchID = batchID
+	c := newCommand(actor, nodeID, plan.tenant, r.kind, plan.payload, now, plan.ttl)
+	c.BatchID, c.subject = batchID, r.subject
 	err = s.store.tx(ctx, func(tx *sql.Tx) error {
 		if err := s.admitInFlight(ctx, tx, map[string]int64{plan.tenant: 1}); err != nil {
 			return err
@@ -274,6 +308,9 @@ func (s *Service) create(ctx context.Context, actor audit.Entry, module, nodeID,
 		e := createdEntry(actor, c, payloadDigest(plan.payload))
 		if batchID != "" {
 			e.Details["batch_id"] = batchID
+		}
+		if r.subject != "" {
+			e.Details["subject_tenant"] = r.subject
 		}
 		return audit.Record(ctx, tx, now, e)
 	})
