@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
@@ -154,11 +155,14 @@ func TestSandboxSecretEnv(t *testing.T) {
 // returns the message.
 func refusal(t *testing.T, what string, err error, code, prefix string) string {
 	t.Helper()
-	var ce *client.Error
-	if !errors.As(err, &ce) || ce.Code != code || !strings.HasPrefix(ce.Message, prefix) {
+	gotCode, msg := string(errs.CodeOf(err)), errs.SafeMessage(err)
+	if ce := (*client.Error)(nil); errors.As(err, &ce) {
+		gotCode, msg = ce.Code, ce.Message
+	}
+	if err == nil || gotCode != code || !strings.HasPrefix(msg, prefix) {
 		t.Fatalf("%s: %v, want %s %q", what, err, code, prefix)
 	}
-	return ce.Message
+	return msg
 }
 
 // TestTemplateSecretRefusals: naming a secret in a template decides
@@ -241,6 +245,13 @@ func TestTemplateSecretRefusals(t *testing.T) {
 		same := secretTemplate(rt, "", map[string]string{"DB": refA, "GREETING": "hi"}, 0)
 		same["id"] = tpl.ID
 		refusal(t, "an update naming the secret", templater.Call(ctx, "templates.update", same, nil), "ACCESS_DENIED", "compute:secrets:manage on secret "+refA)
+		// Decided on other secrets than the template names by the write:
+		// refused, and the template keeps its recipe.
+		_, err := e.CP.Sandboxes.UpdateTemplate(ctx, admin, tenantA, tpl.ID, sandboxes.TemplateIn{Image: "busybox", Runtime: rt}, nil)
+		refusal(t, "an update decided on other secrets", err, "CONFLICT", sandboxes.ReasonSecretsChanged)
+		if env := get(a); env["DB"] != refA {
+			t.Fatalf("a refused update changed the template: %v", env)
+		}
 		if err := a.Call(ctx, "templates.update", upd, nil); err != nil {
 			t.Fatalf("admin update: %v", err)
 		}
@@ -255,7 +266,7 @@ func TestTemplateSecretRefusals(t *testing.T) {
 		if err := a.Call(ctx, "secrets.delete", map[string]any{"ref": refA}, nil); err != nil {
 			t.Fatal(err)
 		}
-		_, err := a.CreateSandbox(ctx, "", "t2")
+		_, err = a.CreateSandbox(ctx, "", "t2")
 		refusal(t, "a sandbox of a template whose secret was deleted", err, "INVALID_STATE", "template env DB: "+sandboxes.ReasonSecretUnknown)
 	})
 }
