@@ -48,22 +48,10 @@ func sandboxMethods(m Modules) []Method {
 		}),
 		Def("templates.create", "compute:templates:create", true, func(in templateCreateIn) Target { return Target{Tenant: in.TenantID} },
 			func(ctx context.Context, c *Caller, in templateCreateIn) (any, error) {
-				if err := decideSecrets(ctx, c, sandboxes.EnvRefs(in.Env)); err != nil {
-					return nil, err
-				}
-				return s.CreateTemplate(ctx, c.Actor(), c.ActingTenant, in.TemplateIn)
+				return createTemplate(ctx, c, s, in)
 			}),
 		Def("templates.list", "compute:templates:list", false, byTenant[apitypes.TenantIn], func(ctx context.Context, c *Caller, _ apitypes.TenantIn) (any, error) {
-			ts, err := s.ListTemplates(ctx, c.Scope())
-			if err != nil {
-				return nil, err
-			}
-			for i := range ts {
-				// A list shows references, never plain values: templates.get
-				// shows those to a caller allowed to manage the template.
-				ts[i] = sandboxes.Redacted(ts[i])
-			}
-			return map[string]any{"templates": ts}, nil
+			return listTemplates(ctx, c, s)
 		}),
 		Def("templates.get", "compute:templates:get", false, func(in apitypes.IDIn) Target { return Target{Kind: "template", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
@@ -126,6 +114,30 @@ func decideSecrets(ctx context.Context, c *Caller, refs []string) error {
 		}
 	}
 	return nil
+}
+
+// createTemplate is templates.create: each secret reference the env
+// names is decided (decideSecrets) before the module checks the secrets
+// and stores the template.
+func createTemplate(ctx context.Context, c *Caller, s *sandboxes.Service, in templateCreateIn) (any, error) {
+	if err := decideSecrets(ctx, c, sandboxes.EnvRefs(in.Env)); err != nil {
+		return nil, err
+	}
+	return s.CreateTemplate(ctx, c.Actor(), c.ActingTenant, in.TemplateIn)
+}
+
+// listTemplates is templates.list: references are shown, plain env
+// values never (templates.get shows those to a caller allowed to manage
+// the template).
+func listTemplates(ctx context.Context, c *Caller, s *sandboxes.Service) (any, error) {
+	ts, err := s.ListTemplates(ctx, c.Scope())
+	if err != nil {
+		return nil, err
+	}
+	for i := range ts {
+		ts[i] = sandboxes.Redacted(ts[i])
+	}
+	return map[string]any{"templates": ts}, nil
 }
 
 // templateFor is templates.get's answer: the template with its plain env
