@@ -25,7 +25,6 @@ import (
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
-	"github.com/bettercompute/bettercompute/internal/kinds"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/quorum/quorumwire"
@@ -214,8 +213,8 @@ func (s *Service) CreateOwned(ctx context.Context, module string, actor audit.En
 // secret only to the command's node, only while the command is live, and
 // only when its env names the reference.
 func (s *Service) CreateFor(ctx context.Context, module string, actor audit.Entry, subject, nodeID, kind string, payload json.RawMessage, ttl time.Duration) (Command, error) {
-	if module != kinds.ModuleSandboxes || (kind != kinds.SandboxCreate && kind != kinds.SandboxUpdate) || subject == "" {
-		return Command{}, errs.New(errs.InvalidInput, "subject: only the sandboxes module's create and update commands work for a subject tenant")
+	if subject == "" {
+		return Command{}, errs.New(errs.InvalidInput, ReasonSubjectNotAllowed)
 	}
 	return s.createSubject(ctx, actor, module, subject, nodeID, kind, payload, ttl)
 }

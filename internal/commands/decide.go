@@ -39,6 +39,10 @@ type createRequest struct {
 	subject string
 }
 
+// ReasonSubjectNotAllowed refuses a subject tenant on any command but
+// the sandboxes module's sandbox.create and sandbox.update (CreateFor).
+const ReasonSubjectNotAllowed = "subject: only the sandboxes module's create and update commands work for a subject tenant"
+
 // createPlan is an admitted creation: the payload and TTL to store, the
 // tenant the command belongs to (its node's), and the secret references
 // still to check against that tenant.
@@ -92,6 +96,9 @@ func checkTarget(scope iam.Scope, node nodes.TenantRole, found bool, kind string
 func checkCreate(r createRequest, node nodes.TenantRole, found bool) (createPlan, error) {
 	if err := checkKind(r.kind, r.module); err != nil {
 		return createPlan{}, err
+	}
+	if r.subject != "" && (r.module != kinds.ModuleSandboxes || (r.kind != kinds.SandboxCreate && r.kind != kinds.SandboxUpdate)) {
+		return createPlan{}, errs.New(errs.InvalidInput, ReasonSubjectNotAllowed)
 	}
 	payload, err := checkPayload(r.payload)
 	if err != nil {
