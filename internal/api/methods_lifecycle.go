@@ -75,7 +75,7 @@ func sandboxLifecycleMethods(m Modules) []Method {
 	return []Method{
 		Def("templates.update", "compute:templates:update", true, func(in templateUpdateIn) Target { return Target{Kind: "template", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in templateUpdateIn) (any, error) {
-				return m.Sandboxes.UpdateTemplate(ctx, c.Actor(), c.ActingTenant, in.ID, in.TemplateIn)
+				return updateTemplate(ctx, c, m.Sandboxes, in)
 			}),
 		Def("images.delete", "compute:images:delete", true, byTenant[apitypes.ImageDeleteIn], func(ctx context.Context, c *Caller, in apitypes.ImageDeleteIn) (any, error) {
 			if in.Name == "" {
@@ -87,6 +87,32 @@ func sandboxLifecycleMethods(m Modules) []Method {
 			return map[string]any{"name": in.Name, "deleted": true}, nil
 		}),
 	}
+}
+
+// updateTemplate is templates.update: the new recipe's secret references
+// are decided (compute:secrets:manage) as a create's are, and an update
+// that changes what the guest runs (sandboxes.ChangesGuest) is decided on
+// the secrets the template names now too, even when the new recipe names
+// none. The module refuses the write (CONFLICT, secrets-changed) if the
+// template names other secrets by then.
+func updateTemplate(ctx context.Context, c *Caller, s *sandboxes.Service, in templateUpdateIn) (any, error) {
+	old, err := s.Template(ctx, c.Scope(), in.ID)
+	if err != nil {
+		return nil, err
+	}
+	oldRefs := sandboxes.EnvRefs(old.Env)
+	refs := sandboxes.EnvRefs(in.Env)
+	if sandboxes.ChangesGuest(old, in.TemplateIn) {
+		for _, r := range oldRefs {
+			if !slices.Contains(refs, r) {
+				refs = append(refs, r)
+			}
+		}
+	}
+	if err := decideSecrets(ctx, c, refs); err != nil {
+		return nil, err
+	}
+	return s.UpdateTemplate(ctx, c.Actor(), c.ActingTenant, in.ID, in.TemplateIn, oldRefs)
 }
 
 // whoami answers who the caller's credential speaks for.

@@ -48,18 +48,14 @@ func sandboxMethods(m Modules) []Method {
 		}),
 		Def("templates.create", "compute:templates:create", true, func(in templateCreateIn) Target { return Target{Tenant: in.TenantID} },
 			func(ctx context.Context, c *Caller, in templateCreateIn) (any, error) {
-				return s.CreateTemplate(ctx, c.Actor(), c.ActingTenant, in.TemplateIn)
+				return createTemplate(ctx, c, s, in)
 			}),
 		Def("templates.list", "compute:templates:list", false, byTenant[apitypes.TenantIn], func(ctx context.Context, c *Caller, _ apitypes.TenantIn) (any, error) {
-			ts, err := s.ListTemplates(ctx, c.Scope())
-			if err != nil {
-				return nil, err
-			}
-			return map[string]any{"templates": ts}, nil
+			return listTemplates(ctx, c, s)
 		}),
 		Def("templates.get", "compute:templates:get", false, func(in apitypes.IDIn) Target { return Target{Kind: "template", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
-				return s.Template(ctx, c.Scope(), in.ID)
+				return templateFor(ctx, c, s, in.ID)
 			}),
 		Def("templates.delete", "compute:templates:delete", true, func(in apitypes.IDIn) Target { return Target{Kind: "template", ID: in.ID} },
 			func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
@@ -96,6 +92,73 @@ func sandboxMethods(m Modules) []Method {
 				return s.Exec(ctx, c.Actor(), c.Scope(), in.ID, in.Argv, time.Duration(in.TimeoutSeconds)*time.Second)
 			}),
 	}, checkpointMethods(s)...)
+}
+
+// ActionSecretsManage is the action a template's secret references are
+// decided on: naming a secret in a template hands its value to every
+// sandbox of the template, so only a caller who may manage the secret can.
+const ActionSecretsManage = "compute:secrets:manage"
+
+// decideSecrets decides ActionSecretsManage on each reference, in order;
+// the first refused answers ACCESS_DENIED naming it (recorded like the
+// envelope's refusals). Whether the secret exists is checked after, by the
+// module, so a refusal here tells nothing of it.
+func decideSecrets(ctx context.Context, c *Caller, refs []string) error {
+	for _, ref := range refs {
+		ok, err := c.Allowed(ctx, ActionSecretsManage, "secret/"+ref)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return denied(c, ActionSecretsManage, Target{Kind: "secret", ID: ref})
+		}
+	}
+	return nil
+}
+
+// createTemplate is templates.create: each secret reference the env
+// names is decided (decideSecrets) before the module checks the secrets
+// and stores the template.
+func createTemplate(ctx context.Context, c *Caller, s *sandboxes.Service, in templateCreateIn) (any, error) {
+	if err := decideSecrets(ctx, c, sandboxes.EnvRefs(in.Env)); err != nil {
+		return nil, err
+	}
+	return s.CreateTemplate(ctx, c.Actor(), c.ActingTenant, in.TemplateIn)
+}
+
+// listTemplates is templates.list: references are shown, plain env
+// values never (templates.get shows those to a caller allowed to manage
+// the template).
+func listTemplates(ctx context.Context, c *Caller, s *sandboxes.Service) (any, error) {
+	ts, err := s.ListTemplates(ctx, c.Scope())
+	if err != nil {
+		return nil, err
+	}
+	for i := range ts {
+		ts[i] = sandboxes.Redacted(ts[i])
+	}
+	return map[string]any{"templates": ts}, nil
+}
+
+// templateFor is templates.get's answer: the template with its plain env
+// values for a caller allowed to update it, redacted for anyone else;
+// secret references are shown as references to both.
+func templateFor(ctx context.Context, c *Caller, s *sandboxes.Service, id string) (sandboxes.Template, error) {
+	t, err := s.Template(ctx, c.Scope(), id)
+	if err != nil {
+		return sandboxes.Template{}, err
+	}
+	if len(t.Env) == 0 || len(sandboxes.EnvRefs(t.Env)) == len(t.Env) {
+		return t, nil // nothing to redact: no decision, no refusal row
+	}
+	ok, err := c.Allowed(ctx, "compute:templates:update", "template/"+t.ID)
+	if err != nil {
+		return sandboxes.Template{}, err
+	}
+	if !ok {
+		return sandboxes.Redacted(t), nil
+	}
+	return t, nil
 }
 
 // checkpointMethods are sandboxes.checkpoint and the checkpoint methods.

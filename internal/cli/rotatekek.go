@@ -11,6 +11,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/bastions"
 	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/signing"
 	"github.com/bettercompute/bettercompute/internal/store"
@@ -30,6 +31,7 @@ type RotateKEKResult struct {
 	CreatedNewKEK bool           `json:"created_new_kek"`
 	BundleSlots   pki.RekeyCount `json:"bundle_slots"`
 	Secrets       pki.RekeyCount `json:"secrets"`
+	TemplateEnvs  pki.RekeyCount `json:"template_envs"`
 	WorkerKeys    pki.RekeyCount `json:"worker_keys"`
 	// BastionKeys are the control plane's bastion keys (grant, lanes).
 	BastionKeys pki.RekeyCount `json:"bastion_keys"`
@@ -123,6 +125,10 @@ func rotateKEK(ctx context.Context, progress io.Writer, db *store.DB, dir string
 	if res.Secrets, err = secrets.Reseal(ctx, db, old, next); err != nil {
 		return err
 	}
+	fmt.Fprintln(progress, "re-sealing sandbox templates' environments")
+	if res.TemplateEnvs, err = sandboxes.ResealEnv(ctx, db, old, next); err != nil {
+		return err
+	}
 	fmt.Fprintln(progress, "re-sealing worker signing keys")
 	if res.WorkerKeys, err = signing.Reseal(ctx, db, old, next); err != nil {
 		return err
@@ -142,7 +148,7 @@ func printRotateKEK(w io.Writer, o rotateKEKOptions, res RotateKEKResult) {
 	for _, r := range []struct {
 		name string
 		c    pki.RekeyCount
-	}{{"bundle slots", res.BundleSlots}, {"secrets", res.Secrets}, {"worker keys", res.WorkerKeys}, {"bastion keys", res.BastionKeys}} {
+	}{{"bundle slots", res.BundleSlots}, {"secrets", res.Secrets}, {"template environments", res.TemplateEnvs}, {"worker keys", res.WorkerKeys}, {"bastion keys", res.BastionKeys}} {
 		fmt.Fprintf(w, "  %-13s %d re-sealed, %d already done\n", r.name+":", r.c.Resealed, r.c.AlreadyDone)
 	}
 	fmt.Fprintf(w, "next: with the api and workers processes stopped (as they must be while this runs), point --kek-file at %s\n", o.newKEKFile)

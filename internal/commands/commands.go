@@ -81,6 +81,9 @@ type Command struct {
 	// FanoutID groups the commands one fan-out made ("" for a command
 	// made alone).
 	FanoutID string `json:"fanout_id,omitempty"`
+	// subject is the tenant a module's command works for (CreateFor);
+	// only the insert writes it.
+	subject string
 	// Late is true when the result arrived after the sweep had cancelled
 	// the command as expired: its node proved (an attested result) that
 	// it ran the command, so State is what the node reported, not
@@ -201,6 +204,21 @@ func (s *Service) CreateOwned(ctx context.Context, module string, actor audit.En
 	return s.create(ctx, actor, module, nodeID, kind, payload, ttl, "")
 }
 
+// CreateFor is CreateOwned for a command that works for subject, a tenant
+// other than its node's (a sandbox's tenant on a fleet host): the command
+// records subject, and its payload may name secret references, each of
+// which must be a live secret of subject (ErrSecretNotFound otherwise).
+// Only sandbox.create and sandbox.update of the sandboxes module take a
+// subject (INVALID_INPUT otherwise). The secrets broker releases such a
+// secret only to the command's node, only while the command is live, and
+// only when its env names the reference.
+func (s *Service) CreateFor(ctx context.Context, module string, actor audit.Entry, subject, nodeID, kind string, payload json.RawMessage, ttl time.Duration) (Command, error) {
+	if subject == "" {
+		return Command{}, errs.New(errs.InvalidInput, ReasonSubjectNotAllowed)
+	}
+	return s.createSubject(ctx, actor, module, subject, nodeID, kind, payload, ttl)
+}
+
 // CreateInBatch queues a command that belongs to batchID: the batch must
 // have a leaf for (node, kind, payload) (INVALID_INPUT otherwise; the node
 // checks again). The payload is stored in canonical form (compact JSON) so
@@ -247,7 +265,17 @@ func (s *Service) node(ctx context.Context, nodeID string) (nodes.TenantRole, bo
 // create reads the node, decides (checkCreate, then the secret
 // references), and writes the command and its audit row.
 func (s *Service) create(ctx context.Context, actor audit.Entry, module, nodeID, kind string, payload json.RawMessage, ttl time.Duration, batchID string) (Command, error) {
-	p, err := s.prepare(ctx, actor, module, nodeID, kind, payload, ttl, batchID)
+	return s.createAs(ctx, actor, createRequest{module: module, kind: kind, payload: payload, ttl: ttl}, nodeID, batchID)
+}
+
+// createSubject is create for a command working for subject (CreateFor).
+func (s *Service) createSubject(ctx context.Context, actor audit.Entry, module, subject, nodeID, kind string, payload json.RawMessage, ttl time.Duration) (Command, error) {
+	return s.createAs(ctx, actor, createRequest{module: module, kind: kind, payload: payload, ttl: ttl, subject: subject}, nodeID, "")
+}
+
+// createAs is create for request r (its scope is the actor's tenant).
+func (s *Service) createAs(ctx context.Context, actor audit.Entry, r createRequest, nodeID, batchID string) (Command, error) {
+	p, err := s.prepare(ctx, actor, r, nodeID, batchID)
 	if err != nil {
 		return Command{}, err
 	}
@@ -259,9 +287,9 @@ func (s *Service) create(ctx context.Context, actor audit.Entry, module, nodeID,
 }
 
 // Prepared is a command decided and ready to be written in its caller's
-// own transaction (PrepareOwned): a module whose state change and command
-// must commit together (a warm claim and its sandbox.update) writes both
-// in one transaction.
+// own transaction (PrepareOwned, PrepareFor): a module whose state change
+// and command must commit together (a warm claim and its sandbox.update)
+// writes both in one transaction.
 type Prepared struct {
 	s      *Service
 	c      Command
@@ -278,28 +306,42 @@ func (s *Service) PrepareOwned(ctx context.Context, module string, actor audit.E
 	if module == "" {
 		return nil, errs.New(errs.InvalidInput, "module is required")
 	}
-	return s.prepare(ctx, actor, module, nodeID, kind, payload, ttl, "")
+	return s.prepare(ctx, actor, createRequest{module: module, kind: kind, payload: payload, ttl: ttl}, nodeID, "")
 }
 
-// prepare reads the node and decides (checkCreate, then the secret
-// references).
-func (s *Service) prepare(ctx context.Context, actor audit.Entry, module, nodeID, kind string, payload json.RawMessage, ttl time.Duration, batchID string) (*Prepared, error) {
-	if err := checkKind(kind, module); err != nil {
+// PrepareFor is PrepareOwned for a command that works for subject, as
+// CreateFor decides it.
+func (s *Service) PrepareFor(ctx context.Context, module string, actor audit.Entry, subject, nodeID, kind string, payload json.RawMessage, ttl time.Duration) (*Prepared, error) {
+	if subject == "" {
+		return nil, errs.New(errs.InvalidInput, ReasonSubjectNotAllowed)
+	}
+	return s.prepare(ctx, actor, createRequest{module: module, kind: kind, payload: payload, ttl: ttl, subject: subject}, nodeID, "")
+}
+
+// prepare reads the node and decides request r (checkCreate, then the
+// secret references, against the subject's tenant when r has one).
+func (s *Service) prepare(ctx context.Context, actor audit.Entry, r createRequest, nodeID, batchID string) (*Prepared, error) {
+	if err := checkKind(r.kind, r.module); err != nil {
 		return nil, err // before the read, as always
 	}
 	node, found, err := s.node(ctx, nodeID)
 	if err != nil {
 		return nil, err
 	}
-	plan, err := checkCreate(createRequest{scope: iam.ScopeOf(actor.TenantID), module: module, kind: kind, payload: payload, ttl: ttl}, node, found)
+	r.scope = iam.ScopeOf(actor.TenantID)
+	plan, err := checkCreate(r, node, found)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkSecrets(ctx, plan.tenant, plan.refs); err != nil {
+	refsTenant := plan.tenant
+	if r.subject != "" {
+		refsTenant = r.subject
+	}
+	if err := s.checkSecrets(ctx, refsTenant, plan.refs); err != nil {
 		return nil, err
 	}
-	c := newCommand(actor, nodeID, plan.tenant, kind, plan.payload, s.clk.Now(), plan.ttl)
-	c.BatchID = batchID
+	c := newCommand(actor, nodeID, plan.tenant, r.kind, plan.payload, s.clk.Now(), plan.ttl)
+	c.BatchID, c.subject = batchID, r.subject
 	return &Prepared{s: s, c: c, actor: actor, tenant: plan.tenant, digest: payloadDigest(plan.payload)}, nil
 }
 
@@ -318,6 +360,9 @@ func (p *Prepared) Write(ctx context.Context, tx *sql.Tx) error {
 	e := createdEntry(p.actor, p.c, p.digest)
 	if p.c.BatchID != "" {
 		e.Details["batch_id"] = p.c.BatchID
+	}
+	if p.c.subject != "" {
+		e.Details["subject_tenant"] = p.c.subject
 	}
 	return audit.Record(ctx, tx, p.c.CreatedAt, e)
 }

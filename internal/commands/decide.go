@@ -34,7 +34,14 @@ type createRequest struct {
 	kind    string
 	payload json.RawMessage
 	ttl     time.Duration
+	// subject is the tenant a module's command works for (CreateFor):
+	// its secret references are checked against it.
+	subject string
 }
+
+// ReasonSubjectNotAllowed refuses a subject tenant on any command but
+// the sandboxes module's sandbox.create and sandbox.update (CreateFor).
+const ReasonSubjectNotAllowed = "subject: only the sandboxes module's create and update commands work for a subject tenant"
 
 // createPlan is an admitted creation: the payload and TTL to store, the
 // tenant the command belongs to (its node's), and the secret references
@@ -90,6 +97,9 @@ func checkCreate(r createRequest, node nodes.TenantRole, found bool) (createPlan
 	if err := checkKind(r.kind, r.module); err != nil {
 		return createPlan{}, err
 	}
+	if r.subject != "" && (r.module != kinds.ModuleSandboxes || (r.kind != kinds.SandboxCreate && r.kind != kinds.SandboxUpdate)) {
+		return createPlan{}, errs.New(errs.InvalidInput, ReasonSubjectNotAllowed)
+	}
 	payload, err := checkPayload(r.payload)
 	if err != nil {
 		return createPlan{}, err
@@ -105,13 +115,15 @@ func checkCreate(r createRequest, node nodes.TenantRole, found bool) (createPlan
 	if err != nil {
 		return createPlan{}, errs.Wrap(errs.InvalidInput, "payload: not valid JSON", err)
 	}
-	if r.module != "" && len(refs) > 0 {
+	if r.module != "" && r.subject == "" && len(refs) > 0 {
 		// A module's commands carry its callers' strings (a sandbox's
 		// argv, a template's env) on a host of the root tenant: checking
 		// those references against the host's tenant would answer a
 		// tenant whether a fleet secret exists, and a live command naming
-		// one would bind it to the host. No module command takes a
-		// secret reference, so any is refused, one answer for all.
+		// one would bind it to the host. Only a command working for a
+		// subject tenant (CreateFor: a sandbox's create or claim) takes
+		// references, checked against that tenant; any other is refused,
+		// one answer for all.
 		return createPlan{}, errs.New(errs.InvalidInput, "payload: secret references are not allowed in this command")
 	}
 	return createPlan{tenant: node.Tenant, payload: payload, ttl: ttl, refs: refs}, nil

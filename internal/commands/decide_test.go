@@ -74,6 +74,11 @@ func TestCheckCreate(t *testing.T) {
 		{"role does not run kind", createRequest{scope: acme, kind: kinds.DiagRun}, site, true, refusal{errs.InvalidInput, ReasonKindNotAllowedForRole}},
 		{"module command with a reference", createRequest{scope: acme, module: kinds.ModuleSandboxes, kind: kinds.SandboxExec,
 			payload: json.RawMessage(`{"argv":["secret://acme/x"]}`)}, node, true, refusal{errs.InvalidInput, "payload: secret references are not allowed"}},
+		{"subject command with a reference", createRequest{scope: acme, module: kinds.ModuleSandboxes, kind: kinds.SandboxCreate, subject: "tabc",
+			payload: json.RawMessage(`{"env":{"A":"secret://tabc/x"}}`)}, node, true, refusal{}},
+		{"subject on an exec", createRequest{scope: acme, module: kinds.ModuleSandboxes, kind: kinds.SandboxExec, subject: "tabc",
+			payload: json.RawMessage(`{"argv":["secret://tabc/x"]}`)}, node, true, refusal{errs.InvalidInput, ReasonSubjectNotAllowed}},
+		{"subject on the generic path", createRequest{scope: acme, kind: kinds.SecretDigest, subject: "tabc"}, node, true, refusal{errs.InvalidInput, ReasonSubjectNotAllowed}},
 		{"generic command with a reference", createRequest{scope: acme, kind: kinds.SecretDigest, payload: json.RawMessage(`{"ref":"secret://acme/x"}`)}, node, true, refusal{}},
 	} {
 		plan, err := checkCreate(c.req, c.node, c.found)

@@ -25,8 +25,8 @@ const (
 	// commandColumns are the columns of a Command, in scanCommand's order.
 	commandColumns = `id, node_id, tenant_id, kind, payload, state, attested, result, reason, created_by, created_at, updated_at, expires_at, batch_id, fanout_id, late`
 
-	sqlInsert = `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at, batch_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
+	sqlInsert = `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at, batch_id, subject_tenant)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 	// sqlInsertMany is followed by one parenthesised row per command.
 	sqlInsertMany = `INSERT INTO commands (id, tenant_id, node_id, kind, payload, state, created_by, created_at, updated_at, expires_at, fanout_id) VALUES `
 	// sqlFanoutStates is preceded by the caller's scope condition and
@@ -101,7 +101,7 @@ const (
 	sqlSweepExp    = `) AND expires_at < `
 	sqlSweepIDs    = `)) AND id IN (`
 	sqlAttestation = `SELECT tenant_id, attested, update_body, node_sig, update_cert_serial FROM commands WHERE id = $1`
-	sqlLivePayload = `SELECT payload, tenant_id FROM commands WHERE id = $1 AND node_id = $2 AND state IN ($3, $4, $5) AND expires_at > $6`
+	sqlLivePayload = `SELECT payload, tenant_id, subject_tenant, kind FROM commands WHERE id = $1 AND node_id = $2 AND state IN ($3, $4, $5) AND expires_at > $6`
 	// sqlUnsigned is followed by its limit, a number (not a parameter,
 	// so PostgreSQL plans it as it always did).
 	sqlUnsigned = `SELECT id, node_id, kind, payload, expires_at, batch_id FROM commands WHERE state = $1 AND body IS NULL ORDER BY created_at LIMIT `
@@ -221,7 +221,7 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, c Command) error {
 		batch = c.BatchID
 	}
 	if _, err := tx.ExecContext(ctx, sqlInsert, c.ID, c.TenantID, c.NodeID, c.Kind, []byte(c.Payload), string(c.State), c.CreatedBy,
-		c.CreatedAt.UnixMilli(), c.UpdatedAt.UnixMilli(), c.ExpiresAt.UnixMilli(), batch); err != nil {
+		c.CreatedAt.UnixMilli(), c.UpdatedAt.UnixMilli(), c.ExpiresAt.UnixMilli(), batch, c.subject); err != nil {
 		return fmt.Errorf("commands: insert: %w", err)
 	}
 	return nil
@@ -717,18 +717,35 @@ func (s *Store) attestation(ctx context.Context, id string) (attestationRow, boo
 
 // LivePayload returns the payload and tenant of nodeID's command
 // commandID when it is live (queued, sent or running) and has not expired
-// at now; ok is false when there is no such command. The secrets broker
-// reads it to bind a release to the command that asked for it.
+// at now; ok is false when there is no such command.
 func (s *Store) LivePayload(ctx context.Context, nodeID, commandID string, now time.Time) (tenant string, payload []byte, ok bool, err error) {
+	l, ok, err := s.LiveCommand(ctx, nodeID, commandID, now)
+	return l.Tenant, l.Payload, ok, err
+}
+
+// Live is what LiveCommand reads of a live command.
+type Live struct {
+	Tenant  string // the command's tenant (its node's)
+	Subject string // the tenant a module's command works for ("" if none)
+	Kind    string
+	Payload []byte
+}
+
+// LiveCommand returns nodeID's command commandID when it is live (queued,
+// sent or running) and has not expired at now; ok is false when there is
+// no such command. The secrets broker reads it to bind a release to the
+// command that asked for it.
+func (s *Store) LiveCommand(ctx context.Context, nodeID, commandID string, now time.Time) (Live, bool, error) {
 	args := append([]any{commandID, nodeID}, stateArgs(wire.LiveStates...)...)
-	err = s.db.QueryRowContext(ctx, sqlLivePayload, append(args, now.UnixMilli())...).Scan(&payload, &tenant)
+	var l Live
+	err := s.db.QueryRowContext(ctx, sqlLivePayload, append(args, now.UnixMilli())...).Scan(&l.Payload, &l.Tenant, &l.Subject, &l.Kind)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", nil, false, nil
+		return Live{}, false, nil
 	}
 	if err != nil {
-		return "", nil, false, fmt.Errorf("commands: read live payload: %w", err)
+		return Live{}, false, fmt.Errorf("commands: read live payload: %w", err)
 	}
-	return tenant, payload, true, nil
+	return l, true, nil
 }
 
 // Unsigned is a queued command the signer has not signed yet: what its

@@ -50,6 +50,9 @@ func (s *Service) claim(ctx context.Context, actor audit.Entry, t Template) (San
 	if err != nil {
 		return Sandbox{}, false, nil
 	}
+	if err := s.recheckEnvSecrets(ctx, t); err != nil {
+		return Sandbox{}, false, err
+	}
 	now := s.clk.Now()
 	for _, x := range xs {
 		if !claimable(x, connected[x.NodeID], t, now) {
@@ -85,7 +88,14 @@ func (s *Service) handOver(ctx context.Context, actor audit.Entry, t Template, x
 	if err != nil {
 		return Sandbox{}, false, fmt.Errorf("sandboxes: encode update: %w", err)
 	}
-	p, err := s.commands.PrepareOwned(ctx, kinds.ModuleSandboxes, system(actor), x.NodeID, kinds.SandboxUpdate, raw, StartTimeout+time.Minute)
+	var p *commands.Prepared
+	if len(EnvRefs(env)) == 0 {
+		p, err = s.commands.PrepareOwned(ctx, kinds.ModuleSandboxes, system(actor), x.NodeID, kinds.SandboxUpdate, raw, StartTimeout+time.Minute)
+	} else {
+		// The update names the tenant's secrets: it works for the tenant,
+		// whose secrets the host may then fetch for it.
+		p, err = s.commands.PrepareFor(ctx, kinds.ModuleSandboxes, system(actor), t.TenantID, x.NodeID, kinds.SandboxUpdate, raw, StartTimeout+time.Minute)
+	}
 	if err != nil {
 		s.log.Warn("warm claim update refused", "sandbox_id", x.ID, "err", err)
 		return Sandbox{}, false, nil

@@ -104,6 +104,9 @@ func checkTemplate(t Template) string {
 	if err := spec.ValidEnv(t.Env); err != nil {
 		return err.Error()
 	}
+	if err := spec.CheckSecretEnv(t.Env); err != nil {
+		return err.Error()
+	}
 	return ""
 }
 

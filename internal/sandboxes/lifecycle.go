@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
@@ -15,6 +17,7 @@ import (
 // The statements of templates.update and images.delete.
 const (
 	sqlDeleteTemplateRow = `DELETE FROM sandbox_templates WHERE id = $1 AND tenant_id = $2`
+	sqlTemplateEnvCol    = `SELECT env FROM sandbox_templates WHERE id = $1 AND tenant_id = $2`
 	sqlImageOf           = `SELECT digest FROM sandbox_images WHERE tenant_id = $1 AND name = $2`
 	sqlTemplatesUsing    = `SELECT COUNT(*) FROM sandbox_templates WHERE tenant_id = $1 AND image_name = $2`
 	sqlDeleteImage       = `DELETE FROM sandbox_images WHERE tenant_id = $1 AND name = $2`
@@ -27,7 +30,13 @@ const (
 // the template's warm pool is drained (warm sandboxes were made from the
 // old recipe) and refilled from the new one. Sandboxes already claimed
 // keep running to their expiry. One audit row, in one transaction.
-func (s *Service) UpdateTemplate(ctx context.Context, actor audit.Entry, tenant, idOrName string, in TemplateIn) (Template, error) {
+//
+// decidedOld are the secret references the template named when the
+// caller was decided on them (EnvRefs of the template the API read): if
+// the template names others by the time the update writes, it is refused
+// (CONFLICT, ReasonSecretsChanged). The new recipe's references must be
+// live secrets the tenant put (checkEnvSecrets).
+func (s *Service) UpdateTemplate(ctx context.Context, actor audit.Entry, tenant, idOrName string, in TemplateIn, decidedOld []string) (Template, error) {
 	old, err := s.Template(ctx, iam.ScopeOf(tenant), idOrName)
 	if err != nil {
 		return Template{}, err
@@ -37,6 +46,14 @@ func (s *Service) UpdateTemplate(ctx context.Context, actor audit.Entry, tenant,
 	}
 	in.Name = old.Name
 	t, envJSON, labelsJSON, err := newTemplate(in, old.ID, old.TenantID, actor.Actor, s.clk.Now())
+	if err != nil {
+		return Template{}, err
+	}
+	if err := s.checkEnvSecrets(ctx, old.TenantID, t.Env); err != nil {
+		return Template{}, err
+	}
+	envCol, err := s.sealEnv(old.TenantID, old.ID, envJSON)
+	clear(envJSON)
 	if err != nil {
 		return Template{}, err
 	}
@@ -50,6 +67,9 @@ func (s *Service) UpdateTemplate(ctx context.Context, actor audit.Entry, tenant,
 	now := s.clk.Now()
 	var drained []Sandbox
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if err := s.sameSecrets(ctx, tx, old, decidedOld); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, sqlDeleteTemplateRow, old.ID, old.TenantID)
 		if err != nil {
 			return fmt.Errorf("sandboxes: update template: %w", err)
@@ -60,7 +80,7 @@ func (s *Service) UpdateTemplate(ctx context.Context, actor audit.Entry, tenant,
 		if err := s.admitWarmPools(ctx, tx, old.TenantID, int64(t.Warm)*t.Limits.MemoryMB); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, sqlInsertTemplate, templateArgs(t, envJSON, labelsJSON, now)...); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlInsertTemplate, templateArgs(t, envCol, labelsJSON, now)...); err != nil {
 			return fmt.Errorf("sandboxes: update template: %w", err)
 		}
 		if drained, err = drainWarm(ctx, tx, poolOfTemplate, old.ID); err != nil {
@@ -68,7 +88,8 @@ func (s *Service) UpdateTemplate(ctx context.Context, actor audit.Entry, tenant,
 		}
 		a := actor
 		a.TenantID, a.Action, a.Resource, a.Outcome = old.TenantID, "compute:templates:update", "template/"+old.ID, "allowed"
-		a.Details = map[string]any{"name": t.Name, "image_digest": t.ImageDigest, "runtime": t.Runtime, "warm": t.Warm, "drained": len(drained)}
+		a.Details = map[string]any{"name": t.Name, "image_digest": t.ImageDigest, "runtime": t.Runtime, "warm": t.Warm, "drained": len(drained),
+			"secret_refs": EnvRefs(t.Env)}
 		return audit.Record(ctx, tx, now, a)
 	})
 	if err != nil {
@@ -77,6 +98,55 @@ func (s *Service) UpdateTemplate(ctx context.Context, actor audit.Entry, tenant,
 	s.deleteManyOnHosts(ctx, actor, drained, 30*time.Second)
 	s.bus.Publish(TopicWarm)
 	return t, nil
+}
+
+// ReasonSecretsChanged is the refusal (CONFLICT) of a template update
+// decided on one set of the template's secrets when the template names
+// others by the time the update writes.
+const ReasonSecretsChanged = "secrets-changed"
+
+// sameSecrets refuses, inside tx, when template old no longer names
+// exactly the references decided (ReasonSecretsChanged); a template gone
+// meanwhile is NOT_FOUND.
+func (s *Service) sameSecrets(ctx context.Context, tx *sql.Tx, old Template, decided []string) error {
+	var col string
+	err := tx.QueryRowContext(ctx, sqlTemplateEnvCol, old.ID, old.TenantID).Scan(&col)
+	if errors.Is(err, sql.ErrNoRows) {
+		return errs.New(errs.NotFound, "template not found")
+	}
+	if err != nil {
+		return fmt.Errorf("sandboxes: read template env: %w", err)
+	}
+	env, err := s.openEnv(old.TenantID, old.ID, col)
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(EnvRefs(env), sortedCopy(decided)) {
+		return errs.New(errs.Conflict, ReasonSecretsChanged+": the template names other secrets than the update was decided on; read it and update again")
+	}
+	return nil
+}
+
+// sortedCopy returns refs sorted, each once (EnvRefs' form).
+func sortedCopy(refs []string) []string {
+	out := slices.Clone(refs)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// ChangesGuest reports whether replacing template old's recipe with in
+// changes what its guests run: the image, runtime, limits, network, user
+// or environment. Such an update is decided on the template's secrets
+// (templates.update in the API). An invalid in answers true (the update
+// refuses it anyway).
+func ChangesGuest(old Template, in TemplateIn) bool {
+	in.Name = old.Name
+	t, _, _, err := newTemplate(in, old.ID, old.TenantID, "", old.CreatedAt)
+	if err != nil {
+		return true
+	}
+	return t.Image != old.Image || t.Runtime != old.Runtime || t.Limits != old.Limits || t.Network != old.Network ||
+		t.Root != old.Root || !maps.Equal(t.Env, old.Env)
 }
 
 // DeleteImage deletes an image of tenant by name, with its audit row; an

@@ -33,6 +33,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/kinds"
 	"github.com/bettercompute/bettercompute/internal/nodes"
+	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 	"github.com/bettercompute/bettercompute/internal/store"
@@ -115,6 +116,10 @@ type Service struct {
 	writing  sync.Map
 	// owners, when set, lets the purge drop deleted owners' checkpoints.
 	owners Owners
+	// kek seals templates' environments; secrets checks their references
+	// (SetSecretEnv).
+	kek     pki.KEK
+	secrets Secrets
 }
 
 // HoldWarmRefill stops (true) or resumes the background warm-pool refill;
@@ -160,6 +165,9 @@ type Template struct {
 	Warm        int               `json:"warm"`
 	CreatedBy   string            `json:"created_by"`
 	CreatedAt   time.Time         `json:"created_at"`
+
+	// envCol is the env column as read (sealed), opened by templates.
+	envCol string
 }
 
 // TemplateIn is what templates.create takes; zero fields get defaults.
@@ -186,6 +194,14 @@ func (s *Service) CreateTemplate(ctx context.Context, actor audit.Entry, tenant 
 	if err != nil {
 		return Template{}, err
 	}
+	if err := s.checkEnvSecrets(ctx, tenant, t.Env); err != nil {
+		return Template{}, err
+	}
+	envCol, err := s.sealEnv(tenant, t.ID, envJSON)
+	clear(envJSON)
+	if err != nil {
+		return Template{}, err
+	}
 	err = s.db.QueryRowContext(ctx, sqlImageDigest, tenant, t.Image).Scan(&t.ImageDigest)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Template{}, errs.New(errs.InvalidInput, "image: no image of that name in the tenant")
@@ -198,7 +214,7 @@ func (s *Service) CreateTemplate(ctx context.Context, actor audit.Entry, tenant 
 		if err := s.admitWarmPools(ctx, tx, tenant, int64(t.Warm)*t.Limits.MemoryMB); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, sqlInsertTemplate, templateArgs(t, envJSON, labelsJSON, now)...)
+		_, err := tx.ExecContext(ctx, sqlInsertTemplate, templateArgs(t, envCol, labelsJSON, now)...)
 		if store.IsUniqueViolation(err) {
 			return errs.New(errs.Conflict, "a template of that name exists")
 		}
@@ -206,7 +222,7 @@ func (s *Service) CreateTemplate(ctx context.Context, actor audit.Entry, tenant 
 			return fmt.Errorf("sandboxes: insert template: %w", err)
 		}
 		actor.TenantID, actor.Action, actor.Resource, actor.Outcome = tenant, "compute:templates:create", "template/"+t.ID, "allowed"
-		actor.Details = map[string]any{"name": t.Name, "image_digest": t.ImageDigest, "runtime": t.Runtime, "warm": t.Warm}
+		actor.Details = map[string]any{"name": t.Name, "image_digest": t.ImageDigest, "runtime": t.Runtime, "warm": t.Warm, "secret_refs": EnvRefs(t.Env)}
 		return audit.Record(ctx, tx, now, actor)
 	})
 	if err != nil {
@@ -228,6 +244,10 @@ func (s *Service) templates(ctx context.Context, where string, args ...any) ([]T
 		if err != nil {
 			return nil, err
 		}
+		if t.Env, err = s.openEnv(t.TenantID, t.ID, t.envCol); err != nil {
+			return nil, err
+		}
+		t.envCol = ""
 		out = append(out, t)
 	}
 	return out, rows.Err()
@@ -417,6 +437,11 @@ func (s *Service) start(ctx context.Context, actor audit.Entry, t Template, warm
 // startFrom is start, restoring checkpoint from when it is not nil (t is
 // then the checkpoint's own template, as restoreTemplate made it).
 func (s *Service) startFrom(ctx context.Context, actor audit.Entry, t Template, warm bool, from *Checkpoint) (Sandbox, error) {
+	if !warm {
+		if err := s.recheckEnvSecrets(ctx, t); err != nil {
+			return Sandbox{}, err
+		}
+	}
 	node, err := s.place(ctx, t)
 	if err != nil {
 		return Sandbox{}, err
@@ -443,7 +468,7 @@ func (s *Service) startFrom(ctx context.Context, actor audit.Entry, t Template, 
 	if err != nil {
 		return Sandbox{}, err
 	}
-	_, err = s.run(ctx, actor, node, kinds.SandboxCreate, c, StartTimeout)
+	_, err = s.runEnv(ctx, actor, t.TenantID, node, kinds.SandboxCreate, c, c.Env, StartTimeout)
 	if err != nil {
 		s.setState(context.WithoutCancel(ctx), x.ID, StateStarting, StateFailed, reasonOf(err))
 		return Sandbox{}, err
@@ -500,6 +525,37 @@ func (s *Service) run(ctx context.Context, actor audit.Entry, node, kind string,
 		return nil, err
 	}
 	return s.wait(ctx, c.ID, wait)
+}
+
+// runEnv is run for a command carrying env: when env names secret
+// references, the command is created for the sandbox's tenant (subject,
+// commands.CreateFor), so the broker releases those secrets to the host
+// for this command alone, and only while it is live.
+func (s *Service) runEnv(ctx context.Context, actor audit.Entry, subject, node, kind string, payload any, env map[string]string, wait time.Duration) (json.RawMessage, error) {
+	if len(EnvRefs(env)) == 0 {
+		return s.run(ctx, actor, node, kind, payload, wait)
+	}
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxes: encode payload: %w", err)
+	}
+	c, err := s.commands.CreateFor(ctx, kinds.ModuleSandboxes, system(actor), subject, node, kind, raw, wait+time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	return s.wait(ctx, c.ID, wait)
+}
+
+// recheckEnvSecrets refuses a new sandbox of t (cold or claimed) when a
+// secret its env names is no longer a live secret of t's tenant
+// (INVALID_STATE): each new sandbox re-checks what the template was
+// decided on.
+func (s *Service) recheckEnvSecrets(ctx context.Context, t Template) error {
+	err := s.checkEnvSecrets(ctx, t.TenantID, t.Env)
+	if errs.CodeOf(err) == errs.InvalidInput {
+		return errs.New(errs.InvalidState, "template "+errs.SafeMessage(err))
+	}
+	return err
 }
 
 // wait waits for command id to finish (bus pokes; a poll catches pokes

@@ -98,31 +98,29 @@ const (
 // scanner is a *sql.Rows or *sql.Row.
 type scanner interface{ Scan(dest ...any) error }
 
-// templateArgs are sqlInsertTemplate's arguments for t (env and labels
-// already encoded), created at now.
-func templateArgs(t Template, envJSON, labelsJSON []byte, now time.Time) []any {
+// templateArgs are sqlInsertTemplate's arguments for t (env sealed,
+// labels encoded), created at now.
+func templateArgs(t Template, envCol string, labelsJSON []byte, now time.Time) []any {
 	root := 0
 	if t.Root {
 		root = 1
 	}
 	return []any{t.ID, t.TenantID, t.Name, t.Image, t.ImageDigest, t.Runtime, t.Limits.CPUMillis, t.Limits.MemoryMB, t.Limits.Pids, t.Limits.DiskMB,
-		t.Lifetime * 1000, t.MaxLifetime * 1000, t.Network, root, string(envJSON), string(labelsJSON), t.Warm, t.CreatedBy, now.UnixMilli()}
+		t.Lifetime * 1000, t.MaxLifetime * 1000, t.Network, root, envCol, string(labelsJSON), t.Warm, t.CreatedBy, now.UnixMilli()}
 }
 
-// scanTemplate reads one row of sqlSelectTemplates.
+// scanTemplate reads one row of sqlSelectTemplates (its env column into
+// envCol, for the caller to open).
 func scanTemplate(r scanner) (Template, error) {
 	var t Template
 	var root int
-	var env, labels string
+	var labels string
 	var life, maxLife, at int64
 	if err := r.Scan(&t.ID, &t.TenantID, &t.Name, &t.Image, &t.ImageDigest, &t.Runtime, &t.Limits.CPUMillis, &t.Limits.MemoryMB, &t.Limits.Pids,
-		&t.Limits.DiskMB, &life, &maxLife, &t.Network, &root, &env, &labels, &t.Warm, &t.CreatedBy, &at); err != nil {
+		&t.Limits.DiskMB, &life, &maxLife, &t.Network, &root, &t.envCol, &labels, &t.Warm, &t.CreatedBy, &at); err != nil {
 		return Template{}, fmt.Errorf("sandboxes: scan template: %w", err)
 	}
 	t.Root, t.Lifetime, t.MaxLifetime, t.CreatedAt = root == 1, life/1000, maxLife/1000, time.UnixMilli(at).UTC()
-	if err := json.Unmarshal([]byte(env), &t.Env); err != nil {
-		return Template{}, fmt.Errorf("sandboxes: template env: %w", err)
-	}
 	if err := json.Unmarshal([]byte(labels), &t.Labels); err != nil {
 		return Template{}, fmt.Errorf("sandboxes: template labels: %w", err)
 	}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
+	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 	"github.com/bettercompute/bettercompute/internal/store"
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
@@ -26,10 +29,19 @@ func TestStoreCodecsRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		tpl.ImageDigest = "sha256:" + fmt.Sprintf("%064x", 1)
-		if _, err := db.ExecContext(ctx, sqlInsertTemplate, templateArgs(tpl, env, labels, now)...); err != nil {
+		s := &Service{kek: pki.KEK{1}}
+		envCol, err := s.sealEnv(tpl.TenantID, tpl.ID, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, sqlInsertTemplate, templateArgs(tpl, envCol, labels, now)...); err != nil {
 			t.Fatal(err)
 		}
 		got, err := scanTemplate(db.QueryRowContext(ctx, sqlSelectTemplates+" "+whereTemplateRef, iam.RootTenant, "small"))
+		if err == nil {
+			got.Env, err = s.openEnv(got.TenantID, got.ID, got.envCol)
+			got.envCol = ""
+		}
 		if err != nil || !reflect.DeepEqual(got, tpl) {
 			t.Fatalf("template: %+v, %v\nwant %+v", got, err, tpl)
 		}
@@ -89,4 +101,53 @@ func TestStoreCodecsRoundTrip(t *testing.T) {
 			t.Fatalf("finishing a finished upload changed %d rows (%v)", n, err)
 		}
 	})
+}
+
+// TestTemplateEnvSealed: a template's env column is sealed (no plain
+// value or reference in it), opens only as the template it was sealed
+// for (another template id or tenant does not open it) and only under
+// its KEK; a plain column written before sealing still reads.
+func TestTemplateEnvSealed(t *testing.T) {
+	s := &Service{kek: pki.KEK{7}}
+	col, err := s.sealEnv("tabc", "tpl_1", []byte(`{"A":"plain-value","B":"secret://tabc/db"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(col, "plain-value") || strings.Contains(col, "secret://") || !strings.HasPrefix(col, sealedEnvPrefix) {
+		t.Fatalf("column %q is not sealed", col)
+	}
+	env, err := s.openEnv("tabc", "tpl_1", col)
+	if err != nil || env["A"] != "plain-value" || env["B"] != "secret://tabc/db" {
+		t.Fatalf("opened %v %v", env, err)
+	}
+	for name, open := range map[string]func() error{
+		"other template": func() error { _, err := s.openEnv("tabc", "tpl_2", col); return err },
+		"other tenant":   func() error { _, err := s.openEnv("tother", "tpl_1", col); return err },
+		"other kek":      func() error { _, err := (&Service{kek: pki.KEK{8}}).openEnv("tabc", "tpl_1", col); return err },
+	} {
+		if open() == nil {
+			t.Errorf("%s: the sealed env opened", name)
+		}
+	}
+	if env, err := s.openEnv("tabc", "tpl_1", `{"A":"old"}`); err != nil || env["A"] != "old" {
+		t.Fatalf("legacy plain column: %v %v", env, err)
+	}
+	if _, err := (&Service{}).sealEnv("tabc", "tpl_1", []byte(`{}`)); errs.CodeOf(err) != errs.InvalidConfig {
+		t.Fatalf("seal without a KEK: %v", err)
+	}
+}
+
+// TestRedactedAndRefs: Redacted hides every plain value and keeps every
+// reference; EnvRefs names each reference once, sorted, and nothing
+// else (a reference inside a longer value is not one).
+func TestRedactedAndRefs(t *testing.T) {
+	tpl := Template{Env: map[string]string{"A": "plain", "B": "secret://tabc/db", "C": "secret://tabc/api", "D": "secret://tabc/db", "E": "x secret://tabc/z"}}
+	r := Redacted(tpl)
+	want := map[string]string{"A": RedactedValue, "B": "secret://tabc/db", "C": "secret://tabc/api", "D": "secret://tabc/db", "E": RedactedValue}
+	if !reflect.DeepEqual(r.Env, want) || tpl.Env["A"] != "plain" {
+		t.Fatalf("redacted %v (original %v)", r.Env, tpl.Env)
+	}
+	if got := EnvRefs(tpl.Env); !reflect.DeepEqual(got, []string{"secret://tabc/api", "secret://tabc/db"}) {
+		t.Fatalf("refs %q", got)
+	}
 }

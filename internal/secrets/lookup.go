@@ -30,3 +30,23 @@ func (s *Service) SecretExists(ctx context.Context, scopeTenant, ref string) (bo
 	}
 	return ok && tenant == scopeTenant, nil
 }
+
+// TenantSecretExists reports whether ref names a live secret that tenant
+// put itself (scope tenant): another tenant's secret and every fleet
+// secret answer false exactly as a missing one does, with the same query.
+// The sandboxes module calls it for a template's secret environment.
+func (s *Service) TenantSecretExists(ctx context.Context, tenant, ref string) (bool, error) {
+	refTenant, _, ok := ParseRef(ref)
+	if !ok || refTenant != tenant {
+		ref = ""
+	}
+	var one int
+	err := s.db.QueryRowContext(ctx, sqlTenantScoped, ref, tenant).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("secrets: look up reference: %w", err)
+	}
+	return ok && refTenant == tenant, nil
+}

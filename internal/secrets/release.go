@@ -24,13 +24,31 @@ import (
 	"github.com/bettercompute/bettercompute/internal/store"
 )
 
-// LiveCommands is what the broker asks the commands module: the tenant and
-// payload of command commandID if it is addressed to nodeID and live
-// (queued, sent or running, and unexpired at now). ok is false when there
-// is no such command.
+// LiveCommands is what the broker asks the commands module: command
+// commandID if it is addressed to nodeID and live (queued, sent or
+// running, and unexpired at now). ok is false when there is no such
+// command.
 type LiveCommands interface {
-	LivePayload(ctx context.Context, nodeID, commandID string, now time.Time) (tenant string, payload []byte, ok bool, err error)
+	LiveCommand(ctx context.Context, nodeID, commandID string, now time.Time) (c LiveCommand, ok bool, err error)
 }
+
+// LiveCommand is what the broker reads of a live command: its tenant (its
+// node's), its kind, its payload, and its subject tenant, the tenant the
+// work is for when a module runs it on a fleet host for a tenant (a
+// sandbox's tenant for sandbox.create and sandbox.update; "" otherwise).
+type LiveCommand struct {
+	Tenant  string
+	Subject string
+	Kind    string
+	Payload []byte
+}
+
+// The kinds whose subject tenant's secrets the broker releases to a fleet
+// host: the sandbox commands that carry a template's environment.
+const (
+	kindSandboxCreate = "sandbox.create"
+	kindSandboxUpdate = "sandbox.update"
+)
 
 // requestFacts is what the broker knows of a request before it decides
 // whether the request itself is good: who asked, what they signed, the
@@ -93,9 +111,14 @@ type grantFacts struct {
 	CommandLive    bool   // a live command addressed to the node has the request's id
 	CommandTenant  string
 	CommandPayload []byte
+	// CommandSubject and CommandKind are the command's subject tenant and
+	// kind (LiveCommand).
+	CommandSubject string
+	CommandKind    string
 	NodeTenant     string
 	NodeKnown      bool
 	SecretFound    bool   // the reference's tenant holds a live version of it
+	SecretScope    string // its scope (ScopeTenant or ScopeFleet)
 	TenantState    string // iam.EffectiveState of the reference's tenant
 	ChainErr       error  // reading the tenant's chain failed
 }
@@ -107,6 +130,9 @@ type grantFacts struct {
 // ChainErr when the decision needed the tenant's state and it could not be
 // read. It reads nothing.
 func checkGrant(g grantFacts) (tenant, reason string, err error) {
+	if g.CommandLive && g.CommandSubject != "" {
+		return checkSubjectGrant(g)
+	}
 	if !g.CommandLive || !payloadNames(g.CommandPayload, g.Ref) {
 		return "", "not-bound", nil
 	}
@@ -137,6 +163,60 @@ func checkGrant(g grantFacts) (tenant, reason string, err error) {
 		return "", "tenant-deleted", nil
 	}
 	return tenant, "", nil
+}
+
+// checkSubjectGrant decides a request for a live command a module runs on
+// a fleet host for a subject tenant (a sandbox's create or claim): the
+// command must be sandbox.create or sandbox.update and name the
+// reference as one of its env values; the node and the command must be
+// one tenant's (the fleet host's), and the secret must be a tenant-scoped
+// secret of the subject tenant, never a fleet secret and never another
+// tenant's; the subject tenant must be neither suspended nor deleted.
+func checkSubjectGrant(g grantFacts) (tenant, reason string, err error) {
+	if (g.CommandKind != kindSandboxCreate && g.CommandKind != kindSandboxUpdate) || !envNames(g.CommandPayload, g.Ref) {
+		return "", "not-bound", nil
+	}
+	tenant, _, ok := ParseRef(g.Ref)
+	if !ok {
+		return "", "unknown-ref", nil
+	}
+	if !g.NodeKnown {
+		return "", "node-unknown", nil
+	}
+	if tenant != g.CommandSubject || g.CommandTenant == "" || g.CommandTenant != g.NodeTenant {
+		return "", "tenant-mismatch", nil
+	}
+	if !g.SecretFound || g.SecretScope != ScopeTenant {
+		return "", "unknown-ref", nil
+	}
+	if g.ChainErr != nil {
+		return "", "", g.ChainErr
+	}
+	switch g.TenantState {
+	case iam.StateSuspended:
+		return "", "tenant-suspended", nil
+	case iam.StateDeleted:
+		return "", "tenant-deleted", nil
+	}
+	return tenant, "", nil
+}
+
+// envNames reports whether a sandbox command payload's "env" object has
+// ref as one of its values (exactly: a reference inside a longer value
+// is not one).
+func envNames(payload []byte, ref string) bool {
+	var p struct {
+		Env map[string]string `json:"env"`
+	}
+	if json.Unmarshal(payload, &p) != nil {
+		return false
+	}
+	for _, v := range p.Env {
+		if v == ref {
+			return true
+		}
+	}
+	return false
 }
 
 // payloadNames reports whether a command payload's "ref" field is ref.
@@ -231,12 +311,13 @@ type sealedSecret struct {
 // tenant's state.
 func (s *Service) readGrant(ctx context.Context, nodeID string, body *nodev1.SecretRequestBody, now time.Time) (grantFacts, sealedSecret) {
 	g := grantFacts{Ref: body.Ref}
-	var err error
-	g.CommandTenant, g.CommandPayload, g.CommandLive, err = s.cmds.LivePayload(ctx, nodeID, body.CommandId, now)
+	live, ok, err := s.cmds.LiveCommand(ctx, nodeID, body.CommandId, now)
 	if err != nil {
 		s.log.Warn("read the command of a secret request", "err", err)
-		g.CommandLive = false
+		ok = false
 	}
+	g.CommandLive = ok
+	g.CommandTenant, g.CommandPayload, g.CommandSubject, g.CommandKind = live.Tenant, live.Payload, live.Subject, live.Kind
 	nodeTenant, err := s.nodes.TenantOf(ctx, nodeID)
 	g.NodeTenant, g.NodeKnown = nodeTenant, err == nil
 	var sec sealedSecret
@@ -244,7 +325,7 @@ func (s *Service) readGrant(ctx context.Context, nodeID string, body *nodev1.Sec
 	if !ok {
 		return g, sec
 	}
-	err = s.db.QueryRowContext(ctx, sqlSealedLatest, body.Ref, tenant).Scan(&sec.version, &sec.sealed)
+	err = s.db.QueryRowContext(ctx, sqlSealedLatest, body.Ref, tenant).Scan(&sec.version, &sec.sealed, &g.SecretScope)
 	g.SecretFound = err == nil
 	if !g.SecretFound {
 		return g, sec

@@ -261,3 +261,58 @@ func FuzzCheckGrant(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckSubjectGrant: a sandbox command a module runs on a fleet host
+// for a tenant gets that tenant's own secret only while it is live, is a
+// sandbox create or claim, names the reference as an env value, and the
+// secret is tenant-scoped: never another tenant's, never a fleet secret.
+func TestCheckSubjectGrant(t *testing.T) {
+	ref := "secret://tabc/db"
+	good := grantFacts{Ref: ref, CommandLive: true, CommandTenant: iam.RootTenant, CommandSubject: "tabc", CommandKind: kindSandboxCreate,
+		CommandPayload: []byte(`{"sandbox_id":"sbx_1","env":{"DB":"` + ref + `"}}`),
+		NodeTenant:     iam.RootTenant, NodeKnown: true, SecretFound: true, SecretScope: ScopeTenant, TenantState: iam.StateActive}
+	cases := []struct {
+		name string
+		edit func(g *grantFacts)
+		want string
+	}{
+		{name: "create", edit: func(*grantFacts) {}},
+		{name: "claim", edit: func(g *grantFacts) { g.CommandKind = kindSandboxUpdate }},
+		{name: "no live command", edit: func(g *grantFacts) { g.CommandLive = false }, want: "not-bound"},
+		{name: "exec", edit: func(g *grantFacts) { g.CommandKind = "sandbox.exec" }, want: "not-bound"},
+		{name: "other kind", edit: func(g *grantFacts) { g.CommandKind = "secret.digest" }, want: "not-bound"},
+		{name: "ref field, not env", edit: func(g *grantFacts) { g.CommandPayload = []byte(`{"ref":"` + ref + `"}`) }, want: "not-bound"},
+		{name: "env names another", edit: func(g *grantFacts) { g.CommandPayload = []byte(`{"env":{"DB":"secret://tabc/other"}}`) }, want: "not-bound"},
+		{name: "ref inside a value", edit: func(g *grantFacts) { g.CommandPayload = []byte(`{"env":{"DB":"x ` + ref + `"}}`) }, want: "not-bound"},
+		{name: "ref as a key", edit: func(g *grantFacts) { g.CommandPayload = []byte(`{"env":{"` + ref + `":"x"}}`) }, want: "not-bound"},
+		{name: "another tenant's secret", edit: func(g *grantFacts) {
+			g.Ref, g.CommandPayload = "secret://tother/db", []byte(`{"env":{"DB":"secret://tother/db"}}`)
+		}, want: "tenant-mismatch"},
+		{name: "fleet secret named", edit: func(g *grantFacts) {
+			r := Ref(iam.RootTenant, "db")
+			g.Ref, g.CommandPayload = r, []byte(`{"env":{"DB":"`+r+`"}}`)
+		}, want: "tenant-mismatch"},
+		{name: "fleet-scoped secret of the root subject", edit: func(g *grantFacts) {
+			r := Ref(iam.RootTenant, "db")
+			g.Ref, g.CommandPayload, g.CommandSubject, g.SecretScope = r, []byte(`{"env":{"DB":"`+r+`"}}`), iam.RootTenant, ScopeFleet
+		}, want: "unknown-ref"},
+		{name: "node of another tenant", edit: func(g *grantFacts) { g.NodeTenant = "tother" }, want: "tenant-mismatch"},
+		{name: "node unknown", edit: func(g *grantFacts) { g.NodeKnown = false }, want: "node-unknown"},
+		{name: "secret missing", edit: func(g *grantFacts) { g.SecretFound = false }, want: "unknown-ref"},
+		{name: "suspended", edit: func(g *grantFacts) { g.TenantState = iam.StateSuspended }, want: "tenant-suspended"},
+		{name: "deleted", edit: func(g *grantFacts) { g.TenantState = iam.StateDeleted }, want: "tenant-deleted"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := good
+			c.edit(&g)
+			tenant, reason, err := checkGrant(g)
+			if reason != c.want || err != nil {
+				t.Fatalf("reason %q err %v, want %q", reason, err, c.want)
+			}
+			if (reason == "") != (tenant == "tabc" || (tenant == iam.RootTenant && g.CommandSubject == iam.RootTenant)) {
+				t.Fatalf("tenant %q with reason %q", tenant, reason)
+			}
+		})
+	}
+}

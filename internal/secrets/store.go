@@ -39,9 +39,13 @@ const (
 	// sqlExists tells whether a tenant holds a live version of a reference.
 	sqlExists = `SELECT 1 FROM secrets WHERE ref = $1 AND tenant_id = $2 AND deleted_at IS NULL LIMIT 1`
 
-	// sqlSealedLatest reads the sealed value of a reference's latest live
-	// version in its tenant, for a release.
-	sqlSealedLatest = `SELECT version, sealed FROM secrets WHERE ref = $1 AND tenant_id = $2 AND deleted_at IS NULL ORDER BY version DESC LIMIT 1`
+	// sqlTenantScoped tells whether a tenant holds a live tenant-scoped
+	// version of a reference.
+	sqlTenantScoped = `SELECT 1 FROM secrets WHERE ref = $1 AND tenant_id = $2 AND scope = 'tenant' AND deleted_at IS NULL LIMIT 1`
+
+	// sqlSealedLatest reads the sealed value and scope of a reference's
+	// latest live version in its tenant, for a release.
+	sqlSealedLatest = `SELECT version, sealed, scope FROM secrets WHERE ref = $1 AND tenant_id = $2 AND deleted_at IS NULL ORDER BY version DESC LIMIT 1`
 
 	// sqlResealPage reads the next page of every version, live or deleted,
 	// after (ref, version), for a KEK rotation.

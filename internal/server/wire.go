@@ -48,7 +48,7 @@ func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 	cp.APIKeys = apikeys.New(o.DB, o.Clock, cp.IAM)
 	commandStore := commands.NewStore(o.DB)
 	if r.api {
-		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, commandStore, cp.Events, o.Log)
+		cp.Secrets = secrets.New(o.DB, o.Clock, o.KEK, cp.IAM, cp.Nodes, liveCommands{st: commandStore}, cp.Events, o.Log)
 	}
 	cp.Commands = commands.New(commands.Deps{Store: commandStore, Clock: o.Clock, Bus: cp.Bus, Nodes: cp.Nodes, Batches: cp.Quorum,
 		Quotas: cp.Quotas, Secrets: secretRefs{s: cp.Secrets}, Log: o.Log})
@@ -59,6 +59,7 @@ func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 	cp.Sandboxes = sandboxes.New(o.DB, o.Clock, cp.Bus, cp.Commands, cp.Nodes, cp.Quotas, bucket, o.Log)
 	cp.Sandboxes.SetMaxImageBytes(o.SandboxMaxImageBytes)
 	cp.Sandboxes.SetOwners(cp.IAM)
+	cp.Sandboxes.SetSecretEnv(o.KEK, tenantSecrets{s: cp.Secrets})
 	if r.api {
 		if cp.BreakGlass, err = breakglass.New(o.DB, o.Clock, cp.Commands, cp.Nodes, k.breakGlass, o.Log); err != nil {
 			return err

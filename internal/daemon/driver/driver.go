@@ -39,6 +39,14 @@ func WithSecrets(ctx context.Context, f SecretFetcher) context.Context {
 	return context.WithValue(ctx, secretsKey{}, f)
 }
 
+// SecretsFrom returns the fetcher WithSecrets put in ctx, or nil: a
+// driver resolving a reference the signed command carries (a sandbox's
+// secret env) asks the broker through it, for that command.
+func SecretsFrom(ctx context.Context) SecretFetcher {
+	f, _ := ctx.Value(secretsKey{}).(SecretFetcher)
+	return f
+}
+
 type commandKey struct{}
 
 // WithCommand returns ctx carrying signed, the marshalled

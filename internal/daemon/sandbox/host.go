@@ -120,6 +120,12 @@ type Host struct {
 	// loaded are the sandboxes the host found running at open, not yet
 	// checked against their signed commands (Adopt).
 	loaded []string
+	// secretVals holds, in memory only, the values of the secret
+	// references each sandbox's env names (sandbox id → reference →
+	// value), resolved through the broker for the create or claim that
+	// carried them. State.Env keeps the references; nothing writes a
+	// value to a file, the journal, a log or a result.
+	secretVals map[string]map[string]string
 }
 
 // ReasonRuntimeDied is the reason a host gives for a sandbox whose
@@ -181,7 +187,7 @@ func OpenHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if s, ok := rts[spec.RuntimeSim].(*Sim); ok {
 		s.useDir(filepath.Join(cfg.Dir, "sim"))
 	}
-	h := &Host{cfg: cfg, rts: rts, names: names, sbx: map[string]*State{}, failed: map[string]bool{}}
+	h := &Host{cfg: cfg, rts: rts, names: names, sbx: map[string]*State{}, failed: map[string]bool{}, secretVals: map[string]map[string]string{}}
 	ents, err := os.ReadDir(filepath.Join(cfg.Dir, "state"))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: read state: %w", err)
@@ -323,11 +329,16 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 	if c.DeadlineMS <= now.UnixMilli() {
 		return nil, errors.New("deadline-passed")
 	}
+	vals, err := h.resolveEnv(ctx, c.SandboxID, c.Env)
+	if err != nil {
+		return nil, err
+	}
 	st, err := h.reserve(c, now)
 	if err != nil {
 		return nil, err
 	}
 	st.SignedCreate = driver.CommandFrom(ctx)
+	h.keepSecrets(c.SandboxID, vals)
 	// The state is written before anything starts, so the sweep removes
 	// whatever a crash in the middle leaves behind.
 	if err := h.save(st); err != nil {
@@ -527,6 +538,15 @@ func (h *Host) programFor(id string) (program, error) {
 	if ok {
 		vars := map[string]string{}
 		for k, v := range st.Env {
+			if _, _, ref := spec.SecretRef(v); ref {
+				// Only the value resolved for this sandbox, never the
+				// reference's text; none after a restart (in memory only).
+				val, ok := h.secretVals[id][v]
+				if !ok {
+					continue
+				}
+				v = val
+			}
 			vars[k] = v
 		}
 		if st.Link != nil {
@@ -565,6 +585,13 @@ func (h *Host) Update(ctx context.Context, payload []byte) ([]byte, error) {
 	if err := strictJSON(payload, &u); err != nil || u.Validate() != nil {
 		return nil, errors.New("payload-invalid")
 	}
+	var vals map[string]string
+	if u.Claim {
+		var err error
+		if vals, err = h.resolveEnv(ctx, u.SandboxID, u.Env); err != nil {
+			return nil, err
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st, ok := h.sbx[u.SandboxID]
@@ -580,6 +607,9 @@ func (h *Host) Update(ctx context.Context, payload []byte) ([]byte, error) {
 		}
 		st.Warm, st.Env = false, u.Env
 		st.SignedClaim = driver.CommandFrom(ctx)
+		if len(vals) > 0 {
+			h.secretVals[u.SandboxID] = vals
+		}
 	}
 	st.DeadlineMS = u.DeadlineMS
 	st.SignedUpdate = driver.CommandFrom(ctx)
@@ -669,6 +699,53 @@ func (h *Host) holds(id string) bool {
 func (h *Host) forget(id string) {
 	h.mu.Lock()
 	delete(h.sbx, id)
+	delete(h.secretVals, id)
+	h.mu.Unlock()
+}
+
+// ReasonSecretUnavailable is the reason a create or claim fails when a
+// secret reference its env names could not be resolved through the
+// broker (refused, or no broker on this path: the root helper's).
+const ReasonSecretUnavailable = "secret-unavailable"
+
+// resolveEnv fetches, through the broker and for the command being run
+// (driver.SecretsFrom), the value of every secret reference env names,
+// and returns them by reference. It logs only the sandbox and the count.
+func (h *Host) resolveEnv(ctx context.Context, id string, env map[string]string) (map[string]string, error) {
+	var vals map[string]string
+	for _, v := range env {
+		if _, _, ok := spec.SecretRef(v); !ok {
+			continue
+		}
+		if _, seen := vals[v]; seen {
+			continue
+		}
+		fetch := driver.SecretsFrom(ctx)
+		if fetch == nil {
+			h.cfg.Log.Warn("sandbox secret env without a broker", "sandbox_id", id)
+			return nil, errors.New(ReasonSecretUnavailable)
+		}
+		b, err := fetch(ctx, v)
+		if err != nil {
+			h.cfg.Log.Warn("sandbox secret env refused", "sandbox_id", id)
+			return nil, errors.New(ReasonSecretUnavailable)
+		}
+		if vals == nil {
+			vals = map[string]string{}
+		}
+		vals[v] = string(b)
+		clear(b)
+	}
+	return vals, nil
+}
+
+// keepSecrets holds sandbox id's resolved secret values in memory.
+func (h *Host) keepSecrets(id string, vals map[string]string) {
+	if len(vals) == 0 {
+		return
+	}
+	h.mu.Lock()
+	h.secretVals[id] = vals
 	h.mu.Unlock()
 }
 

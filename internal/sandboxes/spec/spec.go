@@ -309,3 +309,40 @@ func ValidEnv(env map[string]string) error {
 	}
 	return nil
 }
+
+// SecretRefPrefix starts an env value that names a secret
+// (secret://TENANT/NAME): the signed spec carries the reference, and the
+// host resolves it through the secrets broker for the command that
+// carries it; the value reaches only the sandbox's processes.
+const SecretRefPrefix = "secret://"
+
+var secretNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// SecretRef splits an env value that is exactly a secret reference into
+// its tenant and name; ok is false for any other value.
+func SecretRef(v string) (tenant, name string, ok bool) {
+	rest, ok := strings.CutPrefix(v, SecretRefPrefix)
+	if !ok {
+		return "", "", false
+	}
+	tenant, name, ok = strings.Cut(rest, "/")
+	if !ok || tenant == "" || len(tenant) > 64 || !secretNameRE.MatchString(name) {
+		return "", "", false
+	}
+	return tenant, name, true
+}
+
+// CheckSecretEnv refuses an env value that mentions a secret reference
+// (secret://, in any case) without being exactly one: a reference is
+// resolved only as a whole value.
+func CheckSecretEnv(env map[string]string) error {
+	for k, v := range env {
+		if strings.Contains(strings.ToLower(k), SecretRefPrefix) {
+			return fmt.Errorf("env: a name may not hold a secret reference")
+		}
+		if _, _, ok := SecretRef(v); !ok && strings.Contains(strings.ToLower(v), SecretRefPrefix) {
+			return fmt.Errorf("env %s: a value naming a secret must be exactly secret://TENANT/NAME", k)
+		}
+	}
+	return nil
+}

@@ -48,6 +48,9 @@ func allMethods() []api.Method {
 // (api.Caller.Allowed), with the method and the resource they are decided on.
 var furtherActions = []struct{ action, method, resource string }{
 	{api.ActionKeysForOthers, "apiKeys.create", "`identity/<id>`, when the key is for another identity than the caller's"},
+	{api.ActionSecretsManage, "templates.create", "`secret/<ref>`, for each secret reference the template's env names"},
+	{api.ActionSecretsManage, "templates.update", "`secret/<ref>`, for each reference the new env names and, when the update changes what the guest runs, each the template names now"},
+	{"compute:templates:update", "templates.get", "`template/<id>`, when the env has plain values: a caller refused sees them redacted"},
 }
 
 // renderActions is the action table: every action, the methods decided on
