@@ -115,7 +115,7 @@ func startLocked(ctx context.Context, o Options) (*Env, error) {
 	}
 	cp, err := server.Start(ctx, server.Options{DB: db, Bundle: b, KEK: kek, Clock: o.Clock, Log: o.Log,
 		APIListen: o.APIListen, GatewayListen: o.GatewayAddr, SandboxImages: images,
-		Roles: []string{server.RoleAPI, server.RoleGateway, server.RoleWorkers, server.RoleLanes}, LanesListen: "127.0.0.1:0"})
+		Roles: []string{server.RoleAPI, server.RoleGateway, server.RoleWorkers, server.RoleLanes, server.RolePreview}, LanesListen: "127.0.0.1:0", PreviewListen: "127.0.0.1:0"})
 	if err != nil {
 		db.Close()
 		return nil, err

@@ -122,35 +122,38 @@ func (k *Keys) Verifier(ctx context.Context) (*previewtoken.Verifier, error) {
 }
 
 // Reseal re-seals the stored preview key from the KEK old to next (a KEK
-// rotation); a key already sealed under next is left as it is. It returns
-// whether it re-sealed one.
-func Reseal(ctx context.Context, db *store.DB, old, next pki.KEK) (bool, error) {
+// rotation); a key already sealed under next is left as it is.
+func Reseal(ctx context.Context, db *store.DB, old, next pki.KEK) (pki.RekeyCount, error) {
+	var c pki.RekeyCount
 	var r row
 	err := db.QueryRowContext(ctx, sqlReadKey, slotCurrent).Scan(&r.kid, &r.sealed, &r.public)
 	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
+		return c, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("previews: read key: %w", err)
+		return c, fmt.Errorf("previews: read key: %w", err)
 	}
-	if _, err := pki.Open(next, r.sealed, keyAAD(r.kid)); err == nil {
-		return false, nil
+	if seed, err := pki.Open(next, r.sealed, keyAAD(r.kid)); err == nil {
+		clear(seed)
+		c.AlreadyDone++
+		return c, nil
 	}
 	seed, err := pki.Open(old, r.sealed, keyAAD(r.kid))
 	if err != nil {
-		return false, fmt.Errorf("previews: open key under the old KEK: %w", err)
+		return c, fmt.Errorf("previews: open key under the old KEK: %w", err)
 	}
 	defer clear(seed)
 	sealed, err := pki.Seal(next, seed, keyAAD(r.kid))
 	if err != nil {
-		return false, fmt.Errorf("previews: seal key: %w", err)
+		return c, fmt.Errorf("previews: seal key: %w", err)
 	}
 	res, err := db.ExecContext(ctx, sqlResealKey, slotCurrent, r.sealed, sealed)
 	if err != nil {
-		return false, fmt.Errorf("previews: re-seal key: %w", err)
+		return c, fmt.Errorf("previews: re-seal key: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
-		return false, errors.New("previews: the preview key changed while it was being re-sealed; stop the control plane and run the rotation again")
+		return c, errors.New("previews: the preview key changed while it was being re-sealed; stop the control plane and run the rotation again")
 	}
-	return true, nil
+	c.Resealed++
+	return c, nil
 }
