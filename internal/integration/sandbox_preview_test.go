@@ -84,13 +84,16 @@ func TestSandboxPreviewServesBusyboxHttpd(t *testing.T) {
 		if code, body := get(t, tampered); code != http.StatusNotFound || body != previews.NotFoundBody {
 			t.Fatalf("tampered preview: %d %q", code, body)
 		}
-		// Another tenant: NOT_FOUND exactly as a missing sandbox.
+		// Another tenant: refused exactly as for a missing sandbox (the
+		// envelope resolves the sandbox's tenant first).
 		_, other := s.TenantAdmin(t, "other")
+		const missing = "sbxmissingmissingmi"
 		errOther := other.Call(ctx, "sandboxes.preview", map[string]any{"id": x.ID, "port": 8080}, nil)
-		errMissing := other.Call(ctx, "sandboxes.preview", map[string]any{"id": "sb_missing", "port": 8080}, nil)
+		errMissing := other.Call(ctx, "sandboxes.preview", map[string]any{"id": missing, "port": 8080}, nil)
 		var eo, em *client.Error
-		if !errors.As(errOther, &eo) || !errors.As(errMissing, &em) || eo.Code != "NOT_FOUND" || eo.Code != em.Code || eo.Message != em.Message || eo.Status != em.Status {
-			t.Fatalf("other tenant's preview: %v; missing sandbox: %v; want the same NOT_FOUND", errOther, errMissing)
+		if !errors.As(errOther, &eo) || !errors.As(errMissing, &em) || eo.Code != "ACCESS_DENIED" || eo.Code != em.Code || eo.Status != em.Status ||
+			withoutRequest(strings.ReplaceAll(eo.Message, x.ID, "ID")) != withoutRequest(strings.ReplaceAll(em.Message, missing, "ID")) {
+			t.Fatalf("other tenant's preview: %v; missing sandbox: %v; want the same refusal", errOther, errMissing)
 		}
 		// Rotating the key kills the URL; one issued after works.
 		if err := s.Client.Call(ctx, "previews.rotateKey", map[string]any{}, nil); err != nil {
@@ -137,4 +140,12 @@ func tamper(url string) string {
 		c = 'B'
 	}
 	return url[:i] + string(c) + url[i+1:]
+}
+
+// withoutRequest drops an error message's "(request …)" suffix.
+func withoutRequest(msg string) string {
+	if i := strings.LastIndex(msg, " (request "); i >= 0 {
+		return msg[:i]
+	}
+	return msg
 }
