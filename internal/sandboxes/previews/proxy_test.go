@@ -122,14 +122,13 @@ func (k keySource) Verifier(context.Context) (*previewtoken.Verifier, error) { r
 // rig is a proxy in front of a real listener standing in for the
 // sandbox's port.
 type rig struct {
-	proxy  *httptest.Server
-	port   *countingListener
-	open   *opener
-	sign   *signer
-	key    previewtoken.Key
-	clk    *clock.Fake
-	sbx    fakeSandboxes
-	handle func(w http.ResponseWriter, r *http.Request)
+	proxy *httptest.Server
+	port  *countingListener
+	open  *opener
+	sign  *signer
+	key   previewtoken.Key
+	clk   *clock.Fake
+	sbx   fakeSandboxes
 }
 
 func newRig(t *testing.T, backend http.Handler) *rig {
