@@ -192,9 +192,8 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	imageStore := ""
 	if o.SandboxRuntime != "" {
 		imageStore = sandboxImageStore(t, dir)
-		so.SandboxImages = imageStore
 		// Sandboxes come with the preview role (sandboxes.preview's URLs).
-		so.Roles = []string{server.RoleAPI, server.RoleGateway, server.RoleWorkers, server.RolePreview}
+		so.SandboxImages, so.Roles = imageStore, []string{server.RoleAPI, server.RoleGateway, server.RoleWorkers, server.RolePreview}
 	}
 	if o.Tune != nil {
 		o.Tune(&so)
