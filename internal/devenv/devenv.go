@@ -146,7 +146,7 @@ func (e *Env) bringUp(ctx context.Context, o Options, images string) error {
 	if err := e.waitNodes(ctx, o.Nodes, up); err != nil {
 		return err
 	}
-	e.SandboxHint = seedSandboxes(ctx, e.CP, runtime)
+	e.SandboxHint = seedSandboxes(ctx, e.CP, runtime) + previewHint(runtime, e.CP.PreviewAddr)
 	if o.Bastion {
 		if err := e.startBastion(ctx, o); err != nil {
 			return err
