@@ -55,7 +55,7 @@ func (cp *ControlPlane) startPreview(o Options, k keys, now time.Time) error {
 		}
 		lis = tls.NewListener(lis, &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCert, NextProtos: []string{"http/1.1"}})
 	}
-	cp.serveHTTP("preview", &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
+	cp.serveHTTP("preview", &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		DisableGeneralOptionsHandler: true}, lis)
 	return nil
 }

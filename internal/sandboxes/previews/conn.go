@@ -78,14 +78,26 @@ func (c *streamConn) Close() error {
 	return nil
 }
 
-func (c *streamConn) LocalAddr() net.Addr              { return streamAddr{} }
-func (c *streamConn) RemoteAddr() net.Addr             { return streamAddr{} }
-func (c *streamConn) SetDeadline(time.Time) error      { return nil }
-func (c *streamConn) SetReadDeadline(time.Time) error  { return nil }
+// LocalAddr is the stream's (placeholder) address.
+func (c *streamConn) LocalAddr() net.Addr { return streamAddr{} }
+
+// RemoteAddr is the stream's (placeholder) address.
+func (c *streamConn) RemoteAddr() net.Addr { return streamAddr{} }
+
+// SetDeadline does nothing: see streamConn.
+func (c *streamConn) SetDeadline(time.Time) error { return nil }
+
+// SetReadDeadline does nothing: see streamConn.
+func (c *streamConn) SetReadDeadline(time.Time) error { return nil }
+
+// SetWriteDeadline does nothing: see streamConn.
 func (c *streamConn) SetWriteDeadline(time.Time) error { return nil }
 
 // streamAddr is a stream's address.
 type streamAddr struct{}
 
+// Network names the stream's kind.
 func (streamAddr) Network() string { return "bc-preview" }
-func (streamAddr) String() string  { return "sandbox-preview" }
+
+// String names the stream.
+func (streamAddr) String() string { return "sandbox-preview" }
