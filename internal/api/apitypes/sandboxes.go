@@ -60,8 +60,8 @@ type ExecIn struct {
 // day, and never past the sandbox's deadline).
 type SandboxPreviewIn struct {
 	ID         string `json:"id" api:"max=64"`
-	Port       int    `json:"port"`
-	TTLSeconds int64  `json:"ttl_seconds,omitempty"`
+	Port       int    `json:"port" api:"min=1,max=65535"`
+	TTLSeconds int64  `json:"ttl_seconds,omitempty" api:"min=0,max=86400"`
 }
 
 // PreviewKeyOut is previews.rotateKey's answer: the new key's id.
