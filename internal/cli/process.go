@@ -46,6 +46,7 @@ func devCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			o.Log = newLogger(cmd.ErrOrStderr(), level)
+			o.Progress = cmd.ErrOrStderr()
 			ports, err := daemon.ParseTunnelPorts("--tunnel-ports", tunnelPorts)
 			if err != nil {
 				return &ExitError{Code: 2, Err: err}
@@ -84,6 +85,7 @@ func devCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&o.DataDir, "data", defaultDevDir(), "directory that keeps all state (control.db, pki/, nodes/, env)")
 	c.Flags().IntVar(&o.Nodes, "nodes", 3, "number of simulated nodes")
+	c.Flags().BoolVar(&o.InstallPackages, "install-packages", true, "as root, install what sandboxes need (busybox-static, runc) with apt-get when it is missing (false: only say what to run)")
 	c.Flags().BoolVar(&o.Bastion, "bastion", true, "pair one local bastion (DATA/bastion) forwarding a stand-in model server on loopback, granted inference on tinyllama:latest (--bastion=false: none)")
 	c.Flags().UintSliceVar(&tunnelPorts, "tunnel-ports", []uint{22}, "ports on 127.0.0.1 the simulated nodes let tunnels reach (comma-separated), as bcd node --tunnel-port")
 	defaults := config.Default()

@@ -247,42 +247,83 @@ func (s *Service) node(ctx context.Context, nodeID string) (nodes.TenantRole, bo
 // create reads the node, decides (checkCreate, then the secret
 // references), and writes the command and its audit row.
 func (s *Service) create(ctx context.Context, actor audit.Entry, module, nodeID, kind string, payload json.RawMessage, ttl time.Duration, batchID string) (Command, error) {
+	p, err := s.prepare(ctx, actor, module, nodeID, kind, payload, ttl, batchID)
+	if err != nil {
+		return Command{}, err
+	}
+	if err := s.store.tx(ctx, func(tx *sql.Tx) error { return p.Write(ctx, tx) }); err != nil {
+		return Command{}, err
+	}
+	p.Queued()
+	return p.c, nil
+}
+
+// Prepared is a command decided and ready to be written in its caller's
+// own transaction (PrepareOwned): a module whose state change and command
+// must commit together (a warm claim and its sandbox.update) writes both
+// in one transaction.
+type Prepared struct {
+	s      *Service
+	c      Command
+	actor  audit.Entry
+	tenant string
+	digest string
+}
+
+// PrepareOwned decides a command of a kind that module owns as
+// CreateOwned does, without writing it: Write writes it (with its audit
+// row and in-flight admission) in the caller's transaction, and Queued
+// wakes the signer once that transaction committed.
+func (s *Service) PrepareOwned(ctx context.Context, module string, actor audit.Entry, nodeID, kind string, payload json.RawMessage, ttl time.Duration) (*Prepared, error) {
+	if module == "" {
+		return nil, errs.New(errs.InvalidInput, "module is required")
+	}
+	return s.prepare(ctx, actor, module, nodeID, kind, payload, ttl, "")
+}
+
+// prepare reads the node and decides (checkCreate, then the secret
+// references).
+func (s *Service) prepare(ctx context.Context, actor audit.Entry, module, nodeID, kind string, payload json.RawMessage, ttl time.Duration, batchID string) (*Prepared, error) {
 	if err := checkKind(kind, module); err != nil {
-		return Command{}, err // before the read, as always
+		return nil, err // before the read, as always
 	}
 	node, found, err := s.node(ctx, nodeID)
 	if err != nil {
-		return Command{}, err
+		return nil, err
 	}
 	plan, err := checkCreate(createRequest{scope: iam.ScopeOf(actor.TenantID), module: module, kind: kind, payload: payload, ttl: ttl}, node, found)
 	if err != nil {
-		return Command{}, err
+		return nil, err
 	}
 	if err := s.checkSecrets(ctx, plan.tenant, plan.refs); err != nil {
-		return Command{}, err
+		return nil, err
 	}
-	now := s.clk.Now()
-	c := newCommand(actor, nodeID, plan.tenant, kind, plan.payload, now, plan.ttl)
+	c := newCommand(actor, nodeID, plan.tenant, kind, plan.payload, s.clk.Now(), plan.ttl)
 	c.BatchID = batchID
-	err = s.store.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.admitInFlight(ctx, tx, map[string]int64{plan.tenant: 1}); err != nil {
-			return err
-		}
-		if err := s.store.insert(ctx, tx, c); err != nil {
-			return err
-		}
-		e := createdEntry(actor, c, payloadDigest(plan.payload))
-		if batchID != "" {
-			e.Details["batch_id"] = batchID
-		}
-		return audit.Record(ctx, tx, now, e)
-	})
-	if err != nil {
-		return Command{}, err
-	}
-	s.bus.Publish(bus.TopicSign)
-	return c, nil
+	return &Prepared{s: s, c: c, actor: actor, tenant: plan.tenant, digest: payloadDigest(plan.payload)}, nil
 }
+
+// Command is the command as Write writes it.
+func (p *Prepared) Command() Command { return p.c }
+
+// Write admits the command against its tenant's in-flight quota and
+// writes it and its audit row in tx.
+func (p *Prepared) Write(ctx context.Context, tx *sql.Tx) error {
+	if err := p.s.admitInFlight(ctx, tx, map[string]int64{p.tenant: 1}); err != nil {
+		return err
+	}
+	if err := p.s.store.insert(ctx, tx, p.c); err != nil {
+		return err
+	}
+	e := createdEntry(p.actor, p.c, p.digest)
+	if p.c.BatchID != "" {
+		e.Details["batch_id"] = p.c.BatchID
+	}
+	return audit.Record(ctx, tx, p.c.CreatedAt, e)
+}
+
+// Queued wakes the signer for the written command (after its commit).
+func (p *Prepared) Queued() { p.s.bus.Publish(bus.TopicSign) }
 
 // newCommand is a new queued command.
 func newCommand(actor audit.Entry, nodeID, tenant, kind string, payload json.RawMessage, now time.Time, ttl time.Duration) Command {

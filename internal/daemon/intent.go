@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"crypto/ed25519"
 	"errors"
 	"os"
@@ -129,6 +130,10 @@ func (n *Node) loadIntent() {
 // held stays.
 func (n *Node) acceptDesiredState(sd *nodev1.SignedDesiredState) error {
 	gen, err := n.takeDesiredState(sd)
+	if err == nil {
+		// The root helper adopts only with a desired state to check.
+		n.adoptSandboxes(context.Background())
+	}
 	n.mu.Lock()
 	f := n.onIntent
 	n.mu.Unlock()

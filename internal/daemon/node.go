@@ -133,6 +133,8 @@ type Node struct {
 
 	// reports are the sandbox reports awaiting their ack.
 	reports *reports
+	// adoption is the adoption of the sandboxes found at open (reports.go).
+	adoption adoption
 	// hev are the root helper's events awaiting their ack.
 	hev *helperEvents
 	// outbox holds the results awaiting their ack, for whichever session
@@ -178,6 +180,10 @@ func Open(cfg Config) (*Node, error) {
 	}
 	if sf, ok := cfg.Driver.(SandboxFailures); ok {
 		sf.OnSandboxFailed(n.ReportSandboxFailed)
+	}
+	if a, ok := cfg.Driver.(SandboxAdopter); ok {
+		n.adoption.by = a
+		n.adoptSandboxes(context.Background())
 	}
 	if err := n.failInterrupted(); err != nil {
 		return nil, err
@@ -480,6 +486,7 @@ func (n *Node) Dial() (*grpc.ClientConn, error) {
 // ErrRevoked) instead of reconnecting.
 func (n *Node) Run(ctx context.Context) error {
 	defer n.executors.Wait()
+	n.adoptSandboxes(ctx) // if Open could not (the helper had no desired state)
 	if n.cfg.HelperEvents != nil {
 		pctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})

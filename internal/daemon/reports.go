@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"sync"
 
@@ -14,6 +15,56 @@ import (
 // dead (sandbox.Driver): Open registers the node's report function with it.
 type SandboxFailures interface {
 	OnSandboxFailed(f func(sandboxID, reason string))
+}
+
+// SandboxAdopter is a driver whose sandbox host can adopt the sandboxes
+// it found running at open (sandbox.Driver, sandbox.HelperDriver): it
+// checks each against the signed commands it kept, verified again (by
+// the node's Verifier's CheckKept, or the root helper under its own
+// trust), kills those that do not match, and returns the ones it kept;
+// the node reports those to the control plane, which confirms each or
+// orders it deleted with a signed sandbox.delete. An error means it
+// could not adopt yet (the helper needs a desired state): the node asks
+// again at Run and at each desired state it takes, until it succeeds.
+type SandboxAdopter interface {
+	AdoptSandboxes(ctx context.Context, check func(signed []byte, kind string) ([]byte, error)) ([]string, error)
+}
+
+// sandboxAdopted is the state of a node's report that its host adopted a
+// sandbox after a restart (the control plane's sandboxes.ReportAdopted),
+// with reason reasonAdopted.
+const (
+	sandboxAdopted = "adopted"
+	reasonAdopted  = "adopted-at-restart"
+)
+
+// adoption is the node's once-per-process adoption of its sandboxes.
+type adoption struct {
+	mu   sync.Mutex
+	by   SandboxAdopter // nil: the driver hosts no sandboxes
+	done bool
+}
+
+// adoptSandboxes has the driver adopt what its host found running and
+// queues a report of each sandbox it kept, unless that already happened
+// in this process; a driver that cannot adopt yet is asked again on the
+// next call.
+func (n *Node) adoptSandboxes(ctx context.Context) {
+	n.adoption.mu.Lock()
+	defer n.adoption.mu.Unlock()
+	if n.adoption.by == nil || n.adoption.done {
+		return
+	}
+	ids, err := n.adoption.by.AdoptSandboxes(ctx, n.verify.CheckKept)
+	if err != nil {
+		n.cfg.Log.Warn("sandboxes not adopted yet", "err", err)
+		return
+	}
+	n.adoption.done = true
+	for _, id := range ids {
+		n.queueReport(&nodev1.SandboxReportBody{SandboxId: id, State: sandboxAdopted, Reason: reasonAdopted, AtMs: n.now().UnixMilli()})
+	}
+	n.cfg.Log.Info("sandboxes adopted, to report", "count", len(ids))
 }
 
 // sandboxFailed is the sandbox state a report carries: the only one a node
@@ -43,10 +94,16 @@ func newReports() *reports {
 // ReportSandboxFailed queues a signed report that sandbox id failed with
 // reason and wakes the session to send it.
 func (n *Node) ReportSandboxFailed(id, reason string) {
-	n.reports.mu.Lock()
-	n.reports.pending[id] = &pendingReport{body: &nodev1.SandboxReportBody{SandboxId: id, State: sandboxFailed, Reason: reason, AtMs: n.now().UnixMilli()}}
-	n.reports.mu.Unlock()
+	n.queueReport(&nodev1.SandboxReportBody{SandboxId: id, State: sandboxFailed, Reason: reason, AtMs: n.now().UnixMilli()})
 	n.cfg.Log.Info("sandbox failure to report", "sandbox_id", id, "reason", reason)
+}
+
+// queueReport queues a report body (replacing one pending for its
+// sandbox) and wakes the session to send it.
+func (n *Node) queueReport(b *nodev1.SandboxReportBody) {
+	n.reports.mu.Lock()
+	n.reports.pending[b.SandboxId] = &pendingReport{body: b}
+	n.reports.mu.Unlock()
 	select {
 	case n.reports.wake <- struct{}{}:
 	default:
@@ -85,10 +142,14 @@ func (n *Node) sendReports(send func(*nodev1.NodeMessage) error, fresh bool) err
 	return nil
 }
 
-// ackReport forgets an acknowledged report.
+// ackReport forgets an acknowledged report. A report queued for the same
+// sandbox since the acknowledged one was sent (an adopted sandbox found
+// dead, say) is not yet sent and stays.
 func (n *Node) ackReport(a *nodev1.SandboxReportAck) {
 	n.reports.mu.Lock()
-	delete(n.reports.pending, a.GetSandboxId())
+	if p, ok := n.reports.pending[a.GetSandboxId()]; ok && p.sent {
+		delete(n.reports.pending, a.GetSandboxId())
+	}
 	n.reports.mu.Unlock()
 }
 

@@ -184,6 +184,43 @@ func (v *Verifier) Check(c *nodev1.SignedCommand, now time.Time, allowed []strin
 	return &body, ""
 }
 
+// CheckKept verifies again a signed command the node ran earlier and a
+// driver kept (a marshalled nodev1.SignedCommand; a sandbox host keeps
+// the signed spec of each sandbox): signed by a worker key whose
+// certificate chained to the command roots in force at the command's
+// issue time, for this node, of kind. Freshness and replay are not
+// checked: the command was admitted once and is read again, not run. It
+// returns the command's payload, or an error naming the refusal reason.
+func (v *Verifier) CheckKept(signed []byte, kind string) ([]byte, error) {
+	var c nodev1.SignedCommand
+	if err := proto.Unmarshal(signed, &c); err != nil {
+		return nil, errors.New(ReasonBodyMalformed)
+	}
+	if len(c.GetSignature()) == 0 || len(c.GetSignerCertDer()) == 0 {
+		return nil, errors.New(ReasonSignatureMissing)
+	}
+	var body nodev1.CommandBody
+	if err := proto.Unmarshal(c.GetBody(), &body); err != nil {
+		return nil, errors.New(ReasonBodyMalformed)
+	}
+	pub, err := v.workerKey(c.SignerCertDer, time.UnixMilli(body.IssuedAtMs))
+	if err != nil {
+		return nil, errors.New(ReasonSignerUntrusted)
+	}
+	if !ed25519.Verify(pub, append([]byte(wire.CommandSigContext), c.Body...), c.Signature) {
+		return nil, errors.New(ReasonSignatureInvalid)
+	}
+	switch {
+	case body.CommandId != c.Id:
+		return nil, errors.New(ReasonIDMismatch)
+	case body.NodeId != v.NodeID:
+		return nil, errors.New(ReasonWrongNode)
+	case body.Kind != kind:
+		return nil, errors.New(ReasonKindNotAllowed)
+	}
+	return body.Payload, nil
+}
+
 // Errors of CheckTime. The node ignores such a statement (it keeps its
 // own clock) and logs why.
 var (

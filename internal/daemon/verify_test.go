@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
@@ -172,4 +173,48 @@ func FuzzVerifierCheck(f *testing.F) {
 			t.Fatalf("accepted an envelope the worker did not sign: id=%q", id)
 		}
 	})
+}
+
+// TestCheckKeptVerifiesAgain: a kept signed command verifies again long
+// after it expired (it is read, not run) and gives its payload; a
+// changed byte of its body or signature, a signer outside the pinned
+// roots, another node's command, another kind and bytes that are no
+// signed command are each refused by reason.
+func TestCheckKeptVerifiesAgain(t *testing.T) {
+	f := newFixture(t)
+	kept := func(c *nodev1.SignedCommand) []byte {
+		b, _ := proto.Marshal(c)
+		return b
+	}
+	good := f.sign(f.body(func(b *nodev1.CommandBody) {
+		b.Kind, b.Payload, b.ExpiresAtMs = "sandbox.create", []byte(`{"sandbox_id":"x"}`), f.now.Add(time.Minute).UnixMilli()
+	}))
+	if p, err := f.v.CheckKept(kept(good), "sandbox.create"); err != nil || string(p) != `{"sandbox_id":"x"}` {
+		t.Fatalf("kept command: %q %v", p, err)
+	}
+	tamperedBody := proto.Clone(good).(*nodev1.SignedCommand)
+	tamperedBody.Body[bytes.Index(tamperedBody.Body, []byte(`"x"`))+1] = 'y' // another sandbox
+	tamperedSig := proto.Clone(good).(*nodev1.SignedCommand)
+	tamperedSig.Signature[5] ^= 1
+	unsigned := proto.Clone(good).(*nodev1.SignedCommand)
+	unsigned.Signature = nil
+	foreign := newFixture(t).sign(f.body(func(b *nodev1.CommandBody) { b.Kind = "sandbox.create" }))
+	otherNode := f.sign(f.body(func(b *nodev1.CommandBody) { b.Kind, b.NodeId = "sandbox.create", "n2" }))
+	for name, c := range map[string]struct {
+		signed []byte
+		kind   string
+		want   string
+	}{
+		"body changed":      {kept(tamperedBody), "sandbox.create", ReasonSignatureInvalid},
+		"signature changed": {kept(tamperedSig), "sandbox.create", ReasonSignatureInvalid},
+		"unsigned":          {kept(unsigned), "sandbox.create", ReasonSignatureMissing},
+		"other roots":       {kept(foreign), "sandbox.create", ReasonSignerUntrusted},
+		"other node":        {kept(otherNode), "sandbox.create", ReasonWrongNode},
+		"other kind":        {kept(good), "sandbox.update", ReasonKindNotAllowed},
+		"not a command":     {[]byte{0xff, 0xff}, "sandbox.create", ReasonBodyMalformed},
+	} {
+		if _, err := f.v.CheckKept(c.signed, c.kind); err == nil || err.Error() != c.want {
+			t.Errorf("%s: %v, want %s", name, err, c.want)
+		}
+	}
 }

@@ -48,6 +48,11 @@ type Options struct {
 	// TunnelPorts is every simulated node's tunnel allow list (nil: the
 	// nodes' default, 22 only).
 	TunnelPorts []uint32
+	// InstallPackages lets dev install what sandboxes need (busybox-static,
+	// runc) with apt-get when they are missing and it runs as root;
+	// otherwise it says what to run. Progress shows apt-get's output.
+	InstallPackages bool
+	Progress        io.Writer
 	// Bastion also pairs and runs one local bastion in DATA/bastion that
 	// forwards a fake model server on loopback (dev only), granted
 	// inference on FakeModelPublic alone: a forward to try end to end.
@@ -138,6 +143,11 @@ func (e *Env) bringUp(ctx context.Context, o Options, images string) error {
 	if err := e.adminKey(ctx); err != nil {
 		return err
 	}
+	progress := o.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	missing := ensurePackages(ctx, o.InstallPackages, progress)
 	runtime := devRuntime()
 	up, err := e.startNodes(ctx, o, images, runtime)
 	if err != nil {
@@ -146,7 +156,7 @@ func (e *Env) bringUp(ctx context.Context, o Options, images string) error {
 	if err := e.waitNodes(ctx, o.Nodes, up); err != nil {
 		return err
 	}
-	e.SandboxHint = seedSandboxes(ctx, e.CP, runtime) + previewHint(runtime, e.CP.PreviewAddr)
+	e.SandboxHint = missing + seedSandboxes(ctx, e.CP, runtime) + previewHint(runtime, e.CP.PreviewAddr)
 	if o.Bastion {
 		if err := e.startBastion(ctx, o); err != nil {
 			return err

@@ -16,7 +16,7 @@ func knownOp(op string) bool {
 	case helperwire.OpPing, helperwire.OpFileWrite, helperwire.OpFileRemove,
 		helperwire.OpFirewallApply, helperwire.OpGPUReset, helperwire.OpReboot,
 		helperwire.OpSandboxCreate, helperwire.OpSandboxExec, helperwire.OpSandboxUpdate,
-		helperwire.OpSandboxDelete, helperwire.OpSandboxCheckpoint, helperwire.OpSandboxLabels, helperwire.OpSandboxFailures, helperwire.OpSSHAccess, helperwire.OpEventsDrain:
+		helperwire.OpSandboxDelete, helperwire.OpSandboxCheckpoint, helperwire.OpSandboxLabels, helperwire.OpSandboxFailures, helperwire.OpSandboxAdopt, helperwire.OpSSHAccess, helperwire.OpEventsDrain:
 		return true
 	}
 	return false

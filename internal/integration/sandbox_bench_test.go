@@ -27,7 +27,8 @@ import (
 // BenchmarkSandboxLatency measures, on runc, BC_SANDBOX_BENCH_N (default
 // 100) of each: a cold sandboxes.create through the whole system (API,
 // signing, gateway, bcd verification, image cache, bundle, runc), a
-// create claiming a warm sandbox, and an exec round trip (echo), each
+// create claiming a warm sandbox (beside the API's own no-op read,
+// identities.whoami), and an exec round trip (echo), each
 // beside the raw runtime doing the same on the same image in the same run
 // (the bundle, overlay and `runc run -d`; `runc exec`). Run it with
 // bench/sandbox/run; it reports medians and p99s in milliseconds.
@@ -89,7 +90,7 @@ func BenchmarkSandboxLatency(b *testing.B) {
 		return spec.Create{SandboxID: ids.New("sbx"), ImageDigest: img.Digest, Runtime: spec.RuntimeRunc, Limits: limits, Network: spec.NetworkNone,
 			DeadlineMS: time.Now().Add(time.Hour).UnixMilli()}
 	}
-	var rawRun, rawExec, cold, warm, execRT []time.Duration
+	var rawRun, rawExec, cold, warm, execRT, noop []time.Duration
 	for i := 0; i < n; i++ {
 		c := rawSpec()
 		t0 := time.Now()
@@ -172,6 +173,14 @@ func BenchmarkSandboxLatency(b *testing.B) {
 			claimed = append(claimed, x.ID)
 		}
 	}
+	// The API's own no-op read (identities.whoami), the floor of any call.
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		if err := admin.Call(ctx, "identities.whoami", struct{}{}, nil); err != nil {
+			b.Fatal(err)
+		}
+		noop = append(noop, time.Since(t0))
+	}
 	b.StopTimer()
 	report := func(name string, d []time.Duration) {
 		med, p99 := pct(d, 50), pct(d, 99)
@@ -182,6 +191,7 @@ func BenchmarkSandboxLatency(b *testing.B) {
 	report("raw-runc-run", rawRun)
 	report("create-cold", cold)
 	report("create-warm", warm)
+	report("api-noop-read", noop)
 	report("raw-runc-exec", rawExec)
 	report("exec-roundtrip", execRT)
 	if out, err := exec.Command(bin, "--version").Output(); err == nil {

@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -275,14 +276,122 @@ func TestSandboxWarmClaim(t *testing.T) {
 	if !x.FromWarm || !warmIDs[x.ID] {
 		t.Fatalf("create did not claim a warm sandbox: %+v", x)
 	}
+	// The claim answered before its update reached the host; an exec
+	// waits for the host's answer to it first.
+	if r, err := s.admin.Exec(ctx, x.ID, []string{"env"}, 10); err != nil || !bytes.Contains(r.Stdout, []byte("GREETING=hi")) {
+		t.Fatalf("env after claim: %q %v", r.Stdout, err)
+	}
 	st, _ := host.Get(x.ID)
 	if st.Warm || st.Env["GREETING"] != "hi" || st.DeadlineMS != x.ExpiresAt.UnixMilli() {
 		t.Fatalf("claimed state %+v", st)
 	}
-	if r, err := s.admin.Exec(ctx, x.ID, []string{"env"}, 10); err != nil || !bytes.Contains(r.Stdout, []byte("GREETING=hi")) {
-		t.Fatalf("env after claim: %q %v", r.Stdout, err)
+	waitWarm(t, s, tpl.ID, 2)
+}
+
+// TestSandboxWarmClaimRefusedBack: a warm claim answers before its host
+// has applied the signed update; when the host refuses that update (here:
+// the sandbox vanished from the host behind the control plane's back) the
+// claim is refused back: the sandbox fails with reason claim-refused, an
+// exec answers INVALID_STATE, and the refusal is an audit row. The
+// background settling (ConfirmClaims) does the same for a claim nobody
+// touches.
+func TestSandboxWarmClaimRefusedBack(t *testing.T) {
+	s := startSandboxes(t, storetest.NewTestSQLite(t), nil, 2)
+	ctx := context.Background()
+	sb := s.CP.Sandboxes
+	sb.HoldWarmRefill(true)
+	tpl, err := sb.Template(ctx, iam.ScopeOf(s.tenant), "small")
+	if err != nil {
+		t.Fatal(err)
 	}
 	waitWarm(t, s, tpl.ID, 2)
+	host := s.Nodes[0].Sandbox
+	for _, id := range host.Sandboxes() {
+		raw, _ := json.Marshal(spec.Delete{SandboxID: id})
+		if _, err := host.Delete(ctx, raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x, err := s.admin.CreateSandbox(ctx, "", "small")
+	if err != nil || !x.FromWarm || x.State != sandboxes.StateRunning {
+		t.Fatalf("claim: %+v %v", x, err)
+	}
+	_, err = s.admin.Exec(ctx, x.ID, []string{"true"}, 10)
+	if !errors.Is(err, client.ErrInvalidState) {
+		t.Fatalf("exec in a sandbox whose claim the host refused: %v, want INVALID_STATE", err)
+	}
+	got, err := sb.Get(ctx, iam.RootScope(), x.ID)
+	if err != nil || got.State != sandboxes.StateFailed || got.Reason != sandboxes.ReasonClaimRefused+": sandbox-not-found" {
+		t.Fatalf("after the refusal: %+v %v", got, err)
+	}
+	var refusedRows int
+	if err := s.CP.DB.QueryRowContext(ctx, `SELECT COUNT(*) FROM audit_events WHERE action = 'compute:sandboxes:create' AND resource = $1 AND outcome = 'refused'`,
+		"sandbox/"+x.ID).Scan(&refusedRows); err != nil || refusedRows != 1 {
+		t.Fatalf("%d refused audit rows for the claim (%v), want 1", refusedRows, err)
+	}
+
+	// The second claim is settled by the background pass alone.
+	y, err := s.admin.CreateSandbox(ctx, "", "small")
+	if err != nil || !y.FromWarm {
+		t.Fatalf("second claim: %+v %v", y, err)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(testenv.WaitTimeout)
+	for refused := 0; refused == 0; {
+		if refused, err = sb.ConfirmClaims(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if refused > 0 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("the refused claim was never settled")
+		}
+	}
+	if got, _ := sb.Get(ctx, iam.RootScope(), y.ID); got.State != sandboxes.StateFailed || !strings.HasPrefix(got.Reason, sandboxes.ReasonClaimRefused) {
+		t.Fatalf("after the background settling: %+v", got)
+	}
+	// A claim deleted before its (refused) update was answered is settled
+	// too, and stays deleted (no refusal, nothing left pending).
+	sb.HoldWarmRefill(false)
+	waitWarm(t, s, tpl.ID, 1)
+	sb.HoldWarmRefill(true)
+	for _, id := range host.Sandboxes() {
+		raw, _ := json.Marshal(spec.Delete{SandboxID: id})
+		if _, err := host.Delete(ctx, raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	z, err := s.admin.CreateSandbox(ctx, "", "small")
+	if err != nil || !z.FromWarm {
+		t.Fatalf("third claim: %+v %v", z, err)
+	}
+	if _, err := s.admin.DeleteSandbox(ctx, z.ID); err != nil {
+		t.Fatal(err)
+	}
+	for pending := 1; pending > 0; {
+		if _, err := sb.ConfirmClaims(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CP.DB.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE claim_command <> ''`).Scan(&pending); err != nil {
+			t.Fatal(err)
+		}
+		if pending == 0 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("a deleted claim stayed pending")
+		}
+	}
+	var state string
+	if err := s.CP.DB.QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = $1`, z.ID).Scan(&state); err != nil || state != sandboxes.StateDeleted {
+		t.Fatalf("the deleted claim is %q (%v), want deleted", state, err)
+	}
 }
 
 // waitWarm runs the warm reconciler until the template holds n warm

@@ -236,3 +236,32 @@ func extendTo(x Sandbox, by time.Duration, now time.Time) (time.Time, error) {
 	}
 	return deadline, nil
 }
+
+// Why the control plane orders a sandbox a node adopted killed (the audit
+// row's reason).
+const (
+	// AdoptKillUnknown: no sandbox has the id (a database restored from
+	// an earlier backup, or never ours).
+	AdoptKillUnknown = "adopted-unknown"
+	// AdoptKillOtherNode: the sandbox is recorded on another node.
+	AdoptKillOtherNode = "adopted-other-node"
+	// AdoptKillNotLive: the sandbox is recorded on this node but deleted,
+	// expired or failed.
+	AdoptKillNotLive = "adopted-not-live"
+)
+
+// decideAdopted is phase two of adoption: a node reports it adopted a
+// sandbox; found, host and state are the sandbox's row (found false: no
+// row). It is confirmed only when recorded live on that very node;
+// anything else is to be killed, and the answer says why.
+func decideAdopted(nodeID string, found bool, host string, state State) (confirm bool, killReason string) {
+	switch {
+	case !found:
+		return false, AdoptKillUnknown
+	case host != nodeID:
+		return false, AdoptKillOtherNode
+	case !state.Live():
+		return false, AdoptKillNotLive
+	}
+	return true, ""
+}

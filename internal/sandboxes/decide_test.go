@@ -286,3 +286,31 @@ func TestStates(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideAdopted: a sandbox a node adopted is confirmed only when the
+// control plane records it live on that node; unknown, another node's,
+// and deleted, expired or failed ones are ordered killed, by reason.
+func TestDecideAdopted(t *testing.T) {
+	for _, c := range []struct {
+		found   bool
+		host    string
+		state   State
+		confirm bool
+		why     string
+	}{
+		{true, "n1", StateRunning, true, ""},
+		{true, "n1", StateWarm, true, ""},
+		{true, "n1", StateStarting, true, ""},
+		{true, "n1", StateClaiming, true, ""},
+		{false, "", "", false, AdoptKillUnknown},
+		{true, "n2", StateRunning, false, AdoptKillOtherNode},
+		{true, "n1", StateDeleted, false, AdoptKillNotLive},
+		{true, "n1", StateExpired, false, AdoptKillNotLive},
+		{true, "n1", StateFailed, false, AdoptKillNotLive},
+	} {
+		confirm, why := decideAdopted("n1", c.found, c.host, c.state)
+		if confirm != c.confirm || why != c.why {
+			t.Errorf("%+v: got %v %q", c, confirm, why)
+		}
+	}
+}

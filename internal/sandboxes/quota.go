@@ -42,25 +42,6 @@ func (s *Service) admitSandbox(ctx context.Context, tx *sql.Tx, t Template, warm
 	return s.quotas.Admit(ctx, tx, t.TenantID, quota.Sandboxes, 1, count(countLive, StateRunning, StateClaiming, StateStarting))
 }
 
-// takeWarm marks warm sandbox id of t as being claimed, if the tenant's
-// sandboxes quota admits one more; won is false when another create took
-// it first.
-func (s *Service) takeWarm(ctx context.Context, t Template, id string, now time.Time) (won bool, err error) {
-	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if err := s.admitSandbox(ctx, tx, t, false); err != nil {
-			return err
-		}
-		res, err := tx.ExecContext(ctx, sqlTakeWarm, StateClaiming, now.UnixMilli(), id, StateWarm)
-		if err != nil {
-			return fmt.Errorf("sandboxes: claim warm: %w", err)
-		}
-		n, _ := res.RowsAffected()
-		won = n == 1
-		return nil
-	})
-	return won, err
-}
-
 // DeleteTemplate deletes a template of tenant and drains its warm pool: its
 // unclaimed sandboxes are marked deleted at once (so their host capacity
 // and the tenant's warm-pool quota are free for others) and their hosts

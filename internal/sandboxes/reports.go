@@ -3,16 +3,21 @@ package sandboxes
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"regexp"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/commands/wire"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/iam"
+	"github.com/bettercompute/bettercompute/internal/kinds"
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
 
 // EventReportRefused is the security event of a sandbox report the module
@@ -24,14 +29,20 @@ const EventReportRefused = "security.sandbox.report-refused"
 // reasonRE bounds the reason a node gives: it is shown to the tenant.
 var reasonRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
 
+// ReportAdopted is the state of a node's report that its host adopted
+// the sandbox after a restart (phase two of adoption): the module
+// confirms it or orders it killed (decideAdopted).
+const ReportAdopted = "adopted"
+
 // ApplyReport records a node's signed sandbox report received on nodeID's
 // session, opened with certificate serial. The report must be signed
 // (wire.SandboxReportSigContext) by the key of that certificate, which
-// must be nodeID's, not revoked and not expired; it must name nodeID and a
-// sandbox that nodeID hosts. Then a running or warm sandbox becomes failed
-// with the report's reason, audited in the sandbox's tenant. It returns
-// the sandbox's id when recorded or the sandbox was already final; every
-// refusal changes nothing and is recorded as an EventReportRefused.
+// must be nodeID's, not revoked and not expired, and must name nodeID.
+// A failed report must name a sandbox nodeID hosts: a running or warm
+// sandbox becomes failed with the report's reason, audited in the
+// sandbox's tenant. An adopted report is answered by applyAdopted. It
+// returns the sandbox's id when handled (the node's ack); every refusal
+// changes nothing and is recorded as an EventReportRefused.
 func (s *Service) ApplyReport(ctx context.Context, nodeID, serial string, r *nodev1.SandboxReport) (string, error) {
 	refuse := func(code errs.Code, reason string) (string, error) {
 		s.nodes.RecordRefusal(ctx, EventReportRefused, reason, nodeID)
@@ -39,7 +50,8 @@ func (s *Service) ApplyReport(ctx context.Context, nodeID, serial string, r *nod
 		return "", errs.New(code, "sandbox report refused: "+reason)
 	}
 	var b nodev1.SandboxReportBody
-	if err := proto.Unmarshal(r.GetBody(), &b); err != nil || State(b.State) != StateFailed || !reasonRE.MatchString(b.Reason) || b.SandboxId == "" {
+	if err := proto.Unmarshal(r.GetBody(), &b); err != nil || (State(b.State) != StateFailed && b.State != ReportAdopted) ||
+		!reasonRE.MatchString(b.Reason) || b.SandboxId == "" || (b.State == ReportAdopted && spec.ValidSandboxID(b.SandboxId) != nil) {
 		return refuse(errs.InvalidInput, "report-malformed")
 	}
 	if b.NodeId != nodeID {
@@ -55,18 +67,28 @@ func (s *Service) ApplyReport(ctx context.Context, nodeID, serial string, r *nod
 	}
 	var tenant, host, state string
 	err := s.db.QueryRowContext(ctx, sqlReportRow, b.SandboxId).Scan(&tenant, &host, &state)
-	if errors.Is(err, sql.ErrNoRows) {
-		return refuse(errs.NotFound, "sandbox-unknown")
-	}
-	if err != nil {
+	found := err == nil
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return "", errs.Wrap(errs.Internal, "sandbox report not recorded", err)
+	}
+	if b.State == ReportAdopted {
+		return s.applyAdopted(ctx, nodeID, b.SandboxId, found, host, State(state))
+	}
+	if !found {
+		return refuse(errs.NotFound, "sandbox-unknown")
 	}
 	if host != nodeID {
 		return refuse(errs.AccessDenied, "sandbox-other-node")
 	}
+	return s.applyFailed(ctx, nodeID, tenant, state, &b)
+}
+
+// applyFailed marks a running or warm sandbox of nodeID failed with the
+// report's reason, audited in the sandbox's tenant.
+func (s *Service) applyFailed(ctx context.Context, nodeID, tenant, state string, b *nodev1.SandboxReportBody) (string, error) {
 	now := s.clk.Now()
 	changed := false
-	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, sqlReportFail, StateFailed, b.Reason, now.UnixMilli(), b.SandboxId, nodeID, StateRunning, StateWarm)
 		if err != nil {
 			return err
@@ -89,6 +111,34 @@ func (s *Service) ApplyReport(ctx context.Context, nodeID, serial string, r *nod
 		s.log.Info("sandbox failed on its host", "sandbox_id", b.SandboxId, "node_id", nodeID, "reason", b.Reason)
 	}
 	return b.SandboxId, nil
+}
+
+// applyAdopted answers a node that adopted sandbox id after a restart:
+// confirmed (the ack alone) when the sandbox is recorded live on that
+// node, else the node is sent a signed sandbox.delete for it (the only
+// order a node kills on), audited in the root tenant with the reason.
+// The ack goes only once the delete is queued.
+func (s *Service) applyAdopted(ctx context.Context, nodeID, id string, found bool, host string, state State) (string, error) {
+	confirm, why := decideAdopted(nodeID, found, host, state)
+	if confirm {
+		s.log.Info("adopted sandbox confirmed", "sandbox_id", id, "node_id", nodeID)
+		return id, nil
+	}
+	actor := audit.Entry{TenantID: iam.RootTenant, Actor: "adoption"}
+	raw, _ := json.Marshal(spec.Delete{SandboxID: id})
+	c, err := s.commands.CreateOwned(ctx, kinds.ModuleSandboxes, system(actor), nodeID, kinds.SandboxDelete, raw, 24*time.Hour)
+	if err != nil {
+		return "", errs.Wrap(errs.Internal, "adopted sandbox's delete not queued", err)
+	}
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		return audit.Record(ctx, tx, s.clk.Now(), audit.Entry{TenantID: iam.RootTenant, Actor: "sandboxes:adoption", Action: "compute:sandboxes:adoption-kill",
+			Resource: "sandbox/" + id, Outcome: "allowed", Details: map[string]any{"reason": why, "node_id": nodeID, "command_id": c.ID}})
+	})
+	if err != nil {
+		return "", errs.Wrap(errs.Internal, "adoption kill not audited", err)
+	}
+	s.log.Warn("adopted sandbox ordered killed", "sandbox_id", id, "node_id", nodeID, "reason", why, "command_id", c.ID)
+	return id, nil
 }
 
 // checkReportSig checks a report's signature against the certificate it

@@ -46,7 +46,7 @@ type State string
 const (
 	StateStarting = "starting"
 	StateWarm     = "warm"     // started, unclaimed, no tenant environment
-	StateClaiming = "claiming" // a create is claiming it
+	StateClaiming = "claiming" // a create was claiming it (rows of releases before claims were one transaction)
 	StateRunning  = "running"
 	StateDeleted  = "deleted"
 	StateExpired  = "expired"
@@ -87,6 +87,8 @@ const TopicWarm = "sandboxes.warm"
 // (the nodes module implements it).
 type NodeLister interface {
 	List(ctx context.Context, scope iam.Scope) ([]nodes.Node, error)
+	// Connected returns which of ids hold a session now.
+	Connected(ctx context.Context, ids []string) (map[string]bool, error)
 	// CertState reads a certificate's record (nodes.ErrCertUnknown for
 	// one never issued): a sandbox report's signature is checked with it.
 	CertState(ctx context.Context, serial string) (nodes.CertState, error)
@@ -282,6 +284,9 @@ type Sandbox struct {
 	FromCheckpoint string `json:"from_checkpoint,omitempty"`
 
 	memoryMB int64
+	// claimCommand is the signed sandbox.update of a warm claim whose
+	// host has not answered yet ('' once it has).
+	claimCommand string
 	// run is what the sandbox runs, as its create spec said: a
 	// checkpoint records it, and a restore runs under it.
 	run runsAs
@@ -453,64 +458,6 @@ func (s *Service) startFrom(ctx context.Context, actor audit.Entry, t Template, 
 	return x, nil
 }
 
-// claim takes a warm sandbox of t, if one is on a connected host, gives it
-// the tenant's environment and lifetime, and returns it. It answers an
-// error only when the tenant's sandboxes quota refuses the claim.
-func (s *Service) claim(ctx context.Context, actor audit.Entry, t Template) (Sandbox, bool, error) {
-	xs, err := s.sandboxes(ctx, whereWarmOf, t.ID, StateWarm)
-	if err != nil || len(xs) == 0 {
-		return Sandbox{}, false, nil
-	}
-	connected := map[string]bool{}
-	if ns, err := s.nodes.List(ctx, iam.RootScope()); err == nil {
-		for _, n := range ns {
-			connected[n.ID] = n.Connected
-		}
-	}
-	now := s.clk.Now()
-	for _, x := range xs {
-		if !claimable(x, connected[x.NodeID], t, now) {
-			continue
-		}
-		won, err := s.takeWarm(ctx, t, x.ID, now)
-		if err != nil {
-			return Sandbox{}, false, err
-		}
-		if !won {
-			continue // another create won it
-		}
-		deadline := now.Add(time.Duration(t.Lifetime) * time.Second)
-		env := t.Env
-		if len(env) == 0 {
-			env = nil
-		}
-		u := spec.Update{SandboxID: x.ID, DeadlineMS: deadline.UnixMilli(), Claim: true, Env: env}
-		if _, err := s.run(ctx, actor, x.NodeID, kinds.SandboxUpdate, u, StartTimeout); err != nil {
-			s.log.Warn("warm claim failed", "sandbox_id", x.ID, "err", err)
-			s.setState(context.WithoutCancel(ctx), x.ID, StateClaiming, StateFailed, reasonOf(err))
-			s.deleteOnHost(context.WithoutCancel(ctx), actor, x.NodeID, x.ID)
-			continue
-		}
-		err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, sqlClaimed, StateRunning, actor.Actor, now.UnixMilli(), deadline.UnixMilli(),
-				now.Add(time.Duration(t.MaxLifetime)*time.Second).UnixMilli(), x.ID, StateClaiming); err != nil {
-				return fmt.Errorf("sandboxes: claim: %w", err)
-			}
-			a := actor
-			a.TenantID, a.Action, a.Resource, a.Outcome = t.TenantID, "compute:sandboxes:create", "sandbox/"+x.ID, "allowed"
-			a.Details = map[string]any{"template_id": t.ID, "node_id": x.NodeID, "claimed_warm": true}
-			return audit.Record(ctx, tx, now, a)
-		})
-		if err != nil {
-			s.log.Error("record warm claim", "sandbox_id", x.ID, "err", err)
-			return Sandbox{}, false, nil
-		}
-		got, err := s.Get(ctx, iam.RootScope(), x.ID)
-		return got, err == nil, nil
-	}
-	return Sandbox{}, false, nil
-}
-
 func (s *Service) setState(ctx context.Context, id string, from, to State, reason string) bool {
 	res, err := s.db.ExecContext(ctx, sqlSetState, string(to), reason, s.clk.Now().UnixMilli(), id, string(from))
 	if err != nil {
@@ -598,7 +545,7 @@ type ExecResult struct {
 // streams and exit code. A sandbox that expires within ExecRefuseWithin
 // is refused (INVALID_STATE).
 func (s *Service) Exec(ctx context.Context, actor audit.Entry, scope iam.Scope, id string, argv []string, timeout time.Duration) (ExecResult, error) {
-	x, err := s.Get(ctx, scope, id)
+	x, err := s.getConfirmed(ctx, scope, id)
 	if err != nil {
 		return ExecResult{}, err
 	}
@@ -656,7 +603,7 @@ func (s *Service) Exec(ctx context.Context, actor audit.Entry, scope iam.Scope, 
 // by, within the template's maximum; the host gets the new deadline
 // signed.
 func (s *Service) Extend(ctx context.Context, actor audit.Entry, scope iam.Scope, id string, by time.Duration) (Sandbox, error) {
-	x, err := s.Get(ctx, scope, id)
+	x, err := s.getConfirmed(ctx, scope, id)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -777,7 +724,8 @@ func (s *Service) ReconcileWarm(ctx context.Context) (int, error) {
 	return started, nil
 }
 
-// Run sweeps expiries, purges deleted checkpoints nothing uses and
+// Run sweeps expiries, settles warm claims the hosts answered, purges
+// deleted checkpoints nothing uses and
 // refills warm pools every interval, collects unreferenced objects every
 // CollectEvery, and at once
 // when poked, until ctx ends (the workers role runs it).
@@ -796,6 +744,9 @@ func (s *Service) Run(ctx context.Context, interval time.Duration) {
 		}
 		if _, err := s.SweepExpired(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("sweep expired sandboxes", "err", err)
+		}
+		if _, err := s.ConfirmClaims(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("confirm warm claims", "err", err)
 		}
 		if _, err := s.PurgeCheckpoints(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("purge checkpoints", "err", err)
@@ -826,7 +777,7 @@ func (s *Service) WarmCount(ctx context.Context, templateID string) (int, error)
 // not expire within ExecRefuseWithin (INVALID_STATE), as for Exec; one it
 // cannot see is NOT_FOUND. The tunnels module issues the exec's ticket.
 func (s *Service) ExecTarget(ctx context.Context, scope iam.Scope, id string) (string, error) {
-	x, err := s.Get(ctx, scope, id)
+	x, err := s.getConfirmed(ctx, scope, id)
 	if err != nil {
 		return "", err
 	}

@@ -33,21 +33,27 @@ const (
 // Sandboxes.
 const (
 	sqlSelectSandboxes = `SELECT id, tenant_id, template_id, node_id, runtime, memory_mb, state, reason, claimed, created_by, created_at, expires_at, max_expires_at,
-	image_digest, network, run_as_root, from_checkpoint FROM sandboxes`
+	image_digest, network, run_as_root, from_checkpoint, claim_command FROM sandboxes`
 	sqlInsertSandbox = `INSERT INTO sandboxes (id, tenant_id, template_id, node_id, runtime, memory_mb, state, claimed, created_by, created_at, updated_at, expires_at, max_expires_at,
 			image_digest, network, run_as_root, from_checkpoint)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12, $13, $14, $15, $16)`
 	sqlClaimed = `UPDATE sandboxes SET state = $1, claimed = 2, created_by = $2, created_at = $3, updated_at = $3, expires_at = $4,
-				max_expires_at = $5 WHERE id = $6 AND state = $7`
-	sqlSetState   = `UPDATE sandboxes SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND state = $5`
-	sqlTakeWarm   = `UPDATE sandboxes SET state = $1, updated_at = $2 WHERE id = $3 AND state = $4`
-	sqlExtend     = `UPDATE sandboxes SET expires_at = $1, updated_at = $2 WHERE id = $3 AND state = $4`
-	sqlMarkDelete = `UPDATE sandboxes SET state = $1, updated_at = $2 WHERE id = $3`
-	sqlCountPool  = `SELECT COUNT(*) FROM sandboxes WHERE template_id = $1 AND state IN ($2, $3)`
-	sqlCountWarm  = `SELECT COUNT(*) FROM sandboxes WHERE template_id = $1 AND state = $2`
-	sqlHostLoad   = `SELECT node_id, COUNT(*), SUM(memory_mb) FROM sandboxes WHERE state IN ($1, $2, $3, $4) GROUP BY node_id`
-	sqlReportRow  = `SELECT tenant_id, node_id, state FROM sandboxes WHERE id = $1`
-	sqlReportFail = `UPDATE sandboxes SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND node_id = $5 AND state IN ($6, $7)`
+				max_expires_at = $5, claim_command = $8 WHERE id = $6 AND state = $7`
+	// sqlClaimConfirmed clears a claim's pending update once its host
+	// answered it.
+	sqlClaimConfirmed = `UPDATE sandboxes SET claim_command = '' WHERE id = $1 AND claim_command = $2`
+	// sqlClaimRefused fails a sandbox whose host refused its claim.
+	sqlClaimRefused = `UPDATE sandboxes SET state = $1, reason = $2, updated_at = $3, claim_command = '' WHERE id = $4 AND claim_command = $5 AND state = $6`
+	// sqlPendingClaims lists claims whose host has not yet been heard.
+	sqlPendingClaims = `SELECT id, tenant_id, node_id, claim_command FROM sandboxes WHERE claim_command <> ''`
+	sqlSetState      = `UPDATE sandboxes SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND state = $5`
+	sqlExtend        = `UPDATE sandboxes SET expires_at = $1, updated_at = $2 WHERE id = $3 AND state = $4`
+	sqlMarkDelete    = `UPDATE sandboxes SET state = $1, updated_at = $2 WHERE id = $3`
+	sqlCountPool     = `SELECT COUNT(*) FROM sandboxes WHERE template_id = $1 AND state IN ($2, $3)`
+	sqlCountWarm     = `SELECT COUNT(*) FROM sandboxes WHERE template_id = $1 AND state = $2`
+	sqlHostLoad      = `SELECT node_id, COUNT(*), SUM(memory_mb) FROM sandboxes WHERE state IN ($1, $2, $3, $4) GROUP BY node_id`
+	sqlReportRow     = `SELECT tenant_id, node_id, state FROM sandboxes WHERE id = $1`
+	sqlReportFail    = `UPDATE sandboxes SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND node_id = $5 AND state IN ($6, $7)`
 
 	// sqlWarmPool and sqlDrainWarm take a pool condition (its one
 	// argument is $1): poolOfTemplate or poolOrphans.
@@ -59,7 +65,7 @@ const (
 	// Conditions after sqlSelectSandboxes.
 	whereClaimedID  = `WHERE id = $1 AND claimed <> 0 AND state NOT IN ($2, $3)`
 	whereListed     = `WHERE tenant_id = $1 AND claimed <> 0 AND state IN ($2, $3) ORDER BY created_at DESC, id`
-	whereWarmOf     = `WHERE template_id = $1 AND state = $2 ORDER BY created_at, id`
+	whereWarmOf     = `WHERE template_id = $1 AND state = $2 ORDER BY created_at, id LIMIT 8`
 	whereExpiredNow = `WHERE state IN ($1, $2, $3, $4) AND expires_at <= $5`
 )
 
@@ -67,8 +73,10 @@ const (
 // every tenant under it.
 const (
 	// countLive: sandboxes the tenants hold outside their warm pools (a
-	// warm one being claimed counts).
-	countLive = `SELECT COUNT(*) FROM sandboxes WHERE ` + quota.InSubtree + ` AND (state IN ($2, $3) OR (state = $4 AND claimed <> 0))`
+	// warm one being claimed counts). The states are one IN list so that
+	// the (tenant_id, state) index bounds the count to live rows, not
+	// every sandbox the tenants ever had.
+	countLive = `SELECT COUNT(*) FROM sandboxes WHERE ` + quota.InSubtree + ` AND state IN ($2, $3, $4) AND (state <> $4 OR claimed <> 0)`
 	// sumWarmHeld: memory of the tenants' unclaimed warm sandboxes.
 	sumWarmHeld = `SELECT COALESCE(SUM(memory_mb), 0) FROM sandboxes WHERE ` + quota.InSubtree + ` AND claimed = 0 AND state IN ($2, $3)`
 	// sumWarmConfigured: warm × memory over the tenants' templates.
@@ -144,7 +152,7 @@ func scanSandbox(r scanner) (Sandbox, error) {
 	var created, exp, maxExp int64
 	var root int
 	if err := r.Scan(&x.ID, &x.TenantID, &x.TemplateID, &x.NodeID, &x.Runtime, &x.memoryMB, &state, &x.Reason, &claimed, &x.CreatedBy,
-		&created, &exp, &maxExp, &x.run.image, &x.run.network, &root, &x.FromCheckpoint); err != nil {
+		&created, &exp, &maxExp, &x.run.image, &x.run.network, &root, &x.FromCheckpoint, &x.claimCommand); err != nil {
 		return Sandbox{}, fmt.Errorf("sandboxes: scan: %w", err)
 	}
 	x.State, x.FromWarm, x.run.root = State(state), claimed == 2, root == 1

@@ -139,10 +139,7 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 			f.Close()
 		}
 		q := "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-		sqldb, err := sql.Open("sqlite", "file:"+path+q)
-		if err != nil {
-			return nil, fmt.Errorf("store: open sqlite: %w", err)
-		}
+		sqldb := sql.OpenDB(cachingConnector{dsn: "file:" + path + q, drv: &sqlite.Driver{}})
 		// One connection: SQLite has one writer anyway, and a single
 		// connection makes every transaction strictly serial.
 		sqldb.SetMaxOpenConns(1)
@@ -152,11 +149,7 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 		}
 		// Readers: WAL lets them read the last committed state while the
 		// writer writes. query_only refuses a write on them.
-		reader, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=query_only(1)")
-		if err != nil {
-			sqldb.Close()
-			return nil, fmt.Errorf("store: open sqlite readers: %w", err)
-		}
+		reader := sql.OpenDB(cachingConnector{dsn: "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=query_only(1)", drv: &sqlite.Driver{}})
 		reader.SetMaxOpenConns(4)
 		if err := reader.PingContext(ctx); err != nil {
 			reader.Close()

@@ -43,3 +43,12 @@ func (d *Driver) OnSandboxFailed(f func(sandboxID, reason string)) { d.Host.OnFa
 func (d *Driver) OpenShell(ctx context.Context, sandboxID string, argv []string) (driver.Shell, error) {
 	return d.Host.OpenShell(ctx, sandboxID, argv)
 }
+
+// AdoptSandboxes checks the sandboxes the host found running at open
+// against the signed commands they were made from, verified again with
+// check, kills those that do not match, and returns the ids it adopted
+// (see Host.Adopt). The daemon calls it once it can verify, and reports
+// the adopted ones to the control plane.
+func (d *Driver) AdoptSandboxes(ctx context.Context, check func(signed []byte, kind string) ([]byte, error)) ([]string, error) {
+	return d.Host.Adopt(ctx, check), nil
+}

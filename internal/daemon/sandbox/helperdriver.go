@@ -186,6 +186,31 @@ func (d *HelperDriver) WatchFailures(ctx context.Context, every time.Duration) {
 	}
 }
 
+// ErrNoIntentYet is AdoptSandboxes' error before the node holds a
+// desired state to send: adoption in the helper changes the host, so the
+// helper refuses it without one; the node asks again later.
+var ErrNoIntentYet = errors.New("sandbox: no desired state to send the helper yet")
+
+// AdoptSandboxes has the helper adopt what its host found running at
+// open, verified under the helper's own trust (check, the node's
+// verifier, is not used: the helper verifies itself), and returns the
+// adopted sandboxes the helper's host still holds. The ones it killed
+// come back through PollFailures.
+func (d *HelperDriver) AdoptSandboxes(ctx context.Context, _ func(signed []byte, kind string) ([]byte, error)) ([]string, error) {
+	if d.Intent == nil || len(d.Intent()) == 0 {
+		return nil, ErrNoIntentYet
+	}
+	raw, err := d.call(ctx, &helperwire.Request{Op: helperwire.OpSandboxAdopt})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: helper adopt: %w", err)
+	}
+	var a helperwire.SandboxAdopted
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return nil, fmt.Errorf("sandbox: helper adopt: %w", err)
+	}
+	return a.SandboxIDs, nil
+}
+
 // OpenShell refuses: see ErrShellUnprivileged.
 func (d *HelperDriver) OpenShell(context.Context, string, []string) (driver.Shell, error) {
 	return nil, ErrShellUnprivileged

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/checkpoint"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
@@ -54,6 +55,14 @@ type State struct {
 	// restored from (digests; empty for a fresh one).
 	FromCheckpoint string `json:"from_checkpoint,omitempty"`
 	FromMemory     string `json:"from_memory,omitempty"`
+	// SignedCreate, SignedClaim and SignedUpdate are the signed commands
+	// (marshalled nodev1.SignedCommand, as the daemon verified them) the
+	// state was written from: the create, the claiming update, and the
+	// last update. At adoption the host verifies them again and keeps
+	// the sandbox only when they match the state (see Host.Adopt).
+	SignedCreate []byte `json:"signed_create,omitempty"`
+	SignedClaim  []byte `json:"signed_claim,omitempty"`
+	SignedUpdate []byte `json:"signed_update,omitempty"`
 	// started is set once the runtime started the sandbox (in memory: a
 	// sandbox loaded at open is running).
 	started bool
@@ -108,6 +117,9 @@ type Host struct {
 	// atOpen holds the sandboxes removed when the host opened, until
 	// OnFailed takes them to report.
 	atOpen []failure
+	// loaded are the sandboxes the host found running at open, not yet
+	// checked against their signed commands (Adopt).
+	loaded []string
 }
 
 // ReasonRuntimeDied is the reason a host gives for a sandbox whose
@@ -222,6 +234,7 @@ func (h *Host) load(ctx context.Context, id string) {
 	}
 	st.started = true
 	h.sbx[id] = &st
+	h.loaded = append(h.loaded, id)
 	rt := h.rts[st.Runtime]
 	if rt == nil {
 		// Its runtime is not on this host any more: nothing here runs it.
@@ -314,6 +327,7 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	st.SignedCreate = driver.CommandFrom(ctx)
 	// The state is written before anything starts, so the sweep removes
 	// whatever a crash in the middle leaves behind.
 	if err := h.save(st); err != nil {
@@ -486,6 +500,10 @@ func (h *Host) Exec(ctx context.Context, payload []byte) ([]byte, error) {
 	return json.Marshal(res)
 }
 
+// ReasonNotClaimed refuses a program in a warm sandbox: no signed update
+// has handed it to a tenant yet.
+const ReasonNotClaimed = "sandbox-not-claimed"
+
 // program is what a program started in a sandbox gets: its environment
 // (sorted), whether it runs as root, the time left to the deadline, and
 // the runtime the sandbox runs on.
@@ -498,7 +516,9 @@ type program struct {
 
 // programFor reads what a program started in sandbox id now gets, or why
 // none can start: the sandbox failed (sandbox-failed), is not on this
-// host (sandbox-not-found), or its deadline passed (sandbox-expired).
+// host (sandbox-not-found), is still warm (sandbox-not-claimed: no
+// tenant's signed update has handed it over yet; a claim answers before
+// its update reaches the host), or its deadline passed (sandbox-expired).
 func (h *Host) programFor(id string) (program, error) {
 	h.mu.Lock()
 	st, ok := h.sbx[id]
@@ -521,13 +541,15 @@ func (h *Host) programFor(id string) (program, error) {
 		}
 		p.root, deadline, p.rt = st.Root, st.DeadlineMS, h.rts[st.Runtime]
 	}
-	dead := h.failed[id]
+	dead, warm := h.failed[id], ok && st.Warm
 	h.mu.Unlock()
 	switch {
 	case dead:
 		return p, errors.New("sandbox-failed")
 	case !ok || p.rt == nil:
 		return p, errors.New("sandbox-not-found")
+	case warm:
+		return p, errors.New(ReasonNotClaimed)
 	}
 	sort.Strings(p.env)
 	if p.left = time.UnixMilli(deadline).Sub(h.cfg.Clock.Now()); p.left <= 0 {
@@ -538,7 +560,7 @@ func (h *Host) programFor(id string) (program, error) {
 
 // Update runs sandbox.update: a new deadline, and at claim the tenant's
 // environment (a warm sandbox holds none before).
-func (h *Host) Update(_ context.Context, payload []byte) ([]byte, error) {
+func (h *Host) Update(ctx context.Context, payload []byte) ([]byte, error) {
 	var u spec.Update
 	if err := strictJSON(payload, &u); err != nil || u.Validate() != nil {
 		return nil, errors.New("payload-invalid")
@@ -557,8 +579,10 @@ func (h *Host) Update(_ context.Context, payload []byte) ([]byte, error) {
 			return nil, errors.New("not-warm")
 		}
 		st.Warm, st.Env = false, u.Env
+		st.SignedClaim = driver.CommandFrom(ctx)
 	}
 	st.DeadlineMS = u.DeadlineMS
+	st.SignedUpdate = driver.CommandFrom(ctx)
 	if err := h.save(st); err != nil {
 		return nil, err
 	}

@@ -242,6 +242,39 @@ func TestHostRefusals(t *testing.T) {
 	}
 }
 
+// TestHostRefusesProgramsInWarmSandbox: a warm sandbox runs nothing for a
+// tenant (exec, shell, checkpoint) until a signed update has claimed it
+// (a claim answers before its update reaches the host).
+func TestHostRefusesProgramsInWarmSandbox(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	h, digest := testHost(t, func(string) Runtime { return NewSim() }, clk)
+	ctx := context.Background()
+	c := spec.Create{SandboxID: ids.New("sbx"), ImageDigest: digest, Runtime: spec.RuntimeSim, Limits: spec.Limits{CPUMillis: 100, MemoryMB: 64, Pids: 16, DiskMB: 8},
+		Network: spec.NetworkNone, DeadlineMS: clk.Now().Add(time.Hour).UnixMilli(), Warm: true}
+	raw, _ := json.Marshal(c)
+	if _, err := h.Create(ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	ex, _ := json.Marshal(spec.Exec{SandboxID: c.SandboxID, Argv: []string{"true"}, TimeoutMS: 1000})
+	if _, err := h.Exec(ctx, ex); err == nil || err.Error() != ReasonNotClaimed {
+		t.Fatalf("exec in a warm sandbox: %v, want %s", err, ReasonNotClaimed)
+	}
+	if _, err := h.OpenShell(ctx, c.SandboxID, []string{"sh"}); err == nil {
+		t.Fatal("a shell opened in a warm sandbox")
+	}
+	ck, _ := json.Marshal(spec.Checkpoint{SandboxID: c.SandboxID})
+	if _, err := h.Checkpoint(ctx, ck); err == nil || err.Error() != ReasonNotClaimed {
+		t.Fatalf("checkpoint of a warm sandbox: %v, want %s", err, ReasonNotClaimed)
+	}
+	upd, _ := json.Marshal(spec.Update{SandboxID: c.SandboxID, DeadlineMS: clk.Now().Add(time.Hour).UnixMilli(), Claim: true})
+	if _, err := h.Update(ctx, upd); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Exec(ctx, ex); err != nil {
+		t.Fatalf("exec after the claim: %v", err)
+	}
+}
+
 // TestHostReloadsStateAndSweeps: the deadline survives a restart of bcd
 // (it is kept in the host's own state), and the sweep after reopening
 // removes a sandbox whose deadline passed while bcd was down.

@@ -337,6 +337,17 @@ func (d *Driver) DialSandbox(ctx context.Context, sandboxID string, port uint16)
 	return nil, driver.ErrPreviewUnsupported
 }
 
+// AdoptSandboxes passes adoption on to the wrapped driver when it hosts
+// sandboxes (daemon.SandboxAdopter); without one it adopts none.
+func (d *Driver) AdoptSandboxes(ctx context.Context, check func(signed []byte, kind string) ([]byte, error)) ([]string, error) {
+	if a, ok := d.Driver.(interface {
+		AdoptSandboxes(context.Context, func([]byte, string) ([]byte, error)) ([]string, error)
+	}); ok {
+		return a.AdoptSandboxes(ctx, check)
+	}
+	return nil, nil
+}
+
 // OpenShell passes an interactive exec on to the wrapped driver
 // (driver.Shells), or refuses it when that has none.
 func (d *Driver) OpenShell(ctx context.Context, sandboxID string, argv []string) (driver.Shell, error) {

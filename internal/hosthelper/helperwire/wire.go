@@ -68,6 +68,16 @@ const (
 	// so a node that restarts learns them again (the control plane takes
 	// a repeated report as a no-op).
 	OpSandboxFailures = "sandbox.failures"
+	// OpSandboxAdopt has the helper's sandbox host adopt what it found
+	// running when it opened: the first call checks each sandbox against
+	// the signed commands its state keeps, verified under the helper's
+	// own trust (the roots it holds and the desired state the request
+	// carries, never the node's word), and kills the ones that do not
+	// match (then listed by OpSandboxFailures, spec-unmatched). Every call
+	// answers the adopted sandboxes the host still holds
+	// (SandboxAdopted), so a node that restarts reports them again. It
+	// changes the host, so it carries intent.
+	OpSandboxAdopt = "sandbox.adopt"
 	// OpSSHAccess applies a break-glass ssh.access state: Request.Command
 	// carries the signed ssh.access command the control plane sent, which
 	// the helper verifies like a sandbox command; it then renders and
@@ -216,6 +226,11 @@ type SandboxLabels struct {
 type SandboxFailure struct {
 	SandboxID string `json:"sandbox_id"`
 	Reason    string `json:"reason"`
+}
+
+// SandboxAdopted is OpSandboxAdopt's result, sorted.
+type SandboxAdopted struct {
+	SandboxIDs []string `json:"sandbox_ids"`
 }
 
 // SandboxFailures is OpSandboxFailures' result, sorted by sandbox id.

@@ -28,6 +28,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon"
+	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
 	"github.com/bettercompute/bettercompute/internal/hosthelper/helperwire"
 	"github.com/bettercompute/bettercompute/internal/kinds"
@@ -108,6 +109,12 @@ type Ops struct {
 	chains *pki.WorkerChainCache
 	kinds  map[string]string // op → the one kind it admits
 
+	// adoptMu serialises Adopt; adopted are the sandboxes its first call
+	// adopted (adoptDone once it ran).
+	adoptMu   sync.Mutex
+	adopted   []string
+	adoptDone bool
+
 	mu        sync.Mutex
 	failures  map[string]string // sandbox id → reason, until deleted
 	dropped   int
@@ -155,6 +162,7 @@ func (o *Ops) Handlers() map[string]Handler {
 		h[helperwire.OpSandboxUpdate], h[helperwire.OpSandboxDelete] = o.Update, o.Delete
 		h[helperwire.OpSandboxLabels], h[helperwire.OpSandboxFailures] = o.Labels, o.Failures
 		h[helperwire.OpSandboxCheckpoint] = o.Checkpoint
+		h[helperwire.OpSandboxAdopt] = o.Adopt
 	}
 	for op, r := range o.cfg.Extra {
 		h[op] = func(ctx context.Context, req *helperwire.Request) (json.RawMessage, error) {
@@ -164,8 +172,43 @@ func (o *Ops) Handlers() map[string]Handler {
 	return h
 }
 
-// ChangesHost reports whether op changes the host (runs a signed command).
-func (o *Ops) ChangesHost(op string) bool { return o.kinds[op] != "" }
+// ChangesHost reports whether op changes the host (runs a signed command,
+// or adopts: adoption kills what it cannot match).
+func (o *Ops) ChangesHost(op string) bool {
+	return o.kinds[op] != "" || (op == helperwire.OpSandboxAdopt && o.cfg.Host != nil)
+}
+
+// Adopt runs OpSandboxAdopt: the first call has the host adopt what it
+// found running at open (sandbox.Host.Adopt), each sandbox's kept signed
+// commands verified again as the node's verifier would (daemon.Verifier
+// CheckKept) under the helper's own Trust; every call answers the
+// adopted sandboxes the host still holds.
+func (o *Ops) Adopt(ctx context.Context, req *helperwire.Request) (json.RawMessage, error) {
+	tr, err := o.cfg.Trust(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(tr.Roots) == 0 || tr.TrustDomain == "" || tr.NodeID == "" {
+		return nil, refuse(daemon.ReasonSignerUntrusted)
+	}
+	v := &daemon.Verifier{NodeID: tr.NodeID, Role: tr.Role, TrustDomain: tr.TrustDomain, CommandRoots: tr.Roots, WorkerChains: o.chains}
+	o.adoptMu.Lock()
+	if !o.adoptDone {
+		o.adopted, o.adoptDone = o.cfg.Host.Adopt(ctx, v.CheckKept), true
+	}
+	out := helperwire.SandboxAdopted{SandboxIDs: []string{}}
+	for _, id := range o.adopted {
+		if _, held := o.cfg.Host.Get(id); held {
+			out.SandboxIDs = append(out.SandboxIDs, id)
+		}
+	}
+	o.adoptMu.Unlock()
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxops: adopted: %w", err)
+	}
+	return b, nil
+}
 
 // opKind is the one command kind each changing operation runs.
 var opKind = map[string]string{
@@ -234,7 +277,9 @@ func (o *Ops) run(ctx context.Context, op string, req *helperwire.Request, do fu
 		return nil, err
 	}
 	o.cfg.Log.Info("sandbox command admitted", "op", op, "command_id", body.CommandId)
-	res, err := do(ctx, body.Payload)
+	// The host keeps the signed command a sandbox's state is written
+	// from, to verify it again when it adopts the sandbox.
+	res, err := do(driver.WithCommand(ctx, req.Command), body.Payload)
 	if err != nil {
 		reason := err.Error()
 		if !reasonToken.MatchString(reason) {

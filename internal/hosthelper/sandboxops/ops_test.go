@@ -127,12 +127,19 @@ func tinyImage(t testing.TB) []byte {
 // (short: overlay options hold paths), with the image store at store.
 func openHost(t testing.TB, rt func(dir string) sandbox.Runtime, store string, clk clock.Clock) *sandbox.Host {
 	t.Helper()
-	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "bcsbo-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	return openHostIn(t, dir, rt, store, clk)
+}
+
+// openHostIn is openHost in dir (a host opening again, as after a
+// restart, when dir already holds one's state).
+func openHostIn(t testing.TB, dir string, rt func(dir string) sandbox.Runtime, store string, clk clock.Clock) *sandbox.Host {
+	t.Helper()
+	ctx := context.Background()
 	im, err := sandbox.OpenImages(ctx, store, filepath.Join(dir, "images"))
 	if err != nil {
 		t.Fatal(err)

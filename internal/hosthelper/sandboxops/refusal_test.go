@@ -33,6 +33,9 @@ type simFixture struct {
 	stateDir string
 	ops      *sandboxops.Ops
 	digest   string
+	store    string // the image store's URL
+	hostDir  string // the host's state root
+	sim      *sandbox.Sim
 }
 
 func newSimFixture(t testing.TB) simFixture {
@@ -41,9 +44,16 @@ func newSimFixture(t testing.TB) simFixture {
 	clk := clock.NewFake(now)
 	s := newSigner(t, now)
 	store, digest := imageStore(t, tinyImage(t))
-	h := openHost(t, func(string) sandbox.Runtime { return sandbox.NewSim() }, store, clk)
+	hostDir, err := os.MkdirTemp("", "bcsbo-") // short: overlay options hold paths
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(hostDir) })
+	sim := sandbox.NewSim()
+	h := openHostIn(t, hostDir, func(string) sandbox.Runtime { return sim }, store, clk)
 	dir := t.TempDir()
-	return simFixture{now: now, clk: clk, s: s, host: h, stateDir: dir, ops: newOps(t, h, dir, clk, fixed(s.trust())), digest: digest}
+	return simFixture{now: now, clk: clk, s: s, host: h, stateDir: dir, ops: newOps(t, h, dir, clk, fixed(s.trust())), digest: digest,
+		store: store, hostDir: hostDir, sim: sim}
 }
 
 func (f simFixture) create(t testing.TB, mut func(*nodev1.CommandBody)) ([]byte, spec.Create) {
