@@ -1176,6 +1176,8 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 		{"sandboxes.exec", func() string { return `{"id":"` + state["sandbox"] + `","argv":["echo","hi"],"timeout_seconds":10}` }, nil},
 		{"sandboxes.checkpoint", func() string { return `{"id":"` + state["sandbox"] + `"}` }, func(o map[string]any) { state["checkpoint"] = str(o["id"]) }},
 		{"sandboxes.execTicket", func() string { return `{"id":"` + state["sandbox"] + `","argv":["sh"]}` }, nil},
+		{"sandboxes.preview", func() string { return `{"id":"` + state["sandbox"] + `","port":8080}` }, nil},
+		{"previews.rotateKey", func() string { return `{}` }, nil},
 		{"sandboxes.extend", func() string { return `{"id":"` + state["sandbox"] + `","seconds":60}` }, nil},
 		{"sandboxes.delete", func() string { return `{"id":"` + state["sandbox"] + `"}` }, nil},
 		{"checkpoints.delete", func() string { return `{"id":"` + state["checkpoint"] + `"}` }, nil},

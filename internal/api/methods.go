@@ -16,6 +16,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/revocations"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/previews"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/tunnels"
 )
@@ -40,6 +41,9 @@ type Modules struct {
 	Revocations *revocations.Feed
 	// Bastions is optional (nil: no bastion methods).
 	Bastions *bastions.Service
+	// Previews is optional (nil: no sandboxes.preview or
+	// previews.rotateKey).
+	Previews *previews.Service
 }
 
 // Resolvers returns how each resource kind's tenant is found.
@@ -155,7 +159,7 @@ func Methods(m Modules) []Method {
 				}
 				return map[string]any{"events": evs}, nil
 			}),
-	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), append(append(append(quotaMethods(m), lifecycleMethods(m)...), tunnelMethods(m)...), append(append(breakGlassMethods(m), revocationMethods(m)...), bastionMethods(m)...)...)...)...)
+	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), append(append(append(quotaMethods(m), lifecycleMethods(m)...), tunnelMethods(m)...), append(append(append(breakGlassMethods(m), revocationMethods(m)...), bastionMethods(m)...), previewMethods(m)...)...)...)...)
 }
 
 // sandboxResolver returns f of the sandbox module, or a resolver that

@@ -40,7 +40,7 @@ func devCmd() *cobra.Command {
 	var tunnelPorts []uint
 	c := &cobra.Command{
 		Use:   "dev",
-		Short: "Run the whole system in one process on loopback: api, gateway, workers, lanes, SQLite, a fresh PKI, simulated nodes and a bastion",
+		Short: "Run the whole system in one process on loopback: api, gateway, workers, lanes, preview, SQLite, a fresh PKI, simulated nodes and a bastion",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -153,6 +153,8 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.Gateway.Listen, "gateway", cfg.Gateway.Listen, "gateway listen address")
 	f.StringVar(&cfg.Lanes.Listen, "lanes-listen", cfg.Lanes.Listen, "UDP ip:port of the lanes role's WireGuard tunnel (with --roles ...,lanes)")
 	f.StringVar(&cfg.Lanes.Advertise, "lanes-advertise", cfg.Lanes.Advertise, "host:port bastions dial for the tunnel (default: --lanes-listen)")
+	f.StringVar(&cfg.Preview.Listen, "preview-listen", cfg.Preview.Listen, "ip:port of the preview role's proxy of sandbox preview URLs (with --roles ...,preview)")
+	f.StringVar(&cfg.Preview.URL, "preview-url", cfg.Preview.URL, "public base URL of preview URLs (default: https://<preview-listen>)")
 	f.StringVar(&names, "gateway-names", names, "comma-separated DNS names for the gateway certificate")
 	f.StringVar(&cfg.Gateway.CertFile, "gateway-cert", cfg.Gateway.CertFile, "the gateway's certificate (pki issue-gateway); a gateway without the api role needs it")
 	f.StringVar(&cfg.Gateway.KeyFile, "gateway-key", cfg.Gateway.KeyFile, "the gateway's key (0600, pki issue-gateway)")

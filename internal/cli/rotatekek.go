@@ -12,6 +12,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/bastions"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/previews"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/signing"
 	"github.com/bettercompute/bettercompute/internal/store"
@@ -35,6 +36,8 @@ type RotateKEKResult struct {
 	WorkerKeys    pki.RekeyCount `json:"worker_keys"`
 	// BastionKeys are the control plane's bastion keys (grant, lanes).
 	BastionKeys pki.RekeyCount `json:"bastion_keys"`
+	// PreviewKey is the sandbox preview key.
+	PreviewKey pki.RekeyCount `json:"preview_key"`
 }
 
 // rotateKEKCmd is `better-compute pki rotate-kek`: it re-seals everything
@@ -137,6 +140,10 @@ func rotateKEK(ctx context.Context, progress io.Writer, db *store.DB, dir string
 	if res.BastionKeys, err = bastions.Reseal(ctx, db, old, next); err != nil {
 		return err
 	}
+	fmt.Fprintln(progress, "re-sealing the preview key")
+	if res.PreviewKey, err = previews.Reseal(ctx, db, old, next); err != nil {
+		return err
+	}
 	fmt.Fprintln(progress, "re-sealing the bundle's private keys")
 	res.BundleSlots, err = pki.RekeyBundle(dir, old, next)
 	return err
@@ -148,7 +155,8 @@ func printRotateKEK(w io.Writer, o rotateKEKOptions, res RotateKEKResult) {
 	for _, r := range []struct {
 		name string
 		c    pki.RekeyCount
-	}{{"bundle slots", res.BundleSlots}, {"secrets", res.Secrets}, {"template environments", res.TemplateEnvs}, {"worker keys", res.WorkerKeys}, {"bastion keys", res.BastionKeys}} {
+	}{{"bundle slots", res.BundleSlots}, {"secrets", res.Secrets}, {"template environments", res.TemplateEnvs}, {"worker keys", res.WorkerKeys},
+		{"bastion keys", res.BastionKeys}, {"preview key", res.PreviewKey}} {
 		fmt.Fprintf(w, "  %-13s %d re-sealed, %d already done\n", r.name+":", r.c.Resealed, r.c.AlreadyDone)
 	}
 	fmt.Fprintf(w, "next: with the api and workers processes stopped (as they must be while this runs), point --kek-file at %s\n", o.newKEKFile)

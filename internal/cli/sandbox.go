@@ -13,7 +13,7 @@ import (
 
 // sandboxCommands are the sandbox, templates and images command groups.
 func sandboxCommands() []*cobra.Command {
-	return []*cobra.Command{sandboxCmd(), templatesCmd(), imagesCmd(), checkpointsCmd()}
+	return []*cobra.Command{sandboxCmd(), templatesCmd(), imagesCmd(), checkpointsCmd(), previewCmd()}
 }
 
 func sandboxCmd() *cobra.Command {
@@ -49,7 +49,7 @@ func sandboxCmd() *cobra.Command {
 				return "deleted (the host will remove it when it reconnects, or at its deadline)\n"
 			})
 		}}
-	c.AddCommand(create, exe, list, get, extend, del, sandboxCheckpointCmd(), hiddenAlias(get, "get"))
+	c.AddCommand(create, exe, list, get, extend, del, sandboxCheckpointCmd(), sandboxPreviewCmd(), hiddenAlias(get, "get"))
 	return c
 }
 

@@ -78,6 +78,14 @@ type Config struct {
 		Listen    string `toml:"listen"`    // UDP ip:port the tunnel listens on; default 0.0.0.0:51820
 		Advertise string `toml:"advertise"` // host:port bastions dial; default: the listen address
 	} `toml:"lanes"`
+	// Preview is the preview role: the proxy of sandbox preview URLs. It
+	// runs with the api and gateway roles.
+	Preview struct {
+		Listen string `toml:"listen"` // ip:port the proxy listens on; default 127.0.0.1:7783
+		// URL is the proxy's public base URL that preview URLs start
+		// with; default https://<listen>.
+		URL string `toml:"url"`
+	} `toml:"preview"`
 	Gateway struct {
 		Listen string   `toml:"listen"` // default 127.0.0.1:7781
 		Names  []string `toml:"names"`  // DNS names in the gateway's certificate; default ["localhost"]
@@ -120,6 +128,7 @@ const (
 	RoleGateway = "gateway"
 	RoleWorkers = "workers"
 	RoleLanes   = "lanes"
+	RolePreview = "preview"
 )
 
 // Default returns the documented defaults.
@@ -131,6 +140,7 @@ func Default() Config {
 	c.PKI.Dir, c.PKI.KEKFile = "pki", "kek"
 	c.API.Listen = "127.0.0.1:7780"
 	c.Lanes.Listen = "0.0.0.0:51820"
+	c.Preview.Listen = "127.0.0.1:7783"
 	c.API.Names = []string{"localhost"}
 	// The same as api.DefaultRateLimits (config sits below the transports
 	// and does not import api; server's TestFromConfigOfTheDefaults keeps
@@ -254,12 +264,15 @@ func (p *problems) addr(path, a string) {
 // validateProcess checks the roles, log level, database and PKI.
 func (c Config) validateProcess(p *problems) {
 	if len(c.Roles) == 0 {
-		p.add("roles", "at least one of api, gateway, workers, lanes")
+		p.add("roles", "at least one of api, gateway, workers, lanes, preview")
 	}
 	for i, r := range c.Roles {
-		if !slices.Contains([]string{RoleAPI, RoleGateway, RoleWorkers, RoleLanes}, r) {
-			p.add(fmt.Sprintf("roles[%d]", i), fmt.Sprintf("%q is not api, gateway, workers or lanes", r))
+		if !slices.Contains([]string{RoleAPI, RoleGateway, RoleWorkers, RoleLanes, RolePreview}, r) {
+			p.add(fmt.Sprintf("roles[%d]", i), fmt.Sprintf("%q is not api, gateway, workers, lanes or preview", r))
 		}
+	}
+	if slices.Contains(c.Roles, RolePreview) && (!slices.Contains(c.Roles, RoleAPI) || !slices.Contains(c.Roles, RoleGateway)) {
+		p.add("roles", "preview runs in a process with the api and gateway roles")
 	}
 	if slices.Contains(c.Roles, RoleLanes) && (!slices.Contains(c.Roles, RoleAPI) || !slices.Contains(c.Roles, RoleGateway)) {
 		p.add("roles", "lanes runs in a process with the api and gateway roles")

@@ -53,6 +53,10 @@ type tunnels struct {
 // opens a Tunnel stream on conn, the session's connection. A refusal is
 // also a Tunnel stream, whose hello carries the reason and nothing else.
 func (n *Node) openTunnel(ctx context.Context, conn *grpc.ClientConn, m *nodev1.TunnelOpen) {
+	if m.GetSandboxId() != "" && m.GetPort() != 0 {
+		n.openPreview(ctx, conn, m)
+		return
+	}
 	if m.GetSandboxId() != "" {
 		n.openExec(ctx, conn, m)
 		return
@@ -125,10 +129,17 @@ func (n *Node) checkTicket(ctx context.Context, st *nodev1.SignedTicket) (uint32
 	return body.Port, ""
 }
 
+// halfCloser is a local connection a tunnel carries: a TCP connection
+// (on the node's loopback, or inside a sandbox's network namespace).
+type halfCloser interface {
+	io.ReadWriteCloser
+	CloseWrite() error
+}
+
 // pumpTunnel copies bytes between the Tunnel stream and the local
 // connection both ways, half-closing each side on the other's eof, until
 // both ways ended or either failed; then it ends the stream (cancel).
-func pumpTunnel(stream nodev1.Gateway_TunnelClient, local *net.TCPConn, cancel context.CancelFunc) {
+func pumpTunnel(stream nodev1.Gateway_TunnelClient, local halfCloser, cancel context.CancelFunc) {
 	var sendMu sync.Mutex
 	send := func(f *nodev1.TunnelFrame) error {
 		sendMu.Lock()

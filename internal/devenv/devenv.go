@@ -120,7 +120,7 @@ func startLocked(ctx context.Context, o Options) (*Env, error) {
 	}
 	cp, err := server.Start(ctx, server.Options{DB: db, Bundle: b, KEK: kek, Clock: o.Clock, Log: o.Log,
 		APIListen: o.APIListen, GatewayListen: o.GatewayAddr, SandboxImages: images,
-		Roles: []string{server.RoleAPI, server.RoleGateway, server.RoleWorkers, server.RoleLanes}, LanesListen: "127.0.0.1:0"})
+		Roles: []string{server.RoleAPI, server.RoleGateway, server.RoleWorkers, server.RoleLanes, server.RolePreview}, LanesListen: "127.0.0.1:0", PreviewListen: "127.0.0.1:0"})
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -156,7 +156,7 @@ func (e *Env) bringUp(ctx context.Context, o Options, images string) error {
 	if err := e.waitNodes(ctx, o.Nodes, up); err != nil {
 		return err
 	}
-	e.SandboxHint = missing + seedSandboxes(ctx, e.CP, runtime)
+	e.SandboxHint = missing + seedSandboxes(ctx, e.CP, runtime) + previewHint(runtime, e.CP.PreviewAddr)
 	if o.Bastion {
 		if err := e.startBastion(ctx, o); err != nil {
 			return err

@@ -74,3 +74,17 @@ func sandboxHint(runtime string) string {
 		"  ID=$(better-compute sandbox create --template default)\n" +
 		"  better-compute sandbox exec $ID -- echo hello\n"
 }
+
+// previewHint says where the preview role listens and, on runc (the
+// runtime previews reach), how to get a preview URL.
+func previewHint(runtime, addr string) string {
+	if addr == "" {
+		return ""
+	}
+	if runtime != spec.RuntimeRunc {
+		return "Previews are served at https://" + addr + " (runc sandboxes only; this host runs " + runtime + ")\n"
+	}
+	return "Previews (served at https://" + addr + "; the URL is a credential):\n" +
+		"  better-compute sandbox exec $ID -- sh -c 'mkdir -p /tmp/www && echo hi > /tmp/www/index.html && busybox httpd -p 127.0.0.1:8080 -h /tmp/www'\n" +
+		"  curl --cacert $BC_CA_FILE $(better-compute sandbox preview $ID --port 8080)\n"
+}

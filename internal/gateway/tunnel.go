@@ -175,7 +175,7 @@ func (g *Gateway) OpenTunnel(ctx context.Context, to TunnelTarget, ticket *nodev
 		delete(g.tunnels, id)
 		g.mu.Unlock()
 	}()
-	if err := s.send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_TunnelOpen{TunnelOpen: &nodev1.TunnelOpen{TunnelId: id, Ticket: ticket, SandboxId: to.SandboxID}}}); err != nil {
+	if err := s.send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_TunnelOpen{TunnelOpen: &nodev1.TunnelOpen{TunnelId: id, Ticket: ticket, SandboxId: to.SandboxID, Port: sandboxPort(to)}}}); err != nil {
 		return nil, errNodeGone
 	}
 	timer := g.cfg.Clock.NewTimer(TunnelOpenTimeout)
@@ -197,6 +197,15 @@ func (g *Gateway) OpenTunnel(ctx context.Context, to TunnelTarget, ticket *nodev
 	}
 }
 
+// sandboxPort is the port hint of a TunnelOpen: a preview's port (the
+// node checks it against the signed ticket), zero for every other tunnel.
+func sandboxPort(to TunnelTarget) uint32 {
+	if to.Action == tickets.ActionSandboxPreview {
+		return to.Port
+	}
+	return 0
+}
+
 // nodeRefusal is the client's error for the node's refusal reason.
 func nodeRefusal(reason string, port uint32) error {
 	switch reason {
@@ -206,6 +215,10 @@ func nodeRefusal(reason string, port uint32) error {
 		return errs.New(errs.Unavailable, fmt.Sprintf("the node refused the tunnel: nothing answers on its port %d (%s)", port, reason))
 	case nodev1.ExecSandboxGone:
 		return errs.New(errs.InvalidState, "the node refused the exec: the sandbox is not running there ("+reason+")")
+	case nodev1.PreviewSandboxGone:
+		return errs.New(errs.InvalidState, "the node refused the preview: the sandbox is not running there ("+reason+")")
+	case nodev1.PreviewDialFailed:
+		return errs.New(errs.Unavailable, fmt.Sprintf("the node refused the preview: nothing answers on port %d in the sandbox (%s)", port, reason))
 	case nodev1.ExecFailed:
 		return errs.New(errs.Unavailable, "the node could not start the program ("+reason+")")
 	}

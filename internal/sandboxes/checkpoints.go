@@ -66,7 +66,7 @@ const (
 // host and records the checkpoint, owned by the sandbox's owner. memory
 // asks the host for the processes' memory too, which needs runsc.
 func (s *Service) Checkpoint(ctx context.Context, actor audit.Entry, scope iam.Scope, id string, memory bool) (Checkpoint, error) {
-	x, err := s.getConfirmed(ctx, scope, id)
+	x, err := s.GetSettled(ctx, scope, id)
 	if err != nil {
 		return Checkpoint{}, err
 	}

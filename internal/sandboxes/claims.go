@@ -136,11 +136,12 @@ func (s *Service) handOver(ctx context.Context, actor audit.Entry, t Template, x
 	return x, true, nil
 }
 
-// getConfirmed is Get for an operation that runs in the sandbox: when the
+// GetSettled is Get for an operation that reaches into the sandbox (exec,
+// extend, checkpoint, an exec ticket, a preview URL): when the
 // sandbox's warm claim is still pending it waits for the host's answer
 // first (the claim's update and the operation must reach the host in that
 // order), and a refused claim answers INVALID_STATE.
-func (s *Service) getConfirmed(ctx context.Context, scope iam.Scope, id string) (Sandbox, error) {
+func (s *Service) GetSettled(ctx context.Context, scope iam.Scope, id string) (Sandbox, error) {
 	x, err := s.Get(ctx, scope, id)
 	if err != nil || x.claimCommand == "" {
 		return x, err

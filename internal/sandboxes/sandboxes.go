@@ -601,7 +601,7 @@ type ExecResult struct {
 // streams and exit code. A sandbox that expires within ExecRefuseWithin
 // is refused (INVALID_STATE).
 func (s *Service) Exec(ctx context.Context, actor audit.Entry, scope iam.Scope, id string, argv []string, timeout time.Duration) (ExecResult, error) {
-	x, err := s.getConfirmed(ctx, scope, id)
+	x, err := s.GetSettled(ctx, scope, id)
 	if err != nil {
 		return ExecResult{}, err
 	}
@@ -659,7 +659,7 @@ func (s *Service) Exec(ctx context.Context, actor audit.Entry, scope iam.Scope, 
 // by, within the template's maximum; the host gets the new deadline
 // signed.
 func (s *Service) Extend(ctx context.Context, actor audit.Entry, scope iam.Scope, id string, by time.Duration) (Sandbox, error) {
-	x, err := s.getConfirmed(ctx, scope, id)
+	x, err := s.GetSettled(ctx, scope, id)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -833,7 +833,7 @@ func (s *Service) WarmCount(ctx context.Context, templateID string) (int, error)
 // not expire within ExecRefuseWithin (INVALID_STATE), as for Exec; one it
 // cannot see is NOT_FOUND. The tunnels module issues the exec's ticket.
 func (s *Service) ExecTarget(ctx context.Context, scope iam.Scope, id string) (string, error) {
-	x, err := s.getConfirmed(ctx, scope, id)
+	x, err := s.GetSettled(ctx, scope, id)
 	if err != nil {
 		return "", err
 	}

@@ -38,11 +38,12 @@ func FromConfig(c config.Config) (Options, error) {
 		SandboxImages: c.Sandboxes.Images, SandboxMaxImageBytes: c.Sandboxes.MaxImageBytes,
 		APINames: c.API.Names, APIPlainHTTP: c.API.PlainHTTP,
 		LanesListen: c.Lanes.Listen, LanesAdvertise: c.Lanes.Advertise,
+		PreviewListen: c.Preview.Listen, PreviewURL: c.Preview.URL,
 	}, nil
 }
 
 // roles are the roles one process runs.
-type roles struct{ api, gateway, workers, lanes bool }
+type roles struct{ api, gateway, workers, lanes, preview bool }
 
 // keyed reports whether the roles hold keys (api or workers).
 func (r roles) keyed() bool { return r.api || r.workers }
@@ -61,13 +62,15 @@ func (o Options) withDefaults() (Options, roles, error) {
 		o.Roles = config.Default().Roles
 	}
 	for _, r := range o.Roles {
-		if r != RoleAPI && r != RoleGateway && r != RoleWorkers && r != RoleLanes {
-			return o, roles{}, errs.New(errs.InvalidConfig, "roles must be api, gateway, workers or lanes")
+		if r != RoleAPI && r != RoleGateway && r != RoleWorkers && r != RoleLanes && r != RolePreview {
+			return o, roles{}, errs.New(errs.InvalidConfig, "roles must be api, gateway, workers, lanes or preview")
 		}
 	}
 	r := roles{api: slices.Contains(o.Roles, RoleAPI), gateway: slices.Contains(o.Roles, RoleGateway), workers: slices.Contains(o.Roles, RoleWorkers),
-		lanes: slices.Contains(o.Roles, RoleLanes)}
+		lanes: slices.Contains(o.Roles, RoleLanes), preview: slices.Contains(o.Roles, RolePreview)}
 	switch {
+	case r.preview && (!r.api || !r.gateway):
+		return o, r, errs.New(errs.InvalidConfig, "the preview role runs in a process with the api and gateway roles")
 	case r.lanes && (!r.api || !r.gateway):
 		return o, r, errs.New(errs.InvalidConfig, "the lanes role runs in a process with the api and gateway roles")
 	case r.lanes && o.LanesListen == "":

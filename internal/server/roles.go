@@ -150,7 +150,7 @@ func gatewayCert(o Options, k keys, now time.Time) (tls.Certificate, *certSource
 func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 	b := o.Bundle
 	mods := api.Modules{Nodes: cp.Nodes, Commands: cp.Commands, Events: cp.Events, IAM: cp.IAM, Keys: cp.APIKeys, Secrets: cp.Secrets, Sandboxes: cp.Sandboxes, Quotas: cp.Quotas,
-		Tunnels: cp.Tunnels, BreakGlass: cp.BreakGlass, Revocations: cp.Revocations, Bastions: cp.Bastions}
+		Tunnels: cp.Tunnels, BreakGlass: cp.BreakGlass, Revocations: cp.Revocations, Bastions: cp.Bastions, Previews: cp.Previews}
 	// Idempotency digests are keyed, so a stored digest of a body that
 	// carried a secret is no guessing oracle.
 	srv, err := api.NewServer(api.Config{TrustedProxies: o.TrustedProxies, SessionCookies: o.SessionCookies, BaseURL: o.BaseURL, RateLimits: o.RateLimits, TenantMutates: o.TenantMutates},

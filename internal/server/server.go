@@ -33,6 +33,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/revocations"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/previews"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/signing"
 	"github.com/bettercompute/bettercompute/internal/store"
@@ -46,6 +47,7 @@ const (
 	RoleGateway = config.RoleGateway
 	RoleWorkers = config.RoleWorkers
 	RoleLanes   = config.RoleLanes
+	RolePreview = config.RolePreview
 )
 
 // Options configure a control plane process.
@@ -87,6 +89,11 @@ type Options struct {
 	// ("127.0.0.1:0" in dev); LanesAdvertise the host:port bastions dial
 	// (default: LanesListen with the port picked).
 	LanesListen, LanesAdvertise string
+	// PreviewListen is the preview role's ip:port ("127.0.0.1:0" when
+	// empty); PreviewURL the public base URL of preview URLs (default:
+	// https://, or http:// with APIPlainHTTP, and the address listened
+	// on). The proxy serves TLS with the API's certificate.
+	PreviewListen, PreviewURL string
 	// InternalListen, with the api role, is the host:port of the internal
 	// channel gateway processes relay to ("" serves none).
 	InternalListen string
@@ -167,6 +174,12 @@ type ControlPlane struct {
 	Bastions *bastions.Service
 	// Lanes is the lanes role (nil when this process does not run it).
 	Lanes *lanes.Role
+	// Previews is the previews module (api role only): sandboxes.preview
+	// and the preview key.
+	Previews *previews.Service
+	// PreviewAddr is the host:port the preview role listens on ("" without
+	// it).
+	PreviewAddr string
 	// ticketVerifier checks tunnel tickets (api and gateway).
 	ticketVerifier *tickets.Verifier
 	// intentSigner signs nodes' desired states for the gateway (the
@@ -252,6 +265,11 @@ func (cp *ControlPlane) start(o Options, r roles, k keys, now time.Time) error {
 	}
 	if r.gateway {
 		if err := cp.startGateway(o, r, k, local, now); err != nil {
+			return err
+		}
+	}
+	if r.preview {
+		if err := cp.startPreview(o, k, now); err != nil {
 			return err
 		}
 	}

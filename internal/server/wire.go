@@ -20,6 +20,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/quorum"
 	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/previews"
 	"github.com/bettercompute/bettercompute/internal/secrets"
 	"github.com/bettercompute/bettercompute/internal/signing"
 	"github.com/bettercompute/bettercompute/internal/tickets"
@@ -79,6 +80,9 @@ func (cp *ControlPlane) buildModules(o Options, r roles, k keys) error {
 		}
 		cp.Tunnels = tunnels.New(tunnels.Deps{DB: o.DB, Clock: o.Clock, Signer: ticketSigner, Verifier: cp.ticketVerifier, Log: o.Log})
 		cp.intentSigner = ticketSigner
+		if cp.Sandboxes != nil {
+			cp.Previews = previews.New(o.DB, previews.NewKeys(o.DB, o.KEK, o.Clock), cp.Sandboxes, o.Clock, cp.previewBase(o))
+		}
 	} else {
 		cp.intentSigner = cp.Signer
 	}

@@ -192,7 +192,8 @@ func Start(t testing.TB, db *store.DB, o Options) *Env {
 	imageStore := ""
 	if o.SandboxRuntime != "" {
 		imageStore = sandboxImageStore(t, dir)
-		so.SandboxImages = imageStore
+		// Sandboxes come with the preview role (sandboxes.preview's URLs).
+		so.SandboxImages, so.Roles = imageStore, []string{server.RoleAPI, server.RoleGateway, server.RoleWorkers, server.RolePreview}
 	}
 	if o.Tune != nil {
 		o.Tune(&so)
@@ -238,6 +239,7 @@ func (e *Env) Restart(t testing.TB) {
 	}
 	o := e.opts
 	o.Bundle, o.APIListen, o.GatewayListen, o.InternalListen = b, e.CP.APIAddr, e.CP.GatewayAddr, e.CP.InternalAddr
+	o.PreviewListen = e.CP.PreviewAddr
 	cp, err := server.Start(context.Background(), o)
 	if err != nil {
 		t.Fatalf("restart control plane: %v", err)

@@ -69,10 +69,14 @@ const (
 	ActionNodeTunnel = "compute:nodes:tunnel"
 	// ActionSandboxExec runs an interactive process in a sandbox.
 	ActionSandboxExec = "compute:sandboxes:exec"
+	// ActionSandboxPreview carries a preview request's bytes to one port
+	// inside one sandbox (the preview proxy asks for it after the preview
+	// token verified; sandboxes.preview decided it).
+	ActionSandboxPreview = "compute:sandboxes:preview"
 )
 
 // allowedActions is every action a ticket may carry.
-var allowedActions = []string{ActionNodeTunnel, ActionSandboxExec}
+var allowedActions = []string{ActionNodeTunnel, ActionSandboxExec, ActionSandboxPreview}
 
 // AllowedAction reports whether a ticket may carry action at all.
 func AllowedAction(action string) bool { return slices.Contains(allowedActions, action) }
@@ -228,15 +232,22 @@ func wellFormed(b *nodev1.TicketBody) bool {
 	switch {
 	case b.Jti == "", len(b.Jti) > MaxJTI, b.NodeId == "", b.TenantId == "", b.Caller == "", b.Action == "":
 		return false
+	case b.IssuedAtMs <= 0, b.ExpiresAtMs <= b.IssuedAtMs:
+		// Checked for every action (an exec or preview case below ends
+		// the switch).
+		return false
 	case b.Action == ActionSandboxExec:
 		// An exec: a sandbox and a program, no port.
 		if b.SandboxId == "" || b.Port != 0 || !ValidArgv(b.Argv) {
 			return false
 		}
+	case b.Action == ActionSandboxPreview:
+		// A preview: a sandbox and a port, no program.
+		if b.SandboxId == "" || b.Port == 0 || b.Port > 65535 || len(b.Argv) > 0 {
+			return false
+		}
 	case b.Port == 0, b.Port > 65535, len(b.Argv) > 0:
 		// A tunnel: a port, no program.
-		return false
-	case b.IssuedAtMs <= 0, b.ExpiresAtMs <= b.IssuedAtMs:
 		return false
 	}
 	return true

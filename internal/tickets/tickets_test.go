@@ -92,6 +92,21 @@ func TestBodyRefusals(t *testing.T) {
 			b.Action, b.SandboxId, b.Port, b.Argv = tickets.ActionSandboxExec, "sb_one", 0, []string{"sh", "a\x00b"}
 		}), tickets.Want{NodeID: nodeA, SandboxID: "sb_one", Actions: []string{tickets.ActionSandboxExec}}, tickets.ReasonMalformed},
 		{"tunnel with a program", edit(func(b *nodev1.TicketBody) { b.Argv = []string{"sh"} }), want(), tickets.ReasonMalformed},
+		{"preview without sandbox", edit(func(b *nodev1.TicketBody) { b.Action = tickets.ActionSandboxPreview }),
+			tickets.Want{NodeID: nodeA, Port: 22, Actions: []string{tickets.ActionSandboxPreview}}, tickets.ReasonMalformed},
+		{"preview without a port", edit(func(b *nodev1.TicketBody) { b.Action, b.SandboxId, b.Port = tickets.ActionSandboxPreview, "sb_one", 0 }),
+			tickets.Want{NodeID: nodeA, SandboxID: "sb_one", Actions: []string{tickets.ActionSandboxPreview}}, tickets.ReasonMalformed},
+		{"preview with a program", edit(func(b *nodev1.TicketBody) {
+			b.Action, b.SandboxId, b.Argv = tickets.ActionSandboxPreview, "sb_one", []string{"sh"}
+		}), tickets.Want{NodeID: nodeA, Port: 22, SandboxID: "sb_one", Actions: []string{tickets.ActionSandboxPreview}}, tickets.ReasonMalformed},
+		{"preview expiring at issue", edit(func(b *nodev1.TicketBody) {
+			b.Action, b.SandboxId, b.ExpiresAtMs = tickets.ActionSandboxPreview, "sb_one", b.IssuedAtMs
+		}), tickets.Want{NodeID: nodeA, Port: 22, SandboxID: "sb_one", Actions: []string{tickets.ActionSandboxPreview}}, tickets.ReasonMalformed},
+		{"exec expiring at issue", edit(func(b *nodev1.TicketBody) {
+			b.Action, b.SandboxId, b.Port, b.Argv, b.ExpiresAtMs = tickets.ActionSandboxExec, "sb_one", 0, []string{"sh"}, b.IssuedAtMs
+		}), tickets.Want{NodeID: nodeA, SandboxID: "sb_one", Actions: []string{tickets.ActionSandboxExec}}, tickets.ReasonMalformed},
+		{"preview ticket where exec is wanted", edit(func(b *nodev1.TicketBody) { b.Action, b.SandboxId = tickets.ActionSandboxPreview, "sb_one" }),
+			tickets.Want{NodeID: nodeA, Port: 22, SandboxID: "sb_one", Actions: []string{tickets.ActionSandboxExec}}, tickets.ReasonUnexpectedAction},
 		{"issued at 0", edit(func(b *nodev1.TicketBody) { b.IssuedAtMs = 0 }), want(), tickets.ReasonMalformed},
 		{"expires at issue", edit(func(b *nodev1.TicketBody) { b.ExpiresAtMs = b.IssuedAtMs }), want(), tickets.ReasonMalformed},
 		{"lifetime over 60 s", edit(func(b *nodev1.TicketBody) { b.ExpiresAtMs = b.IssuedAtMs + tickets.Lifetime.Milliseconds() + 1 }), want(), tickets.ReasonLifetimeTooLong},

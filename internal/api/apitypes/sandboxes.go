@@ -54,3 +54,17 @@ type ExecIn struct {
 	Argv           []string `json:"argv" api:"items=256,max=16384"`
 	TimeoutSeconds int64    `json:"timeout_seconds" api:"min=0,max=600"`
 }
+
+// SandboxPreviewIn is sandboxes.preview's input: the sandbox, the port
+// inside it, and the URL's lifetime in seconds (0: an hour; at most a
+// day, and never past the sandbox's deadline).
+type SandboxPreviewIn struct {
+	ID         string `json:"id" api:"max=64"`
+	Port       int    `json:"port" api:"min=1,max=65535"`
+	TTLSeconds int64  `json:"ttl_seconds,omitempty" api:"min=0,max=86400"`
+}
+
+// PreviewKeyOut is previews.rotateKey's answer: the new key's id.
+type PreviewKeyOut struct {
+	KeyID string `json:"key_id"`
+}

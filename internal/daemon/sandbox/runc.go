@@ -804,27 +804,35 @@ func removeMemoryCgroup(id string) error {
 // Alive reports whether the process in the sandbox's pid file still
 // runs, in the sandbox's own cgroup (so a reused pid does not count).
 func (o *OCI) Alive(id string) bool {
+	_, ok := o.initPID(id)
+	return ok
+}
+
+// initPID returns the pid in the sandbox's pid file when that process
+// still runs, in the sandbox's own cgroup (so a reused pid does not
+// count).
+func (o *OCI) initPID(id string) (int, bool) {
 	if spec.ValidSandboxID(id) != nil {
-		return false
+		return 0, false
 	}
 	b, err := os.ReadFile(filepath.Join(o.bundle(id), "init.pid"))
 	if err != nil {
-		return false
+		return 0, false
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || pid <= 1 {
-		return false
+		return 0, false
 	}
 	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
-		return false
+		return 0, false
 	}
 	// The state follows the parenthesised command name: Z is a zombie.
 	if i := strings.LastIndexByte(string(stat), ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
-		return false
+		return 0, false
 	}
 	cg, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
-	return err == nil && strings.Contains(string(cg), CgroupParent+"/"+id)
+	return pid, err == nil && strings.Contains(string(cg), CgroupParent+"/"+id)
 }
 
 // Running reports whether the runtime knows the sandbox.

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -325,6 +326,15 @@ func (d *Driver) OnSandboxFailed(f func(sandboxID, reason string)) {
 	}); ok {
 		s.OnSandboxFailed(f)
 	}
+}
+
+// DialSandbox passes a preview's connection on to the wrapped driver
+// (driver.SandboxDialer), or refuses it when that has none.
+func (d *Driver) DialSandbox(ctx context.Context, sandboxID string, port uint16) (net.Conn, error) {
+	if s, ok := d.Driver.(driver.SandboxDialer); ok {
+		return s.DialSandbox(ctx, sandboxID, port)
+	}
+	return nil, driver.ErrPreviewUnsupported
 }
 
 // AdoptSandboxes passes adoption on to the wrapped driver when it hosts

@@ -28,4 +28,13 @@ const (
 	ExecUnsupported = "exec-unsupported"
 	// ExecFailed: the program could not be started.
 	ExecFailed = "exec-failed"
+	// PreviewSandboxGone: a preview's sandbox is not running on the node
+	// (or its deadline passed).
+	PreviewSandboxGone = "preview-sandbox-gone"
+	// PreviewUnsupported: the sandbox's runtime cannot be reached from the
+	// host (gVisor's netstack, the sim runtime, an unprivileged node).
+	PreviewUnsupported = "preview-unsupported"
+	// PreviewDialFailed: nothing answered on 127.0.0.1:<port> inside the
+	// sandbox.
+	PreviewDialFailed = "preview-dial-failed"
 )

@@ -783,7 +783,11 @@ type TunnelOpen struct {
 	Ticket   *SignedTicket          `protobuf:"bytes,2,opt,name=ticket,proto3" json:"ticket,omitempty"`
 	// sandbox_id, for an exec, says which sandbox the ticket is for: a hint
 	// the node checks against the signed ticket, never trusts alone.
-	SandboxId     string `protobuf:"bytes,3,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	SandboxId string `protobuf:"bytes,3,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// port, for a sandbox preview (a sandbox_id and a port), says which port
+	// inside the sandbox the ticket is for: a hint the node checks against
+	// the signed ticket, never trusts alone. Zero for an exec.
+	Port          uint32 `protobuf:"varint,4,opt,name=port,proto3" json:"port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -837,6 +841,13 @@ func (x *TunnelOpen) GetSandboxId() string {
 		return x.SandboxId
 	}
 	return ""
+}
+
+func (x *TunnelOpen) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
 }
 
 // TunnelFrame is one frame of a Tunnel stream, either way. The first frame
@@ -4150,13 +4161,14 @@ const file_node_proto_rawDesc = "" +
 	"\vrevocations\x18\f \x01(\v2\x17.bc.node.v1.RevocationsH\x00R\vrevocations\x12E\n" +
 	"\rdesired_state\x18\r \x01(\v2\x1e.bc.node.v1.SignedDesiredStateH\x00R\fdesiredState\x12I\n" +
 	"\x11helper_events_ack\x18\x0e \x01(\v2\x1b.bc.node.v1.HelperEventsAckH\x00R\x0fhelperEventsAckB\x05\n" +
-	"\x03msg\"z\n" +
+	"\x03msg\"\x8e\x01\n" +
 	"\n" +
 	"TunnelOpen\x12\x1b\n" +
 	"\ttunnel_id\x18\x01 \x01(\tR\btunnelId\x120\n" +
 	"\x06ticket\x18\x02 \x01(\v2\x18.bc.node.v1.SignedTicketR\x06ticket\x12\x1d\n" +
 	"\n" +
-	"sandbox_id\x18\x03 \x01(\tR\tsandboxId\"\xdc\x01\n" +
+	"sandbox_id\x18\x03 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04port\x18\x04 \x01(\rR\x04port\"\xdc\x01\n" +
 	"\vTunnelFrame\x12/\n" +
 	"\x05hello\x18\x01 \x01(\v2\x17.bc.node.v1.TunnelHelloH\x00R\x05hello\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12\x12\n" +

@@ -17,6 +17,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/quota"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/previews"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
 
@@ -37,7 +38,7 @@ func endMarker(region string) string { return "<!-- END GENERATED " + region + "
 // with the optional modules present, and api.BatchMethods), as
 // server.startAPI registers them. No handler runs: the modules are empty.
 func allMethods() []api.Method {
-	mods := api.Modules{Sandboxes: &sandboxes.Service{}, Quotas: &quota.Service{}, BreakGlass: &breakglass.Service{}, Bastions: &bastions.Service{}}
+	mods := api.Modules{Sandboxes: &sandboxes.Service{}, Quotas: &quota.Service{}, BreakGlass: &breakglass.Service{}, Bastions: &bastions.Service{}, Previews: &previews.Service{}}
 	ms := append(api.Methods(mods), api.BatchMethods(api.BatchModules{})...)
 	ms = append(ms, api.AuditMethods(&auditlog.Log{})...)
 	slices.SortFunc(ms, func(a, b api.Method) int { return strings.Compare(a.Name, b.Name) })
