@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"time"
 
 	"google.golang.org/grpc"
 
@@ -66,19 +65,9 @@ func (n *Node) dialSandbox(ctx context.Context, sandboxID string, port uint32) (
 // checkPreviewTicket verifies a preview's ticket for sandboxID and port
 // and spends its jti; it returns the port, or why it is refused.
 func (n *Node) checkPreviewTicket(ctx context.Context, st *nodev1.SignedTicket, sandboxID string, port uint32) (uint32, string) {
-	t := n.tunnels
-	now := n.now()
-	v := &tickets.Verifier{Roots: n.verify.commandRoots, TrustDomain: n.verify.TrustDomain, WorkerChains: n.verify.WorkerChains}
-	want := tickets.Want{NodeID: n.rec.NodeID, SandboxID: sandboxID, Port: port, Actions: []string{tickets.ActionSandboxPreview}}
-	body, r := v.VerifySigned(st, now, want)
-	switch {
-	case r != "":
-		return 0, string(r)
-	case time.UnixMilli(body.IssuedAtMs).Before(t.started):
-		return 0, ReasonTicketBeforeStart
-	}
-	if _, r := v.RedeemSigned(ctx, st, now, want, t.spent); r != "" {
-		return 0, string(r)
+	body, r := n.redeemTicket(ctx, st, tickets.Want{NodeID: n.rec.NodeID, SandboxID: sandboxID, Port: port, Actions: []string{tickets.ActionSandboxPreview}})
+	if r != "" {
+		return 0, r
 	}
 	return body.Port, ""
 }

@@ -110,23 +110,35 @@ func (n *Node) answerTunnel(ctx context.Context, conn *grpc.ClientConn, tunnelID
 // returns the port, or why the tunnel is refused. A ticket for a port not
 // on the allow list is refused tunnel-port-not-allowed.
 func (n *Node) checkTicket(ctx context.Context, st *nodev1.SignedTicket) (uint32, string) {
-	t := n.tunnels
-	now := n.now()
-	v := &tickets.Verifier{Roots: n.verify.commandRoots, TrustDomain: n.verify.TrustDomain, WorkerChains: n.verify.WorkerChains}
-	want := tickets.Want{NodeID: n.rec.NodeID, Ports: t.ports, Actions: []string{tickets.ActionNodeTunnel}}
-	body, r := v.VerifySigned(st, now, want)
+	body, r := n.redeemTicket(ctx, st, tickets.Want{NodeID: n.rec.NodeID, Ports: n.tunnels.ports, Actions: []string{tickets.ActionNodeTunnel}})
 	switch {
-	case r == tickets.ReasonWrongPort:
+	case r == string(tickets.ReasonWrongPort):
 		return 0, nodev1.TunnelPortNotAllowed
 	case r != "":
-		return 0, string(r)
-	case time.UnixMilli(body.IssuedAtMs).Before(t.started):
-		return 0, ReasonTicketBeforeStart
-	}
-	if _, r := v.RedeemSigned(ctx, st, now, want, t.spent); r != "" {
-		return 0, string(r)
+		return 0, r
 	}
 	return body.Port, ""
+}
+
+// redeemTicket verifies a ticket for want (signed by a worker under the
+// pinned command-signing roots, for this node, fresh, issued after this
+// process started) and spends its jti; it returns the ticket's body, or
+// why it is refused. Every kind of tunnel (node port, exec, preview)
+// checks its ticket here.
+func (n *Node) redeemTicket(ctx context.Context, st *nodev1.SignedTicket, want tickets.Want) (*nodev1.TicketBody, string) {
+	now := n.now()
+	v := &tickets.Verifier{Roots: n.verify.commandRoots, TrustDomain: n.verify.TrustDomain, WorkerChains: n.verify.WorkerChains}
+	body, r := v.VerifySigned(st, now, want)
+	switch {
+	case r != "":
+		return nil, string(r)
+	case time.UnixMilli(body.IssuedAtMs).Before(n.tunnels.started):
+		return nil, ReasonTicketBeforeStart
+	}
+	if _, r := v.RedeemSigned(ctx, st, now, want, n.tunnels.spent); r != "" {
+		return nil, string(r)
+	}
+	return body, ""
 }
 
 // halfCloser is a local connection a tunnel carries: a TCP connection
@@ -276,19 +288,9 @@ func (n *Node) openExec(ctx context.Context, conn *grpc.ClientConn, m *nodev1.Tu
 // checkExecTicket verifies an exec's ticket for sandboxID and spends its
 // jti; it returns the program the ticket names, or why it is refused.
 func (n *Node) checkExecTicket(ctx context.Context, st *nodev1.SignedTicket, sandboxID string) ([]string, string) {
-	t := n.tunnels
-	now := n.now()
-	v := &tickets.Verifier{Roots: n.verify.commandRoots, TrustDomain: n.verify.TrustDomain, WorkerChains: n.verify.WorkerChains}
-	want := tickets.Want{NodeID: n.rec.NodeID, SandboxID: sandboxID, Actions: []string{tickets.ActionSandboxExec}}
-	body, r := v.VerifySigned(st, now, want)
-	switch {
-	case r != "":
-		return nil, string(r)
-	case time.UnixMilli(body.IssuedAtMs).Before(t.started):
-		return nil, ReasonTicketBeforeStart
-	}
-	if _, r := v.RedeemSigned(ctx, st, now, want, t.spent); r != "" {
-		return nil, string(r)
+	body, r := n.redeemTicket(ctx, st, tickets.Want{NodeID: n.rec.NodeID, SandboxID: sandboxID, Actions: []string{tickets.ActionSandboxExec}})
+	if r != "" {
+		return nil, r
 	}
 	return body.Argv, ""
 }

@@ -153,6 +153,13 @@ func checkGrant(g grantFacts) (tenant, reason string, err error) {
 	if !g.SecretFound {
 		return "", "unknown-ref", nil
 	}
+	return releasedTo(g, tenant)
+}
+
+// releasedTo ends a grant's decision for tenant's secret: an error
+// reading the tenant's chain fails it, and a suspended or deleted tenant
+// is refused.
+func releasedTo(g grantFacts, tenant string) (string, string, error) {
 	if g.ChainErr != nil {
 		return "", "", g.ChainErr
 	}
@@ -189,16 +196,7 @@ func checkSubjectGrant(g grantFacts) (tenant, reason string, err error) {
 	if !g.SecretFound || g.SecretScope != ScopeTenant {
 		return "", "unknown-ref", nil
 	}
-	if g.ChainErr != nil {
-		return "", "", g.ChainErr
-	}
-	switch g.TenantState {
-	case iam.StateSuspended:
-		return "", "tenant-suspended", nil
-	case iam.StateDeleted:
-		return "", "tenant-deleted", nil
-	}
-	return tenant, "", nil
+	return releasedTo(g, tenant)
 }
 
 // envNames reports whether a sandbox command payload's "env" object has
