@@ -147,10 +147,13 @@ func (s *Service) GetSettled(ctx context.Context, scope iam.Scope, id string) (S
 		return x, err
 	}
 	if _, werr := s.wait(ctx, x.claimCommand, StartTimeout); werr != nil {
-		if ctx.Err() != nil || errors.Is(werr, errHostTimeout) {
+		var ce *commandError
+		if !errors.As(werr, &ce) {
+			// Not the host's answer (the wait timed out, the caller left,
+			// the database failed): the claim stays pending.
 			return Sandbox{}, werr
 		}
-		s.refuseClaim(context.WithoutCancel(ctx), x, reasonOf(werr))
+		s.refuseClaim(context.WithoutCancel(ctx), x, ce.reason)
 		return Sandbox{}, errs.New(errs.InvalidState, "the sandbox failed: its host refused the claim")
 	}
 	s.confirmClaim(ctx, x.ID, x.claimCommand)
@@ -222,11 +225,16 @@ func (s *Service) ConfirmClaims(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("sandboxes: pending claims: %w", err)
 	}
 	refused := 0
+	var firstErr error
 	for _, x := range pending {
 		c, err := s.commands.Get(ctx, iam.RootScope(), x.claimCommand)
 		switch {
 		case err != nil:
-			return refused, err
+			// One unreadable claim does not hold the others back.
+			s.log.Error("read warm claim update", "sandbox_id", x.ID, "err", err)
+			if firstErr == nil {
+				firstErr = err
+			}
 		case !commands.Terminal(c.State):
 			continue
 		case c.State == commands.StateSucceeded:
@@ -236,5 +244,5 @@ func (s *Service) ConfirmClaims(ctx context.Context) (int, error) {
 			refused++
 		}
 	}
-	return refused, nil
+	return refused, firstErr
 }

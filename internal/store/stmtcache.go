@@ -23,9 +23,9 @@ import (
 // bindings after each use. SQLite re-prepares a cached statement by
 // itself when the schema changes under it. Texts longer than
 // maxCachedQuery or holding ';' (scripts: migrations) are never cached,
-// and a connection caches at most maxCachedStmts texts (the rest run
-// unprepared, as before), so statements built at run time (IN lists)
-// cannot grow it without bound.
+// and a connection caches at most maxCachedStmts texts (a new one evicts a
+// random idle one), so statements built at run time (IN lists) cannot
+// grow it without bound.
 const (
 	maxCachedStmts = 512
 	maxCachedQuery = 4096
@@ -101,7 +101,10 @@ func (c *cachingConn) take(ctx context.Context, query string) *cachedStmt {
 		cs.busy = true
 		return cs
 	}
-	if len(c.stmts) >= maxCachedStmts || len(query) > maxCachedQuery || strings.Contains(query, ";") {
+	if len(query) > maxCachedQuery || strings.Contains(query, ";") {
+		return nil
+	}
+	if len(c.stmts) >= maxCachedStmts && !c.evictOne() {
 		return nil
 	}
 	st, err := c.sqliteConn.PrepareContext(ctx, query)
@@ -111,6 +114,20 @@ func (c *cachingConn) take(ctx context.Context, query string) *cachedStmt {
 	cs := &cachedStmt{st: st, busy: true}
 	c.stmts[query] = cs
 	return cs
+}
+
+// evictOne closes and forgets one cached statement not in use (Go's map
+// order makes it a random one), so that texts seen after the cache filled
+// are cached too; false when every cached statement is in use.
+func (c *cachingConn) evictOne() bool {
+	for q, cs := range c.stmts {
+		if !cs.busy {
+			cs.st.Close()
+			delete(c.stmts, q)
+			return true
+		}
+	}
+	return false
 }
 
 func (c *cachingConn) release(cs *cachedStmt) {
