@@ -163,11 +163,22 @@ func rewrite(pr *httputil.ProxyRequest) {
 	out.Header.Del("Referer") // it carries the token
 }
 
+// PageSandbox is the Content-Security-Policy every proxied answer
+// carries (beside any the sandbox sends: a browser enforces both). Its
+// sandbox directive without allow-same-origin runs the page in an opaque
+// origin: every preview is served from the same host as the others (and,
+// by default, as the API), and in an opaque origin a page's scripts can
+// neither read nor set that host's cookies (the API's session cookie) nor
+// share storage with another preview.
+const PageSandbox = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
+
 // scrubResponse drops what would let one preview act on the shared
-// origin beyond its own answers, and keeps the token out of Referers.
+// origin beyond its own answers, confines the page to an opaque origin,
+// and keeps the token out of Referers.
 func scrubResponse(res *http.Response) error {
 	res.Header.Del("Set-Cookie")
 	res.Header.Del("Service-Worker-Allowed")
+	res.Header.Add("Content-Security-Policy", PageSandbox)
 	res.Header.Set("Referrer-Policy", "no-referrer")
 	return nil
 }

@@ -203,7 +203,9 @@ func fetch(t *testing.T, method, url string, hdr map[string]string) (*http.Respo
 // ticket is for the preview action, the sandbox's node, the sandbox and
 // the port; the caller's cookies and Referer never reach the sandbox, and
 // the sandbox's Set-Cookie and Service-Worker-Allowed never reach the
-// caller, who is told to send no Referer.
+// caller, who is told to send no Referer, and the page runs sandboxed in
+// an opaque origin (Content-Security-Policy: sandbox, no
+// allow-same-origin).
 func TestPreviewProxyForwardsUnderThePrefix(t *testing.T) {
 	var seen *http.Request
 	r := newRig(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -222,6 +224,9 @@ func TestPreviewProxyForwardsUnderThePrefix(t *testing.T) {
 	}
 	if res.Header.Get("Set-Cookie") != "" || res.Header.Get("Service-Worker-Allowed") != "" || res.Header.Get("Referrer-Policy") != "no-referrer" {
 		t.Fatalf("answer headers %v", res.Header)
+	}
+	if csp := res.Header.Values("Content-Security-Policy"); len(csp) != 1 || csp[0] != previews.PageSandbox || strings.Contains(csp[0], "allow-same-origin") {
+		t.Fatalf("the page is not confined to an opaque origin: Content-Security-Policy %q", csp)
 	}
 	want := tunnels.Target{NodeID: "n-1", Port: 8080, SandboxID: "sb-one", Action: tickets.ActionSandboxPreview}
 	if len(r.open.targets) != 1 || r.open.targets[0] != want {
