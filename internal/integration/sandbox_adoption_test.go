@@ -8,9 +8,12 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
+	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/kinds"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
@@ -228,4 +231,36 @@ func TestSandboxAdoptedReportOrdersOnlyTheReporter(t *testing.T) {
 			t.Fatalf("deletes after confirmation: %d to the host, %d to the other; want 0 and 1", deletes(host), deletes(other))
 		}
 	})
+}
+
+// TestSandboxAdoptedReportsAreRateLimited: one node's adopted reports
+// can have at most AdoptKillsPerMinute deletes queued a minute (a node,
+// or a gateway replaying its signed reports, cannot grow the commands
+// table without bound); a report past it is not acknowledged, so the
+// node sends it again later. The clock stands still: no refill.
+func TestSandboxAdoptedReportsAreRateLimited(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1, SandboxRuntime: spec.RuntimeSim, Clock: clk})
+	ctx := context.Background()
+	n := e.Nodes[0]
+	r, err := n.SignReport(&nodev1.SandboxReportBody{SandboxId: ids.New("sbx"), NodeId: n.NodeID(), State: sandboxes.ReportAdopted, Reason: "adopted-at-restart", AtMs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openReportSession(t, n)
+	for i := 0; i < sandboxes.AdoptKillsPerMinute; i++ {
+		if !s.send(r) {
+			t.Fatalf("adopted report %d within the rate was not acknowledged", i+1)
+		}
+	}
+	if s.send(r) {
+		t.Fatal("an adopted report past the rate was acknowledged")
+	}
+	var c int
+	if err := e.CP.DB.QueryRowContext(ctx, `SELECT COUNT(*) FROM commands WHERE node_id = $1 AND kind = $2`, n.NodeID(), kinds.SandboxDelete).Scan(&c); err != nil {
+		t.Fatal(err)
+	}
+	if c != sandboxes.AdoptKillsPerMinute {
+		t.Fatalf("%d deletes queued, want %d", c, sandboxes.AdoptKillsPerMinute)
+	}
 }

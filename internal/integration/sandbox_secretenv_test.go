@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/daemon/sandbox"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/sandboxes"
@@ -140,6 +141,32 @@ func TestSandboxSecretEnv(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+	if rt == spec.RuntimeRunc {
+		// A process started in the sandbox holds the value in its
+		// environment: while a terminal runs there, no file of the host's
+		// (its process spec included) holds it.
+		sh, err := e.Nodes[0].Sandbox.OpenShell(ctx, x.ID, []string{"sh"})
+		if err != nil {
+			t.Fatalf("shell: %v", err)
+		}
+		scan(e.Dir)
+		// runc as root keeps bundles under RunBase (the sandbox's mounts
+		// are in them): its own files are the bundle's top level.
+		top, _ := filepath.Glob(filepath.Join(sandbox.RunBase, "*", "bundles", x.ID, "*"))
+		for _, p := range top {
+			if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
+				b, err := os.ReadFile(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				check(p, b)
+			}
+		}
+		if len(top) == 0 && os.Geteuid() == 0 {
+			t.Fatal("no bundle of the sandbox under RunBase")
+		}
+		sh.Close()
 	}
 	scan(e.Dir) // while the sandbox runs: the node's state, runtime state and journal
 	for _, a := range answers {

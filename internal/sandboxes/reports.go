@@ -124,6 +124,10 @@ func (s *Service) applyAdopted(ctx context.Context, nodeID, id string, found boo
 		s.log.Info("adopted sandbox confirmed", "sandbox_id", id, "node_id", nodeID)
 		return id, nil
 	}
+	if wait := s.adoptKills.Take(nodeID); wait > 0 {
+		s.log.Warn("adopted reports over their rate", "sandbox_id", id, "node_id", nodeID)
+		return "", errs.New(errs.RateLimited, "too many adopted sandboxes to delete: report again later")
+	}
 	actor := audit.Entry{TenantID: iam.RootTenant, Actor: "adoption"}
 	raw, _ := json.Marshal(spec.Delete{SandboxID: id})
 	c, err := s.commands.CreateOwned(ctx, kinds.ModuleSandboxes, system(actor), nodeID, kinds.SandboxDelete, raw, 24*time.Hour)

@@ -35,6 +35,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/quota"
+	"github.com/bettercompute/bettercompute/internal/ratelimit"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
@@ -81,6 +82,13 @@ const StartTimeout = 90 * time.Second
 // CollectEvery is how often Run collects unreferenced objects.
 const CollectEvery = 10 * time.Minute
 
+// AdoptKillsPerMinute bounds the signed deletes one node's adopted
+// reports can have queued a minute: a node (or a gateway replaying its
+// signed reports) cannot grow the commands and audit tables, or fill the
+// root tenant's in-flight quota, faster than that. A report past it is
+// refused RATE_LIMITED and sent again by the node later.
+const AdoptKillsPerMinute = 120
+
 // TopicWarm wakes the warm pool reconciler.
 const TopicWarm = "sandboxes.warm"
 
@@ -110,6 +118,9 @@ type Service struct {
 	// without refills queued on the same host).
 	holdRefill atomic.Bool
 	quotas     *quota.Service
+	// adoptKills bounds the deletes adopted reports order, per node
+	// (AdoptKillsPerMinute).
+	adoptKills *ratelimit.PerKey
 	// maxImage bounds an upload (0: spec.MaxImageBytes), and writing
 	// holds the uploads a write streams into now.
 	maxImage atomic.Int64
@@ -133,7 +144,8 @@ func New(db *store.DB, clk clock.Clock, b *bus.Bus, cmds *commands.Service, n No
 	if q == nil {
 		q = quota.New(db, clk, quota.Defaults())
 	}
-	return &Service{db: db, clk: clk, bus: b, commands: cmds, nodes: n, quotas: q, images: images, log: log}
+	return &Service{db: db, clk: clk, bus: b, commands: cmds, nodes: n, quotas: q, images: images, log: log,
+		adoptKills: ratelimit.New(clk, AdoptKillsPerMinute, time.Minute)}
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)

@@ -500,6 +500,9 @@ func (h *Host) Exec(ctx context.Context, payload []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.unresolved {
+		return nil, errors.New(ReasonSecretUnavailable)
+	}
 	env, root, left := p.env, p.root, p.left
 	ectx, cancel := context.WithTimeout(ctx, min(time.Duration(e.TimeoutMS)*time.Millisecond, left))
 	defer cancel()
@@ -523,6 +526,11 @@ type program struct {
 	root bool
 	left time.Duration
 	rt   Runtime
+	// unresolved is set when the env names a secret whose value this
+	// process does not hold (after a restart): a program that would run
+	// without it is refused (secret-unavailable) rather than started with
+	// the variable silently missing.
+	unresolved bool
 }
 
 // programFor reads what a program started in sandbox id now gets, or why
@@ -543,6 +551,7 @@ func (h *Host) programFor(id string) (program, error) {
 				// reference's text; none after a restart (in memory only).
 				val, ok := h.secretVals[id][v]
 				if !ok {
+					p.unresolved = true
 					continue
 				}
 				v = val
@@ -587,6 +596,11 @@ func (h *Host) Update(ctx context.Context, payload []byte) ([]byte, error) {
 	}
 	var vals map[string]string
 	if u.Claim {
+		// Refused before any secret is fetched for it; checked again
+		// below, under the lock, once the values are in.
+		if err := h.warmHere(u.SandboxID); err != nil {
+			return nil, err
+		}
 		var err error
 		if vals, err = h.resolveEnv(ctx, u.SandboxID, u.Env); err != nil {
 			return nil, err
@@ -617,6 +631,21 @@ func (h *Host) Update(ctx context.Context, payload []byte) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(map[string]any{"sandbox_id": u.SandboxID, "deadline_ms": u.DeadlineMS})
+}
+
+// warmHere refuses a claim of a sandbox this host does not hold
+// (sandbox-not-found) or holds claimed already (not-warm).
+func (h *Host) warmHere(id string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st, ok := h.sbx[id]
+	switch {
+	case !ok:
+		return errors.New("sandbox-not-found")
+	case !st.Warm:
+		return errors.New("not-warm")
+	}
+	return nil
 }
 
 // Delete runs sandbox.delete; deleting a sandbox the host does not have

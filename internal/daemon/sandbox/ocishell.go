@@ -2,11 +2,11 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +15,7 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
+	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
 
@@ -37,37 +38,31 @@ func (o *OCI) Shell(ctx context.Context, id string, argv, env []string, root boo
 	if _, err := os.Stat(b); err != nil {
 		return nil, driver.ErrSandboxGone
 	}
-	pf, err := os.CreateTemp(b, "shell-*.json")
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: shell process file: %w", err)
-	}
 	inherited := o.hasUserNS(b)
 	proc := processFor(argv, append([]string{defaultPath}, env...), root, inherited)
 	proc.Terminal = true
-	if err := json.NewEncoder(pf).Encode(proc); err != nil {
-		pf.Close()
-		os.Remove(pf.Name())
-		return nil, fmt.Errorf("sandbox: shell process file: %w", err)
+	pf, err := processFile(proc)
+	if err != nil {
+		return nil, err
 	}
-	pf.Close()
-	pidFile := strings.TrimSuffix(pf.Name(), ".json") + ".pid"
+	defer pf.Close() // runc holds it once started
+	pidFile := filepath.Join(b, "shell-"+ids.New("x")+".pid")
 	ptmx, tty, err := pty.Open()
 	if err != nil {
-		os.Remove(pf.Name())
 		return nil, fmt.Errorf("sandbox: pseudo-terminal: %w", err)
 	}
 	_ = pty.Setsize(ptmx, &pty.Winsize{Cols: 80, Rows: 24})
-	cmd := o.command(context.Background(), inherited, o.argv(nil, "exec", "--process", pf.Name(), "--pid-file", pidFile, id))
+	cmd := o.command(context.Background(), inherited, o.argv(nil, "exec", "--process", processFD, "--pid-file", pidFile, id))
+	cmd.ExtraFiles = []*os.File{pf}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
 	if err := cmd.Start(); err != nil {
 		ptmx.Close()
 		tty.Close()
-		os.Remove(pf.Name())
 		return nil, fmt.Errorf("sandbox: start shell: %w", err)
 	}
 	tty.Close() // runc holds it now
-	s := &ociShell{ptmx: ptmx, cmd: cmd, pidFile: pidFile, procFile: pf.Name(), done: make(chan struct{})}
+	s := &ociShell{ptmx: ptmx, cmd: cmd, pidFile: pidFile, done: make(chan struct{})}
 	go func() {
 		s.werr = cmd.Wait()
 		close(s.done)
@@ -84,12 +79,12 @@ func (o *OCI) Shell(ctx context.Context, id string, argv, env []string, root boo
 
 // ociShell is a runc exec on a pseudo-terminal.
 type ociShell struct {
-	ptmx              *os.File
-	cmd               *exec.Cmd
-	pidFile, procFile string
-	done              chan struct{}
-	werr              error
-	once              sync.Once
+	ptmx    *os.File
+	cmd     *exec.Cmd
+	pidFile string
+	done    chan struct{}
+	werr    error
+	once    sync.Once
 }
 
 func (s *ociShell) Read(p []byte) (int, error) {
@@ -141,7 +136,6 @@ func (s *ociShell) Close() error {
 		<-s.done
 		_ = s.ptmx.Close()
 		os.Remove(s.pidFile)
-		os.Remove(s.procFile)
 	})
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
@@ -600,33 +602,30 @@ func tail(p string, n int64) string {
 
 // Exec runs argv inside the sandbox with `runc exec --process FILE`: the
 // whole process (argv, env, user, no capabilities, no new privileges)
-// comes from a file, so nothing in argv is ever parsed as a runc flag.
+// comes from a file (in memory: processFile), so nothing in argv is ever
+// parsed as a runc flag.
 func (o *OCI) Exec(ctx context.Context, id string, argv, env []string, root bool) (spec.ExecResult, error) {
 	var res spec.ExecResult
 	if err := spec.ValidSandboxID(id); err != nil {
 		return res, err
 	}
 	b := o.bundle(id)
-	pf, err := os.CreateTemp(b, "exec-*.json")
-	if err != nil {
-		return res, fmt.Errorf("sandbox: exec process file: %w", err)
-	}
-	defer os.Remove(pf.Name())
 	inherited := o.hasUserNS(b)
-	if err := json.NewEncoder(pf).Encode(processFor(argv, append([]string{defaultPath}, env...), root, inherited)); err != nil {
-		pf.Close()
-		return res, fmt.Errorf("sandbox: exec process file: %w", err)
+	pf, err := processFile(processFor(argv, append([]string{defaultPath}, env...), root, inherited))
+	if err != nil {
+		return res, err
 	}
-	pf.Close()
+	defer pf.Close()
 	// runc's own errors go to a log of this exec (read back by
 	// notStarted), never mixed into the program's stderr.
 	var globals []string
-	logPath := strings.TrimSuffix(pf.Name(), ".json") + ".log"
+	logPath := filepath.Join(b, "exec-"+ids.New("x")+".log")
 	if o.name == spec.RuntimeRunc {
 		globals = []string{"--log", logPath, "--log-format", "json"}
 		defer os.Remove(logPath)
 	}
-	cmd := o.command(context.Background(), inherited, o.argv(globals, "exec", "--process", pf.Name(), id))
+	cmd := o.command(context.Background(), inherited, o.argv(globals, "exec", "--process", processFD, id))
+	cmd.ExtraFiles = []*os.File{pf}
 	stdout, stderr := &capped{max: spec.MaxOutput}, &capped{max: spec.MaxOutput}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
@@ -860,4 +859,32 @@ func (c *capped) Write(p []byte) (int, error) {
 		c.truncated = true
 	}
 	return len(p), nil
+}
+
+// processFD is where a runtime started with processFile's file as its
+// first extra file finds it: `--process processFD`.
+const processFD = "/proc/self/fd/3"
+
+// processFile writes proc, as `runc exec --process` reads it, into an
+// anonymous memory file (memfd): the process's environment holds the
+// values of the sandbox's secret references, which must never reach a
+// file on disk, not even briefly (a crash between writing and removing a
+// file would leave them in the host's data folder). The caller passes it
+// as the command's first extra file and closes it after the command
+// started.
+func processFile(proc *specs.Process) (*os.File, error) {
+	fd, err := unix.MemfdCreate("bc-process", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: process file: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "bc-process")
+	if err := json.NewEncoder(f).Encode(proc); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sandbox: process file: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sandbox: process file: %w", err)
+	}
+	return f, nil
 }

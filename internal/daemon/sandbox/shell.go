@@ -26,6 +26,9 @@ func (h *Host) OpenShell(ctx context.Context, sandboxID string, argv []string) (
 	if err != nil {
 		return nil, driver.ErrSandboxGone
 	}
+	if p.unresolved {
+		return nil, errors.New(ReasonSecretUnavailable)
+	}
 	sh, ok := p.rt.(Sheller)
 	if !ok {
 		return nil, driver.ErrShellUnsupported
