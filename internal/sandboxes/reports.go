@@ -126,7 +126,7 @@ func (s *Service) applyAdopted(ctx context.Context, nodeID, id string, found boo
 	}
 	if wait := s.adoptKills.Take(nodeID); wait > 0 {
 		s.log.Warn("adopted reports over their rate", "sandbox_id", id, "node_id", nodeID)
-		return "", errs.New(errs.RateLimited, "too many adopted sandboxes to delete: report again later")
+		return "", errs.New(errs.ResourceExhausted, "too many adopted sandboxes to delete: report again later")
 	}
 	actor := audit.Entry{TenantID: iam.RootTenant, Actor: "adoption"}
 	raw, _ := json.Marshal(spec.Delete{SandboxID: id})

@@ -86,7 +86,8 @@ const CollectEvery = 10 * time.Minute
 // reports can have queued a minute: a node (or a gateway replaying its
 // signed reports) cannot grow the commands and audit tables, or fill the
 // root tenant's in-flight quota, faster than that. A report past it is
-// refused RATE_LIMITED and sent again by the node later.
+// refused RESOURCE_EXHAUSTED (RATE_LIMITED is the API envelope's alone)
+// and sent again by the node later.
 const AdoptKillsPerMinute = 120
 
 // TopicWarm wakes the warm pool reconciler.
