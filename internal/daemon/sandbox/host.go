@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -444,6 +445,13 @@ func (h *Host) launch(ctx context.Context, c spec.Create, st *State) error {
 	place := Placement{Lower: lower, IDs: st.IDs}
 	nsPID := 0
 	if un, ok := rt.(UserNamespaces); ok && st.IDs.Valid() {
+		// The namespace's helper dies with the OS thread that started it
+		// (Pdeathsig), and a thread ends when a goroutine locked to it
+		// exits (the overlay mount, a preview's dial): this goroutine
+		// keeps its thread, so no other can end it, until the helper is
+		// closed (deferred below, so it runs before the unlock).
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		ns, err := un.NewUserNS(c.SandboxID, st.IDs)
 		if err != nil {
 			h.cfg.Log.Error("sandbox user namespace failed", "sandbox_id", c.SandboxID, "err", err)

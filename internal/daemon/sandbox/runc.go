@@ -244,6 +244,10 @@ func (o *OCI) Start(ctx context.Context, c spec.Create, p Placement) error {
 	}
 	if ids.Valid() {
 		if usernsPath == "" {
+			// The helper dies with the thread that started it: keep it
+			// (see Host.launch).
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			ns, err := o.NewUserNS(c.SandboxID, ids)
 			if err != nil {
 				return err
@@ -444,7 +448,7 @@ func (o *OCI) placeInit(rw string, root bool, ids IDRange) (string, error) {
 	// directories: the bind's root in the sandbox's mountinfo is then
 	// "/bc-init" on a tmpfs, no host path.
 	initHost := filepath.Join(rw, "bc-init")
-	if err := os.WriteFile(initHost, o.init, 0o500); err != nil {
+	if err := writeProgram(initHost, o.init, 0o500); err != nil {
 		return "", fmt.Errorf("sandbox: write init: %w", err)
 	}
 	u := user(root)
@@ -543,7 +547,7 @@ func (o *OCI) NewUserNS(id string, ids IDRange) (*UserNS, error) {
 		return nil, fmt.Errorf("sandbox: bundle: %w", err)
 	}
 	prog := filepath.Join(b, "userns")
-	if err := os.WriteFile(prog, o.userns, 0o555); err != nil {
+	if err := writeProgram(prog, o.userns, 0o555); err != nil {
 		return nil, fmt.Errorf("sandbox: user namespace program: %w", err)
 	}
 	return newUserNS(prog, ids)
@@ -887,4 +891,17 @@ func processFile(proc *specs.Process) (*os.File, error) {
 		return nil, fmt.Errorf("sandbox: process file: %w", err)
 	}
 	return f, nil
+}
+
+// writeProgram writes a file that is about to be run while no fork can
+// happen (it holds syscall.ForkLock, which every fork holds for writing):
+// a child another goroutine forks while the file is open for writing
+// keeps the descriptor until that child execs, and running the file in
+// that window fails with ETXTBSY ("text file busy", golang.org/issue/22315).
+// Sandboxes start side by side, each writing its own programs while the
+// others fork runtimes.
+func writeProgram(path string, data []byte, mode os.FileMode) error {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	return os.WriteFile(path, data, mode)
 }
