@@ -116,6 +116,20 @@ func rawOCI(b *testing.B, e *testenv.Env, digest, name, bin string, limits spec.
 	return oci, c.SandboxID, dir
 }
 
+// layeredSandbox creates a sandbox of template and writes the benchmark's
+// layer in it.
+func layeredSandbox(b *testing.B, admin *client.Client, template string) client.Sandbox {
+	ctx := context.Background()
+	x, err := admin.CreateSandbox(ctx, "", template)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if r, err := admin.Exec(ctx, x.ID, []string{"sh", "-c", ckptLayerScript}, 30); err != nil || r.ExitCode != 0 {
+		b.Fatalf("layer: %+v %v", r, err)
+	}
+	return x
+}
+
 // benchLayer measures layer checkpoints and restores on runc.
 func benchLayer(b *testing.B, e *testenv.Env, admin *client.Client, digest, bin string, limits spec.Limits, n int, m map[string][]time.Duration) {
 	ctx := context.Background()
@@ -125,13 +139,7 @@ func benchLayer(b *testing.B, e *testenv.Env, admin *client.Client, digest, bin 
 		b.Fatal(err)
 	}
 	tarFile := filepath.Join(dir, "layer.tar")
-	x, err := admin.CreateSandbox(ctx, "", "ck")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if r, err := admin.Exec(ctx, x.ID, []string{"sh", "-c", ckptLayerScript}, 30); err != nil || r.ExitCode != 0 {
-		b.Fatalf("layer: %+v %v", r, err)
-	}
+	x := layeredSandbox(b, admin, "ck")
 	var ck checkpointOut
 	for i := 0; i < n; i++ {
 		timed(b, m, "plain-tar-c", func() error { return exec.Command("tar", "-cf", tarFile, "-C", layer, ".").Run() })
@@ -160,13 +168,7 @@ func benchLayer(b *testing.B, e *testenv.Env, admin *client.Client, digest, bin 
 func benchMemory(b *testing.B, e *testenv.Env, admin *client.Client, digest, bin string, limits spec.Limits, n int, m map[string][]time.Duration) {
 	ctx := context.Background()
 	oci, raw, dir := rawOCI(b, e, digest, spec.RuntimeRunsc, bin, limits)
-	x, err := admin.CreateSandbox(ctx, "", "ckm")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if r, err := admin.Exec(ctx, x.ID, []string{"sh", "-c", ckptLayerScript}, 30); err != nil || r.ExitCode != 0 {
-		b.Fatalf("layer: %+v %v", r, err)
-	}
+	x := layeredSandbox(b, admin, "ckm")
 	var ck checkpointOut
 	for i := 0; i < n; i++ {
 		img := filepath.Join(dir, "mem"+strconv.Itoa(i))

@@ -53,15 +53,27 @@ type row struct {
 	public []byte
 }
 
-// read returns the stored key, making and storing one when there is none.
-func (k *Keys) read(ctx context.Context) (row, error) {
+// errNoKey: no preview key was made yet, so no token can verify.
+var errNoKey = errors.New("previews: no preview key yet")
+
+// stored returns the stored key, errNoKey when there is none.
+func (k *Keys) stored(ctx context.Context) (row, error) {
 	var r row
 	err := k.db.QueryRowContext(ctx, sqlReadKey, slotCurrent).Scan(&r.kid, &r.sealed, &r.public)
-	if err == nil {
-		return r, nil
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return row{}, errNoKey
+	case err != nil:
 		return row{}, fmt.Errorf("previews: read key: %w", err)
+	}
+	return r, nil
+}
+
+// read returns the stored key, making and storing one when there is none.
+func (k *Keys) read(ctx context.Context) (row, error) {
+	r, err := k.stored(ctx)
+	if !errors.Is(err, errNoKey) {
+		return r, err
 	}
 	fresh, err := k.newRow()
 	if err != nil {
@@ -112,9 +124,10 @@ func (k *Keys) Signing(ctx context.Context) (previewtoken.Key, error) {
 
 // Verifier returns a verifier of the current preview key only: read
 // again on every call, so a rotation in any process takes effect at the
-// next request everywhere.
+// next request everywhere. It never makes a key (a request to the proxy
+// is unauthenticated): with none yet it answers errNoKey.
 func (k *Keys) Verifier(ctx context.Context) (*previewtoken.Verifier, error) {
-	r, err := k.read(ctx)
+	r, err := k.stored(ctx)
 	if err != nil {
 		return nil, err
 	}

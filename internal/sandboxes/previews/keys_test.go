@@ -37,6 +37,14 @@ func TestPreviewKeySealedAndRotated(t *testing.T) {
 		clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 		kek := newKEK(t)
 		keys := previews.NewKeys(db, kek, clk)
+		// The proxy's unauthenticated requests never make the key.
+		if _, err := keys.Verifier(ctx); err == nil {
+			t.Fatal("a verifier with no key made yet")
+		}
+		var made int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandbox_preview_keys`).Scan(&made); err != nil || made != 0 {
+			t.Fatalf("the verifier made a key: %d %v", made, err)
+		}
 		k1, err := keys.Signing(ctx)
 		if err != nil {
 			t.Fatal(err)
