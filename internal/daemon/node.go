@@ -1101,7 +1101,8 @@ func (n *Node) handle(ctx context.Context, c *nodev1.SignedCommand, send func(*n
 		}
 		return n.runCommand(driver.WithCommand(ctx, signed), c.Id, body, expires, send)
 	case ReasonReplayed:
-		return n.answerReplay(c.Id, send)
+		n.answerReplay(c.Id)
+		return nil
 	}
 	return n.refuse(c.Id, body, reason, expires, send)
 }
@@ -1127,7 +1128,8 @@ func (n *Node) refuse(id string, body *nodev1.CommandBody, reason string, expire
 	}
 	if !fresh {
 		// Another copy got here first: what the node did with it stands.
-		return n.answerReplay(id, send)
+		n.answerReplay(id)
+		return nil
 	}
 	n.cfg.Log.Warn("command refused", "command_id", id, "reason", reason)
 	n.countRefusal(reason)
@@ -1136,17 +1138,18 @@ func (n *Node) refuse(id string, body *nodev1.CommandBody, reason string, expire
 }
 
 // answerReplay answers a copy of a command this node already has. It is
-// not run and not reported again as something else: the node sends the
-// final update it journaled the first time (a replayed copy can change
-// nothing), or nothing while the first copy still runs here (its own
-// result follows).
-func (n *Node) answerReplay(id string, send func(*nodev1.NodeMessage) error) error {
+// not run and not reported again as something else: the node hands the
+// final update it journaled the first time to the outbox (a replayed copy
+// can change nothing), which sends it until the control plane acknowledges
+// it, as any result (sent once, an answer the gateway could not record
+// was lost and the command stayed "sent"); or nothing while the first
+// copy still runs here (its own result follows).
+func (n *Node) answerReplay(id string) {
 	n.cfg.Log.Warn("command refused", "command_id", id, "reason", ReasonReplayed)
 	n.countRefusal(ReasonReplayed)
 	if upd, ok := n.journal.Final(id); ok {
-		return n.sendUpdate(send, upd)
+		n.outbox.put(id, upd)
 	}
-	return nil
 }
 
 // runCommand journals the start of a verified command (unless another
@@ -1168,7 +1171,8 @@ func (n *Node) runCommand(ctx context.Context, id string, body *nodev1.CommandBo
 		return n.refuse(id, body, journalFault(err), expires, send)
 	}
 	if !fresh {
-		return n.answerReplay(id, send)
+		n.answerReplay(id)
+		return nil
 	}
 	result, runErr := n.run(ctx, id, body, send)
 	ub := boundTo(&nodev1.UpdateBody{CommandId: id, State: string(wire.StateSucceeded), Result: result}, body)

@@ -188,6 +188,10 @@ type Gateway struct {
 
 	disp    *dispatcher         // command delivery to the sessions
 	updates chan *pendingUpdate // to the update batcher
+
+	// sessionLoops are the goroutines of the sessions (receive, deliver);
+	// Run waits for them, so none is left in a query once it returns.
+	sessionLoops sync.WaitGroup
 }
 
 // ErrInvalidConfig is wrapped by New for a gateway without node-CA roots or
@@ -275,10 +279,20 @@ func (g *Gateway) CloseStale(ctx context.Context) error {
 // keeps this gateway's sessions' heartbeat fresh in the registry. Call
 // CloseStale before serving.
 func (g *Gateway) Run(ctx context.Context) {
-	go g.dispatch(ctx)
-	go g.batchUpdates(ctx)
-	go g.heartbeat(ctx)
-	go g.followFeed(ctx)
+	// Run returns only when its helpers and the sessions' goroutines
+	// have (the caller ends ctx after the gRPC server stopped): one still
+	// in a query after the control plane closed its database would use it
+	// after Close (a SQLite reader reopening the files being removed).
+	var wg sync.WaitGroup
+	defer g.sessionLoops.Wait()
+	defer wg.Wait()
+	for _, loop := range []func(context.Context){g.dispatch, g.batchUpdates, g.heartbeat, g.followFeed} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			loop(ctx)
+		}()
+	}
 	poke, stop := g.poke.Subscribe(bus.TopicRevoked)
 	defer stop()
 	remote, stopRemote := g.poke.Subscribe(bus.RemoteTopic(bus.TopicRevoked))

@@ -106,9 +106,9 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	expiry := time.AfterFunc(id.NotAfter.Sub(g.cfg.Clock.Now()), func() { cancel(errExpired) })
 	defer expiry.Stop()
 	recvErr := make(chan error, 1)
-	go func() { recvErr <- g.receive(sctx, stream, id.NodeID, id.Serial, send) }()
-	go g.deliver(sctx, s, send)
-	go g.deliverApproverSets(sctx, id.NodeID, send, approverPoke)
+	g.sessionLoops.Go(func() { recvErr <- g.receive(sctx, stream, id.NodeID, id.Serial, send) })
+	g.sessionLoops.Go(func() { g.deliver(sctx, s, send) })
+	g.sessionLoops.Go(func() { g.deliverApproverSets(sctx, id.NodeID, send, approverPoke) })
 
 	select {
 	case err := <-recvErr:
