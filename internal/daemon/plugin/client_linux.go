@@ -24,6 +24,8 @@ type Plugin struct {
 	log  *slog.Logger
 	cg   *Cgroups
 	cmd  *exec.Cmd
+	// release tells the launcher's fork thread the process is reaped.
+	release func()
 
 	stdin  *os.File
 	stdout *os.File
@@ -199,6 +201,9 @@ func (p *Plugin) Close() error {
 		}
 		if p.cmd != nil && p.cmd.Process != nil {
 			_ = p.cmd.Wait()
+		}
+		if p.release != nil {
+			p.release() // reaped: its fork thread may go
 		}
 		if p.cg != nil {
 			p.closeErr = p.cg.Remove()

@@ -49,6 +49,9 @@ type Launcher struct {
 	// Stderr receives the plugin's standard error (default: discarded).
 	Stderr io.Writer
 	Log    *slog.Logger
+
+	// fork is the thread plugins are started from (see forkThread).
+	fork forkThread
 }
 
 // credential is the identity the plugin runs as: nil (bcd's own) when bcd
@@ -161,7 +164,7 @@ func (l *Launcher) spawn(p *Plugin, spec Spec, bin *os.File, cred *syscall.Crede
 			Credential: cred,
 		},
 	}
-	err = cmd.Start()
+	release, err := l.fork.start(cmd.Start)
 	inR.Close()
 	outW.Close()
 	gateR.Close()
@@ -170,7 +173,7 @@ func (l *Launcher) spawn(p *Plugin, spec Spec, bin *os.File, cred *syscall.Crede
 		outR.Close()
 		return refuse(CodeStart, fmt.Errorf("start shim: %w", err))
 	}
-	p.cmd, p.stdin, p.stdout = cmd, inW, outR
+	p.cmd, p.stdin, p.stdout, p.release = cmd, inW, outR, release
 	if p.cg != nil {
 		if err := p.cg.Add(cmd.Process.Pid); err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -321,5 +322,63 @@ func TestPluginDiesWithBcd(t *testing.T) {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if i := strings.LastIndexByte(string(stat), ')'); err == nil && (i < 0 || len(stat) < i+3 || stat[i+2] != 'Z') {
 		t.Fatalf("plugin %d still alive after bcd died: %s", pid, stat)
+	}
+}
+
+// TestPluginOutlivesTheThreadThatStartedIt: a plugin dies with bcd
+// (Pdeathsig), which Linux ties to the thread that forked it; a plugin
+// started from a goroutine locked to a thread that then ends (as the
+// sandbox host's namespace work does) keeps running, because the launcher
+// forks from a thread of its own.
+func TestPluginOutlivesTheThreadThatStartedIt(t *testing.T) {
+	l := launcher(t, false, nil, "sim")
+	type started struct {
+		p   *Plugin
+		tid int
+		err error
+	}
+	// This goroutine keeps its thread while it waits, so the one below
+	// runs on another (this one is often the main thread).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var s started
+	for try := 0; ; try++ {
+		got := make(chan started, 1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+			if unix.Gettid() == unix.Getpid() {
+				// The main thread is never ended (the runtime parks it
+				// instead): try on another.
+				runtime.UnlockOSThread()
+				got <- started{tid: -1}
+				return
+			}
+			p, err := l.Start(context.Background(), spec("sim", "sim"))
+			got <- started{p, unix.Gettid(), err}
+		}()
+		if s = <-got; s.tid != -1 {
+			break
+		}
+		if try == 100 {
+			t.Fatal("no goroutine ran off the main thread")
+		}
+	}
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	t.Cleanup(func() { s.p.Close() })
+	task := fmt.Sprintf("/proc/self/task/%d", s.tid)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(task); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("thread %d did not end", s.tid)
+		}
+		runtime.Gosched()
+	}
+	if pong := run(t, s.p, kinds.NodePing); pong["pong"] != true {
+		t.Fatalf("node.ping after the starting thread ended: %v", pong)
 	}
 }
