@@ -15,7 +15,7 @@ import (
 func (s *Service) admitInFlight(ctx context.Context, tx *sql.Tx, byTenant map[string]int64) error {
 	want := map[string]int64{}
 	for t, n := range byTenant {
-		top, err := quota.TopLevel(ctx, tx, t)
+		top, err := s.quotas.TopLevel(ctx, tx, t)
 		if err != nil {
 			return err
 		}

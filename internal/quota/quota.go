@@ -146,16 +146,41 @@ var errTooDeep = errs.New(errs.InvalidState, "the tenant is nested too deep for 
 // TopLevel returns the top-level tenant tenant is charged to: the root
 // tenant's direct child it is, or is under; the root tenant for itself. A
 // tenant not in the tenant table is its own (only tests admit such).
-func TopLevel(ctx context.Context, tx *sql.Tx, tenant string) (string, error) {
+//
+// A tenant's parent never changes (tenants are created under a parent and
+// never moved, and ids are never reused), so the answer for a tenant found
+// in the table is kept in memory (up to maxTopLevels tenants, then
+// forgotten all at once): an admission's chain read was a recursive query
+// for every quota it checked.
+func (s *Service) TopLevel(ctx context.Context, tx *sql.Tx, tenant string) (string, error) {
 	if Exempt(tenant) {
 		return tenant, nil
+	}
+	s.topMu.Lock()
+	top, ok := s.tops[tenant]
+	s.topMu.Unlock()
+	if ok {
+		return top, nil
 	}
 	chain, err := iam.ChainIn(ctx, tx, tenant, MaxDepth)
 	if err != nil {
 		return "", fmt.Errorf("quota: read tenant chain: %w", err)
 	}
-	return topLevelOf(tenant, chain)
+	top, err = topLevelOf(tenant, chain)
+	if err != nil || len(chain) == 0 {
+		return top, err
+	}
+	s.topMu.Lock()
+	if len(s.tops) >= maxTopLevels {
+		clear(s.tops)
+	}
+	s.tops[tenant] = top
+	s.topMu.Unlock()
+	return top, nil
 }
+
+// maxTopLevels bounds the tenants whose top-level tenant TopLevel keeps.
+const maxTopLevels = 1 << 16
 
 // topLevelOf is TopLevel's decision on tenant's chain (nearest first, at
 // most MaxDepth+1 tenants): the tenant of the chain whose parent is the
@@ -184,6 +209,9 @@ type Service struct {
 
 	mu      sync.Mutex
 	refused map[usageKey]recount // exact recounts behind recent refusals
+
+	topMu sync.Mutex
+	tops  map[string]string // tenant -> its top-level tenant (TopLevel)
 }
 
 // New returns the quota service with the configured defaults.
@@ -191,7 +219,7 @@ func New(db *store.DB, clk clock.Clock, defaults Limits) *Service {
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	return &Service{db: db, clk: clk, defaults: defaults, refused: map[usageKey]recount{}}
+	return &Service{db: db, clk: clk, defaults: defaults, refused: map[usageKey]recount{}, tops: map[string]string{}}
 }
 
 // Exempt reports whether tenant is outside quotas (the root tenant).
@@ -207,7 +235,7 @@ func (s *Service) Admit(ctx context.Context, tx *sql.Tx, tenant string, k Kind, 
 	if Exempt(tenant) || want <= 0 {
 		return nil
 	}
-	top, err := TopLevel(ctx, tx, tenant)
+	top, err := s.TopLevel(ctx, tx, tenant)
 	if err != nil {
 		return err
 	}
@@ -246,7 +274,7 @@ func (s *Service) AdmitTracked(ctx context.Context, tx *sql.Tx, tenant string, k
 	if Exempt(tenant) || want <= 0 {
 		return nil
 	}
-	tenant, err := TopLevel(ctx, tx, tenant) // from here on, the top-level tenant
+	tenant, err := s.TopLevel(ctx, tx, tenant) // from here on, the top-level tenant
 	if err != nil {
 		return err
 	}
@@ -362,7 +390,7 @@ func LockKey(tenant string, k Kind) int64 {
 func (s *Service) Limits(ctx context.Context, tenant string) (Limits, error) {
 	var out Limits
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		top, err := TopLevel(ctx, tx, tenant)
+		top, err := s.TopLevel(ctx, tx, tenant)
 		if err != nil {
 			return err
 		}
@@ -408,7 +436,7 @@ func (s *Service) Set(ctx context.Context, actor audit.Entry, tenant string, o O
 	now := s.clk.Now()
 	var out Limits
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if top, err := TopLevel(ctx, tx, tenant); err != nil {
+		if top, err := s.TopLevel(ctx, tx, tenant); err != nil {
 			return err
 		} else if top != tenant {
 			return errs.New(errs.InvalidState, "quotas are set on a top-level tenant; a tenant under it shares its quotas")

@@ -82,3 +82,49 @@ func TestAdmitTrackedRecounts(t *testing.T) {
 		}
 	})
 }
+
+// TestTopLevelKeptPerTenant: a tenant's top-level tenant is read from the
+// tenant tree once and then kept (a tenant is never moved), for nested
+// and top-level tenants alike; a tenant not in the table is its own and
+// is read again next time.
+func TestTopLevelKeptPerTenant(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		for _, r := range [][2]string{{"top", iam.RootTenant}, {"mid", "top"}, {"leaf", "mid"}} {
+			if _, err := db.ExecContext(ctx, `INSERT INTO tenants (id, parent_id, name, state, created_at) VALUES ($1, $2, $3, 'active', 0)`, r[0], r[1], r[0]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s := New(db, nil, Limits{})
+		read := func(tenant string) (string, error) {
+			var top string
+			err := db.Tx(ctx, func(tx *sql.Tx) error {
+				var err error
+				top, err = s.TopLevel(ctx, tx, tenant)
+				return err
+			})
+			return top, err
+		}
+		for _, tn := range []string{"leaf", "mid", "top"} {
+			if got, err := read(tn); err != nil || got != "top" {
+				t.Fatalf("TopLevel(%s) = %q, %v; want top", tn, got, err)
+			}
+		}
+		// Kept: answered with the tenant tree gone.
+		if _, err := db.ExecContext(ctx, `UPDATE tenants SET parent_id = 'elsewhere' WHERE id = 'mid'`); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := read("leaf"); err != nil || got != "top" {
+			t.Fatalf("TopLevel(leaf) again = %q, %v; want the kept top", got, err)
+		}
+		if got, err := read("unknown"); err != nil || got != "unknown" {
+			t.Fatalf("TopLevel(unknown) = %q, %v; want itself", got, err)
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO tenants (id, parent_id, name, state, created_at) VALUES ('unknown', 'top', 'u', 'active', 0)`); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := read("unknown"); err != nil || got != "top" {
+			t.Fatalf("TopLevel(unknown) once created = %q, %v; want top (not kept while unknown)", got, err)
+		}
+	})
+}
