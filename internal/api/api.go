@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bettercompute/bettercompute/internal/afterreply"
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
@@ -345,6 +346,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
+	// Wake-ups the method defers (afterreply) run once the answer is out,
+	// not while it is written.
+	ctx, after := afterreply.With(r.Context())
+	r = r.WithContext(ctx)
+	defer after.Run()
 	rid := SecurityHeaders(w, r)
 	name, ok := strings.CutPrefix(r.URL.Path, "/api/v1/")
 	m, known := s.methods[name]
@@ -360,6 +366,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(a.status)
 	_, _ = w.Write(a.body)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	after.Run()
 	s.requests.WithLabelValues(label, fmt.Sprint(a.status)).Inc()
 	s.latency.WithLabelValues(label).Observe(time.Since(start).Seconds())
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/bettercompute/bettercompute/internal/afterreply"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/errs"
@@ -130,7 +131,10 @@ func (s *Service) handOver(ctx context.Context, actor audit.Entry, t Template, x
 		s.log.Error("record warm claim", "sandbox_id", x.ID, "err", err)
 		return Sandbox{}, false, nil
 	}
-	p.Queued()
+	// The signer is woken once the caller has its answer (afterreply):
+	// the update is committed, and the claim answers before its host
+	// applies it anyway.
+	afterreply.Do(ctx, p.Queued)
 	x.State, x.FromWarm, x.CreatedBy, x.claimCommand = StateRunning, true, actor.Actor, cmd
 	x.CreatedAt, x.ExpiresAt, x.MaxExpires = now.UTC(), deadline.UTC(), maxExp.UTC()
 	return x, true, nil

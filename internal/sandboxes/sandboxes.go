@@ -24,6 +24,7 @@ import (
 
 	"gocloud.dev/blob"
 
+	"github.com/bettercompute/bettercompute/internal/afterreply"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/clock"
@@ -434,7 +435,8 @@ func (s *Service) Create(ctx context.Context, actor audit.Entry, tenant, templat
 			return Sandbox{}, err
 		}
 		if ok {
-			s.bus.Publish(TopicWarm)
+			// The pool's refill can wait for the caller's answer.
+			afterreply.Do(ctx, func() { s.bus.Publish(TopicWarm) })
 			return x, nil
 		}
 		s.bus.Publish(TopicWarm)
