@@ -52,7 +52,7 @@ func BenchmarkSandboxLatency(b *testing.B) {
 		Tune: func(o *server.Options) {
 			o.RateLimits = api.RateLimits{ReadPerSecond: 1e6, ReadBurst: 1e6, MutatePerSecond: 1e6, MutateBurst: 1e6}
 		}})
-	tenant, admin := e.TenantAdmin(b, "bench")
+	tenant, key, admin := benchTenantAdmin(b, e, "bench")
 	sb := e.CP.Sandboxes
 	img, err := sb.ImportBytes(ctx, audit.Entry{TenantID: tenant, Actor: "bench"}, tenant, "busybox", tarball)
 	if err != nil {
@@ -143,53 +143,24 @@ func BenchmarkSandboxLatency(b *testing.B) {
 	_, _ = admin.DeleteSandbox(ctx, x.ID)
 
 	// Warm claims in batches: the pool is refilled between batches, not
-	// during them (on one host a refill's create would queue ahead of the
-	// next claim, since bcd runs commands one at a time).
+	// during them (a refill's creates would compete with the claims for
+	// the host and the CPU). They are timed, as the no-op read beside
+	// them, from another process (startBenchClient), as a caller makes
+	// them.
 	sb.HoldWarmRefill(true)
 	tpl, _ := sb.Template(ctx, iam.ScopeOf(tenant), "warm")
-	var claimed []string
-	for len(warm) < n {
-		for {
-			if _, err := sb.ReconcileWarm(ctx); err != nil {
-				b.Fatal(err)
-			}
-			if have, _ := sb.WarmCount(ctx, tpl.ID); have >= warmPool {
-				break
-			}
-		}
-		for _, id := range claimed {
-			_, _ = admin.DeleteSandbox(ctx, id)
-		}
-		claimed = claimed[:0]
-		// Each claim alone: the host's confirmation of the previous one
-		// (an exec waits for it) is outside the timing.
-		for k := 0; k < warmPool && len(warm) < n; k++ {
-			t0 := time.Now()
-			x, err := admin.CreateSandbox(ctx, "", "warm")
-			if err != nil {
-				b.Fatal(err)
-			}
-			warm = append(warm, time.Since(t0))
-			if !x.FromWarm {
-				b.Fatalf("create %d was not served from the warm pool", len(warm))
-			}
-			claimed = append(claimed, x.ID)
-			if _, err := admin.Exec(ctx, x.ID, []string{"true"}, 10); err != nil {
-				b.Fatal(err)
-			}
-		}
+	bc := startBenchClient(b, admin.BaseURL, key)
+	// Each claim alone: the client waits for the host to apply it (an
+	// exec waits for that) outside the timing.
+	warm, claimed := refillAndClaim(b, sb, admin, bc, tpl.ID, warmPool, n, nil, true)
+	// Then batches of claims back to back, each while the host still
+	// applies the ones before it.
+	burst, claimed := refillAndClaim(b, sb, admin, bc, tpl.ID, warmPool, n, claimed, false)
+	for _, id := range claimed {
+		_, _ = admin.DeleteSandbox(ctx, id)
 	}
-	// Then batches of claims back to back, each while the hosts still
-	// apply the ones before it.
-	burst := refillAndClaim(b, sb, admin, tpl.ID, warmPool, n, claimed)
 	// The API's own no-op read (identities.whoami), the floor of any call.
-	for i := 0; i < n; i++ {
-		t0 := time.Now()
-		if err := admin.Call(ctx, "identities.whoami", struct{}{}, nil); err != nil {
-			b.Fatal(err)
-		}
-		noop = append(noop, time.Since(t0))
-	}
+	noop, _ = bc.do(b, benchOp{Op: "noop", N: n})
 	b.StopTimer()
 	report := func(name string, d []time.Duration) {
 		med, p99 := pct(d, 50), pct(d, 99)
@@ -209,10 +180,12 @@ func BenchmarkSandboxLatency(b *testing.B) {
 	}
 }
 
-// refillAndClaim times n warm claims of template tpl made back to back in
-// batches of pool, refilling the pool between batches; claimed are
-// sandboxes to delete first.
-func refillAndClaim(b *testing.B, sb *sandboxes.Service, admin *client.Client, tpl string, pool, n int, claimed []string) []time.Duration {
+// refillAndClaim times n warm claims of template tpl made by the client bc
+// in batches of pool, refilling the pool between batches, each claim
+// followed (untimed) by the host's answer when wait is set; claimed are
+// sandboxes to delete first. It returns the timings and the sandboxes of
+// the last batch, not deleted.
+func refillAndClaim(b *testing.B, sb *sandboxes.Service, admin *client.Client, bc *benchClient, tpl string, pool, n int, claimed []string, wait bool) ([]time.Duration, []string) {
 	ctx := context.Background()
 	var out []time.Duration
 	for len(out) < n {
@@ -227,24 +200,10 @@ func refillAndClaim(b *testing.B, sb *sandboxes.Service, admin *client.Client, t
 		for _, id := range claimed {
 			_, _ = admin.DeleteSandbox(ctx, id)
 		}
-		claimed = claimed[:0]
-		for k := 0; k < pool && len(out) < n; k++ {
-			t0 := time.Now()
-			x, err := admin.CreateSandbox(ctx, "", "warm")
-			if err != nil {
-				b.Fatal(err)
-			}
-			out = append(out, time.Since(t0))
-			if !x.FromWarm {
-				b.Fatalf("burst create %d was not served from the warm pool", len(out))
-			}
-			claimed = append(claimed, x.ID)
-		}
+		d, ids := bc.do(b, benchOp{Op: "claim", N: min(pool, n-len(out)), Template: "warm", Wait: wait})
+		out, claimed = append(out, d...), ids
 	}
-	for _, id := range claimed {
-		_, _ = admin.DeleteSandbox(ctx, id)
-	}
-	return out
+	return out, claimed
 }
 
 // pct returns the p-th percentile (nearest rank) of d.

@@ -330,7 +330,12 @@ func TestUnprivilegedNodeRunsSandboxThroughHelper(t *testing.T) {
 }
 
 // TestMain removes the bcd built for the tests (builtBcd) when they end.
+// With BC_BENCH_CLIENT=1 the binary is the sandbox benchmark's client
+// instead (benchclient_test.go).
 func TestMain(m *testing.M) {
+	if os.Getenv(benchClientEnv) == "1" {
+		os.Exit(runBenchClient(os.Stdin, os.Stdout))
+	}
 	code := m.Run()
 	if bcdBin != "" {
 		_ = os.RemoveAll(filepath.Dir(bcdBin))
