@@ -201,11 +201,17 @@ func (r CheckpointResult) Validate() error {
 // sandbox that does not run on runsc.
 const ReasonMemoryNeedsRunsc = "memory-checkpoint-needs-runsc"
 
-// Exec is the payload of sandbox.exec.
+// Exec is the payload of sandbox.exec. EnvRefs, set when the sandbox's
+// env holds sealed values or secret references, names what the host may
+// fetch through the broker for this exec when it no longer holds those
+// values (after a bcd restart): the sandbox's env key reference
+// (EnvKeyRef) and its secret references. Such an exec works for the
+// sandbox's tenant (a subject command), as its create or claim did.
 type Exec struct {
 	SandboxID string   `json:"sandbox_id"`
 	Argv      []string `json:"argv"`
 	TimeoutMS int64    `json:"timeout_ms"`
+	EnvRefs   []string `json:"env_refs,omitempty"`
 }
 
 // MaxExecTimeoutMS bounds one exec.
@@ -234,6 +240,16 @@ func (e Exec) Validate() error {
 	}
 	if e.TimeoutMS < 1 || e.TimeoutMS > MaxExecTimeoutMS {
 		return errors.New("timeout_ms: between 1 and 600000")
+	}
+	if len(e.EnvRefs) > MaxEnv+1 {
+		return errors.New("env_refs: too many")
+	}
+	for _, r := range e.EnvRefs {
+		_, _, secret := SecretRef(r)
+		_, sbx, key := ParseEnvKeyRef(r)
+		if !secret && (!key || sbx != e.SandboxID) {
+			return errors.New("env_refs: a secret reference or this sandbox's env key")
+		}
 	}
 	return nil
 }
@@ -303,7 +319,11 @@ func ValidEnv(env map[string]string) error {
 		if !envKeyRE.MatchString(k) {
 			return fmt.Errorf("env: bad name %q", k)
 		}
-		if len(v) > 4096 || strings.IndexByte(v, 0) >= 0 {
+		limit := 4096
+		if strings.HasPrefix(v, SealedEnvPrefix) {
+			limit = maxSealedValue // a sealed 4096-byte value
+		}
+		if len(v) > limit || strings.IndexByte(v, 0) >= 0 {
 			return fmt.Errorf("env %s: value too long or holds NUL", k)
 		}
 	}
