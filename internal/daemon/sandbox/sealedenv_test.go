@@ -77,7 +77,7 @@ func TestHostSealedEnv(t *testing.T) {
 			i := len(v) - 5
 			return map[string]string{"A": v[:i] + string(v[i]^1) + v[i+1:]}
 		}},
-		"another sandbox's value": {ctx, func(string) map[string]string { return map[string]string{"A": sealFor(t, other, "A", sealedPlain)} }},
+		"another sandbox's value":  {ctx, func(string) map[string]string { return map[string]string{"A": sealFor(t, other, "A", sealedPlain)} }},
 		"another variable's value": {ctx, func(id string) map[string]string { return map[string]string{"A": sealFor(t, id, "B", sealedPlain)} }},
 		"malformed":                {ctx, func(string) map[string]string { return map[string]string{"A": spec.SealedEnvPrefix + sealedPlain} }},
 		"another tenant's key": {ctx, func(id string) map[string]string {
