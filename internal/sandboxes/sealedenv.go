@@ -71,10 +71,10 @@ func needsBroker(env map[string]string) bool {
 
 // execEnvRefs returns what an exec in sandbox x may fetch through the
 // broker when its host no longer holds the env's values (after a bcd
-// restart): the secret references of x's template's env and, when that
-// env has a plain value, x's env key reference. A sandbox whose template
-// is gone or unreadable gets none (its exec then works only while its
-// host still holds the values).
+// restart): the live secret references of x's template's env and, when
+// that env has a plain value, x's env key reference. A sandbox whose
+// template is gone or unreadable gets none, and a deleted secret is not
+// named (its exec then works only while its host still holds the values).
 func (s *Service) execEnvRefs(ctx context.Context, x Sandbox) []string {
 	if x.TemplateID == "" {
 		return nil
@@ -86,7 +86,16 @@ func (s *Service) execEnvRefs(ctx context.Context, x Sandbox) []string {
 		}
 		return nil
 	}
-	refs := EnvRefs(ts[0].Env)
+	var refs []string
+	for _, ref := range EnvRefs(ts[0].Env) {
+		// Only live secrets: the commands module refuses an exec naming
+		// a deleted one, and the host could not fetch it anyway.
+		if s.secrets != nil {
+			if ok, err := s.secrets.TenantSecretExists(ctx, x.TenantID, ref); err == nil && ok {
+				refs = append(refs, ref)
+			}
+		}
+	}
 	for _, v := range ts[0].Env {
 		if _, _, ref := spec.SecretRef(v); !ref {
 			refs = append(refs, spec.EnvKeyRef(x.TenantID, x.ID))

@@ -142,7 +142,7 @@ func (c Create) Validate() error {
 	if err := c.validRestore(); err != nil {
 		return err
 	}
-	return ValidEnv(c.Env)
+	return validEnv(c.Env, true)
 }
 
 // validRestore checks the restore fields of a create: digests, never a
@@ -274,7 +274,7 @@ func (u Update) Validate() error {
 	if !u.Claim && len(u.Env) > 0 {
 		return errors.New("env: only at claim")
 	}
-	return ValidEnv(u.Env)
+	return validEnv(u.Env, true)
 }
 
 // Delete is the payload of sandbox.delete.
@@ -310,8 +310,13 @@ func ValidSandboxID(id string) error {
 // ValidDigest reports whether d is sha256:<64 lowercase hex>.
 func ValidDigest(d string) bool { return digestRE.MatchString(d) }
 
-// ValidEnv checks environment names and values.
-func ValidEnv(env map[string]string) error {
+// ValidEnv checks environment names and values (a template's: each value
+// at most 4096 bytes).
+func ValidEnv(env map[string]string) error { return validEnv(env, false) }
+
+// validEnv is ValidEnv; signed (a payload's env) also takes sealed values
+// up to maxSealedValue (a 4096-byte value sealed).
+func validEnv(env map[string]string, signed bool) error {
 	if len(env) > MaxEnv {
 		return fmt.Errorf("env: at most %d variables", MaxEnv)
 	}
@@ -320,8 +325,8 @@ func ValidEnv(env map[string]string) error {
 			return fmt.Errorf("env: bad name %q", k)
 		}
 		limit := 4096
-		if strings.HasPrefix(v, SealedEnvPrefix) {
-			limit = maxSealedValue // a sealed 4096-byte value
+		if signed && strings.HasPrefix(v, SealedEnvPrefix) {
+			limit = maxSealedValue
 		}
 		if len(v) > limit || strings.IndexByte(v, 0) >= 0 {
 			return fmt.Errorf("env %s: value too long or holds NUL", k)
