@@ -133,6 +133,14 @@ func TestSandboxSealedEnv(t *testing.T) {
 			t.Fatal("the claimed sandbox does not see its plain value")
 		}
 
+		// An exec that works for the tenant (it names env refs) still
+		// takes no reference in its argv: the one answer of any module
+		// command.
+		for _, r := range []string{ref, "secret://root/nothere"} {
+			_, err := admin.Exec(ctx, x.ID, []string{"echo", r}, 5)
+			refusal(t, "an exec naming "+r, err, "INVALID_INPUT", sandboxes.ReasonArgvSecretRef)
+		}
+
 		// The commands that carried the env hold it sealed.
 		rows, err := db.QueryContext(ctx, `SELECT kind, payload, COALESCE(body, payload) FROM commands`)
 		if err != nil {

@@ -106,6 +106,10 @@ func (s *Service) execEnvRefs(ctx context.Context, x Sandbox) []string {
 	return refs
 }
 
+// ReasonArgvSecretRef refuses an exec whose argv names a secret reference
+// (the commands module's answer to any module command naming one).
+const ReasonArgvSecretRef = "payload: secret references are not allowed in this command"
+
 // queueExec creates exec e in sandbox x: for the sandbox's tenant (a
 // subject command, commands.CreateFor) when it names env references the
 // host may fetch for it, the module's own command otherwise.
@@ -116,6 +120,13 @@ func (s *Service) queueExec(ctx context.Context, actor audit.Entry, x Sandbox, e
 	}
 	if len(e.EnvRefs) == 0 {
 		return s.commands.CreateOwned(ctx, kinds.ModuleSandboxes, system(actor), x.NodeID, kinds.SandboxExec, raw, timeout+time.Minute)
+	}
+	argv, _ := json.Marshal(e.Argv)
+	if refs, err := commands.SecretRefs(argv); err != nil || len(refs) > 0 {
+		// A subject exec takes references in env_refs alone: its argv
+		// is refused as the module's own command refuses one, with the
+		// one same answer.
+		return commands.Command{}, errs.New(errs.InvalidInput, ReasonArgvSecretRef)
 	}
 	return s.commands.CreateFor(ctx, kinds.ModuleSandboxes, system(actor), x.TenantID, x.NodeID, kinds.SandboxExec, raw, timeout+time.Minute)
 }
