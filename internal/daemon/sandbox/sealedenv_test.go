@@ -139,3 +139,27 @@ func TestHostSealedEnv(t *testing.T) {
 		t.Fatalf("env of a later exec %q", got)
 	}
 }
+
+// TestHelperEnvRefs: for the root helper's host, the node fetches only
+// sandbox env keys: a create's or claim's for its sealed values (of its
+// own sandbox), an exec's that its env refs name; never a secret
+// reference (the helper's host refuses those, secret-unavailable).
+func TestHelperEnvRefs(t *testing.T) {
+	const sbx = "sbxaaaaaaaaaaaaaaaa"
+	key := spec.EnvKeyRef("tabc", sbx)
+	create, _ := json.Marshal(spec.Create{SandboxID: sbx, Env: map[string]string{"A": spec.SealedEnvPrefix + "tabc:AAAA", "B": spec.SealedEnvPrefix + "tabc:BBBB", "DB": testRef, "P": "p"}})
+	if got := helperEnvRefs("sandbox.create", create); !slices.Equal(got, []string{key}) {
+		t.Fatalf("create: %q", got)
+	}
+	if got := helperEnvRefs("sandbox.update", create); !slices.Equal(got, []string{key}) {
+		t.Fatalf("claim: %q", got)
+	}
+	exec, _ := json.Marshal(spec.Exec{SandboxID: sbx, EnvRefs: []string{testRef, key}})
+	if got := helperEnvRefs("sandbox.exec", exec); !slices.Equal(got, []string{key}) {
+		t.Fatalf("exec: %q", got)
+	}
+	plain, _ := json.Marshal(spec.Create{SandboxID: sbx, Env: map[string]string{"DB": testRef}})
+	if got := helperEnvRefs("sandbox.create", plain); len(got) != 0 {
+		t.Fatalf("no sealed value: %q", got)
+	}
+}
