@@ -208,8 +208,8 @@ func (s *Service) CreateOwned(ctx context.Context, module string, actor audit.En
 // other than its node's (a sandbox's tenant on a fleet host): the command
 // records subject, and its payload may name secret references, each of
 // which must be a live secret of subject (ErrSecretNotFound otherwise).
-// Only sandbox.create and sandbox.update of the sandboxes module take a
-// subject (INVALID_INPUT otherwise). The secrets broker releases such a
+// Only sandbox.create, sandbox.update and sandbox.exec of the sandboxes
+// module take a subject (INVALID_INPUT otherwise). The secrets broker releases such a
 // secret only to the command's node, only while the command is live, and
 // only when its env names the reference.
 func (s *Service) CreateFor(ctx context.Context, module string, actor audit.Entry, subject, nodeID, kind string, payload json.RawMessage, ttl time.Duration) (Command, error) {

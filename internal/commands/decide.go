@@ -40,8 +40,9 @@ type createRequest struct {
 }
 
 // ReasonSubjectNotAllowed refuses a subject tenant on any command but
-// the sandboxes module's sandbox.create and sandbox.update (CreateFor).
-const ReasonSubjectNotAllowed = "subject: only the sandboxes module's create and update commands work for a subject tenant"
+// the sandboxes module's sandbox.create, sandbox.update and sandbox.exec
+// (CreateFor).
+const ReasonSubjectNotAllowed = "subject: only the sandboxes module's create, update and exec commands work for a subject tenant"
 
 // createPlan is an admitted creation: the payload and TTL to store, the
 // tenant the command belongs to (its node's), and the secret references
@@ -97,7 +98,7 @@ func checkCreate(r createRequest, node nodes.TenantRole, found bool) (createPlan
 	if err := checkKind(r.kind, r.module); err != nil {
 		return createPlan{}, err
 	}
-	if r.subject != "" && (r.module != kinds.ModuleSandboxes || (r.kind != kinds.SandboxCreate && r.kind != kinds.SandboxUpdate)) {
+	if r.subject != "" && (r.module != kinds.ModuleSandboxes || (r.kind != kinds.SandboxCreate && r.kind != kinds.SandboxUpdate && r.kind != kinds.SandboxExec)) {
 		return createPlan{}, errs.New(errs.InvalidInput, ReasonSubjectNotAllowed)
 	}
 	payload, err := checkPayload(r.payload)

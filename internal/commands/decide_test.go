@@ -77,7 +77,9 @@ func TestCheckCreate(t *testing.T) {
 		{"subject command with a reference", createRequest{scope: acme, module: kinds.ModuleSandboxes, kind: kinds.SandboxCreate, subject: "tabc",
 			payload: json.RawMessage(`{"env":{"A":"secret://tabc/x"}}`)}, node, true, refusal{}},
 		{"subject on an exec", createRequest{scope: acme, module: kinds.ModuleSandboxes, kind: kinds.SandboxExec, subject: "tabc",
-			payload: json.RawMessage(`{"argv":["secret://tabc/x"]}`)}, node, true, refusal{errs.InvalidInput, ReasonSubjectNotAllowed}},
+			payload: json.RawMessage(`{"env_refs":["secret://tabc/x"]}`)}, node, true, refusal{}},
+		{"subject on a delete", createRequest{scope: acme, module: kinds.ModuleSandboxes, kind: kinds.SandboxDelete, subject: "tabc",
+			payload: json.RawMessage(`{"sandbox_id":"x"}`)}, node, true, refusal{errs.InvalidInput, ReasonSubjectNotAllowed}},
 		{"subject on the generic path", createRequest{scope: acme, kind: kinds.SecretDigest, subject: "tabc"}, node, true, refusal{errs.InvalidInput, ReasonSubjectNotAllowed}},
 		{"generic command with a reference", createRequest{scope: acme, kind: kinds.SecretDigest, payload: json.RawMessage(`{"ref":"secret://acme/x"}`)}, node, true, refusal{}},
 	} {

@@ -93,7 +93,7 @@ func checkKeys(b []byte) error {
 }
 
 // numRequestKeys is how many JSON names helperwire.Request has.
-const numRequestKeys = 6
+const numRequestKeys = 7
 
 // keyIndex numbers Request's exact JSON names, -1 for any other key.
 func keyIndex(k string) int {
@@ -110,6 +110,8 @@ func keyIndex(k string) int {
 		return 4
 	case "args":
 		return 5
+	case "env_values":
+		return 6
 	}
 	return -1
 }

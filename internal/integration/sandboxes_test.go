@@ -282,7 +282,8 @@ func TestSandboxWarmClaim(t *testing.T) {
 		t.Fatalf("env after claim: %q %v", r.Stdout, err)
 	}
 	st, _ := host.Get(x.ID)
-	if st.Warm || st.Env["GREETING"] != "hi" || st.DeadlineMS != x.ExpiresAt.UnixMilli() {
+	// The host keeps the env as signed: the plain value sealed.
+	if st.Warm || !strings.HasPrefix(st.Env["GREETING"], spec.SealedEnvPrefix) || st.DeadlineMS != x.ExpiresAt.UnixMilli() {
 		t.Fatalf("claimed state %+v", st)
 	}
 	waitWarm(t, s, tpl.ID, 2)

@@ -81,20 +81,21 @@ var errTaken = errors.New("sandboxes: taken by another claim")
 func (s *Service) handOver(ctx context.Context, actor audit.Entry, t Template, x Sandbox, now time.Time) (Sandbox, bool, error) {
 	deadline := now.Add(time.Duration(t.Lifetime) * time.Second)
 	maxExp := now.Add(time.Duration(t.MaxLifetime) * time.Second)
-	env := t.Env
-	if len(env) == 0 {
-		env = nil
+	env, err := s.sealEnvFor(t.TenantID, x.ID, t.Env)
+	if err != nil {
+		return Sandbox{}, false, err
 	}
 	raw, err := json.Marshal(spec.Update{SandboxID: x.ID, DeadlineMS: deadline.UnixMilli(), Claim: true, Env: env})
 	if err != nil {
 		return Sandbox{}, false, fmt.Errorf("sandboxes: encode update: %w", err)
 	}
 	var p *commands.Prepared
-	if len(EnvRefs(env)) == 0 {
+	if !needsBroker(env) {
 		p, err = s.commands.PrepareOwned(ctx, kinds.ModuleSandboxes, system(actor), x.NodeID, kinds.SandboxUpdate, raw, StartTimeout+time.Minute)
 	} else {
-		// The update names the tenant's secrets: it works for the tenant,
-		// whose secrets the host may then fetch for it.
+		// The update names the tenant's secrets or sealed values: it works
+		// for the tenant, whose secrets and env key the host may then fetch
+		// for it.
 		p, err = s.commands.PrepareFor(ctx, kinds.ModuleSandboxes, system(actor), t.TenantID, x.NodeID, kinds.SandboxUpdate, raw, StartTimeout+time.Minute)
 	}
 	if err != nil {

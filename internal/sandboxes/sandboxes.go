@@ -463,6 +463,9 @@ func (s *Service) startFrom(ctx context.Context, actor audit.Entry, t Template, 
 	}
 	now := s.clk.Now()
 	x, c, claimed := newSandbox(t, ids.New("sbx"), node, actor.Actor, warm, now)
+	if c.Env, err = s.sealEnvFor(t.TenantID, x.ID, c.Env); err != nil {
+		return Sandbox{}, err
+	}
 	details := map[string]any{"template_id": t.ID, "node_id": node, "warm": warm, "image_digest": t.ImageDigest}
 	if from != nil {
 		x.FromCheckpoint, c.FromCheckpoint, c.FromMemory = from.ID, from.Digest, from.MemoryDigest
@@ -543,11 +546,12 @@ func (s *Service) run(ctx context.Context, actor audit.Entry, node, kind string,
 }
 
 // runEnv is run for a command carrying env: when env names secret
-// references, the command is created for the sandbox's tenant (subject,
-// commands.CreateFor), so the broker releases those secrets to the host
-// for this command alone, and only while it is live.
+// references or holds sealed values, the command is created for the
+// sandbox's tenant (subject, commands.CreateFor), so the broker releases
+// those secrets and the env key to the host for this command alone, and
+// only while it is live.
 func (s *Service) runEnv(ctx context.Context, actor audit.Entry, subject, node, kind string, payload any, env map[string]string, wait time.Duration) (json.RawMessage, error) {
-	if len(EnvRefs(env)) == 0 {
+	if !needsBroker(env) {
 		return s.run(ctx, actor, node, kind, payload, wait)
 	}
 	raw, err := json.Marshal(payload)
@@ -631,6 +635,7 @@ func (s *Service) Exec(ctx context.Context, actor audit.Entry, scope iam.Scope, 
 	if err := e.Validate(); err != nil {
 		return ExecResult{}, errs.New(errs.InvalidInput, err.Error())
 	}
+	e.EnvRefs = s.execEnvRefs(ctx, x)
 	argvJSON, _ := json.Marshal(argv)
 	sum := sha256.Sum256(argvJSON)
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
@@ -642,11 +647,7 @@ func (s *Service) Exec(ctx context.Context, actor audit.Entry, scope iam.Scope, 
 	if err != nil {
 		return ExecResult{}, err
 	}
-	raw, err := json.Marshal(e)
-	if err != nil {
-		return ExecResult{}, fmt.Errorf("sandboxes: encode exec: %w", err)
-	}
-	c, err := s.commands.CreateOwned(ctx, kinds.ModuleSandboxes, system(actor), x.NodeID, kinds.SandboxExec, raw, timeout+time.Minute)
+	c, err := s.queueExec(ctx, actor, x, e, timeout)
 	if err != nil {
 		return ExecResult{}, err
 	}

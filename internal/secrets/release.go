@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
@@ -21,6 +22,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
 
@@ -44,10 +46,13 @@ type LiveCommand struct {
 }
 
 // The kinds whose subject tenant's secrets the broker releases to a fleet
-// host: the sandbox commands that carry a template's environment.
+// host: the sandbox commands that carry a template's environment, and an
+// exec that names the env references its host may fetch again after a
+// restart.
 const (
 	kindSandboxCreate = "sandbox.create"
 	kindSandboxUpdate = "sandbox.update"
+	kindSandboxExec   = "sandbox.exec"
 )
 
 // requestFacts is what the broker knows of a request before it decides
@@ -180,7 +185,10 @@ func releasedTo(g grantFacts, tenant string) (string, string, error) {
 // secret of the subject tenant, never a fleet secret and never another
 // tenant's; the subject tenant must be neither suspended nor deleted.
 func checkSubjectGrant(g grantFacts) (tenant, reason string, err error) {
-	if (g.CommandKind != kindSandboxCreate && g.CommandKind != kindSandboxUpdate) || !envNames(g.CommandPayload, g.Ref) {
+	if keyTenant, sandbox, ok := spec.ParseEnvKeyRef(g.Ref); ok {
+		return checkEnvKeyGrant(g, keyTenant, sandbox)
+	}
+	if !envNames(g.CommandKind, g.CommandPayload, g.Ref) {
 		return "", "not-bound", nil
 	}
 	tenant, _, ok := ParseRef(g.Ref)
@@ -199,20 +207,67 @@ func checkSubjectGrant(g grantFacts) (tenant, reason string, err error) {
 	return releasedTo(g, tenant)
 }
 
-// envNames reports whether a sandbox command payload's "env" object has
-// ref as one of its values (exactly: a reference inside a longer value
-// is not one).
-func envNames(payload []byte, ref string) bool {
-	var p struct {
-		Env map[string]string `json:"env"`
-	}
+// sandboxPayload is what the broker reads of a sandbox command's payload.
+type sandboxPayload struct {
+	SandboxID string            `json:"sandbox_id"`
+	Env       map[string]string `json:"env"`
+	EnvRefs   []string          `json:"env_refs"`
+}
+
+// envNames reports whether a sandbox command of kind names ref: a
+// create's or update's "env" object has it as one of its values
+// (exactly: a reference inside a longer value is not one), an exec's
+// "env_refs" list holds it. Any other kind names nothing.
+func envNames(kind string, payload []byte, ref string) bool {
+	var p sandboxPayload
 	if json.Unmarshal(payload, &p) != nil {
 		return false
 	}
-	for _, v := range p.Env {
-		if v == ref {
-			return true
+	switch kind {
+	case kindSandboxCreate, kindSandboxUpdate:
+		for _, v := range p.Env {
+			if v == ref {
+				return true
+			}
 		}
+	case kindSandboxExec:
+		return slices.Contains(p.EnvRefs, ref)
+	}
+	return false
+}
+
+// checkEnvKeyGrant decides a request for sandbox's env data key of
+// tenant (spec.EnvKeyRef): the live subject command must be about that
+// very sandbox and need the key (a create or update whose env holds a
+// value sealed for tenant, or an exec naming the reference in its
+// env_refs); the node and the command must be one tenant's, and tenant
+// must be the command's subject, neither suspended nor deleted.
+func checkEnvKeyGrant(g grantFacts, tenant, sandbox string) (string, string, error) {
+	var p sandboxPayload
+	if json.Unmarshal(g.CommandPayload, &p) != nil || p.SandboxID != sandbox || !needsEnvKey(g.CommandKind, p, g.Ref, tenant) {
+		return "", "not-bound", nil
+	}
+	if !g.NodeKnown {
+		return "", "node-unknown", nil
+	}
+	if tenant != g.CommandSubject || g.CommandTenant == "" || g.CommandTenant != g.NodeTenant {
+		return "", "tenant-mismatch", nil
+	}
+	return releasedTo(g, tenant)
+}
+
+// needsEnvKey reports whether a sandbox command of kind with payload p
+// needs the env key ref of tenant.
+func needsEnvKey(kind string, p sandboxPayload, ref, tenant string) bool {
+	switch kind {
+	case kindSandboxCreate, kindSandboxUpdate:
+		for _, v := range p.Env {
+			if t, ok := spec.SealedEnvTenant(v); ok && t == tenant {
+				return true
+			}
+		}
+	case kindSandboxExec:
+		return slices.Contains(p.EnvRefs, ref)
 	}
 	return false
 }
@@ -319,6 +374,10 @@ func (s *Service) readGrant(ctx context.Context, nodeID string, body *nodev1.Sec
 	nodeTenant, err := s.nodes.TenantOf(ctx, nodeID)
 	g.NodeTenant, g.NodeKnown = nodeTenant, err == nil
 	var sec sealedSecret
+	if keyTenant, _, isKey := spec.ParseEnvKeyRef(body.Ref); isKey {
+		g.TenantState, g.ChainErr = s.tenantState(ctx, keyTenant)
+		return g, sec
+	}
 	tenant, _, ok := ParseRef(body.Ref)
 	if !ok {
 		return g, sec
@@ -328,20 +387,24 @@ func (s *Service) readGrant(ctx context.Context, nodeID string, body *nodev1.Sec
 	if !g.SecretFound {
 		return g, sec
 	}
+	g.TenantState, g.ChainErr = s.tenantState(ctx, tenant)
+	return g, sec
+}
+
+// tenantState reads tenant's effective state (iam.EffectiveState).
+func (s *Service) tenantState(ctx context.Context, tenant string) (string, error) {
 	chain, err := s.iam.Chain(ctx, tenant)
 	if err != nil {
-		g.ChainErr = err
-		return g, sec
+		return "", err
 	}
-	g.TenantState = iam.EffectiveState(chain)
-	return g, sec
+	return iam.EffectiveState(chain), nil
 }
 
 // seal opens the stored value and seals it, as a wire.SecretRelease, to
 // the request's one-time key. A value that does not open is refused as
 // "seal-broken".
 func (s *Service) seal(otk *ecdsa.PublicKey, body *nodev1.SecretRequestBody, tenant string, sec sealedSecret, now time.Time) (compact, reason string, err error) {
-	value, err := pki.Open(s.kek, sec.sealed, aad(body.Ref, tenant, sec.version))
+	value, err := s.value(body.Ref, tenant, sec)
 	if err != nil {
 		return "", "seal-broken", nil
 	}
@@ -364,6 +427,21 @@ func (s *Service) seal(otk *ecdsa.PublicKey, body *nodev1.SecretRequestBody, ten
 		return "", "", fmt.Errorf("secrets: serialize: %w", err)
 	}
 	return compact, "", nil
+}
+
+// value is what a granted request releases: a secret's stored value
+// opened, or for an env key reference (spec.EnvKeyRef) the sandbox's env
+// data key, derived from the key-encryption key and never stored.
+func (s *Service) value(ref, tenant string, sec sealedSecret) ([]byte, error) {
+	if keyTenant, sandbox, ok := spec.ParseEnvKeyRef(ref); ok {
+		k := spec.EnvDataKey(spec.EnvKey(s.kek), keyTenant, sandbox)
+		return k[:], nil
+	}
+	value, err := pki.Open(s.kek, sec.sealed, aad(ref, tenant, sec.version))
+	if err != nil {
+		return nil, fmt.Errorf("secrets: open: %w", err)
+	}
+	return value, nil
 }
 
 // spend spends the request id and audits the release in one transaction;

@@ -21,6 +21,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/nodes"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
 
 var testNow = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -280,6 +281,12 @@ func TestCheckSubjectGrant(t *testing.T) {
 		{name: "claim", edit: func(g *grantFacts) { g.CommandKind = kindSandboxUpdate }},
 		{name: "no live command", edit: func(g *grantFacts) { g.CommandLive = false }, want: "not-bound"},
 		{name: "exec", edit: func(g *grantFacts) { g.CommandKind = "sandbox.exec" }, want: "not-bound"},
+		{name: "exec naming it", edit: func(g *grantFacts) {
+			g.CommandKind, g.CommandPayload = kindSandboxExec, []byte(`{"sandbox_id":"sbx_1","env_refs":["`+ref+`"]}`)
+		}},
+		{name: "exec naming another", edit: func(g *grantFacts) {
+			g.CommandKind, g.CommandPayload = kindSandboxExec, []byte(`{"sandbox_id":"sbx_1","env_refs":["secret://tabc/other"]}`)
+		}, want: "not-bound"},
 		{name: "other kind", edit: func(g *grantFacts) { g.CommandKind = "secret.digest" }, want: "not-bound"},
 		{name: "ref field, not env", edit: func(g *grantFacts) { g.CommandPayload = []byte(`{"ref":"` + ref + `"}`) }, want: "not-bound"},
 		{name: "env names another", edit: func(g *grantFacts) { g.CommandPayload = []byte(`{"env":{"DB":"secret://tabc/other"}}`) }, want: "not-bound"},
@@ -314,5 +321,97 @@ func TestCheckSubjectGrant(t *testing.T) {
 				t.Fatalf("tenant %q with reason %q", tenant, reason)
 			}
 		})
+	}
+}
+
+// TestCheckEnvKeyGrant: a sandbox's env data key (sealed-env-key:TENANT/SANDBOX)
+// goes only to a live subject command about that very sandbox that needs
+// it (a create or claim whose env holds a value sealed for the tenant, an
+// exec naming the key in env_refs), on a node of the command's tenant, for
+// the command's subject tenant; every other request is refused by reason.
+func TestCheckEnvKeyGrant(t *testing.T) {
+	const sbx = "sbxaaaaaaaaaaaaaaaa"
+	ref := spec.EnvKeyRef("tabc", sbx)
+	sealed := spec.SealedEnvPrefix + "tabc:AAAA"
+	good := grantFacts{Ref: ref, CommandLive: true, CommandTenant: iam.RootTenant, CommandSubject: "tabc", CommandKind: kindSandboxCreate,
+		CommandPayload: []byte(`{"sandbox_id":"` + sbx + `","env":{"A":"` + sealed + `"}}`),
+		NodeTenant:     iam.RootTenant, NodeKnown: true, TenantState: iam.StateActive}
+	cases := []struct {
+		name string
+		edit func(g *grantFacts)
+		want string
+	}{
+		{name: "create", edit: func(*grantFacts) {}},
+		{name: "claim", edit: func(g *grantFacts) { g.CommandKind = kindSandboxUpdate }},
+		{name: "exec naming the key", edit: func(g *grantFacts) {
+			g.CommandKind, g.CommandPayload = kindSandboxExec, []byte(`{"sandbox_id":"`+sbx+`","env_refs":["`+ref+`"]}`)
+		}},
+		{name: "exec not naming the key", edit: func(g *grantFacts) {
+			g.CommandKind, g.CommandPayload = kindSandboxExec, []byte(`{"sandbox_id":"`+sbx+`","argv":["`+ref+`"]}`)
+		}, want: "not-bound"},
+		{name: "exec of another sandbox", edit: func(g *grantFacts) {
+			g.CommandKind, g.CommandPayload = kindSandboxExec, []byte(`{"sandbox_id":"sbxbbbbbbbbbbbbbbbb","env_refs":["`+ref+`"]}`)
+		}, want: "not-bound"},
+		{name: "create without sealed values", edit: func(g *grantFacts) {
+			g.CommandPayload = []byte(`{"sandbox_id":"` + sbx + `","env":{"A":"secret://tabc/db"}}`)
+		}, want: "not-bound"},
+		{name: "create of another sandbox", edit: func(g *grantFacts) {
+			g.CommandPayload = []byte(`{"sandbox_id":"sbxbbbbbbbbbbbbbbbb","env":{"A":"` + sealed + `"}}`)
+		}, want: "not-bound"},
+		{name: "values sealed for another tenant", edit: func(g *grantFacts) {
+			g.CommandPayload = []byte(`{"sandbox_id":"` + sbx + `","env":{"A":"` + spec.SealedEnvPrefix + `tother:AAAA"}}`)
+		}, want: "not-bound"},
+		{name: "dead command", edit: func(g *grantFacts) { g.CommandLive = false }, want: "not-bound"},
+		{name: "not a subject command", edit: func(g *grantFacts) { g.CommandSubject = "" }, want: "not-bound"},
+		{name: "ref field of a generic command", edit: func(g *grantFacts) {
+			g.CommandSubject, g.CommandKind, g.CommandPayload = "", "secret.digest", []byte(`{"ref":"`+ref+`"}`)
+		}, want: "unknown-ref"},
+		{name: "other kind", edit: func(g *grantFacts) { g.CommandKind = "sandbox.checkpoint" }, want: "not-bound"},
+		{name: "another subject tenant", edit: func(g *grantFacts) { g.CommandSubject = "tother" }, want: "tenant-mismatch"},
+		{name: "another node", edit: func(g *grantFacts) { g.NodeTenant = "tother" }, want: "tenant-mismatch"},
+		{name: "node unknown", edit: func(g *grantFacts) { g.NodeKnown = false }, want: "node-unknown"},
+		{name: "suspended", edit: func(g *grantFacts) { g.TenantState = iam.StateSuspended }, want: "tenant-suspended"},
+		{name: "deleted", edit: func(g *grantFacts) { g.TenantState = iam.StateDeleted }, want: "tenant-deleted"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := good
+			c.edit(&g)
+			tenant, reason, err := checkGrant(g)
+			if reason != c.want || err != nil {
+				t.Fatalf("reason %q err %v, want %q", reason, err, c.want)
+			}
+			if (reason == "") != (tenant == "tabc") {
+				t.Fatalf("tenant %q with reason %q", tenant, reason)
+			}
+		})
+	}
+}
+
+// TestEnvKeyValue: the released env key is the data key the control plane
+// seals with, so it opens the sandbox's values, and only for that tenant
+// and sandbox.
+func TestEnvKeyValue(t *testing.T) {
+	kek := pki.KEK{1, 2, 3}
+	s := &Service{kek: kek}
+	const sbx = "sbxaaaaaaaaaaaaaaaa"
+	k := spec.EnvDataKey(spec.EnvKey(kek), "tabc", sbx)
+	v, err := spec.SealEnvValue(k, "tabc", sbx, "A", "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.value(spec.EnvKeyRef("tabc", sbx), "tabc", sealedSecret{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gk pki.KEK
+	copy(gk[:], got)
+	if plain, err := spec.OpenEnvValue(gk, sbx, "A", v); err != nil || plain != "hello" {
+		t.Fatalf("released key opens %q, %v", plain, err)
+	}
+	other, _ := s.value(spec.EnvKeyRef("tother", sbx), "tother", sealedSecret{})
+	copy(gk[:], other)
+	if _, err := spec.OpenEnvValue(gk, sbx, "A", v); err == nil {
+		t.Fatal("another tenant's key opens the value")
 	}
 }

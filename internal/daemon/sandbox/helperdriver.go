@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/hosthelper/helperwire"
 	"github.com/bettercompute/bettercompute/internal/kinds"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
 
 // HelperCaller makes one call to the root helper (helperwire.Client's
@@ -73,7 +75,22 @@ func (d *HelperDriver) Run(ctx context.Context, kind string, payload []byte) ([]
 	if len(signed) == 0 {
 		return nil, ErrNoSignedCommand
 	}
-	res, err := d.call(ctx, &helperwire.Request{Op: kind, Command: signed})
+	req := &helperwire.Request{Op: kind, Command: signed}
+	if kind == kinds.SandboxCreate || kind == kinds.SandboxUpdate {
+		req.EnvValues = d.fetchEnv(ctx, helperEnvRefs(kind, payload))
+	}
+	res, err := d.call(ctx, req)
+	if kind == kinds.SandboxExec && envRefused(err) {
+		// The helper's host no longer holds the env's values (it
+		// restarted): fetch what the exec names and try once more.
+		if vals := d.fetchEnv(ctx, helperEnvRefs(kind, payload)); len(vals) > 0 {
+			req.EnvValues = vals
+			res, err = d.call(ctx, req)
+		}
+	}
+	for _, v := range req.EnvValues {
+		clear(v)
+	}
 	if err != nil {
 		var r *helperwire.Refusal
 		if errors.As(err, &r) && r.Code == helperwire.CodeFailed && r.Reason != "" {
@@ -214,4 +231,69 @@ func (d *HelperDriver) AdoptSandboxes(ctx context.Context, _ func(signed []byte,
 // OpenShell refuses: see ErrShellUnprivileged.
 func (d *HelperDriver) OpenShell(context.Context, string, []string) (driver.Shell, error) {
 	return nil, ErrShellUnprivileged
+}
+
+// helperEnvRefs returns the env key references (spec.EnvKeyRef) a
+// verified sandbox command's host needs from the broker: a create's or
+// claim's, for its sealed values, and those an exec's env refs name. The
+// node fetches them for the helper's host: a key the node made up opens
+// no value sealed in the signed payload (the host refuses it
+// env-unavailable). Secret references are not passed: their values could
+// not be checked against anything signed, so the helper's host keeps
+// refusing them (secret-unavailable).
+func helperEnvRefs(kind string, payload []byte) []string {
+	var p struct {
+		SandboxID string            `json:"sandbox_id"`
+		Env       map[string]string `json:"env"`
+		EnvRefs   []string          `json:"env_refs"`
+	}
+	if json.Unmarshal(payload, &p) != nil {
+		return nil
+	}
+	var refs []string
+	add := func(ref string) {
+		if _, _, ok := spec.ParseEnvKeyRef(ref); ok && !slices.Contains(refs, ref) {
+			refs = append(refs, ref)
+		}
+	}
+	if kind == kinds.SandboxExec {
+		for _, ref := range p.EnvRefs {
+			add(ref)
+		}
+		return refs
+	}
+	for _, v := range p.Env {
+		if tenant, ok := spec.SealedEnvTenant(v); ok {
+			add(spec.EnvKeyRef(tenant, p.SandboxID))
+		}
+	}
+	return refs
+}
+
+// fetchEnv fetches refs through the broker for the command being run
+// (driver.SecretsFrom), for the helper's host: what the broker refuses is
+// left out (the host then refuses the command by reason). It logs no
+// value.
+func (d *HelperDriver) fetchEnv(ctx context.Context, refs []string) map[string][]byte {
+	fetch := driver.SecretsFrom(ctx)
+	if fetch == nil || len(refs) == 0 {
+		return nil
+	}
+	vals := map[string][]byte{}
+	for _, ref := range refs {
+		b, err := fetch(ctx, ref)
+		if err != nil {
+			d.log().Warn("sandbox env reference refused for the helper")
+			continue
+		}
+		vals[ref] = b
+	}
+	return vals
+}
+
+// envRefused reports whether err is the helper's refusal of a program
+// for want of a sealed env value (env-unavailable).
+func envRefused(err error) bool {
+	var r *helperwire.Refusal
+	return errors.As(err, &r) && r.Code == helperwire.CodeFailed && r.Reason == spec.ReasonEnvUnavailable
 }

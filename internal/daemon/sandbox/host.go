@@ -330,7 +330,7 @@ func (h *Host) Create(ctx context.Context, payload []byte) ([]byte, error) {
 	if c.DeadlineMS <= now.UnixMilli() {
 		return nil, errors.New("deadline-passed")
 	}
-	vals, err := h.resolveEnv(ctx, c.SandboxID, c.Env)
+	vals, err := h.resolveEnv(ctx, c.SandboxID, c.Env, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -508,8 +508,18 @@ func (h *Host) Exec(ctx context.Context, payload []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.unresolved {
-		return nil, errors.New(ReasonSecretUnavailable)
+	if p.unresolved != "" && len(e.EnvRefs) > 0 {
+		// The values went with an earlier process (a bcd restart): this
+		// exec names what the host may fetch again for it.
+		if err := h.resolveForExec(ctx, e); err != nil {
+			return nil, err
+		}
+		if p, err = h.programFor(e.SandboxID); err != nil {
+			return nil, err
+		}
+	}
+	if p.unresolved != "" {
+		return nil, errors.New(p.unresolved)
 	}
 	env, root, left := p.env, p.root, p.left
 	ectx, cancel := context.WithTimeout(ctx, min(time.Duration(e.TimeoutMS)*time.Millisecond, left))
@@ -534,11 +544,12 @@ type program struct {
 	root bool
 	left time.Duration
 	rt   Runtime
-	// unresolved is set when the env names a secret whose value this
-	// process does not hold (after a restart): a program that would run
-	// without it is refused (secret-unavailable) rather than started with
-	// the variable silently missing.
-	unresolved bool
+	// unresolved is set when the env names a secret or holds a sealed
+	// value whose value this process does not hold (after a restart): a
+	// program that would run without it is refused with this reason
+	// (secret-unavailable, env-unavailable) rather than started with the
+	// variable silently missing.
+	unresolved string
 }
 
 // programFor reads what a program started in sandbox id now gets, or why
@@ -554,12 +565,13 @@ func (h *Host) programFor(id string) (program, error) {
 	if ok {
 		vars := map[string]string{}
 		for k, v := range st.Env {
-			if _, _, ref := spec.SecretRef(v); ref {
+			if why := heldValue(v); why != "" {
 				// Only the value resolved for this sandbox, never the
-				// reference's text; none after a restart (in memory only).
+				// reference's text or the sealed form; none after a
+				// restart (in memory only).
 				val, ok := h.secretVals[id][v]
 				if !ok {
-					p.unresolved = true
+					p.unresolved = why
 					continue
 				}
 				v = val
@@ -610,7 +622,7 @@ func (h *Host) Update(ctx context.Context, payload []byte) ([]byte, error) {
 			return nil, err
 		}
 		var err error
-		if vals, err = h.resolveEnv(ctx, u.SandboxID, u.Env); err != nil {
+		if vals, err = h.resolveEnv(ctx, u.SandboxID, u.Env, nil, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -744,37 +756,6 @@ func (h *Host) forget(id string) {
 // secret reference its env names could not be resolved through the
 // broker (refused, or no broker on this path: the root helper's).
 const ReasonSecretUnavailable = "secret-unavailable"
-
-// resolveEnv fetches, through the broker and for the command being run
-// (driver.SecretsFrom), the value of every secret reference env names,
-// and returns them by reference. It logs only the sandbox and the count.
-func (h *Host) resolveEnv(ctx context.Context, id string, env map[string]string) (map[string]string, error) {
-	var vals map[string]string
-	for _, v := range env {
-		if _, _, ok := spec.SecretRef(v); !ok {
-			continue
-		}
-		if _, seen := vals[v]; seen {
-			continue
-		}
-		fetch := driver.SecretsFrom(ctx)
-		if fetch == nil {
-			h.cfg.Log.Warn("sandbox secret env without a broker", "sandbox_id", id)
-			return nil, errors.New(ReasonSecretUnavailable)
-		}
-		b, err := fetch(ctx, v)
-		if err != nil {
-			h.cfg.Log.Warn("sandbox secret env refused", "sandbox_id", id)
-			return nil, errors.New(ReasonSecretUnavailable)
-		}
-		if vals == nil {
-			vals = map[string]string{}
-		}
-		vals[v] = string(b)
-		clear(b)
-	}
-	return vals, nil
-}
 
 // keepSecrets holds sandbox id's resolved secret values in memory.
 func (h *Host) keepSecrets(id string, vals map[string]string) {

@@ -26,8 +26,10 @@ func (h *Host) OpenShell(ctx context.Context, sandboxID string, argv []string) (
 	if err != nil {
 		return nil, driver.ErrSandboxGone
 	}
-	if p.unresolved {
-		return nil, errors.New(ReasonSecretUnavailable)
+	if p.unresolved != "" {
+		// An interactive exec names no env references: after a bcd
+		// restart it stays refused until an exec resolved the values.
+		return nil, errors.New(p.unresolved)
 	}
 	sh, ok := p.rt.(Sheller)
 	if !ok {

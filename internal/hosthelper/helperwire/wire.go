@@ -107,6 +107,11 @@ type Request struct {
 	Command []byte `json:"command,omitempty"`
 	// Args are the operation's own arguments (FileWrite, FileRef, ...).
 	Args json.RawMessage `json:"args,omitempty"`
+	// EnvValues are what the node fetched through the secrets broker for
+	// Command (a sandbox's secret references and env key, by reference):
+	// the helper's host resolves the command's env from them as an
+	// in-process host does through the broker. Never logged or written.
+	EnvValues map[string][]byte `json:"env_values,omitempty"`
 }
 
 // Response is the helper's answer: Code is empty when the operation was

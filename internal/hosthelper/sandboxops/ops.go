@@ -279,7 +279,10 @@ func (o *Ops) run(ctx context.Context, op string, req *helperwire.Request, do fu
 	o.cfg.Log.Info("sandbox command admitted", "op", op, "command_id", body.CommandId)
 	// The host keeps the signed command a sandbox's state is written
 	// from, to verify it again when it adopts the sandbox.
-	res, err := do(driver.WithCommand(ctx, req.Command), body.Payload)
+	res, err := do(driver.WithCommand(withEnvValues(ctx, req.EnvValues), req.Command), body.Payload)
+	for _, v := range req.EnvValues {
+		clear(v)
+	}
 	if err != nil {
 		reason := err.Error()
 		if !reasonToken.MatchString(reason) {
@@ -289,6 +292,26 @@ func (o *Ops) run(ctx context.Context, op string, req *helperwire.Request, do fu
 		return nil, &helperwire.Refusal{Code: helperwire.CodeFailed, Reason: reason}
 	}
 	return res, nil
+}
+
+// withEnvValues returns ctx with a secret fetcher answering from vals
+// (the sandbox env keys the node fetched through the broker for the
+// command), or ctx as it is when there are none. It answers env key
+// references only (spec.EnvKeyRef): a key the node made up opens no
+// value sealed in the signed payload, whereas a secret's value the node
+// handed over could not be checked, so secret references stay refused
+// here (the host has no broker path: secret-unavailable).
+func withEnvValues(ctx context.Context, vals map[string][]byte) context.Context {
+	if len(vals) == 0 {
+		return ctx
+	}
+	return driver.WithSecrets(ctx, func(_ context.Context, ref string) ([]byte, error) {
+		v, ok := vals[ref]
+		if _, _, key := spec.ParseEnvKeyRef(ref); !ok || !key {
+			return nil, errors.New("sandboxops: not fetched for the command")
+		}
+		return append([]byte(nil), v...), nil
+	})
 }
 
 // reasonToken is the shape of a reason the host gives the control plane.

@@ -142,7 +142,7 @@ func (c Create) Validate() error {
 	if err := c.validRestore(); err != nil {
 		return err
 	}
-	return ValidEnv(c.Env)
+	return validEnv(c.Env, true)
 }
 
 // validRestore checks the restore fields of a create: digests, never a
@@ -201,11 +201,17 @@ func (r CheckpointResult) Validate() error {
 // sandbox that does not run on runsc.
 const ReasonMemoryNeedsRunsc = "memory-checkpoint-needs-runsc"
 
-// Exec is the payload of sandbox.exec.
+// Exec is the payload of sandbox.exec. EnvRefs, set when the sandbox's
+// env holds sealed values or secret references, names what the host may
+// fetch through the broker for this exec when it no longer holds those
+// values (after a bcd restart): the sandbox's env key reference
+// (EnvKeyRef) and its secret references. Such an exec works for the
+// sandbox's tenant (a subject command), as its create or claim did.
 type Exec struct {
 	SandboxID string   `json:"sandbox_id"`
 	Argv      []string `json:"argv"`
 	TimeoutMS int64    `json:"timeout_ms"`
+	EnvRefs   []string `json:"env_refs,omitempty"`
 }
 
 // MaxExecTimeoutMS bounds one exec.
@@ -235,6 +241,16 @@ func (e Exec) Validate() error {
 	if e.TimeoutMS < 1 || e.TimeoutMS > MaxExecTimeoutMS {
 		return errors.New("timeout_ms: between 1 and 600000")
 	}
+	if len(e.EnvRefs) > MaxEnv+1 {
+		return errors.New("env_refs: too many")
+	}
+	for _, r := range e.EnvRefs {
+		_, _, secret := SecretRef(r)
+		_, sbx, key := ParseEnvKeyRef(r)
+		if !secret && (!key || sbx != e.SandboxID) {
+			return errors.New("env_refs: a secret reference or this sandbox's env key")
+		}
+	}
 	return nil
 }
 
@@ -258,7 +274,7 @@ func (u Update) Validate() error {
 	if !u.Claim && len(u.Env) > 0 {
 		return errors.New("env: only at claim")
 	}
-	return ValidEnv(u.Env)
+	return validEnv(u.Env, true)
 }
 
 // Delete is the payload of sandbox.delete.
@@ -294,8 +310,13 @@ func ValidSandboxID(id string) error {
 // ValidDigest reports whether d is sha256:<64 lowercase hex>.
 func ValidDigest(d string) bool { return digestRE.MatchString(d) }
 
-// ValidEnv checks environment names and values.
-func ValidEnv(env map[string]string) error {
+// ValidEnv checks environment names and values (a template's: each value
+// at most 4096 bytes).
+func ValidEnv(env map[string]string) error { return validEnv(env, false) }
+
+// validEnv is ValidEnv; signed (a payload's env) also takes sealed values
+// up to maxSealedValue (a 4096-byte value sealed).
+func validEnv(env map[string]string, signed bool) error {
 	if len(env) > MaxEnv {
 		return fmt.Errorf("env: at most %d variables", MaxEnv)
 	}
@@ -303,7 +324,11 @@ func ValidEnv(env map[string]string) error {
 		if !envKeyRE.MatchString(k) {
 			return fmt.Errorf("env: bad name %q", k)
 		}
-		if len(v) > 4096 || strings.IndexByte(v, 0) >= 0 {
+		limit := 4096
+		if signed && strings.HasPrefix(v, SealedEnvPrefix) {
+			limit = maxSealedValue
+		}
+		if len(v) > limit || strings.IndexByte(v, 0) >= 0 {
 			return fmt.Errorf("env %s: value too long or holds NUL", k)
 		}
 	}
