@@ -4,8 +4,10 @@
 // CPU are its own), joins N simulated nodes with `bcd simulate`, and
 // measures joins, renewals, gateway memory and idle CPU, a diag.run
 // fan-out until every result is attested, revocation, a reconnect storm
-// after a gateway restart, and the same fan-out over a bare gRPC echo on
-// the same TLS setup (the baseline). It prints one table.
+// after a gateway restart, and the same fan-out over two baselines on the
+// same TLS setup: a bare gRPC echo, and the cryptographic floor (each
+// message signed and checked as a command and its result are, floor.go).
+// It prints one table.
 package main
 
 import (
@@ -36,19 +38,15 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "echo-") {
-		n, _ := strconv.Atoi(os.Args[4])
-		var err error
-		if os.Args[1] == "echo-server" {
-			err = echoServerMain(os.Args[2], os.Args[3], n)
-		} else {
-			err = echoClientsMain(os.Args[2], os.Args[3], n)
+	if len(os.Args) > 4 {
+		if f, ok := baselineMains[os.Args[1]]; ok {
+			n, _ := strconv.Atoi(os.Args[4])
+			if err := f(os.Args[2], os.Args[3], n); err != nil {
+				fmt.Fprintln(os.Stderr, os.Args[1]+":", err)
+				os.Exit(1)
+			}
+			return
 		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "echo:", err)
-			os.Exit(1)
-		}
-		return
 	}
 	nodes := flag.Int("nodes", 1000, "simulated nodes")
 	bin := flag.String("bin", "", "directory with better-compute and bcd binaries")
@@ -89,7 +87,8 @@ type result struct {
 	StormPeakPerSec     int
 	Reconnected         int
 	EchoSeconds         float64
-	OneProcess          bool // every role in one process (SQLite)
+	FloorSeconds        float64 // the cryptographic floor (floor.go)
+	OneProcess          bool    // every role in one process (SQLite)
 }
 
 func freeAddr() string {
@@ -448,38 +447,16 @@ func run(dbName string, n int, bin, self, pgDSN, simRoot string) (result, error)
 	_ = db.QueryRowContext(ctx, `SELECT COALESCE(MAX(c), 0) FROM (SELECT connected_at / 1000 AS s, COUNT(*) AS c FROM node_sessions WHERE connected_at >= $1 GROUP BY connected_at / 1000) x`, restart.UnixMilli()).Scan(&r.StormPeakPerSec)
 	_ = sim.Process.Kill()
 
-	fmt.Fprintf(os.Stderr, "%s: baseline echo over %d streams\n", dbName, n)
+	fmt.Fprintf(os.Stderr, "%s: baselines (bare echo, crypto floor) over %d streams\n", dbName, n)
 	if err := writeEchoCert(dir); err != nil {
 		return r, err
 	}
-	echoAddr := freeAddr()
-	srv := exec.CommandContext(ctx, self, "echo-server", dir, echoAddr, strconv.Itoa(n))
-	srvOut, _ := srv.StdoutPipe()
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
+	if r.EchoSeconds, err = runBaseline(ctx, self, "echo", dir, n); err != nil {
 		return r, err
 	}
-	if err := waitTCP(echoAddr, 10*time.Second); err != nil {
+	if r.FloorSeconds, err = runBaseline(ctx, self, "floor", dir, n); err != nil {
 		return r, err
 	}
-	cli := exec.CommandContext(ctx, self, "echo-clients", dir, echoAddr, strconv.Itoa(n))
-	cli.Stderr = os.Stderr
-	if err := cli.Start(); err != nil {
-		return r, err
-	}
-	defer cli.Process.Kill()
-	eline, err := bufio.NewReader(srvOut).ReadString('\n')
-	if err != nil {
-		return r, fmt.Errorf("echo server: %w", err)
-	}
-	var echo struct {
-		S float64 `json:"echo_fanout_seconds"`
-	}
-	if err := json.Unmarshal([]byte(eline), &echo); err != nil {
-		return r, err
-	}
-	r.EchoSeconds = echo.S
-	_ = srv.Wait()
 	if dbName == "postgres" {
 		db.Close()
 		if admin, err := store.Open(context.Background(), pgDSN); err == nil {
@@ -492,6 +469,53 @@ func run(dbName string, n int, bin, self, pgDSN, simRoot string) (result, error)
 		}
 	}
 	return r, nil
+}
+
+// baselineMains are the baselines' own processes, run as
+// `fleet MODE DIR ADDR N` by runBaseline.
+var baselineMains = map[string]func(dir, addr string, n int) error{
+	"echo-server": echoServerMain, "echo-clients": echoClientsMain,
+	"floor-server": floorServerMain, "floor-clients": floorClientsMain,
+}
+
+// runBaseline runs the baseline named kind ("echo" or "floor") over n
+// streams: its server and its clients as two processes of this binary
+// with the TLS identity (and, for the floor, the bundle and KEK) in dir.
+// It returns the seconds the server reports, and stops the clients.
+func runBaseline(ctx context.Context, self, kind, dir string, n int) (float64, error) {
+	addr := freeAddr()
+	srv := exec.CommandContext(ctx, self, kind+"-server", dir, addr, strconv.Itoa(n))
+	srvOut, err := srv.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	if err := waitTCP(addr, 10*time.Second); err != nil {
+		return 0, err
+	}
+	cli := exec.CommandContext(ctx, self, kind+"-clients", dir, addr, strconv.Itoa(n))
+	cli.Stderr = os.Stderr
+	if err := cli.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { _ = cli.Process.Kill(); _ = cli.Wait() }()
+	line, err := bufio.NewReader(srvOut).ReadString('\n')
+	if err != nil {
+		return 0, fmt.Errorf("%s server: %w", kind, err)
+	}
+	var out map[string]float64
+	if err := json.Unmarshal([]byte(line), &out); err != nil {
+		return 0, fmt.Errorf("%s server said %q: %w", kind, line, err)
+	}
+	v, ok := out[kind+"_fanout_seconds"]
+	if !ok {
+		return 0, fmt.Errorf("%s server said %q", kind, line)
+	}
+	return v, nil
 }
 
 func printTable(rows []result) {
@@ -527,6 +551,8 @@ func printTable(rows []result) {
 	line("fan-out per command p99 (ms)", "%.0f", func(r result) any { return r.FanoutP99MS })
 	line("bare gRPC echo fan-out (s)", "%.3f", func(r result) any { return r.EchoSeconds })
 	line("fan-out / bare transport", "%.1f", func(r result) any { return r.FanoutSeconds / r.EchoSeconds })
+	line("crypto floor fan-out (baseline, s)", "%.3f", func(r result) any { return r.FloorSeconds })
+	line("fan-out / crypto floor", "%.1f", func(r result) any { return r.FanoutSeconds / r.FloorSeconds })
 	line("revocation to session closed (ms)", "%.0f", func(r result) any { return r.RevokeCloseMS })
 	line("restart: all reconnected (s)", "%.1f", func(r result) any { return r.StormSeconds })
 	line("restart: reconnected nodes", "%d", func(r result) any { return r.Reconnected })
