@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,6 +30,14 @@ func ShimMain(argv, env []string) error {
 	if len(argv) == 0 {
 		return refuse(CodeShim, errors.New("no argv"))
 	}
+	// The parent-death signal bcd set (Pdeathsig) is a property of the
+	// thread it forked, this process's first; the Go runtime may run this
+	// goroutine on another thread, and an exec from another thread drops
+	// the first one with its setting (the plugin would outlive bcd). This
+	// goroutine keeps one thread from here to the exec, sets the signal on
+	// it again, and checks bcd is still its parent after that.
+	runtime.LockOSThread()
+	bcd := os.Getppid()
 	gate := os.NewFile(shimGateFD, "gate")
 	var b [1]byte
 	if n, err := gate.Read(b[:]); n != 1 {
@@ -40,6 +49,12 @@ func ShimMain(argv, env []string) error {
 	// keeps no descriptor to its own file (a script plugin would not run).
 	if _, err := unix.FcntlInt(shimBinaryFD, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
 		return refuse(CodeShim, fmt.Errorf("cloexec: %w", err))
+	}
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return refuse(CodeShim, fmt.Errorf("parent-death signal: %w", err))
+	}
+	if os.Getppid() != bcd {
+		return refuse(CodeShim, errors.New("bcd exited before the plugin started"))
 	}
 	if err := InstallFilter(); err != nil {
 		return refuse(CodeShim, err)
