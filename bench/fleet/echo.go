@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -113,25 +114,12 @@ func loadEchoCert(dir string) (tls.Certificate, *x509.CertPool, error) {
 // streams, sends one message on each, and prints the time until every
 // echo came back as {"echo_fanout_seconds": x}.
 func echoServerMain(dir, addr string, n int) error {
-	cert, pool, err := loadEchoCert(dir)
-	if err != nil {
-		return err
-	}
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
 	srv := &echoServer{n: n, ready: make(chan struct{}), done: make(chan struct{})}
-	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert},
-		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool})))
-	nodev1.RegisterGatewayServer(gs, srv)
-	go func() { _ = gs.Serve(lis) }()
-	defer gs.Stop()
-	select {
-	case <-srv.ready:
-	case <-time.After(15 * time.Minute):
-		return fmt.Errorf("echo: only %d of %d streams connected", len(srv.streams), n)
+	stop, err := serveBaseline(dir, addr, srv, srv.ready)
+	if err != nil {
+		return fmt.Errorf("echo: %w", err)
 	}
+	defer stop()
 	start := time.Now()
 	srv.mu.Lock()
 	streams := append([]nodev1.Gateway_SessionServer(nil), srv.streams...)
@@ -149,6 +137,31 @@ func echoServerMain(dir, addr string, n int) error {
 	b, _ := json.Marshal(map[string]float64{"echo_fanout_seconds": time.Since(start).Seconds()})
 	fmt.Println(string(b))
 	return nil
+}
+
+// serveBaseline serves srv as a gateway on addr with the baselines'
+// mutual TLS (the certificate in dir) and waits, at most 15 minutes, for
+// ready (every stream connected); stop stops the server.
+func serveBaseline(dir, addr string, srv nodev1.GatewayServer, ready <-chan struct{}) (stop func(), err error) {
+	cert, pool, err := loadEchoCert(dir)
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool})))
+	nodev1.RegisterGatewayServer(gs, srv)
+	go func() { _ = gs.Serve(lis) }()
+	select {
+	case <-ready:
+		return gs.Stop, nil
+	case <-time.After(15 * time.Minute):
+		gs.Stop()
+		return nil, errors.New("not every stream connected within 15 minutes")
+	}
 }
 
 // echoClientsMain is `fleet echo-clients DIR ADDR N`: N streams that echo

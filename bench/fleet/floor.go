@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -191,29 +190,16 @@ func (w floorWorker) signCommand(fs *floorSession, now time.Time) (*nodev1.Signe
 // as the worker signs) and prints the time from the first signature to the
 // last attested answer as {"floor_fanout_seconds": x}.
 func floorServerMain(dir, addr string, n int) error {
-	cert, pool, err := loadEchoCert(dir)
-	if err != nil {
-		return err
-	}
 	w, err := newFloorWorker(filepath.Join(dir, "pki"), filepath.Join(dir, "kek"))
 	if err != nil {
 		return err
 	}
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
 	srv := &floorServer{n: n, ready: make(chan struct{}), done: make(chan struct{})}
-	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert},
-		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool})))
-	nodev1.RegisterGatewayServer(gs, srv)
-	go func() { _ = gs.Serve(lis) }()
-	defer gs.Stop()
-	select {
-	case <-srv.ready:
-	case <-time.After(15 * time.Minute):
-		return fmt.Errorf("floor: not all of %d streams connected", n)
+	stop, err := serveBaseline(dir, addr, srv, srv.ready)
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
 	}
+	defer stop()
 	srv.mu.Lock()
 	sessions := append([]*floorSession(nil), srv.sessions...)
 	srv.mu.Unlock()
