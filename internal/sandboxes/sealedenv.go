@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
@@ -62,7 +61,7 @@ func (s *Service) sealEnvFor(tenant, sandbox string, env map[string]string) (map
 // broker releases only that tenant's secrets and env key, for it alone.
 func needsBroker(env map[string]string) bool {
 	for _, v := range env {
-		if _, _, ref := spec.SecretRef(v); ref || strings.HasPrefix(v, spec.SealedEnvPrefix) {
+		if spec.FromBroker(v) {
 			return true
 		}
 	}

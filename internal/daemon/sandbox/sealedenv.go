@@ -5,7 +5,6 @@ import (
 	"errors"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/bettercompute/bettercompute/internal/daemon/driver"
 	"github.com/bettercompute/bettercompute/internal/pki"
@@ -30,13 +29,13 @@ import (
 // value (env-unavailable, even one that does not parse: it never reaches
 // a program as it stands). It returns "" for a plain value.
 func heldValue(v string) string {
+	if !spec.FromBroker(v) {
+		return ""
+	}
 	if _, _, ref := spec.SecretRef(v); ref {
 		return ReasonSecretUnavailable
 	}
-	if strings.HasPrefix(v, spec.SealedEnvPrefix) {
-		return spec.ReasonEnvUnavailable
-	}
-	return ""
+	return spec.ReasonEnvUnavailable
 }
 
 // resolveEnv fetches, through the broker and for the command being run
@@ -82,8 +81,8 @@ func (h *Host) resolveEnv(ctx context.Context, id string, env, held map[string]s
 
 // fetchSecret fetches secret reference ref for sandbox id.
 func (h *Host) fetchSecret(ctx context.Context, id, ref string, may func(string) bool) (string, error) {
-	fetch := driver.SecretsFrom(ctx)
-	if fetch == nil || (may != nil && !may(ref)) {
+	fetch := brokerFor(ctx, ref, may)
+	if fetch == nil {
 		h.cfg.Log.Warn("sandbox secret env without a broker", "sandbox_id", id)
 		return "", errors.New(ReasonSecretUnavailable)
 	}
@@ -94,6 +93,15 @@ func (h *Host) fetchSecret(ctx context.Context, id, ref string, may func(string)
 	}
 	defer clear(b)
 	return string(b), nil
+}
+
+// brokerFor is the broker path of the command being run
+// (driver.SecretsFrom) when it may fetch ref (may nil: any), else nil.
+func brokerFor(ctx context.Context, ref string, may func(string) bool) driver.SecretFetcher {
+	if may != nil && !may(ref) {
+		return nil
+	}
+	return driver.SecretsFrom(ctx)
 }
 
 // openSealed opens sealed value v of variable name of sandbox id, with the
@@ -109,8 +117,8 @@ func (h *Host) openSealed(ctx context.Context, id, name, v string, keys map[stri
 	k, ok := keys[tenant]
 	if !ok {
 		ref := spec.EnvKeyRef(tenant, id)
-		fetch := driver.SecretsFrom(ctx)
-		if fetch == nil || (may != nil && !may(ref)) {
+		fetch := brokerFor(ctx, ref, may)
+		if fetch == nil {
 			h.cfg.Log.Warn("sandbox sealed env without a broker", "sandbox_id", id)
 			return "", refused
 		}

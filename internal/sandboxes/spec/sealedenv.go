@@ -113,6 +113,14 @@ func SealEnvValue(k pki.KEK, tenant, sandbox, name, value string) (string, error
 	return SealedEnvPrefix + tenant + ":" + base64.StdEncoding.EncodeToString(sealed), nil
 }
 
+// FromBroker reports whether env value v is one a host gets through the
+// secrets broker (a secret reference, or anything that starts like a
+// sealed value) rather than a plain value it passes on as it stands.
+func FromBroker(v string) bool {
+	_, _, ref := SecretRef(v)
+	return ref || strings.HasPrefix(v, SealedEnvPrefix)
+}
+
 // SealedEnvTenant returns the tenant a sealed env value names; ok is
 // false for any value that is not one.
 func SealedEnvTenant(v string) (tenant string, ok bool) {
