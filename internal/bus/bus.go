@@ -69,6 +69,11 @@ const (
 	// unpaired, so the gateway resends grants (or closes the bastion's
 	// session) and the lanes role drops an unpaired bastion's peer at once.
 	TopicBastions = "bastions.changed"
+	// TopicAccessChanged is poked after any change that can narrow what a
+	// caller may do (a credential revoked, a binding, key or delegation
+	// changed, a tenant suspended), so every process drops what it cached
+	// about authentication and decisions at once.
+	TopicAccessChanged = "access.changed"
 )
 
 // RemoteTopic is the topic under which a poke from another process (over

@@ -19,8 +19,9 @@ const pokeChannel = "bc_poke"
 // gateway that held it closes its copy at once), and revocation-feed
 // entries the workers signed (so every gateway relays them at once), and a
 // bastion's changed grants or unpairing (so the gateway and the lanes role
-// act at once).
-var bridged = []string{bus.TopicSigned, bus.TopicRevoked, bus.TopicSessions, bus.TopicRevocationsSigned, bus.TopicBastions}
+// act at once), and a change that narrows access (so every process's API
+// drops what it cached about callers at once).
+var bridged = []string{bus.TopicSigned, bus.TopicRevoked, bus.TopicSessions, bus.TopicRevocationsSigned, bus.TopicBastions, bus.TopicAccessChanged}
 
 // bridgePokes forwards the bridged topics to other processes through
 // PostgreSQL NOTIFY, and republishes what other processes send under
