@@ -123,6 +123,10 @@ type Method struct {
 	perIdentity *ratelimit.PerKey
 	limitMsg    string
 
+	// describe, when set, makes a delegated agent's call wait for its
+	// person's approval of the text it builds (confirm.go).
+	describe describer
+
 	input  reflect.Type
 	decode func(raw []byte) (any, Target, error)
 	run    func(ctx context.Context, c *Caller, in any) (any, error)

@@ -59,6 +59,9 @@ func (s *Server) serve(r *http.Request, rid string, m Method, known bool) (answe
 	if err := s.decide(q); err != nil {
 		return s.errorAnswer(rid, err), q.out
 	}
+	if err := s.confirm(q); err != nil {
+		return s.errorAnswer(rid, err), q.out
+	}
 	if err := s.moduleLimit(q); err != nil {
 		return s.errorAnswer(rid, err), q.out
 	}

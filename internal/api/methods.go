@@ -87,7 +87,7 @@ func byID(kind string) func(apitypes.IDIn) Target {
 // Methods returns every method of the security chain and access control.
 // Inputs and answers built here are apitypes' (shared with the client).
 func Methods(m Modules) []Method {
-	return append([]Method{
+	return heldBack(m, append([]Method{
 		Def("nodes.list", "compute:nodes:list", false, byTenant[apitypes.TenantIn], func(ctx context.Context, c *Caller, _ apitypes.TenantIn) (any, error) {
 			ns, err := m.Nodes.List(ctx, c.Scope())
 			if err != nil {
@@ -159,7 +159,7 @@ func Methods(m Modules) []Method {
 				}
 				return map[string]any{"events": evs}, nil
 			}),
-	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), append(append(append(quotaMethods(m), lifecycleMethods(m)...), tunnelMethods(m)...), append(append(append(breakGlassMethods(m), revocationMethods(m)...), bastionMethods(m)...), previewMethods(m)...)...)...)...)
+	}, append(append(append(iamMethods(m), secretMethods(m)...), sandboxMethods(m)...), append(append(append(quotaMethods(m), lifecycleMethods(m)...), tunnelMethods(m)...), append(append(append(breakGlassMethods(m), revocationMethods(m)...), bastionMethods(m)...), append(previewMethods(m), approvalMethods(m)...)...)...)...)...))
 }
 
 // sandboxResolver returns f of the sandbox module, or a resolver that

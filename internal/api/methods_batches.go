@@ -24,9 +24,15 @@ type BatchModules struct {
 // signatures made off the control plane (`better-compute batch approve`);
 // the server only checks and stores them, and nodes check them again.
 func BatchMethods(m BatchModules) []Method {
-	return []Method{
+	return heldBack(Modules{}, []Method{
 		Def("batches.create", "compute:batches:create", true, func(apitypes.BatchCreateIn) Target { return Target{Tenant: iam.RootTenant} }, func(ctx context.Context, c *Caller, in apitypes.BatchCreateIn) (any, error) {
-			return m.Quorum.Create(ctx, c.Actor(), leafInputs(in.Leaves), time.Duration(in.ExpiresSeconds)*time.Second)
+			// An agent's batch is recorded as its, for the person its
+			// delegation names.
+			var ag quorum.Agent
+			if d, ok := AgentOf(ctx); ok {
+				ag = quorum.Agent{Name: d.AgentName, For: d.PersonName}
+			}
+			return m.Quorum.Create(ctx, c.Actor(), ag, leafInputs(in.Leaves), time.Duration(in.ExpiresSeconds)*time.Second)
 		}),
 		Def("batches.get", "compute:batches:get", false, func(apitypes.IDIn) Target { return Target{Tenant: iam.RootTenant} }, func(ctx context.Context, c *Caller, in apitypes.IDIn) (any, error) {
 			return m.Quorum.Get(ctx, c.Scope(), in.ID)
@@ -56,7 +62,7 @@ func BatchMethods(m BatchModules) []Method {
 			}
 			return m.Commands.CreateInBatch(ctx, c.Actor(), in.NodeID, in.Kind, in.Payload, time.Duration(in.TTLSeconds)*time.Second, in.BatchID)
 		}),
-	}
+	})
 }
 
 // leafInputs converts the wire leaves to the quorum module's; the

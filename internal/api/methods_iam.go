@@ -56,7 +56,14 @@ func iamMethods(m Modules) []Method {
 		Def("tenants.resume", "compute:tenants:resume", true, tenantByID, setState(iam.StateActive)),
 		Def("tenants.delete", "compute:tenants:delete", true, tenantByID, tenantDeleter(m)),
 		Def("identities.create", "compute:identities:create", true, byTenant[apitypes.IdentityCreateIn], func(ctx context.Context, c *Caller, in apitypes.IdentityCreateIn) (any, error) {
-			return m.IAM.CreateIdentity(ctx, c.Actor(), c.ActingTenant, in.Name, in.Kind)
+			if in.For == "" {
+				return m.IAM.CreateIdentity(ctx, c.Actor(), c.ActingTenant, in.Name, in.Kind)
+			}
+			// An agent acting for a person: its delegation is made with it.
+			if in.Kind != "agent" {
+				return nil, errs.New(errs.InvalidInput, "for: only an identity of kind agent acts for a person")
+			}
+			return m.IAM.CreateAgentFor(ctx, c.Actor(), c.ActingTenant, in.Name, in.For)
 		}),
 		Def("identities.list", "compute:identities:list", false, byTenant[apitypes.TenantIn], func(ctx context.Context, c *Caller, _ apitypes.TenantIn) (any, error) {
 			is, err := m.IAM.ListIdentities(ctx, c.ActingTenant)

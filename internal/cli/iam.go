@@ -103,15 +103,20 @@ func tenantsCmd() *cobra.Command {
 
 func identitiesCmd() *cobra.Command {
 	c := &cobra.Command{Use: "identities", Short: "People and agents"}
-	var tenant, kind string
+	var tenant, kind, forPerson string
 	var asJSON bool
-	create := &cobra.Command{Use: "create NAME", Short: "Make an identity", Args: cobra.ExactArgs(1),
+	create := &cobra.Command{Use: "create NAME", Short: "Make an identity (--kind agent --for PERSON_ID: an agent acting for a person)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(cmd, "identities.create", map[string]any{"tenant_id": tenant, "name": args[0], "kind": kind}, asJSON,
+			in := map[string]any{"tenant_id": tenant, "name": args[0], "kind": kind}
+			if forPerson != "" {
+				in["for"] = forPerson
+			}
+			return call(cmd, "identities.create", in, asJSON,
 				func(o map[string]any) string { return fmt.Sprintf("%v\n", o["id"]) })
 		}}
 	create.Flags().StringVar(&tenant, "tenant", "", "tenant (default: your own)")
 	create.Flags().StringVar(&kind, "kind", "person", "person or agent")
+	create.Flags().StringVar(&forPerson, "for", "", "with --kind agent: the person (identity id, same tenant) the agent acts for; its permissions are at most the person's, and its risky calls wait for the person's approval")
 	create.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	var lt string
 	var lj bool
@@ -127,7 +132,7 @@ func identitiesCmd() *cobra.Command {
 			return call(cmd, "identities.delete", map[string]any{"tenant_id": dt, "id": args[0]}, false, func(map[string]any) string { return "deleted\n" })
 		}}
 	del.Flags().StringVar(&dt, "tenant", "", "tenant (default: your own)")
-	c.AddCommand(create, list, del)
+	c.AddCommand(create, list, del, delegationCmd())
 	return c
 }
 

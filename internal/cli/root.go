@@ -82,7 +82,7 @@ func NewRoot() *cobra.Command {
 	}
 	root.AddCommand(devCmd(), serveCmd(), pkiCmd(), nodesCmd(), joinTokensCmd(), commandsCmd(),
 		tenantsCmd(), identitiesCmd(), rolesCmd(), bindingsCmd(), apiKeysCmd(), secretsCmd(), sshCertCmd())
-	root.AddCommand(sessionsCmd())
+	root.AddCommand(sessionsCmd(), approvalsCmd())
 	root.AddCommand(batchCmd(), approversCmd())
 	root.AddCommand(auditCmd())
 	root.AddCommand(bootstrapCmd())

@@ -40,6 +40,11 @@ const (
 	// on the machine (bcd bastion approve), after which the same request
 	// is sent again with the approval's id (HTTP 409).
 	ApprovalRequired Code = "APPROVAL_REQUIRED"
+	// ConfirmationRequired: an agent's call waits for its person's
+	// confirmation (better-compute approvals approve ID); the message
+	// names the request's id and the text the person reads, and the same
+	// call sent again after the approval goes through once (HTTP 409).
+	ConfirmationRequired Code = "CONFIRMATION_REQUIRED"
 )
 
 // Error is a coded error: Message is safe to show a caller, Cause is not.
@@ -99,7 +104,7 @@ func HTTPStatus(c Code) int {
 		return http.StatusUnauthorized
 	case InvalidInput, InvalidConfig:
 		return http.StatusBadRequest
-	case InvalidState, Conflict, ApprovalRequired:
+	case InvalidState, Conflict, ApprovalRequired, ConfirmationRequired:
 		return http.StatusConflict
 	case NotFound:
 		return http.StatusNotFound

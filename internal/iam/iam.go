@@ -38,6 +38,8 @@ const (
 type Service struct {
 	db  *store.DB
 	clk clock.Clock
+	// changed is the OnAccessChanged hook (nil: none).
+	changed func()
 }
 
 // New returns the iam module.
@@ -253,6 +255,7 @@ func (s *Service) DeleteIdentity(ctx context.Context, actor audit.Entry, tenant,
 		return errs.New(errs.InvalidState, "an identity cannot delete itself")
 	}
 	now := s.clk.Now()
+	defer s.accessChanged()
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
 		ok, err := s.IdentityInTenantTx(ctx, tx, id, tenant)
 		if err != nil {
@@ -263,6 +266,9 @@ func (s *Service) DeleteIdentity(ctx context.Context, actor audit.Entry, tenant,
 		}
 		if _, err := tx.ExecContext(ctx, qDeleteBindingsOfIdentity, id); err != nil {
 			return fmt.Errorf("iam: delete identity: %w", err)
+		}
+		if err := dropDelegationsTx(ctx, tx, id, now.UnixMilli()); err != nil {
+			return err
 		}
 		// Its keys and sessions, and then everything they made (keys it
 		// made for other identities included), are revoked.
@@ -490,6 +496,7 @@ func (s *Service) ListBindings(ctx context.Context, tenant string) ([]Binding, e
 // Unbind removes a binding of tenant.
 func (s *Service) Unbind(ctx context.Context, actor audit.Entry, tenant, bindingID string) error {
 	now := s.clk.Now()
+	defer s.accessChanged()
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, qDeleteBinding, bindingID, tenant)
 		if err != nil {
@@ -509,12 +516,29 @@ func (s *Service) Unbind(ctx context.Context, actor audit.Entry, tenant, binding
 // any tenant of the chain apply; a matching deny beats any allow; no match
 // is a deny. scopes, when not empty, further limit the actions (an API
 // key's scopes). It reads the identity's bindings and decides with
-// Evaluate.
+// Evaluate. An agent with a delegation is allowed only what its person's
+// bindings allow too, and nothing once the delegation is revoked.
 func (s *Service) Decide(ctx context.Context, identity, action, resource string, chain []Tenant, scopes []string) (bool, error) {
 	req := Request{Action: action, Resource: resource, Scopes: scopes}
 	if !req.possible(chain) {
 		return false, nil
 	}
+	ok, err := s.decideOwn(ctx, identity, req, chain)
+	if err != nil || !ok {
+		return false, err
+	}
+	person, delegated, revoked, err := s.delegationState(ctx, identity)
+	if err != nil || !delegated {
+		return ok, err
+	}
+	if revoked {
+		return false, nil
+	}
+	return s.decideOwn(ctx, person, req, chain)
+}
+
+// decideOwn is the decision on identity's own bindings alone.
+func (s *Service) decideOwn(ctx context.Context, identity string, req Request, chain []Tenant) (bool, error) {
 	grants, idChain, err := s.grants(ctx, identity, chain)
 	if err != nil {
 		return false, err

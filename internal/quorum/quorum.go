@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
@@ -133,18 +132,12 @@ type Batch struct {
 	ApprovedAt *time.Time     `json:"approved_at,omitempty"`
 }
 
-// ParseAgent reads an agent identity. Until delegations exist (the IAM
-// issue), an API key whose identity is "agent:X" speaks for agent X on
-// behalf of its tenant, and "agent:X@Y" for agent X on behalf of Y.
-func ParseAgent(identity, tenant string) (agent, forWhom string) {
-	rest, ok := strings.CutPrefix(identity, "agent:")
-	if !ok || rest == "" {
-		return "", ""
-	}
-	if a, f, ok := strings.Cut(rest, "@"); ok && a != "" && f != "" {
-		return a, f
-	}
-	return rest, "tenant " + tenant
+// Agent is the agent that proposes a batch and the person it acts for,
+// by name, as its recorded delegation says (the zero value: the proposer
+// is no agent).
+type Agent struct {
+	Name string
+	For  string
 }
 
 func proposerText(by, agent, agentFor string) string {
@@ -155,10 +148,11 @@ func proposerText(by, agent, agentFor string) string {
 }
 
 // Create records a proposed batch of leaves, in order, with its Merkle
-// root, its proposer (an agent is recorded as one), an expiry ttl from now
+// root, its proposer (an agent, from its delegation, is recorded as one:
+// "proposed by agent X for Y"), an expiry ttl from now
 // (default DefaultLifetime, at most quorumwire.MaxBatchLifetime) and its
 // audit row, in one transaction.
-func (s *Service) Create(ctx context.Context, actor audit.Entry, in []LeafInput, ttl time.Duration) (Batch, error) {
+func (s *Service) Create(ctx context.Context, actor audit.Entry, ag Agent, in []LeafInput, ttl time.Duration) (Batch, error) {
 	ttl, err := checkShape(len(in), ttl)
 	if err != nil {
 		return Batch{}, err
@@ -170,7 +164,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Entry, in []LeafInput,
 	}
 	now := s.clk.Now()
 	id := ids.New("b")
-	agent, agentFor := ParseAgent(actor.Actor, actor.TenantID)
+	agent, agentFor := ag.Name, ag.For
 	expires := now.Add(ttl).UnixMilli()
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, sqlInsertBatch,

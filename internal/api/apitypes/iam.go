@@ -8,11 +8,22 @@ type TenantCreateIn struct {
 	Name     string `json:"name" api:"max=63"`
 }
 
-// IdentityCreateIn is identities.create's input.
+// IdentityCreateIn is identities.create's input. For, with kind agent,
+// names the person (of the same tenant) the agent acts for: the agent's
+// delegation.
 type IdentityCreateIn struct {
 	TenantIn
 	Name string `json:"name" api:"max=63"`
 	Kind string `json:"kind" api:"max=32"`
+	For  string `json:"for,omitempty" api:"max=64"`
+}
+
+// ApprovalKindsIn is approvals.setKinds' input: the command kinds the
+// tenant holds back for an agent's person's confirmation (replacing the
+// list; empty holds none back).
+type ApprovalKindsIn struct {
+	TenantIn
+	Kinds []string `json:"kinds" api:"items=64,max=64"`
 }
 
 // BindIn is bindings.create's input.

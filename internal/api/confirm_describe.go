@@ -1,0 +1,148 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/bettercompute/bettercompute/internal/api/apitypes"
+	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
+)
+
+// heldBack marks the methods of ms that describe themselves for an
+// agent's person (see confirm.go): sandboxes.create (when m has the
+// sandbox module), sandboxes.extend, commands.create, commands.fanout
+// and batches.create.
+func heldBack(m Modules, ms []Method) []Method {
+	describers := map[string]describer{
+		"sandboxes.extend": describeExtend,
+		"commands.create":  describeCommand,
+		"commands.fanout":  describeFanout,
+		"batches.create":   describeBatch,
+	}
+	if m.Sandboxes != nil {
+		describers["sandboxes.create"] = describeSandbox(m)
+	}
+	for i := range ms {
+		if d := describers[ms[i].Name]; d != nil {
+			ms[i].describe = d
+		}
+	}
+	return ms
+}
+
+// describeSandbox describes sandboxes.create by its template as the
+// control plane holds it (image, runtime, lifetime, limits, network, env
+// with secrets by reference and other values by size and SHA-256), so a
+// template changed after the approval no longer matches it. A template
+// the caller cannot read is not held back: the call then fails as it
+// would anyway.
+func describeSandbox(m Modules) describer {
+	return func(ctx context.Context, _ *Server, c *Caller, in any) (string, bool, error) {
+		req := in.(apitypes.SandboxCreateIn)
+		t, err := m.Sandboxes.Template(ctx, c.Scope(), req.Template)
+		if errs.CodeOf(err) == errs.NotFound {
+			return "", false, nil
+		} else if err != nil {
+			return "", false, err
+		}
+		limits, _ := json.Marshal(t.Limits)
+		var b strings.Builder
+		fmt.Fprintf(&b, "template: %s (%s)\n", clip(t.Name), t.ID)
+		fmt.Fprintf(&b, "image: %s (%s)\n", clip(t.Image), clip(t.ImageDigest))
+		fmt.Fprintf(&b, "runtime: %s\n", clip(t.Runtime))
+		fmt.Fprintf(&b, "lifetime: %d s (at most %d s)\n", t.Lifetime, t.MaxLifetime)
+		fmt.Fprintf(&b, "limits: %s\n", clip(string(limits)))
+		fmt.Fprintf(&b, "network: %s\nroot: %t\n", clip(t.Network), t.Root)
+		if req.FromCheckpoint != "" {
+			fmt.Fprintf(&b, "restores checkpoint: %s\n", clip(req.FromCheckpoint))
+		}
+		b.WriteString(envLines(t.Env))
+		return b.String(), true, nil
+	}
+}
+
+// envLines describes env: names sorted, a secret by its reference, any
+// other value by size and SHA-256.
+func envLines(env map[string]string) string {
+	names := make([]string, 0, len(env))
+	for k := range env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, k := range names {
+		v := env[k]
+		if tenant, name, ok := spec.SecretRef(v); ok {
+			fmt.Fprintf(&b, "env %s: secret %s/%s\n", clip(k), clip(tenant), clip(name))
+			continue
+		}
+		fmt.Fprintf(&b, "env %s: %s\n", clip(k), bytesLine([]byte(v)))
+	}
+	return b.String()
+}
+
+// describeExtend describes sandboxes.extend.
+func describeExtend(_ context.Context, _ *Server, _ *Caller, in any) (string, bool, error) {
+	req := in.(apitypes.SandboxExtendIn)
+	return fmt.Sprintf("sandbox: %s\nextend by: %d s\n", clip(req.ID), req.Seconds), true, nil
+}
+
+// confirmKind reports whether the tenant the call acts in holds kind back.
+func confirmKind(ctx context.Context, s *Server, c *Caller, kind string) (bool, error) {
+	kinds, err := s.deps.IAM.ConfirmKinds(ctx, c.ActingTenant)
+	return slices.Contains(kinds, kind), err
+}
+
+// describeCommand describes commands.create of a kind the tenant holds
+// back: node, kind, payload by size and SHA-256, lifetime.
+func describeCommand(ctx context.Context, s *Server, c *Caller, in any) (string, bool, error) {
+	req := in.(apitypes.CommandIn)
+	if held, err := confirmKind(ctx, s, c, req.Kind); err != nil || !held {
+		return "", false, err
+	}
+	return fmt.Sprintf("node: %s\nkind: %s\npayload: %s\nttl: %d s\n", clip(req.NodeID), clip(req.Kind), bytesLine(req.Payload), req.TTLSeconds), true, nil
+}
+
+// describeFanout describes commands.fanout of a kind the tenant holds
+// back: the nodes named, the labels, kind, payload and lifetime.
+func describeFanout(ctx context.Context, s *Server, c *Caller, in any) (string, bool, error) {
+	req := in.(apitypes.FanoutIn)
+	if held, err := confirmKind(ctx, s, c, req.Kind); err != nil || !held {
+		return "", false, err
+	}
+	nodes := slices.Clone(req.NodeIDs)
+	sort.Strings(nodes)
+	labels := make([]string, 0, len(req.Labels))
+	for k, v := range req.Labels {
+		labels = append(labels, k+"="+v)
+	}
+	sort.Strings(labels)
+	return fmt.Sprintf("nodes: %s\nlabels: %s\nkind: %s\npayload: %s\nttl: %d s\n",
+		listLine(nodes), listLine(labels), clip(req.Kind), bytesLine(req.Payload), req.TTLSeconds), true, nil
+}
+
+// describeBatch describes batches.create: its leaves (node, kind,
+// payload by size and SHA-256, unbound) in order, one a line, and its
+// lifetime.
+func describeBatch(_ context.Context, _ *Server, _ *Caller, in any) (string, bool, error) {
+	req := in.(apitypes.BatchCreateIn)
+	var b strings.Builder
+	raw := make([]string, len(req.Leaves))
+	fmt.Fprintf(&b, "leaves: %d\n", len(req.Leaves))
+	for i, l := range req.Leaves {
+		raw[i] = fmt.Sprintf("%s %s %s %t", l.NodeID, l.Kind, bytesLine(l.Payload), l.Unbound)
+		if i < maxListed {
+			fmt.Fprintf(&b, "leaf %d: node %s kind %s payload %s unbound %t\n", i, clip(l.NodeID), clip(l.Kind), bytesLine(l.Payload), l.Unbound)
+		}
+	}
+	if r := rest(raw); r != "" {
+		fmt.Fprintf(&b, "leaves not shown:%s\n", r)
+	}
+	fmt.Fprintf(&b, "expires in: %d s\n", req.ExpiresSeconds)
+	return b.String(), true, nil
+}
