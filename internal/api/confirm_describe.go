@@ -109,12 +109,18 @@ func describeCommand(ctx context.Context, s *Server, c *Caller, in any) (string,
 }
 
 // describeFanout describes commands.fanout of a kind the tenant holds
-// back: the nodes named, the labels, kind, payload and lifetime.
+// back (fanoutText).
 func describeFanout(ctx context.Context, s *Server, c *Caller, in any) (string, bool, error) {
 	req := in.(apitypes.FanoutIn)
 	if held, err := confirmKind(ctx, s, c, req.Kind); err != nil || !held {
 		return "", false, err
 	}
+	return fanoutText(req), true, nil
+}
+
+// fanoutText is a fan-out's text: the nodes named and the labels (sorted),
+// kind, payload and lifetime.
+func fanoutText(req apitypes.FanoutIn) string {
 	nodes := slices.Clone(req.NodeIDs)
 	sort.Strings(nodes)
 	labels := make([]string, 0, len(req.Labels))
@@ -123,7 +129,7 @@ func describeFanout(ctx context.Context, s *Server, c *Caller, in any) (string, 
 	}
 	sort.Strings(labels)
 	return fmt.Sprintf("nodes: %s\nlabels: %s\nkind: %s\npayload: %s\nttl: %d s\n",
-		listLine(nodes), listLine(labels), clip(req.Kind), bytesLine(req.Payload), req.TTLSeconds), true, nil
+		listLine(nodes), listLine(labels), clip(req.Kind), bytesLine(req.Payload), req.TTLSeconds)
 }
 
 // describeBatch describes batches.create: its leaves (node, kind,

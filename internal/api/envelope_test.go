@@ -1124,6 +1124,13 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 		{"apiKeys.revoke", func() string { return `{"id":"` + state["key"] + `"}` }, nil},
 		{"sessions.create", func() string { return `{}` }, func(o map[string]any) { state["session"] = str(o["id"]) }},
 		{"sessions.revoke", func() string { return `{"id":"` + state["session"] + `"}` }, nil},
+		{"approvals.setKinds", func() string { return `{"kinds":["disk.wipe"]}` }, nil},
+		{"approvals.approve", func() string {
+			state["agent"], state["held"], state["held2"] = heldForAdmin(t, e, node)
+			return `{"id":"` + state["held"] + `"}`
+		}, nil},
+		{"approvals.deny", func() string { return `{"id":"` + state["held2"] + `"}` }, nil},
+		{"delegations.revoke", func() string { return `{"id":"` + state["agent"] + `"}` }, nil},
 		{"joinTokens.create", func() string { return `{}` }, func(o map[string]any) { state["join-token"] = str(o["id"]) }},
 		{"joinTokens.revoke", func() string { return `{"id":"` + state["join-token"] + `"}` }, nil},
 		{"joinTokens.createMany", func() string { return `{"count":2}` }, nil},

@@ -45,14 +45,14 @@ func approvalMethods(m Modules) []Method {
 		}),
 		Def("approvals.approve", "compute:approvals:approve", true, byTenant[apitypes.TenantIDIn], decideApproval(true)),
 		Def("approvals.deny", "compute:approvals:deny", true, byTenant[apitypes.TenantIDIn], decideApproval(false)),
-		Def("approvals.getKinds", "compute:approvals:get-kinds", false, byTenant[apitypes.TenantIn], func(ctx context.Context, c *Caller, _ apitypes.TenantIn) (any, error) {
+		Def("approvals.getKinds", "compute:approval-kinds:get", false, byTenant[apitypes.TenantIn], func(ctx context.Context, c *Caller, _ apitypes.TenantIn) (any, error) {
 			ks, err := m.IAM.ConfirmKinds(ctx, c.ActingTenant)
 			if err != nil {
 				return nil, err
 			}
 			return map[string]any{"tenant_id": c.ActingTenant, "kinds": ks}, nil
 		}),
-		Def("approvals.setKinds", "compute:approvals:set-kinds", true, byTenant[apitypes.ApprovalKindsIn], func(ctx context.Context, c *Caller, in apitypes.ApprovalKindsIn) (any, error) {
+		Def("approvals.setKinds", "compute:approval-kinds:set", true, byTenant[apitypes.ApprovalKindsIn], func(ctx context.Context, c *Caller, in apitypes.ApprovalKindsIn) (any, error) {
 			ks, err := m.IAM.SetConfirmKinds(ctx, c.Actor(), c.ActingTenant, in.Kinds)
 			if err != nil {
 				return nil, err

@@ -236,7 +236,7 @@ func (s *Service) SetConfirmKinds(ctx context.Context, actor audit.Entry, tenant
 				return fmt.Errorf("iam: set confirm kinds: %w", err)
 			}
 		}
-		actor.Action, actor.Resource, actor.Outcome = "compute:approvals:set-kinds", "tenant/"+tenant, "allowed"
+		actor.Action, actor.Resource, actor.Outcome = "compute:approval-kinds:set", "tenant/"+tenant, "allowed"
 		actor.Details = map[string]any{"kinds": out}
 		return audit.Record(ctx, tx, now, actor)
 	})

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/bettercompute/bettercompute/client"
-	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/bus"
 	"github.com/bettercompute/bettercompute/internal/cli"
 	"github.com/bettercompute/bettercompute/internal/daemon"
@@ -153,23 +152,35 @@ func TestDestructiveNeedsQuorum(t *testing.T) {
 		})
 
 		t.Run("an agent's batch reads as the agent's", func(t *testing.T) {
-			// An agent identity acting for a person, bound to admin in root.
-			for _, q := range []string{
-				`INSERT INTO identities (id, tenant_id, name, kind, created_at) VALUES ('agent:claude@alice', 'root', 'claude-for-alice', 'agent', 0)`,
-				`INSERT INTO bindings (id, tenant_id, identity_id, role_id, created_at) VALUES ('b-agent', 'root', 'agent:claude@alice', 'admin', 0)`,
-			} {
-				if _, err := db.ExecContext(ctx, q); err != nil {
-					t.Fatal(err)
-				}
-			}
-			_, key, err := e.CP.APIKeys.Create(ctx, audit.Entry{TenantID: "root", Actor: "test"}, "root", "agent:claude@alice", "agent", 0)
-			if err != nil {
+			// An agent acting for a person, both bound to admin in root,
+			// made through the API: its batch waits for its person, then
+			// reads as the agent's, for the person its delegation names.
+			var alice, claude struct{ ID string }
+			if err := e.Client.Call(ctx, "identities.create", map[string]any{"name": "alice", "kind": "person"}, &alice); err != nil {
 				t.Fatal(err)
 			}
-			ag := client.New(e.Client.BaseURL, key)
-			ab, err := ag.CreateBatch(ctx, leavesFor("gpu.flash", nil, true, a.NodeID()), time.Hour)
-			wantCode(t, err, "INVALID_INPUT") // gpu.flash is not a defined kind
-			ab, err = ag.CreateBatch(ctx, leavesFor("node.reboot", nil, true, b.NodeID()), time.Hour)
+			if err := e.Client.Call(ctx, "identities.create", map[string]any{"name": "claude", "kind": "agent", "for": alice.ID}, &claude); err != nil {
+				t.Fatal(err)
+			}
+			keys := map[string]string{}
+			for _, id := range []string{alice.ID, claude.ID} {
+				if err := e.Client.Bind(ctx, "root", id, "admin"); err != nil {
+					t.Fatal(err)
+				}
+				k, err := e.Client.CreateAPIKey(ctx, "root", id, id, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				keys[id] = k.Key
+			}
+			ag := client.New(e.Client.BaseURL, keys[claude.ID])
+			leaves := leavesFor("node.reboot", nil, true, b.NodeID())
+			_, err := ag.CreateBatch(ctx, leaves, time.Hour)
+			id, _ := mustHeld(t, err)
+			if err := client.New(e.Client.BaseURL, keys[alice.ID]).Call(ctx, "approvals.approve", map[string]any{"id": id}, nil); err != nil {
+				t.Fatal(err)
+			}
+			ab, err := ag.CreateBatch(ctx, leaves, time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}
