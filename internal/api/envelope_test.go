@@ -1118,6 +1118,8 @@ func everyMutationIsAudited(t *testing.T, db *store.DB) {
 		}, func(o map[string]any) { state["role"] = str(o["id"]) }},
 		{"bindings.create", func() string { return `{"identity_id":"` + state["identity"] + `","role_id":"` + state["role"] + `"}` }, func(o map[string]any) { state["binding"] = str(o["id"]) }},
 		{"bindings.delete", func() string { return `{"id":"` + state["binding"] + `"}` }, nil},
+		{"identities.suspend", func() string { return `{"id":"` + state["identity"] + `"}` }, nil},
+		{"identities.resume", func() string { return `{"id":"` + state["identity"] + `"}` }, nil},
 		{"identities.delete", func() string { return `{"id":"` + state["identity"] + `"}` }, nil},
 		{"roles.delete", func() string { return `{"id":"` + state["role"] + `"}` }, nil},
 		{"apiKeys.create", func() string { return `{"identity_id":"admin","name":"walk"}` }, func(o map[string]any) { state["key"] = str(o["id"]) }},

@@ -78,6 +78,10 @@ func iamMethods(m Modules) []Method {
 			}
 			return map[string]any{}, m.IAM.DeleteIdentity(ctx, c.Actor(), c.ActingTenant, in.ID)
 		}),
+		// A suspended identity is refused every call until resumed; the
+		// agents acting for a suspended person too.
+		Def("identities.suspend", "compute:identities:suspend", true, byTenant[apitypes.TenantIDIn], setSuspended(m, true)),
+		Def("identities.resume", "compute:identities:resume", true, byTenant[apitypes.TenantIDIn], setSuspended(m, false)),
 		Def("roles.create", "compute:roles:create", true, byTenant[roleCreateIn], func(ctx context.Context, c *Caller, in roleCreateIn) (any, error) {
 			return m.IAM.CreateRole(ctx, c.Actor(), c.ActingTenant, in.Name, in.Statements)
 		}),
@@ -166,5 +170,15 @@ func iamMethods(m Modules) []Method {
 			}
 			return map[string]any{}, m.Keys.RevokeSession(ctx, c.Actor(), c.ActingTenant, id)
 		}),
+	}
+}
+
+// setSuspended is identities.suspend (suspend true) or identities.resume.
+func setSuspended(m Modules, suspend bool) func(context.Context, *Caller, apitypes.TenantIDIn) (any, error) {
+	return func(ctx context.Context, c *Caller, in apitypes.TenantIDIn) (any, error) {
+		if in.ID == "" {
+			return nil, errs.New(errs.InvalidInput, "id is required")
+		}
+		return map[string]any{}, m.IAM.SetSuspended(ctx, c.Actor(), c.ActingTenant, in.ID, suspend)
 	}
 }

@@ -115,3 +115,14 @@ func delegationCmd() *cobra.Command {
 	c.AddCommand(list, revoke)
 	return c
 }
+
+// suspendCmd is `identities suspend ID` or `identities resume ID`.
+func suspendCmd(verb, method, short string) *cobra.Command {
+	var tenant string
+	c := &cobra.Command{Use: verb + " ID", Short: short, Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd, method, map[string]any{"tenant_id": tenant, "id": args[0]}, false, func(map[string]any) string { return verb + "d\n" })
+		}}
+	c.Flags().StringVar(&tenant, "tenant", "", "tenant (default: your own)")
+	return c
+}

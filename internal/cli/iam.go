@@ -132,7 +132,8 @@ func identitiesCmd() *cobra.Command {
 			return call(cmd, "identities.delete", map[string]any{"tenant_id": dt, "id": args[0]}, false, func(map[string]any) string { return "deleted\n" })
 		}}
 	del.Flags().StringVar(&dt, "tenant", "", "tenant (default: your own)")
-	c.AddCommand(create, list, del, delegationCmd())
+	c.AddCommand(create, list, del, delegationCmd(), suspendCmd("suspend", "identities.suspend", "Suspend an identity: it is refused every call (an agent's person: its agents too) until resumed"),
+		suspendCmd("resume", "identities.resume", "Resume a suspended identity"))
 	return c
 }
 

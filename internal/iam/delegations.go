@@ -29,7 +29,10 @@ const (
 		FROM delegations d JOIN identities a ON a.id = d.agent_id LEFT JOIN identities p ON p.id = d.person_id WHERE d.agent_id = $1`
 	qDelegationsIn = `SELECT d.agent_id, d.tenant_id, d.person_id, d.created_at, d.revoked_at, a.name, COALESCE(p.name, '')
 		FROM delegations d JOIN identities a ON a.id = d.agent_id LEFT JOIN identities p ON p.id = d.person_id WHERE d.tenant_id = $1 ORDER BY a.name`
-	qDelegationState     = `SELECT person_id, revoked_at FROM delegations WHERE agent_id = $1`
+	qDelegationState = `SELECT person_id, revoked_at FROM delegations WHERE agent_id = $1`
+	qIdentityState   = `SELECT i.suspended_at, d.person_id, d.revoked_at, p.suspended_at FROM identities i
+		LEFT JOIN delegations d ON d.agent_id = i.id LEFT JOIN identities p ON p.id = d.person_id WHERE i.id = $1`
+	qSuspendIdentity     = `UPDATE identities SET suspended_at = $1 WHERE id = $2 AND tenant_id = $3`
 	qRevokeDelegation    = `UPDATE delegations SET revoked_at = $1 WHERE agent_id = $2 AND tenant_id = $3 AND revoked_at IS NULL`
 	qRevokeDelegationsOf = `UPDATE delegations SET revoked_at = $1 WHERE person_id = $2 AND revoked_at IS NULL`
 	qDeleteDelegationOf  = `DELETE FROM delegations WHERE agent_id = $1`
@@ -174,22 +177,62 @@ func dropDelegationsTx(ctx context.Context, tx *sql.Tx, id string, now int64) er
 	return nil
 }
 
-// delegationState reads whether identity has a delegation, and if so its
-// person and whether it is revoked. Decide asks it for every identity it
-// allows something: it is not cached.
-func (s *Service) delegationState(ctx context.Context, identity string) (person string, delegated, revoked bool, err error) {
-	st, err := s.db.Stmt(ctx, qDelegationState)
+// identityState is what Decide reads besides the bindings, in one
+// statement: whether identity is suspended, and, when it has a delegation,
+// its person, whether the delegation is revoked and whether the person is
+// suspended. It is read for every decision: it is not cached.
+type identityState struct {
+	suspended, delegated, revoked, personSuspended bool
+	person                                         string
+}
+
+// stateOf reads identity's identityState (a missing identity reads as
+// not suspended and not delegated: it has no bindings either).
+func (s *Service) stateOf(ctx context.Context, identity string) (identityState, error) {
+	st, err := s.db.Stmt(ctx, qIdentityState)
 	if err != nil {
-		return "", false, false, err
+		return identityState{}, err
 	}
-	var rev sql.NullInt64
-	switch err := st.QueryRowContext(ctx, identity).Scan(&person, &rev); {
+	var susp, rev, pSusp sql.NullInt64
+	var person sql.NullString
+	switch err := st.QueryRowContext(ctx, identity).Scan(&susp, &person, &rev, &pSusp); {
 	case errors.Is(err, sql.ErrNoRows):
-		return "", false, false, nil
+		return identityState{}, nil
 	case err != nil:
-		return "", false, false, fmt.Errorf("iam: read delegation: %w", err)
+		return identityState{}, fmt.Errorf("iam: read identity state: %w", err)
 	}
-	return person, true, rev.Valid, nil
+	return identityState{suspended: susp.Valid, delegated: person.Valid, revoked: rev.Valid, personSuspended: pSusp.Valid, person: person.String}, nil
+}
+
+// SetSuspended suspends (or resumes) identity id of tenant: a suspended
+// identity is refused every decision, and so are the agents acting for a
+// suspended person. An identity cannot suspend itself (INVALID_STATE);
+// NOT_FOUND when tenant has no such identity.
+func (s *Service) SetSuspended(ctx context.Context, actor audit.Entry, tenant, id string, suspend bool) error {
+	if id == actor.Actor {
+		return errs.New(errs.InvalidState, "an identity cannot suspend or resume itself")
+	}
+	now := s.clk.Now()
+	var at any
+	verb := "resume"
+	if suspend {
+		at, verb = now.UnixMilli(), "suspend"
+	}
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, qSuspendIdentity, at, id, tenant)
+		if err != nil {
+			return fmt.Errorf("iam: suspend identity: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return errs.New(errs.NotFound, "identity not found")
+		}
+		actor.Action, actor.Resource, actor.Outcome = "compute:identities:"+verb, "identity/"+id, "allowed"
+		return audit.Record(ctx, tx, now, actor)
+	})
+	if err == nil {
+		s.accessChanged()
+	}
+	return err
 }
 
 // ConfirmKinds returns the command kinds tenant holds back for its

@@ -80,9 +80,10 @@ func (d delegated) allowed(t *testing.T, identity, action string) bool {
 // An agent acting for a person is allowed an action only when both its
 // own bindings and its person's allow it: bound to admin, it still cannot
 // make a role its person cannot; once its person's binding is removed,
-// or its delegation revoked, it is refused what it could do before (and
-// a revoked agent stays refused when its person is bound again). Each
-// change pokes OnAccessChanged.
+// while it or its person is suspended, or once its delegation is revoked,
+// it is refused what it could do before (and a revoked agent stays
+// refused when its person is bound again). Each change pokes
+// OnAccessChanged.
 func TestAgentIsCappedByItsPerson(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		ctx := context.Background()
@@ -106,6 +107,23 @@ func TestAgentIsCappedByItsPerson(t *testing.T) {
 		if !d.allowed(t, d.agent, "compute:roles:create") {
 			t.Fatal("the agent is refused what both allow")
 		}
+		for _, who := range []string{d.agent, d.person} {
+			if err := d.s.SetSuspended(ctx, d.actor, d.tenant, who, true); err != nil {
+				t.Fatal(err)
+			}
+			if d.allowed(t, d.agent, "compute:sandboxes:create") {
+				t.Fatalf("the agent is allowed while %s is suspended", who)
+			}
+			if err := d.s.SetSuspended(ctx, d.actor, d.tenant, who, false); err != nil {
+				t.Fatal(err)
+			}
+			if !d.allowed(t, d.agent, "compute:sandboxes:create") {
+				t.Fatalf("the agent is refused once %s is resumed", who)
+			}
+		}
+		if err := d.s.SetSuspended(ctx, d.asAg, d.tenant, d.agent, true); errs.CodeOf(err) != errs.InvalidState {
+			t.Fatalf("an identity suspending itself: %v, want INVALID_STATE", err)
+		}
 		if err := d.s.RevokeDelegation(ctx, d.actor, d.tenant, d.agent); err != nil {
 			t.Fatal(err)
 		}
@@ -115,8 +133,8 @@ func TestAgentIsCappedByItsPerson(t *testing.T) {
 		if err := d.s.RevokeDelegation(ctx, d.actor, d.tenant, d.agent); errs.CodeOf(err) != errs.NotFound {
 			t.Fatalf("revoking twice: %v, want NOT_FOUND", err)
 		}
-		if n := d.changed.Load() - before; n < 2 {
-			t.Fatalf("OnAccessChanged ran %d times for an unbinding and a revocation", n)
+		if n := d.changed.Load() - before; n < 6 {
+			t.Fatalf("OnAccessChanged ran %d times for an unbinding, four suspensions and a revocation", n)
 		}
 	})
 }

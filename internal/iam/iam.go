@@ -516,8 +516,9 @@ func (s *Service) Unbind(ctx context.Context, actor audit.Entry, tenant, binding
 // any tenant of the chain apply; a matching deny beats any allow; no match
 // is a deny. scopes, when not empty, further limit the actions (an API
 // key's scopes). It reads the identity's bindings and decides with
-// Evaluate. An agent with a delegation is allowed only what its person's
-// bindings allow too, and nothing once the delegation is revoked.
+// Evaluate. A suspended identity is allowed nothing; an agent with a
+// delegation is allowed only what its person's bindings allow too, and
+// nothing once the delegation is revoked or its person suspended.
 func (s *Service) Decide(ctx context.Context, identity, action, resource string, chain []Tenant, scopes []string) (bool, error) {
 	req := Request{Action: action, Resource: resource, Scopes: scopes}
 	if !req.possible(chain) {
@@ -527,14 +528,18 @@ func (s *Service) Decide(ctx context.Context, identity, action, resource string,
 	if err != nil || !ok {
 		return false, err
 	}
-	person, delegated, revoked, err := s.delegationState(ctx, identity)
-	if err != nil || !delegated {
-		return ok, err
-	}
-	if revoked {
+	st, err := s.stateOf(ctx, identity)
+	switch {
+	case err != nil:
+		return false, err
+	case st.suspended:
+		return false, nil
+	case !st.delegated:
+		return true, nil
+	case st.revoked || st.personSuspended:
 		return false, nil
 	}
-	return s.decideOwn(ctx, person, req, chain)
+	return s.decideOwn(ctx, st.person, req, chain)
 }
 
 // decideOwn is the decision on identity's own bindings alone.

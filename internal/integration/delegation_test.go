@@ -157,8 +157,9 @@ func setLifetime(t *testing.T, s agentSetup, seconds int) {
 
 // TestAgentIsCappedAndRevocable: an agent bound to admin may do only what
 // its person may (no role, no node list); removing its person's binding
-// refuses it, and revoking its delegation refuses it everything, each
-// within 5 s (the decision reads the delegation on every call).
+// refuses it, suspending it refuses it until it is resumed, and revoking
+// its delegation refuses it everything, each within 5 s (the decision
+// reads the delegation and the suspension on every call).
 func TestAgentIsCappedAndRevocable(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		ctx := context.Background()
@@ -183,6 +184,16 @@ func TestAgentIsCappedAndRevocable(t *testing.T) {
 		}
 		if err := listSandboxes(); err != nil {
 			t.Fatalf("the agent after its person is bound again: %v", err)
+		}
+		if err := s.admin.Call(ctx, "identities.suspend", map[string]any{"id": s.agentID}, nil); err != nil {
+			t.Fatal(err)
+		}
+		waitRefused(t, listSandboxes)
+		if err := s.admin.Call(ctx, "identities.resume", map[string]any{"id": s.agentID}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := listSandboxes(); err != nil {
+			t.Fatalf("the agent once resumed: %v", err)
 		}
 		if err := s.admin.Call(ctx, "delegations.revoke", map[string]any{"id": s.agentID}, nil); err != nil {
 			t.Fatal(err)

@@ -9,8 +9,13 @@
 -- its row, so the agent stays refused; an agent has at most one
 -- delegation, ever. person_id has no foreign key: deleting the person
 -- revokes the delegation and leaves the row.
+-- identities.suspended_at, when set, suspends the identity: every
+-- decision for it is a deny (and, for an agent's person, for its agents)
+-- until it is resumed.
 -- confirm_kinds lists, per tenant, the command kinds an agent's
 -- commands.create and commands.fanout need its person's confirmation for.
+
+ALTER TABLE identities ADD COLUMN suspended_at BIGINT;
 
 CREATE TABLE delegations (
   agent_id    TEXT PRIMARY KEY,
