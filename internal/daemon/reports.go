@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -40,6 +41,10 @@ const (
 	reasonAdopted  = "adopted-at-restart"
 )
 
+// AdoptTimeout bounds one adoption of the host's sandboxes (the driver's
+// or the root helper's): it runs on the path that takes a desired state.
+const AdoptTimeout = time.Minute
+
 // adoption is the node's once-per-process adoption of its sandboxes.
 type adoption struct {
 	mu   sync.Mutex
@@ -57,6 +62,11 @@ func (n *Node) adoptSandboxes(ctx context.Context) {
 	if n.adoption.by == nil || n.adoption.done {
 		return
 	}
+	// A helper or runtime that never answers must not hold the caller
+	// (the session taking a desired state) for ever: past the deadline
+	// adoption counts as not done and is asked again later.
+	ctx, cancel := context.WithTimeout(ctx, AdoptTimeout)
+	defer cancel()
 	ids, err := n.adoption.by.AdoptSandboxes(ctx, n.verify.CheckKept)
 	if err != nil {
 		n.cfg.Log.Warn("sandboxes not adopted yet", "err", err)

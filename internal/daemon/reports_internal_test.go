@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/big"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -147,8 +148,13 @@ type adopterNeedingIntent struct {
 	calls  int
 }
 
-func (a *adopterNeedingIntent) AdoptSandboxes(context.Context, func([]byte, string) ([]byte, error)) ([]string, error) {
+func (a *adopterNeedingIntent) AdoptSandboxes(ctx context.Context, _ func([]byte, string) ([]byte, error)) ([]string, error) {
 	a.calls++
+	// Every adoption has a deadline: a helper that never answers holds
+	// the session for AdoptTimeout at most.
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > AdoptTimeout {
+		return nil, errors.New("adoption without a deadline")
+	}
 	if a.intent == nil || len(a.intent()) == 0 {
 		return nil, errors.New("no desired state yet")
 	}
