@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/bettercompute/bettercompute/internal/errs"
-	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/kinds"
 )
@@ -35,9 +34,10 @@ func checkID(field, what, prefix, s string) error {
 }
 
 // checkTenant refuses a tenant id that is neither empty (the caller's
-// own), the root tenant's nor a well-formed tenant id.
+// own tenant, which is how the root tenant's own agent names root) nor a
+// well-formed tenant id.
 func checkTenant(s string) error {
-	if s == "" || s == iam.RootTenant || ids.Valid(prefixTenant, s) {
+	if s == "" || ids.Valid(prefixTenant, s) {
 		return nil
 	}
 	return badID("tenant_id", "tenant")

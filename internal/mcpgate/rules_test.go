@@ -103,7 +103,7 @@ func TestTemplateNamesAndTenants(t *testing.T) {
 		tpl, tenant string
 		ok          bool
 	}{
-		{"small", "", true}, {"tplaaaaaaaaaaaaaaaa", "taaaaaaaaaaaaaaaa", true}, {"small", "root", true},
+		{"small", "", true}, {"tplaaaaaaaaaaaaaaaa", "taaaaaaaaaaaaaaaa", true}, {"small", "root", false},
 		{"../x", "", false}, {"small", "acme", false}, {"", "", false}, {"a b", "", false},
 	} {
 		errT := checkCreateSandbox(CreateSandboxIn{Template: tc.tpl, TenantID: tc.tenant})
