@@ -63,7 +63,13 @@ func (g *Gate) HTTP(apiHandler http.Handler) http.Handler {
 			rc.srv = g.serverWith(cache, func(context.Context, *mcp.CallToolRequest) (Caller, error) { return who, nil })
 		})
 		return rc.srv
-	}, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, MaxRequestBodyBytes: maxRequestBytes})
+	}, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, MaxRequestBodyBytes: maxRequestBytes,
+		// The SDK's DNS-rebinding guard refuses a loopback listener's
+		// request for another host name, which is every request through a
+		// TLS proxy on the same machine. Rebinding gains a page nothing
+		// here: every request needs the bearer key, which a browser never
+		// adds by itself (no cookie is read).
+		DisableLocalhostProtection: true})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		securityHeaders(w)
 		key, ok := bearer(r)

@@ -2,7 +2,7 @@ package mcpgate
 
 import (
 	"context"
-	"fmt"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -196,6 +196,10 @@ func TestHTTPGoesThroughTheEnvelope(t *testing.T) {
 	if !strings.Contains(strings.Join(methods, " "), "/api/v1/nodes.list") {
 		t.Fatalf("the API saw %v", methods)
 	}
+	// Through a proxy on the same machine the Host is the public name.
+	if code := postInitialize(t, ts.URL+Path, "Bearer key-1", "bc.example.com"); code != http.StatusOK {
+		t.Fatalf("a request for the proxy's host name: %d, want 200", code)
+	}
 	// No key, another scheme, or a key the API refuses: 401.
 	fake.mu.Lock()
 	fake.answer = func(string, []byte) (int, any) {
@@ -204,26 +208,45 @@ func TestHTTPGoesThroughTheEnvelope(t *testing.T) {
 	fake.seen = nil
 	fake.mu.Unlock()
 	for _, authz := range []string{"", "Basic a2V5", "Bearer ", "Bearer wrong"} {
-		req, _ := http.NewRequest(http.MethodPost, ts.URL+Path, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		if authz != "" {
-			req.Header.Set("Authorization", authz)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var body strings.Builder
-		_, _ = fmt.Fprint(&body, resp.Header.Get("WWW-Authenticate"))
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized || body.String() == "" {
-			t.Errorf("Authorization %q: %d, want 401 with WWW-Authenticate", authz, resp.StatusCode)
+		if code := postInitialize(t, ts.URL+Path, authz, ""); code != http.StatusUnauthorized {
+			t.Errorf("Authorization %q: %d, want 401", authz, code)
 		}
 	}
 	if got := fake.methods(); len(got) != 1 || got[0] != "identities.whoami" {
 		t.Fatalf("refused requests called %v, want one whoami (for the wrong key)", got)
 	}
+}
+
+// postInitialize posts an MCP initialize to url with authz and host (""
+// for none) and returns the status; a 401 must carry WWW-Authenticate and
+// the API's UNAUTHENTICATED error.
+func postInitialize(t *testing.T, url, authz, host string) int {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if authz != "" {
+		req.Header.Set("Authorization", authz)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized {
+		var eb struct{ Error struct{ Code string } }
+		if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil || eb.Error.Code != "UNAUTHENTICATED" || resp.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("401 with code %q (%v), WWW-Authenticate %q", eb.Error.Code, err, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
+	return resp.StatusCode
 }
 
 // connectHTTP connects an SDK client to url sending authz.
