@@ -19,6 +19,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/idempotency"
+	"github.com/bettercompute/bettercompute/internal/mcpgate"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/internalv1"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
@@ -186,7 +187,8 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 			_, _ = w.Write([]byte("ok\n"))
 		}),
 	}
-	lis, handler, err := apiListener(o, k, now, api.Guard(api.Site(srv, pages)))
+	gate := mcpgate.New(mcpgate.Options{Log: o.Log}).HTTP(srv)
+	lis, handler, err := apiListener(o, k, now, api.Guard(mcpgate.Route(api.Site(srv, pages), gate)))
 	if err != nil {
 		return err
 	}
