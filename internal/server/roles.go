@@ -179,6 +179,7 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 	// does not wait for: they are closed when the roles stop.
 	cp.runLoop(func(ctx context.Context) { <-ctx.Done(); cp.Tunnels.CloseAll() })
 	cp.followRevocations(o)
+	cp.cacheAccess(srv)
 	cp.API = srv
 	pages := map[string]http.Handler{
 		"/.well-known/better-compute": api.NewWellKnown(b).Handler(o.Log),
