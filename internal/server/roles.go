@@ -16,6 +16,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/auditlog"
+	"github.com/bettercompute/bettercompute/internal/console"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/idempotency"
@@ -186,7 +187,11 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 			_, _ = w.Write([]byte("ok\n"))
 		}),
 	}
-	lis, handler, err := apiListener(o, k, now, api.Guard(api.Site(srv, pages)))
+	site, err := console.Mount(api.Site(srv, pages), console.Config{API: srv, SessionCookies: o.SessionCookies, BaseURL: o.BaseURL, Log: o.Log})
+	if err != nil {
+		return err
+	}
+	lis, handler, err := apiListener(o, k, now, api.Guard(site))
 	if err != nil {
 		return err
 	}
