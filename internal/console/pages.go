@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
@@ -33,17 +34,26 @@ var funcs = template.FuncMap{
 	"labels": labelText,
 }
 
-// prettyJSON indents a raw JSON value for display (as text: the template
-// escapes it).
+// prettyJSON indents a raw JSON value for display, with <, > and & as
+// themselves (the template escapes the text it becomes).
 func prettyJSON(raw json.RawMessage) string {
 	if len(raw) == 0 || string(raw) == "null" {
 		return ""
 	}
-	var b bytes.Buffer
-	if json.Indent(&b, raw, "", "  ") != nil {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if d.Decode(&v) != nil {
 		return string(raw)
 	}
-	return b.String()
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	e.SetIndent("", "  ")
+	if e.Encode(v) != nil {
+		return string(raw)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // labelText is a node's labels as sorted key=value pairs.
