@@ -1,6 +1,7 @@
 package console
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
@@ -9,12 +10,13 @@ import (
 
 // auditView is the audit page's data: the newest events first, the
 // tenant's latest signed checkpoint (from the inclusion proof of the
-// newest sealed event) and whether that proof checked.
+// newest sealed event) and what checking it found.
 type auditView struct {
 	Events     []apitypes.AuditEvent
 	Checkpoint string
-	// Verify says what was checked of the latest checkpoint.
-	Verify      string
+	// Verified says what was checked of the latest checkpoint;
+	// VerifyError why it was not (or failed).
+	Verified    string
 	VerifyError string
 }
 
@@ -36,24 +38,40 @@ func (c *Console) audit(w http.ResponseWriter, r *http.Request, s session) {
 			newest = ev.ID
 		}
 	}
-	switch {
-	case newest == "":
+	if newest == "" {
 		v.VerifyError = "no sealed event yet: the workers seal the log periodically (better-compute audit seal)"
-	default:
-		var p apitypes.AuditProof
-		if e := c.call(r, cred, "audit.prove", apitypes.AuditProveIn{EventID: newest}, &p); e != nil {
-			v.VerifyError = e.Code + ": " + e.Message
-			break
-		}
-		proof, err := auditlog.ParseProof([]byte(p.Proof))
-		if err != nil {
-			v.VerifyError = "the proof of event " + newest + " does not parse"
-			break
-		}
-		v.Checkpoint = string(proof.Checkpoint)
-		v.Verify = "the proof of the newest sealed event (" + newest + ") is well-formed; check it offline against the deployment's audit key with better-compute audit check-proof, and the whole chain with better-compute audit verify"
+	} else {
+		c.checkLatest(r, cred, newest, &v)
 	}
 	c.render(w, r, http.StatusOK, "audit", page{Title: "Audit log", CSRF: s.csrf, Data: v})
+}
+
+// checkLatest fetches the inclusion proof of the newest sealed event,
+// shows its checkpoint, and checks the proof (the checkpoint's signature
+// under the deployment's audit key, its origin, and the event's
+// inclusion) when the console has the audit keys.
+func (c *Console) checkLatest(r *http.Request, cred credential, event string, v *auditView) {
+	var p apitypes.AuditProof
+	if e := c.call(r, cred, "audit.prove", apitypes.AuditProveIn{EventID: event}, &p); e != nil {
+		v.VerifyError = e.Code + ": " + e.Message
+		return
+	}
+	proof, err := auditlog.ParseProof([]byte(p.Proof))
+	if err != nil {
+		v.VerifyError = "the proof of event " + event + " does not parse"
+		return
+	}
+	v.Checkpoint = string(proof.Checkpoint)
+	if c.auditKeys == nil {
+		v.VerifyError = "this console has no audit key to check the checkpoint with; check a downloaded proof with better-compute audit check-proof"
+		return
+	}
+	got, err := auditlog.CheckProof([]byte(p.Proof), c.auditKeys)
+	if err != nil {
+		v.VerifyError = "the checkpoint or the proof of event " + event + " does not check: " + err.Error()
+		return
+	}
+	v.Verified = fmt.Sprintf("verified: signed by %s, tree size %d; event %s (seq %d) is included", c.auditKeys.Name(), got.Checkpoint.Size, event, got.Row.Seq)
 }
 
 // proof downloads one event's inclusion proof (the file

@@ -16,14 +16,20 @@
 package console
 
 import (
+	"crypto/ed25519"
 	"embed"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/bettercompute/bettercompute/internal/auditlog"
 )
 
 // Prefix is the path the console is served under.
@@ -48,7 +54,13 @@ type Config struct {
 	// needs the session cookie enabled, and its Origin is BaseURL's.
 	SessionCookies bool
 	BaseURL        string
-	Log            *slog.Logger
+	// Deployment and AuditKeys are the deployment's name and its public
+	// audit keys (pki.Bundle.AuditKeys), which the audit page checks the
+	// latest checkpoint's signature and an inclusion proof against. No
+	// keys: the page shows the checkpoint unverified.
+	Deployment string
+	AuditKeys  []ed25519.PublicKey
+	Log        *slog.Logger
 }
 
 // Console serves the console's pages.
@@ -61,9 +73,11 @@ type Console struct {
 	// disabled explains why the console cannot sign anyone in ("" when
 	// it can).
 	disabled string
-	tmpl     *template.Template
-	mux      *http.ServeMux
-	log      *slog.Logger
+	// auditKeys verify checkpoints (nil: none given).
+	auditKeys note.Verifier
+	tmpl      *template.Template
+	mux       *http.ServeMux
+	log       *slog.Logger
 }
 
 // New returns the console. Without session cookies (or a base URL) it
@@ -80,6 +94,13 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	c := &Console{api: cfg.API, tmpl: t, log: cfg.Log}
+	if len(cfg.AuditKeys) > 0 {
+		ring, err := auditlog.NewKeyRing(cfg.Deployment, cfg.AuditKeys)
+		if err != nil {
+			return nil, fmt.Errorf("console: audit keys: %w", err)
+		}
+		c.auditKeys = ring
+	}
 	u, err := url.Parse(cfg.BaseURL)
 	switch {
 	case !cfg.SessionCookies:

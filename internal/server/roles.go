@@ -187,7 +187,8 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 			_, _ = w.Write([]byte("ok\n"))
 		}),
 	}
-	site, err := console.Mount(api.Site(srv, pages), console.Config{API: srv, SessionCookies: o.SessionCookies, BaseURL: o.BaseURL, Log: o.Log})
+	site, err := console.Mount(api.Site(srv, pages), console.Config{API: srv, SessionCookies: o.SessionCookies, BaseURL: o.BaseURL,
+		Deployment: b.Deployment, AuditKeys: b.AuditKeys(), Log: o.Log})
 	if err != nil {
 		return err
 	}
