@@ -3,8 +3,6 @@ package console
 import (
 	"net/http"
 	"time"
-
-	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 )
 
 // approval is a held-back agent request as approvals.list answers it:
@@ -72,7 +70,7 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, s session) {
 		c.render(w, r, http.StatusNotFound, "error", page{Title: "Not found", CSRF: s.csrf, Error: &apiError{Code: "NOT_FOUND", Message: "no such page"}})
 		return
 	}
-	if e := c.call(r, credential{session: s.value}, method, apitypes.IDIn{ID: r.PathValue("id")}, nil); e != nil {
+	if e := c.call(r, credential{session: s.value}, method, idIn{ID: r.PathValue("id")}, nil); e != nil {
 		c.refused(w, r, s, e)
 		return
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 	"github.com/bettercompute/bettercompute/internal/auditlog"
 )
 
@@ -12,7 +11,7 @@ import (
 // tenant's latest signed checkpoint (from the inclusion proof of the
 // newest sealed event) and what checking it found.
 type auditView struct {
-	Events     []apitypes.AuditEvent
+	Events     []auditEvent
 	Checkpoint string
 	// Verified says what was checked of the latest checkpoint;
 	// VerifyError why it was not (or failed).
@@ -23,13 +22,15 @@ type auditView struct {
 // audit shows the tenant's audit log through audit.list, and its latest
 // checkpoint through audit.prove of the newest sealed event.
 func (c *Console) audit(w http.ResponseWriter, r *http.Request, s session) {
-	var out apitypes.AuditList
+	var out struct {
+		Events []auditEvent `json:"events"`
+	}
 	cred := credential{session: s.value}
-	if e := c.call(r, cred, "audit.list", apitypes.AuditListIn{}, &out); e != nil {
+	if e := c.call(r, cred, "audit.list", struct{}{}, &out); e != nil {
 		c.refused(w, r, s, e)
 		return
 	}
-	v := auditView{Events: make([]apitypes.AuditEvent, 0, len(out.Events))}
+	v := auditView{Events: make([]auditEvent, 0, len(out.Events))}
 	var newest string
 	for i := len(out.Events) - 1; i >= 0; i-- {
 		ev := out.Events[i]
@@ -51,8 +52,8 @@ func (c *Console) audit(w http.ResponseWriter, r *http.Request, s session) {
 // under the deployment's audit key, its origin, and the event's
 // inclusion) when the console has the audit keys.
 func (c *Console) checkLatest(r *http.Request, cred credential, event string, v *auditView) {
-	var p apitypes.AuditProof
-	if e := c.call(r, cred, "audit.prove", apitypes.AuditProveIn{EventID: event}, &p); e != nil {
+	var p auditProof
+	if e := c.call(r, cred, "audit.prove", auditProveIn{EventID: event}, &p); e != nil {
 		v.VerifyError = e.Code + ": " + e.Message
 		return
 	}
@@ -77,8 +78,8 @@ func (c *Console) checkLatest(r *http.Request, cred credential, event string, v 
 // proof downloads one event's inclusion proof (the file
 // `better-compute audit check-proof` checks offline).
 func (c *Console) proof(w http.ResponseWriter, r *http.Request, s session) {
-	var p apitypes.AuditProof
-	if e := c.call(r, credential{session: s.value}, "audit.prove", apitypes.AuditProveIn{EventID: r.PathValue("id")}, &p); e != nil {
+	var p auditProof
+	if e := c.call(r, credential{session: s.value}, "audit.prove", auditProveIn{EventID: r.PathValue("id")}, &p); e != nil {
 		c.refused(w, r, s, e)
 		return
 	}

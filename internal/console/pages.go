@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 )
 
 // page is what every template renders: the title, the session's CSRF
@@ -100,8 +98,8 @@ func (c *Console) refused(w http.ResponseWriter, r *http.Request, s session, e *
 
 // fleetNode is a node with its latest commands.
 type fleetNode struct {
-	apitypes.Node
-	Commands []apitypes.Command
+	Node     node
+	Commands []command
 }
 
 // lastCommands is how many recent commands the fleet page shows per node.
@@ -110,21 +108,21 @@ const lastCommands = 3
 // fleet shows the nodes: id, name, connected, labels and last commands.
 func (c *Console) fleet(w http.ResponseWriter, r *http.Request, s session) {
 	var ns struct {
-		Nodes []apitypes.Node `json:"nodes"`
+		Nodes []node `json:"nodes"`
 	}
 	var cs struct {
-		Commands []apitypes.Command `json:"commands"`
+		Commands []command `json:"commands"`
 	}
 	cred := credential{session: s.value}
 	if e := c.call(r, cred, "nodes.list", struct{}{}, &ns); e != nil {
 		c.refused(w, r, s, e)
 		return
 	}
-	if e := c.call(r, cred, "commands.list", apitypes.CommandListIn{Limit: 200}, &cs); e != nil {
+	if e := c.call(r, cred, "commands.list", commandListIn{Limit: 200}, &cs); e != nil {
 		c.refused(w, r, s, e)
 		return
 	}
-	slices.SortStableFunc(cs.Commands, func(a, b apitypes.Command) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	slices.SortStableFunc(cs.Commands, func(a, b command) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	out := make([]fleetNode, len(ns.Nodes))
 	for i, n := range ns.Nodes {
 		out[i].Node = n
@@ -139,21 +137,21 @@ func (c *Console) fleet(w http.ResponseWriter, r *http.Request, s session) {
 
 // commandView is a command with its attestation (nil when it has none).
 type commandView struct {
-	Command     apitypes.Command
-	Attestation *apitypes.Attestation
+	Command     command
+	Attestation *attestation
 	AttestError *apiError
 }
 
 // command shows one command, its result and the attestation of it.
 func (c *Console) command(w http.ResponseWriter, r *http.Request, s session) {
 	var v commandView
-	in := apitypes.IDIn{ID: r.PathValue("id")}
+	in := idIn{ID: r.PathValue("id")}
 	cred := credential{session: s.value}
 	if e := c.call(r, cred, "commands.get", in, &v.Command); e != nil {
 		c.refused(w, r, s, e)
 		return
 	}
-	var a apitypes.Attestation
+	var a attestation
 	if e := c.call(r, cred, "commands.attestation", in, &a); e != nil {
 		v.AttestError = e
 	} else {
@@ -165,7 +163,7 @@ func (c *Console) command(w http.ResponseWriter, r *http.Request, s session) {
 // batches lists destructive batches.
 func (c *Console) batches(w http.ResponseWriter, r *http.Request, s session) {
 	var bs struct {
-		Batches []apitypes.Batch `json:"batches"`
+		Batches []batch `json:"batches"`
 	}
 	if e := c.call(r, credential{session: s.value}, "batches.list", struct{}{}, &bs); e != nil {
 		c.refused(w, r, s, e)
@@ -176,7 +174,7 @@ func (c *Console) batches(w http.ResponseWriter, r *http.Request, s session) {
 
 // batchView is a batch with the command an approver runs to sign it.
 type batchView struct {
-	Batch       apitypes.Batch
+	Batch       batch
 	ApproveLine string
 }
 
@@ -186,7 +184,7 @@ type batchView struct {
 // with the one shown here).
 func (c *Console) batch(w http.ResponseWriter, r *http.Request, s session) {
 	var v batchView
-	if e := c.call(r, credential{session: s.value}, "batches.get", apitypes.IDIn{ID: r.PathValue("id")}, &v.Batch); e != nil {
+	if e := c.call(r, credential{session: s.value}, "batches.get", idIn{ID: r.PathValue("id")}, &v.Batch); e != nil {
 		c.refused(w, r, s, e)
 		return
 	}
@@ -196,7 +194,7 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request, s session) {
 
 // sandboxView is the sandboxes and templates page's data.
 type sandboxView struct {
-	Sandboxes []apitypes.Sandbox
+	Sandboxes []sandbox
 	Templates []sandboxTemplate
 }
 
@@ -215,7 +213,7 @@ type sandboxTemplate struct {
 // sandboxes shows the tenant's sandboxes and templates.
 func (c *Console) sandboxes(w http.ResponseWriter, r *http.Request, s session) {
 	var sb struct {
-		Sandboxes []apitypes.Sandbox `json:"sandboxes"`
+		Sandboxes []sandbox `json:"sandboxes"`
 	}
 	var tp struct {
 		Templates []sandboxTemplate `json:"templates"`
