@@ -186,7 +186,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	b.shot(t, "signin")
 	b.run(t, "sign in", chromedp.SendKeys(chromedp.ID("api_key"), e.AdminKey), chromedp.Click(chromedp.ID("signin")),
-		chromedp.WaitVisible(chromedp.ID("nodes")))
+		chromedp.WaitVisible(chromedp.CSS("#nodes, #error")))
+	if n := browserGet(t, b, "find an error", chromedp.Evaluate[int](`document.querySelectorAll("#error").length`)); n != 0 {
+		t.Fatalf("sign-in refused: %s", b.text(t, "#error"))
+	}
 	b.shot(t, "fleet")
 	b.checkFleet(t, node)
 
