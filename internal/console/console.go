@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
-	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -44,7 +43,7 @@ const CSP = "default-src 'none'; style-src 'self'; img-src 'self'; form-action '
 var templateFS embed.FS
 
 //go:embed static/console.css
-var staticFS embed.FS
+var consoleCSS []byte
 
 // Config configures the console.
 type Config struct {
@@ -156,8 +155,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // routes builds the console's routes.
 func (c *Console) routes() {
 	m := http.NewServeMux()
-	static, _ := fs.Sub(staticFS, "static")
-	m.Handle("GET /console/static/", http.StripPrefix("/console/static/", http.FileServerFS(static)))
+	m.HandleFunc("GET /console/static/console.css", serveCSS)
 	m.HandleFunc("GET /console", func(w http.ResponseWriter, r *http.Request) { redirect(w, r, Prefix) })
 	m.HandleFunc("GET /console/{$}", func(w http.ResponseWriter, r *http.Request) { redirect(w, r, Prefix+"fleet") })
 	m.HandleFunc("GET /console/signin", c.signInPage)
@@ -176,6 +174,14 @@ func (c *Console) routes() {
 		c.render(w, r, http.StatusNotFound, "error", page{Title: "Not found", Error: &apiError{Code: "NOT_FOUND", Message: "no such page"}})
 	})
 	c.mux = m
+}
+
+// serveCSS serves the console's one stylesheet.
+func serveCSS(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/css; charset=utf-8")
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(consoleCSS)
+	}
 }
 
 // redirect answers 303 See Other to path.
