@@ -58,6 +58,10 @@ func newFakeAPI() *fakeAPI {
 		"approvals.list": func(map[string]any) (int, any) {
 			return 200, map[string]any{"approvals": []map[string]any{{"id": "ap_1", "text": "create sandbox " + scriptName}}}
 		},
+		"batches.get": func(map[string]any) (int, any) {
+			return 200, map[string]any{"id": "b_1", "deployment": "dep.example", "root": "ab12", "state": "proposed", "threshold": 2,
+				"agent": "bot-1", "agent_for": "alice", "leaves": []map[string]any{{"index": 0, "node_id": "n_1", "kind": "disk.wipe"}}}
+		},
 		"approvals.approve": func(map[string]any) (int, any) { return 200, map[string]any{} },
 		"approvals.deny":    func(map[string]any) (int, any) { return 200, map[string]any{} },
 	}
@@ -412,6 +416,19 @@ func TestMount(t *testing.T) {
 	for path, want := range map[string]int{"/console": 303, "/console/signin": 200, "/consolex": 418, "/api/v1/nodes.list": 418, "/": 418} {
 		if w := do(h, "GET", path, "", nil, false); w.Code != want {
 			t.Errorf("%s: %d, want %d", path, w.Code, want)
+		}
+	}
+}
+
+// A batch page shows its root, who proposed it (an agent's as "proposed
+// by agent X for Y") and the exact line an approver runs offline.
+func TestConsoleBatchPage(t *testing.T) {
+	h := newConsole(t, newFakeAPI(), testOrigin)
+	body := do(h, "GET", "/console/batches/b_1", "", nil, true).Body.String()
+	for _, want := range []string{`<code id="root">ab12</code>`, "proposed by agent bot-1 for alice",
+		"better-compute batch approve b_1 --key APPROVER.key --deployment dep.example"} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("batch page lacks %q:\n%s", want, body)
 		}
 	}
 }
