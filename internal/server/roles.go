@@ -20,6 +20,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/idempotency"
+	"github.com/bettercompute/bettercompute/internal/mcpgate"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/internalv1"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
@@ -179,6 +180,7 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 	// does not wait for: they are closed when the roles stop.
 	cp.runLoop(func(ctx context.Context) { <-ctx.Done(); cp.Tunnels.CloseAll() })
 	cp.followRevocations(o)
+	cp.cacheAccess(srv)
 	cp.API = srv
 	pages := map[string]http.Handler{
 		"/.well-known/better-compute": api.NewWellKnown(b).Handler(o.Log),
@@ -187,7 +189,8 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 			_, _ = w.Write([]byte("ok\n"))
 		}),
 	}
-	site, err := console.Mount(api.Site(srv, pages), console.Config{API: srv, SessionCookies: o.SessionCookies, BaseURL: o.BaseURL,
+	gate := mcpgate.New(mcpgate.Options{Log: o.Log}).HTTP(srv)
+	site, err := console.Mount(mcpgate.Route(api.Site(srv, pages), gate), console.Config{API: srv, SessionCookies: o.SessionCookies, BaseURL: o.BaseURL,
 		Deployment: b.Deployment, AuditKeys: b.AuditKeys(), Log: o.Log})
 	if err != nil {
 		return err
