@@ -16,6 +16,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/auditlog"
+	"github.com/bettercompute/bettercompute/internal/console"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/idempotency"
@@ -189,7 +190,12 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 		}),
 	}
 	gate := mcpgate.New(mcpgate.Options{Log: o.Log}).HTTP(srv)
-	lis, handler, err := apiListener(o, k, now, api.Guard(mcpgate.Route(api.Site(srv, pages), gate)))
+	site, err := console.Mount(mcpgate.Route(api.Site(srv, pages), gate), console.Config{API: srv, SessionCookies: o.SessionCookies, BaseURL: o.BaseURL,
+		Deployment: b.Deployment, AuditKeys: b.AuditKeys(), Log: o.Log})
+	if err != nil {
+		return err
+	}
+	lis, handler, err := apiListener(o, k, now, api.Guard(site))
 	if err != nil {
 		return err
 	}
