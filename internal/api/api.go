@@ -230,6 +230,9 @@ type Server struct {
 	// terminals serves the bastion terminal endpoint (nil: its path is an
 	// unknown method).
 	terminals TerminalOpener
+	// access caches authentications and allowed read decisions (nil:
+	// nothing is cached; CacheAccess).
+	access *AccessCache
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec

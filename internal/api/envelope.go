@@ -31,6 +31,9 @@ type call struct {
 	// "<type>/<id>" path the method's action is decided on.
 	chain    []iam.Tenant
 	resource string
+	// cached is what the access cache knows of the call
+	// (envelope_cached.go).
+	cached cachedCall
 }
 
 // serve runs the envelope's stages in order, each refusing with its own
@@ -85,12 +88,12 @@ func (s *Server) authenticateCall(q *call) error {
 // authenticateCaller is authenticateCall past its request-shape check
 // (the upload endpoint checks its own shape, then this).
 func (s *Server) authenticateCaller(q *call) error {
-	r, c := q.r, q.c
+	c := q.c
 	if wait := s.authFailures.blocked(c.Addr); wait > 0 {
 		q.out.retryAfter = wait
 		return errs.New(errs.RateLimited, "too many failed authentications")
 	}
-	p, err := s.authenticate(q.ctx, r)
+	p, err := s.authenticateCached(q)
 	if err != nil {
 		if errs.CodeOf(err) == errs.Unauthenticated {
 			s.authFailures.fail(c.Addr)
@@ -151,16 +154,24 @@ func (s *Server) preCheck(q *call) error {
 }
 
 // callerState is preCheck's last step: the caller's own tenant must be
-// live (not deleted, and not suspended for a mutation).
+// live (not deleted, and not suspended for a mutation). Its chain comes
+// with a cached authentication; one read here is stored with it.
 func (s *Server) callerState(q *call) (err error) {
 	c := q.c
+	if !c.Root() && !q.cached.authHit {
+		if q.callerChain, err = s.deps.IAM.Chain(q.ctx, c.HomeTenant); err != nil {
+			return err
+		}
+	}
 	if c.Root() {
+		s.rememberAuth(q)
 		return nil
 	}
-	if q.callerChain, err = s.deps.IAM.Chain(q.ctx, c.HomeTenant); err != nil {
+	if err := tenantState(iam.EffectiveState(q.callerChain), q.m.Mutates); err != nil {
 		return err
 	}
-	return tenantState(iam.EffectiveState(q.callerChain), q.m.Mutates)
+	s.rememberAuth(q)
+	return nil
 }
 
 // tenantState refuses a call in a deleted tenant, or a mutation in a
@@ -242,12 +253,13 @@ func (s *Server) resolve(q *call) (string, error) {
 }
 
 // decide is the fifth stage: IAM decides the method's action on the
-// resource in the acting tenant's chain under the caller's scopes; a
-// refusal is recorded. It then gives the caller the decider of further
+// resource in the acting tenant's chain under the caller's scopes (an
+// allowed read from the access cache, decideCached); a refusal is
+// recorded. It then gives the caller the decider of further
 // actions (Caller.Allowed), recorded the same way.
 func (s *Server) decide(q *call) error {
 	c, m, chain := q.c, q.m, q.chain
-	ok, err := s.deps.IAM.Decide(q.ctx, c.Identity, m.Action, q.resource, chain, c.Scopes)
+	ok, err := s.decideCached(q)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/server"
 	"github.com/bettercompute/bettercompute/internal/store"
@@ -204,6 +205,9 @@ func TestSessionsNeverOutliveTheirMaker(t *testing.T) {
 			if _, err := db.ExecContext(ctx, `UPDATE sessions SET identity_id = 'igone' WHERE id = $1`, s2.ID); err != nil {
 				t.Fatal(err)
 			}
+			// Written behind the modules' back (no access poke): seen once
+			// the cached authentication expires.
+			clk.Advance(api.AuthCacheTTL)
 			expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", k2.Key, nil, `{}`), 401, "UNAUTHENTICATED")
 			expectCode(t, asSession(t, e, s2.Value, "nodes.list", `{}`), 401, "UNAUTHENTICATED")
 			// Nor one whose identity exists, but in another tenant than
@@ -220,6 +224,7 @@ func TestSessionsNeverOutliveTheirMaker(t *testing.T) {
 			if _, err := db.ExecContext(ctx, `UPDATE sessions SET identity_id = $1 WHERE id = $2`, other.ID, s3.ID); err != nil {
 				t.Fatal(err)
 			}
+			clk.Advance(api.AuthCacheTTL)
 			expectCode(t, do(t, e, "POST", "/api/v1/nodes.list", k3.Key, nil, `{}`), 401, "UNAUTHENTICATED")
 			expectCode(t, asSession(t, e, s3.Value, "nodes.list", `{}`), 401, "UNAUTHENTICATED")
 		})

@@ -72,6 +72,9 @@ type Service struct {
 	qKeyAuth, qSessionAuth string
 	// onRevoked is called after each committed revocation (OnRevoked).
 	onRevoked func()
+	// onAccessChanged is called after each committed revocation
+	// (OnAccessChanged).
+	onAccessChanged func()
 }
 
 // New returns the API key store. identities answers whether a key's
@@ -312,6 +315,7 @@ func (s *Service) revoke(ctx context.Context, actor audit.Entry, tenant, id stri
 		return revocations.AppendTx(ctx, tx, append([]revwire.Entry{own}, made...)...)
 	})
 	if err == nil {
+		s.accessChanged()
 		s.revoked()
 	}
 	return err

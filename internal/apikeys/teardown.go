@@ -57,6 +57,9 @@ func (s *Service) RevokeTenant(ctx context.Context, actor audit.Entry, tenant st
 		feed := append(credEntries(revwire.KindAPIKey, own[0], at, ReasonTenantDeleted), credEntries(revwire.KindSession, own[1], at, ReasonTenantDeleted)...)
 		return revocations.AppendTx(ctx, tx, append(feed, made...)...)
 	})
+	if err == nil {
+		s.accessChanged()
+	}
 	if err == nil && keys+sessions > 0 {
 		s.revoked()
 	}

@@ -65,6 +65,7 @@ func devCmd() *cobra.Command {
 			defer e.Close()
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "ready: API %s, gateway %s, %d nodes connected\n\n", e.APIURL, e.CP.GatewayAddr, len(e.NodeIDs))
+			fmt.Fprintf(out, "Console: %s/console/ (sign in with the API key in %s)\n\n", e.APIURL, e.KeyFile)
 			fmt.Fprintf(out, "In another shell:\n  . %s\n  better-compute nodes list\n", e.EnvFile)
 			if len(e.NodeIDs) > 0 {
 				fmt.Fprintf(out, "  better-compute commands run --node %s --kind diag.run --wait --json\n", e.NodeIDs[0])

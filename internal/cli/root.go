@@ -90,6 +90,7 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(tunnelCmd(), sshCmd())
 	root.AddCommand(revocationsCmd())
 	root.AddCommand(bastionsCmd())
+	root.AddCommand(mcpCmd())
 	addLifecycleCommands(root)
 	buildinfo.AddVersionFlag(root)
 	addCAFlag(root)

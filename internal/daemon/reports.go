@@ -1,9 +1,12 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -38,6 +41,10 @@ const (
 	reasonAdopted  = "adopted-at-restart"
 )
 
+// AdoptTimeout bounds one adoption of the host's sandboxes (the driver's
+// or the root helper's): it runs on the path that takes a desired state.
+const AdoptTimeout = time.Minute
+
 // adoption is the node's once-per-process adoption of its sandboxes.
 type adoption struct {
 	mu   sync.Mutex
@@ -55,6 +62,11 @@ func (n *Node) adoptSandboxes(ctx context.Context) {
 	if n.adoption.by == nil || n.adoption.done {
 		return
 	}
+	// A helper or runtime that never answers must not hold the caller
+	// (the session taking a desired state) for ever: past the deadline
+	// adoption counts as not done and is asked again later.
+	ctx, cancel := context.WithTimeout(ctx, AdoptTimeout)
+	defer cancel()
 	ids, err := n.adoption.by.AdoptSandboxes(ctx, n.verify.CheckKept)
 	if err != nil {
 		n.cfg.Log.Warn("sandboxes not adopted yet", "err", err)
@@ -85,6 +97,9 @@ type reports struct {
 type pendingReport struct {
 	body *nodev1.SandboxReportBody
 	sent bool // sent on the current session
+	// digest is the SHA-256 of the signed body last sent: an ack names
+	// it, so an ack of an earlier report for the sandbox forgets nothing.
+	digest [sha256.Size]byte
 }
 
 func newReports() *reports {
@@ -122,19 +137,21 @@ func (n *Node) PendingReports() int {
 // the current node key.
 func (n *Node) sendReports(send func(*nodev1.NodeMessage) error, fresh bool) error {
 	n.reports.mu.Lock()
-	var todo []*nodev1.SandboxReportBody
+	var todo []*pendingReport
 	for _, p := range n.reports.pending {
 		if fresh || !p.sent {
-			p.sent = true
-			todo = append(todo, p.body)
+			todo = append(todo, p)
 		}
 	}
 	n.reports.mu.Unlock()
-	for _, b := range todo {
-		r, err := n.signReport(b)
+	for _, p := range todo {
+		r, err := n.signReport(p.body)
 		if err != nil {
 			return err
 		}
+		n.reports.mu.Lock()
+		p.sent, p.digest = true, sha256.Sum256(r.Body)
+		n.reports.mu.Unlock()
 		if err := send(&nodev1.NodeMessage{Msg: &nodev1.NodeMessage_SandboxReport{SandboxReport: r}}); err != nil {
 			return err
 		}
@@ -142,15 +159,22 @@ func (n *Node) sendReports(send func(*nodev1.NodeMessage) error, fresh bool) err
 	return nil
 }
 
-// ackReport forgets an acknowledged report. A report queued for the same
-// sandbox since the acknowledged one was sent (an adopted sandbox found
-// dead, say) is not yet sent and stays.
+// ackReport forgets an acknowledged report: the one whose signed body the
+// ack names. A report queued for the same sandbox since the acknowledged
+// one was sent (an adopted sandbox found dead, say) stays until its own
+// ack, whether or not it was sent yet. An ack without a digest (a gateway
+// older than the field) acknowledges the sandbox's sent report.
 func (n *Node) ackReport(a *nodev1.SandboxReportAck) {
 	n.reports.mu.Lock()
-	if p, ok := n.reports.pending[a.GetSandboxId()]; ok && p.sent {
-		delete(n.reports.pending, a.GetSandboxId())
+	defer n.reports.mu.Unlock()
+	p, ok := n.reports.pending[a.GetSandboxId()]
+	if !ok || !p.sent {
+		return
 	}
-	n.reports.mu.Unlock()
+	if d := a.GetBodySha256(); len(d) != 0 && !bytes.Equal(d, p.digest[:]) {
+		return
+	}
+	delete(n.reports.pending, a.GetSandboxId())
 }
 
 // SignReport signs a sandbox report body as the node does before sending

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/big"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -98,6 +99,47 @@ func TestAckKeepsAReportQueuedSinceSent(t *testing.T) {
 	}
 }
 
+// TestLateAckKeepsALaterSentReport: a failure report queued and sent for
+// a sandbox before the ack of its earlier (adopted) report arrived
+// survives that late ack, which names the earlier report's body, and is
+// forgotten only by its own ack.
+func TestLateAckKeepsALaterSentReport(t *testing.T) {
+	key, err := pki.NewNodeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{cfg: Config{Clock: clock.Real{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, rec: &JoinRecord{NodeID: "n-1"}, key: key,
+		chain: []*x509.Certificate{{SerialNumber: big.NewInt(7)}}, reports: newReports()}
+	var bodies [][]byte
+	send := func(m *nodev1.NodeMessage) error {
+		bodies = append(bodies, m.GetSandboxReport().GetBody())
+		return nil
+	}
+	ackOf := func(body []byte) *nodev1.SandboxReportAck {
+		d := sha256.Sum256(body)
+		return &nodev1.SandboxReportAck{SandboxId: "sbx-1", BodySha256: d[:]}
+	}
+	n.queueReport(&nodev1.SandboxReportBody{SandboxId: "sbx-1", State: sandboxAdopted, Reason: reasonAdopted, AtMs: 1})
+	if err := n.sendReports(send, true); err != nil {
+		t.Fatal(err)
+	}
+	n.ReportSandboxFailed("sbx-1", "runtime-died")
+	if err := n.sendReports(send, false); err != nil || len(bodies) != 2 {
+		t.Fatalf("sent %d (%v), want the adopted report and the failure", len(bodies), err)
+	}
+	n.ackReport(ackOf(bodies[0])) // the adopted report's, arriving late
+	if n.PendingReports() != 1 {
+		t.Fatalf("%d pending after the adopted report's late ack, want the failure still pending", n.PendingReports())
+	}
+	if err := n.sendReports(send, true); err != nil || len(bodies) != 3 || string(bodies[2]) != string(bodies[1]) {
+		t.Fatalf("new session: sent %d (%v), want the failure again", len(bodies), err)
+	}
+	n.ackReport(ackOf(bodies[1]))
+	if n.PendingReports() != 0 {
+		t.Fatalf("%d pending after the failure's own ack", n.PendingReports())
+	}
+}
+
 // adopterNeedingIntent is a sandbox driver that, like the root helper's,
 // adopts only once the node has a desired state to send.
 type adopterNeedingIntent struct {
@@ -106,8 +148,13 @@ type adopterNeedingIntent struct {
 	calls  int
 }
 
-func (a *adopterNeedingIntent) AdoptSandboxes(context.Context, func([]byte, string) ([]byte, error)) ([]string, error) {
+func (a *adopterNeedingIntent) AdoptSandboxes(ctx context.Context, _ func([]byte, string) ([]byte, error)) ([]string, error) {
 	a.calls++
+	// Every adoption has a deadline: a helper that never answers holds
+	// the session for AdoptTimeout at most.
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > AdoptTimeout {
+		return nil, errors.New("adoption without a deadline")
+	}
 	if a.intent == nil || len(a.intent()) == 0 {
 		return nil, errors.New("no desired state yet")
 	}

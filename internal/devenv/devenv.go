@@ -120,6 +120,9 @@ func startLocked(ctx context.Context, o Options) (*Env, error) {
 	}
 	cp, err := server.Start(ctx, server.Options{DB: db, Bundle: b, KEK: kek, Clock: o.Clock, Log: o.Log,
 		APIListen: o.APIListen, GatewayListen: o.GatewayAddr, SandboxImages: images,
+		// The console (/console/) signs in with the session cookie, whose
+		// exact Origin is the API's address: known unless picked at start.
+		SessionCookies: !strings.HasSuffix(o.APIListen, ":0"), BaseURL: "https://" + o.APIListen,
 		Roles: []string{server.RoleAPI, server.RoleGateway, server.RoleWorkers, server.RoleLanes, server.RolePreview}, LanesListen: "127.0.0.1:0", PreviewListen: "127.0.0.1:0"})
 	if err != nil {
 		db.Close()

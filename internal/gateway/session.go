@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sync"
@@ -276,7 +277,8 @@ func (g *Gateway) receive(ctx context.Context, stream nodev1.Gateway_SessionServ
 				g.cfg.Log.Warn("sandbox report refused", "node_id", nodeID, "err", err)
 				continue
 			}
-			reply = &nodev1.ServerMessage{Msg: &nodev1.ServerMessage_SandboxAck{SandboxAck: &nodev1.SandboxReportAck{SandboxId: id}}}
+			sum := sha256.Sum256(msg.SandboxReport.GetBody())
+			reply = &nodev1.ServerMessage{Msg: &nodev1.ServerMessage_SandboxAck{SandboxAck: &nodev1.SandboxReportAck{SandboxId: id, BodySha256: sum[:]}}}
 		case *nodev1.NodeMessage_HelperEvents:
 			if err := g.svc.HelperEvents(ctx, nodeID, msg.HelperEvents); err != nil {
 				g.cfg.Log.Warn("helper events refused", "node_id", nodeID, "err", err)

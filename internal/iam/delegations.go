@@ -56,20 +56,6 @@ type Delegation struct {
 // Active reports whether the delegation still lets its agent act.
 func (d Delegation) Active() bool { return d.RevokedAt == nil }
 
-// OnAccessChanged sets f, called after every committed change that can
-// narrow what a caller may do (a delegation made or revoked, a person
-// deleted, the held-back kinds changed, an approval decided), so the
-// process can poke bus.TopicAccessChanged for every process's caches. It
-// must be set before the service is used.
-func (s *Service) OnAccessChanged(f func()) { s.changed = f }
-
-// accessChanged runs the OnAccessChanged hook when one is set.
-func (s *Service) accessChanged() {
-	if s.changed != nil {
-		s.changed()
-	}
-}
-
 // CreateAgentFor makes an agent identity in tenant that acts for the
 // person forPerson, in one transaction with its delegation and audit row.
 // forPerson must be a person of the same tenant: an identity of another

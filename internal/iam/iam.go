@@ -38,8 +38,9 @@ const (
 type Service struct {
 	db  *store.DB
 	clk clock.Clock
-	// changed is the OnAccessChanged hook (nil: none).
-	changed func()
+	// onAccessChanged is called after each committed change that can
+	// narrow access (OnAccessChanged).
+	onAccessChanged func()
 }
 
 // New returns the iam module.
@@ -132,6 +133,9 @@ func (s *Service) SetTenantState(ctx context.Context, actor audit.Entry, id, sta
 		actor.Action, actor.Resource, actor.Outcome = "compute:tenants:"+verb, "tenant/"+id, "allowed"
 		return audit.Record(ctx, tx, now, actor)
 	})
+	if err == nil {
+		s.accessChanged()
+	}
 	return t, err
 }
 
@@ -255,8 +259,7 @@ func (s *Service) DeleteIdentity(ctx context.Context, actor audit.Entry, tenant,
 		return errs.New(errs.InvalidState, "an identity cannot delete itself")
 	}
 	now := s.clk.Now()
-	defer s.accessChanged()
-	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		ok, err := s.IdentityInTenantTx(ctx, tx, id, tenant)
 		if err != nil {
 			return err
@@ -281,6 +284,10 @@ func (s *Service) DeleteIdentity(ctx context.Context, actor audit.Entry, tenant,
 		actor.Action, actor.Resource, actor.Outcome = "compute:identities:delete", "identity/"+id, "allowed"
 		return audit.Record(ctx, tx, now, actor)
 	})
+	if err == nil {
+		s.accessChanged()
+	}
+	return err
 }
 
 // ExistsCondition returns an SQL condition, true when the identity in
@@ -457,6 +464,10 @@ func (s *Service) Bind(ctx context.Context, actor audit.Entry, tenant, identityI
 		actor.Details = map[string]any{"identity_id": identityID, "role_id": roleID}
 		return audit.Record(ctx, tx, now, actor)
 	})
+	if err == nil {
+		// A role may deny: a new binding can narrow access too.
+		s.accessChanged()
+	}
 	return id, err
 }
 
@@ -496,8 +507,7 @@ func (s *Service) ListBindings(ctx context.Context, tenant string) ([]Binding, e
 // Unbind removes a binding of tenant.
 func (s *Service) Unbind(ctx context.Context, actor audit.Entry, tenant, bindingID string) error {
 	now := s.clk.Now()
-	defer s.accessChanged()
-	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, qDeleteBinding, bindingID, tenant)
 		if err != nil {
 			return fmt.Errorf("iam: delete binding: %w", err)
@@ -508,6 +518,10 @@ func (s *Service) Unbind(ctx context.Context, actor audit.Entry, tenant, binding
 		actor.Action, actor.Resource, actor.Outcome = "compute:bindings:delete", "binding/"+bindingID, "allowed"
 		return audit.Record(ctx, tx, now, actor)
 	})
+	if err == nil {
+		s.accessChanged()
+	}
+	return err
 }
 
 // Decide reports whether identity may perform action on resource (a

@@ -52,5 +52,8 @@ func (s *Service) DeleteRole(ctx context.Context, actor audit.Entry, tenant, id 
 		actor.Details = map[string]any{"bindings_deleted": unbound}
 		return audit.Record(ctx, tx, now, actor)
 	})
+	if err == nil {
+		s.accessChanged()
+	}
 	return unbound, err
 }

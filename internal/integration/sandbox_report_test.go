@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"testing"
 
 	"github.com/bettercompute/bettercompute/internal/audit"
@@ -60,8 +62,13 @@ func (s *reportSession) send(r *nodev1.SandboxReport) bool {
 		if err != nil {
 			s.t.Fatalf("session: %v", err)
 		}
-		switch m.Msg.(type) {
+		switch a := m.Msg.(type) {
 		case *nodev1.ServerMessage_SandboxAck:
+			// The ack names the report it acknowledges by its body's
+			// digest (the node forgets only that report).
+			if d := sha256.Sum256(r.Body); !bytes.Equal(a.SandboxAck.GetBodySha256(), d[:]) {
+				s.t.Fatalf("the ack names body digest %x, want %x", a.SandboxAck.GetBodySha256(), d)
+			}
 			acked = true
 		case *nodev1.ServerMessage_Ping:
 			return acked

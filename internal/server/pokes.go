@@ -33,6 +33,8 @@ func (cp *ControlPlane) bridgePokes(o Options) {
 		return
 	}
 	db, b, log := cp.DB, cp.Bus, o.Log
+	cp.pokes = newPokeLiveness(o.Clock)
+	cp.runLoop(func(ctx context.Context) { cp.pokes.beat(ctx, db) })
 	for _, topic := range bridged {
 		ch, stop := b.Subscribe(topic)
 		cp.runLoop(func(ctx context.Context) {
@@ -52,12 +54,16 @@ func (cp *ControlPlane) bridgePokes(o Options) {
 	cp.runLoop(func(ctx context.Context) {
 		for ctx.Err() == nil {
 			err := db.Listen(ctx, pokeChannel, func(payload string) {
+				if cp.pokes.heard(payload) {
+					return
+				}
 				for _, t := range bridged {
 					if payload == t {
 						b.Publish(bus.RemoteTopic(t))
 					}
 				}
 			})
+			cp.pokes.down()
 			if ctx.Err() != nil {
 				return
 			}

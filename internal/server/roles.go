@@ -16,9 +16,11 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/auditlog"
+	"github.com/bettercompute/bettercompute/internal/console"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/idempotency"
+	"github.com/bettercompute/bettercompute/internal/mcpgate"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/internalv1"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
@@ -178,6 +180,7 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 	// does not wait for: they are closed when the roles stop.
 	cp.runLoop(func(ctx context.Context) { <-ctx.Done(); cp.Tunnels.CloseAll() })
 	cp.followRevocations(o)
+	cp.cacheAccess(srv)
 	cp.API = srv
 	pages := map[string]http.Handler{
 		"/.well-known/better-compute": api.NewWellKnown(b).Handler(o.Log),
@@ -186,7 +189,13 @@ func (cp *ControlPlane) startAPI(o Options, k keys, now time.Time) error {
 			_, _ = w.Write([]byte("ok\n"))
 		}),
 	}
-	lis, handler, err := apiListener(o, k, now, api.Guard(api.Site(srv, pages)))
+	gate := mcpgate.New(mcpgate.Options{Log: o.Log}).HTTP(srv)
+	site, err := console.Mount(mcpgate.Route(api.Site(srv, pages), gate), console.Config{API: srv, SessionCookies: o.SessionCookies, BaseURL: o.BaseURL,
+		Deployment: b.Deployment, AuditKeys: b.AuditKeys(), Log: o.Log})
+	if err != nil {
+		return err
+	}
+	lis, handler, err := apiListener(o, k, now, api.Guard(site))
 	if err != nil {
 		return err
 	}

@@ -188,6 +188,12 @@ type ControlPlane struct {
 	intentSigner *signing.Signer
 	// API is the public API's envelope and method table (api role only).
 	API *api.Server
+	// access is the api's cache of authentications and allowed read
+	// decisions (wireAccess).
+	access *api.AccessCache
+	// pokes tells whether pokes from other processes arrive (nil on
+	// SQLite, where there are none; bridgePokes).
+	pokes *pokeLiveness
 	// Audit is the audit log's sealing job (workers role only).
 	Audit *auditlog.Worker
 
@@ -246,6 +252,7 @@ func (cp *ControlPlane) start(o Options, r roles, k keys, now time.Time) error {
 	if err := cp.buildModules(o, r, k); err != nil {
 		return err
 	}
+	cp.wireAccess(o)
 	cp.bridgePokes(o)
 	if r.workers {
 		if err := cp.startWorkers(o); err != nil {

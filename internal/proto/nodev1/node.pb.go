@@ -2966,9 +2966,15 @@ func (x *HelperEventsAck) GetSeq() uint64 {
 
 // SandboxReportAck tells the node the control plane recorded its report
 // (or that the sandbox is already final), so it stops resending it.
+// body_sha256 is the SHA-256 of the acknowledged report's signed body:
+// the node forgets a report only when it is the one acknowledged, not a
+// later report for the same sandbox sent before the ack arrived (empty
+// from a gateway older than the field: the sandbox's report then counts
+// as acknowledged).
 type SandboxReportAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	BodySha256    []byte                 `protobuf:"bytes,2,opt,name=body_sha256,json=bodySha256,proto3" json:"body_sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3008,6 +3014,13 @@ func (x *SandboxReportAck) GetSandboxId() string {
 		return x.SandboxId
 	}
 	return ""
+}
+
+func (x *SandboxReportAck) GetBodySha256() []byte {
+	if x != nil {
+		return x.BodySha256
+	}
+	return nil
 }
 
 // RevocationBody is one entry of the revocation feed as a worker signs
@@ -4341,10 +4354,12 @@ const file_node_proto_rawDesc = "" +
 	"\x04code\x18\x05 \x01(\tR\x04code\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\"#\n" +
 	"\x0fHelperEventsAck\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x04R\x03seq\"1\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\"R\n" +
 	"\x10SandboxReportAck\x12\x1d\n" +
 	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x96\x02\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1f\n" +
+	"\vbody_sha256\x18\x02 \x01(\fR\n" +
+	"bodySha256\"\x96\x02\n" +
 	"\x0eRevocationBody\x12\x1e\n" +
 	"\n" +
 	"deployment\x18\x01 \x01(\tR\n" +

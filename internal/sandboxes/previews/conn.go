@@ -14,9 +14,10 @@ import (
 // transport: reads give what the sandbox's port sends, writes go to it,
 // CloseWrite half-closes, Close ends the stream. Deadlines are not
 // supported (the transport sets none; the stream ends with the node's
-// session or the sandbox).
+// session or the sandbox, or when the proxy's guard ends it).
 type streamConn struct {
-	ns tunnels.NodeStream
+	ns   tunnels.NodeStream
+	done chan struct{} // closed by Close
 
 	rmu sync.Mutex
 	buf []byte
@@ -26,7 +27,9 @@ type streamConn struct {
 	once sync.Once
 }
 
-func newStreamConn(ns tunnels.NodeStream) *streamConn { return &streamConn{ns: ns} }
+func newStreamConn(ns tunnels.NodeStream) *streamConn {
+	return &streamConn{ns: ns, done: make(chan struct{})}
+}
 
 // Read returns the sandbox's bytes; io.EOF once it closed its side or the
 // stream ended.
@@ -74,7 +77,7 @@ func (c *streamConn) CloseWrite() error {
 
 // Close ends the stream.
 func (c *streamConn) Close() error {
-	c.once.Do(func() { c.ns.Close("closed") })
+	c.once.Do(func() { c.ns.Close("closed"); close(c.done) })
 	return nil
 }
 

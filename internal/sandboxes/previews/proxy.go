@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/iam"
@@ -53,11 +54,20 @@ type Proxy struct {
 	rp *httputil.ReverseProxy
 }
 
-// target is where one verified request goes.
+// target is where one verified request goes, and the token that let it
+// (checked again while its stream stays open).
 type target struct {
 	nodeID, sandboxID, tenantID string
 	port                        uint16
+	token                       string
 }
+
+// RecheckEvery is how often a preview stream still open (a WebSocket, a
+// long answer) is checked again as a new request would be: its token
+// under the current preview key and clock, and its sandbox running. A
+// rotated key, an expired token or a stopped sandbox ends the stream
+// within this period, so no grant outlives what made it.
+const RecheckEvery = 2 * time.Second
 
 type targetKey struct{}
 
@@ -103,29 +113,40 @@ func (p *Proxy) admit(r *http.Request) (target, string, string) {
 	if !ok {
 		return target{}, "", "preview-path"
 	}
-	v, err := p.d.Keys.Verifier(r.Context())
+	t, reason := p.check(r.Context(), sbx, port, token)
+	if reason != "" {
+		return target{}, "", reason
+	}
+	return t, Prefix(sbx, port, token), ""
+}
+
+// check verifies token for sandbox sbx and port under the current
+// preview key and clock, and that its sandbox runs; it returns where the
+// request goes, or why it is refused.
+func (p *Proxy) check(ctx context.Context, sbx string, port uint16, token string) (target, string) {
+	v, err := p.d.Keys.Verifier(ctx)
 	if err != nil {
 		p.d.Log.Warn("preview key unreadable", "err", err)
-		return target{}, "", "preview-key-unavailable"
+		return target{}, "preview-key-unavailable"
 	}
 	c, err := v.Verify(token, p.d.Clock.Now(), sbx, port)
 	if err != nil {
 		var re *previewtoken.RefusedError
 		if errors.As(err, &re) {
-			return target{}, "", string(re.Reason)
+			return target{}, string(re.Reason)
 		}
-		return target{}, "", "preview-refused"
+		return target{}, "preview-refused"
 	}
-	x, err := p.d.Sandboxes.Get(r.Context(), iam.ScopeOf(c.TenantID), c.SandboxID)
+	x, err := p.d.Sandboxes.Get(ctx, iam.ScopeOf(c.TenantID), c.SandboxID)
 	switch {
 	case err != nil:
-		return target{}, "", "preview-sandbox-unknown"
+		return target{}, "preview-sandbox-unknown"
 	case x.TenantID != c.TenantID:
-		return target{}, "", "preview-sandbox-unknown"
+		return target{}, "preview-sandbox-unknown"
 	case x.State != sandboxes.StateRunning || !p.d.Clock.Now().Before(x.ExpiresAt):
-		return target{}, "", "preview-sandbox-not-running"
+		return target{}, "preview-sandbox-not-running"
 	}
-	return target{nodeID: x.NodeID, sandboxID: x.ID, tenantID: x.TenantID, port: port}, Prefix(sbx, port, token), ""
+	return target{nodeID: x.NodeID, sandboxID: x.ID, tenantID: x.TenantID, port: port, token: token}, ""
 }
 
 // splitPath splits /p/<sandbox>/<port>/<token>[/…] into its parts.
@@ -223,7 +244,32 @@ func (p *Proxy) dial(ctx context.Context, _, _ string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newStreamConn(ns), nil
+	c := newStreamConn(ns)
+	go p.guard(c, t)
+	return c, nil
+}
+
+// guard checks an open stream again every RecheckEvery, as a new request
+// would be checked, and ends it once that check refuses (or cannot be
+// made: a preview key that cannot be read ends it too).
+func (p *Proxy) guard(c *streamConn, t target) {
+	tick := p.d.Clock.NewTicker(RecheckEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-tick.C():
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), RecheckEvery)
+		_, reason := p.check(ctx, t.sandboxID, t.port, t.token)
+		cancel()
+		if reason != "" {
+			p.d.Log.Info("preview stream ended", "sandbox_id", t.sandboxID, "port", t.port, "reason", reason)
+			_ = c.Close()
+			return
+		}
+	}
 }
 
 // newJTI is 16 random bytes in hex.

@@ -330,3 +330,144 @@ func TestPreviewProxyUpgradesWebSocket(t *testing.T) {
 		t.Fatalf("through the upgrade: %q %v", line, err)
 	}
 }
+
+// swapKeys is a key source whose current key a test replaces (a
+// rotation).
+type swapKeys struct {
+	mu sync.Mutex
+	v  *previewtoken.Verifier
+}
+
+func (k *swapKeys) Verifier(context.Context) (*previewtoken.Verifier, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.v, nil
+}
+
+// lockedSandboxes is a sandbox a test stops while the proxy reads it.
+type lockedSandboxes struct {
+	mu sync.Mutex
+	x  sandboxes.Sandbox
+}
+
+func (l *lockedSandboxes) Get(_ context.Context, scope iam.Scope, id string) (sandboxes.Sandbox, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if id != l.x.ID || !scope.Sees(l.x.TenantID) {
+		return sandboxes.Sandbox{}, sandboxes.ErrNotFound
+	}
+	return l.x, nil
+}
+
+// TestPreviewStreamEndsWithItsGrant: an open WebSocket through the proxy
+// is checked again every RecheckEvery as a new request would be, and
+// ends once its token no longer verifies (the preview key rotated, the
+// token expired) or its sandbox stopped; until then it stays open.
+func TestPreviewStreamEndsWithItsGrant(t *testing.T) {
+	for _, c := range []string{"key rotated", "token expired", "sandbox stopped"} {
+		t.Run(c, func(t *testing.T) {
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := &http.Server{Handler: http.HandlerFunc(echoUpgrade)}
+			go func() { _ = srv.Serve(lis) }()
+			t.Cleanup(func() { srv.Close() })
+			key, _ := previewtoken.GenerateKey(rand.Reader)
+			v, _ := previewtoken.NewVerifier(key)
+			keys := &swapKeys{v: v}
+			clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+			sbx := &lockedSandboxes{x: sandboxes.Sandbox{ID: "sb-one", TenantID: "t-acme", NodeID: "n-1", State: sandboxes.StateRunning, ExpiresAt: clk.Now().Add(2 * time.Hour)}}
+			p := previews.NewProxy(previews.ProxyDeps{Keys: keys, Sandboxes: sbx, Signer: &signer{}, Opener: &opener{addr: lis.Addr().String()}, Clock: clk})
+			front := httptest.NewServer(p)
+			t.Cleanup(front.Close)
+			tok, err := previewtoken.Issue(key, previewtoken.Claims{SandboxID: "sb-one", Port: 8080, Expires: clk.Now().Add(time.Hour), TenantID: "t-acme"}, clk.Now(), previews.MaxTTL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn, br := openWebSocket(t, front.URL, previews.Prefix("sb-one", 8080, tok)+"/ws")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			// The stream's guard waits on its ticker; a tick with nothing
+			// changed leaves the stream open.
+			if err := clk.BlockUntil(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			clk.Advance(previews.RecheckEvery)
+			echo(t, conn, br, "still\n")
+			switch c {
+			case "key rotated":
+				next, _ := previewtoken.GenerateKey(rand.Reader)
+				nv, _ := previewtoken.NewVerifier(next)
+				keys.mu.Lock()
+				keys.v = nv
+				keys.mu.Unlock()
+				clk.Advance(previews.RecheckEvery)
+			case "token expired":
+				clk.Advance(time.Hour)
+			case "sandbox stopped":
+				sbx.mu.Lock()
+				sbx.x.State = sandboxes.StateDeleted
+				sbx.mu.Unlock()
+				clk.Advance(previews.RecheckEvery)
+			}
+			// The proxy closes the caller's connection (the deadline only
+			// bounds a failing test).
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
+				t.Fatalf("the stream stayed open after %s: read %q, %v", c, rest, err)
+			}
+		})
+	}
+}
+
+// echoUpgrade answers a WebSocket upgrade at /ws and echoes each line.
+func echoUpgrade(w http.ResponseWriter, req *http.Request) {
+	if req.Header.Get("Upgrade") != "websocket" || req.URL.Path != "/ws" {
+		http.Error(w, "not an upgrade", 400)
+		return
+	}
+	c, rw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+	_ = rw.Flush()
+	for {
+		line, err := rw.ReadString('\n')
+		if err != nil {
+			return
+		}
+		_, _ = rw.WriteString("echo " + line)
+		_ = rw.Flush()
+	}
+}
+
+// openWebSocket upgrades path at the proxy base and checks the 101.
+func openWebSocket(t *testing.T, base, path string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_, _ = io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: preview\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", res, err)
+	}
+	return c, br
+}
+
+// echo sends line and wants it echoed.
+func echo(t *testing.T, c net.Conn, br *bufio.Reader, line string) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(c, line)
+	got, err := br.ReadString('\n')
+	if err != nil || got != "echo "+line {
+		t.Fatalf("through the upgrade: %q %v", got, err)
+	}
+}

@@ -1,0 +1,69 @@
+package api
+
+import (
+	"github.com/bettercompute/bettercompute/internal/apikeys"
+)
+
+// cachedCall is what the access cache (AccessCache) knows of one call:
+// the generation its reads run under, whether the cache serves, and the
+// credential's cache key.
+type cachedCall struct {
+	// on is set when the cache served at the call's start; gen is its
+	// generation then. A result is stored only under that generation.
+	on  bool
+	gen uint64
+	// authKey is the credential's cache key ("" when not cacheable), and
+	// authHit is set when its authentication came from the cache (with
+	// the home tenant's chain in call.callerChain).
+	authKey string
+	authHit bool
+}
+
+// authenticateCached is authenticate, answered from the access cache when
+// the credential's authentication from the caller's address is cached
+// (the cached home chain then spares callerState its read). On a miss,
+// callerState stores the result once the home chain is read.
+func (s *Server) authenticateCached(q *call) (apikeys.Principal, error) {
+	q.cached.gen, q.cached.on = s.access.generation()
+	if q.cached.on {
+		q.cached.authKey = s.authCacheKey(q.r, q.c.Addr)
+	}
+	if q.cached.authKey != "" {
+		if e, hit := s.access.getAuth(q.cached.authKey); hit {
+			q.callerChain, q.cached.authHit = e.chain, true
+			return e.p, nil
+		}
+	}
+	return s.authenticate(q.ctx, q.r)
+}
+
+// rememberAuth stores the call's authentication and home chain, read from
+// the database, in the access cache (nothing when it came from there, or
+// the cache dropped since the call began).
+func (s *Server) rememberAuth(q *call) {
+	if !q.cached.on || q.cached.authHit || q.cached.authKey == "" {
+		return
+	}
+	s.access.putAuth(q.cached.authKey, q.cached.gen, q.c.Principal, q.callerChain)
+}
+
+// decideCached is IAM's decision of the call's own action, answered from
+// the access cache for a read method whose allowed decision for this
+// caller, address, action, resource and tenant is cached. Only an allowed
+// decision of a method that does not mutate is stored: a refusal, and any
+// decision of a mutating method, is decided afresh every time.
+func (s *Server) decideCached(q *call) (bool, error) {
+	c, m := q.c, q.m
+	key := ""
+	if q.cached.on && !m.Mutates {
+		key = decisionCacheKey(c, m.Action, q.resource)
+		if s.access.allowed(key) {
+			return true, nil
+		}
+	}
+	ok, err := s.deps.IAM.Decide(q.ctx, c.Identity, m.Action, q.resource, q.chain, c.Scopes)
+	if err == nil && ok && key != "" {
+		s.access.putAllowed(key, q.cached.gen)
+	}
+	return ok, err
+}
