@@ -7,27 +7,24 @@ import (
 
 // approval is a held-back agent request as approvals.list answers it:
 // the fields the page shows. Text is the request's deterministic
-// description, the words the person approves.
+// description (it names the agent and its person), the words the person
+// approves, and Digest its SHA-256.
 type approval struct {
-	ID          string    `json:"id"`
-	Agent       string    `json:"agent"`
-	AgentFor    string    `json:"agent_for"`
-	Action      string    `json:"action"`
-	Resource    string    `json:"resource"`
-	Text        string    `json:"text"`
-	Description string    `json:"description"`
-	State       string    `json:"state"`
-	CreatedAt   time.Time `json:"created_at"`
-	ExpiresAt   time.Time `json:"expires_at"`
+	ID        string    `json:"id"`
+	AgentID   string    `json:"agent_id"`
+	PersonID  string    `json:"person_id"`
+	Action    string    `json:"action"`
+	Resource  string    `json:"resource"`
+	Text      string    `json:"text"`
+	Digest    string    `json:"digest"`
+	State     string    `json:"state"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// Described is the approval's text, whichever field carries it.
-func (a approval) Described() string {
-	if a.Text != "" {
-		return a.Text
-	}
-	return a.Description
-}
+// Pending reports whether the request still waits for its person (only
+// then does the page offer approve and deny).
+func (a approval) Pending() bool { return a.State == "pending" }
 
 // approvalsView is the approvals page's data; Unavailable is set when
 // the API has no approvals methods.

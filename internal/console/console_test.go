@@ -56,7 +56,7 @@ func newFakeAPI() *fakeAPI {
 		},
 		"commands.attestation": func(map[string]any) (int, any) { return 200, map[string]any{"command_id": "c_1", "context": "ctx"} },
 		"approvals.list": func(map[string]any) (int, any) {
-			return 200, map[string]any{"approvals": []map[string]any{{"id": "ap_1", "text": "create sandbox " + scriptName}}}
+			return 200, map[string]any{"approvals": []map[string]any{{"id": "ap_1", "state": "pending", "text": "create sandbox " + scriptName}}}
 		},
 		"batches.get": func(map[string]any) (int, any) {
 			return 200, map[string]any{"id": "b_1", "deployment": "dep.example", "root": "ab12", "state": "proposed", "threshold": 2,

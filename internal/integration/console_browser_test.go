@@ -2,8 +2,9 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -246,27 +247,50 @@ func (b *browserEnv) visit(t *testing.T, name, sel string) {
 	b.shot(t, name)
 }
 
-// checkApprovals opens the approvals page; it skips when the API has no
-// approvals.list, and approves the first pending request when there is
-// one.
+// checkApprovals makes an agent acting for a person (both admins in
+// root, through the API) whose destructive batch waits for the person,
+// signs in as the person, finds the request's text and digest on the
+// approvals page, approves it there (a form POST with the CSRF token),
+// and sees the agent's same call then go through, as the agent's for its
+// person.
 func (b *browserEnv) checkApprovals(t *testing.T) {
-	var out json.RawMessage
-	err := b.e.Client.Call(context.Background(), "approvals.list", struct{}{}, &out)
-	var ce *client.Error
-	if errors.As(err, &ce) && ce.Code == "NOT_FOUND" {
-		b.visit(t, "approvals", "#no-approvals")
-		t.Skip("approvals.list is not an API method yet (issue 21 item 2): the page shows no approvals; approving from the console is untested")
+	ctx, e := context.Background(), b.e
+	var alice, claude struct{ ID string }
+	if err := e.Client.Call(ctx, "identities.create", map[string]any{"name": "alice", "kind": "person"}, &alice); err != nil {
+		t.Fatal(err)
 	}
-	if err != nil {
-		t.Fatalf("approvals.list: %v", err)
+	if err := e.Client.Call(ctx, "identities.create", map[string]any{"name": "claude", "kind": "agent", "for": alice.ID}, &claude); err != nil {
+		t.Fatal(err)
 	}
-	b.visit(t, "approvals", "main")
-	pending := browserGet(t, b, "count approvals", chromedp.Evaluate[int](`document.querySelectorAll("button.approve").length`))
-	if pending == 0 {
-		t.Skip("no pending agent request to approve: this test makes none (the approvals tests make them)")
+	keys := map[string]string{}
+	for _, id := range []string{alice.ID, claude.ID} {
+		if err := e.Client.Bind(ctx, "root", id, "admin"); err != nil {
+			t.Fatal(err)
+		}
+		k, err := e.Client.CreateAPIKey(ctx, "root", id, id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[id] = k.Key
 	}
-	b.run(t, "approve", chromedp.Click(chromedp.CSS("button.approve")), chromedp.WaitVisible(chromedp.CSS("main")))
+	agent := e.NewClient(t, keys[claude.ID])
+	leaves := leavesFor("node.reboot", nil, true, e.Nodes[0].NodeID())
+	_, err := agent.CreateBatch(ctx, leaves, time.Hour)
+	_, text := mustHeld(t, err)
+	b.run(t, "sign in as the person", chromedp.Navigate(b.base+"/console/signin"), chromedp.WaitVisible(chromedp.ID("api_key")),
+		chromedp.SendKeys(chromedp.ID("api_key"), keys[alice.ID]), chromedp.Click(chromedp.ID("signin")), chromedp.WaitVisible(chromedp.CSS("#nodes, #error")))
+	b.visit(t, "approvals", "button.approve")
+	shown, digest := b.text(t, "pre.described"), b.text(t, "p.digest code")
+	sum := sha256.Sum256([]byte(text))
+	if !strings.Contains(shown, "agent claude ("+claude.ID+") acting for alice ("+alice.ID+") asks:") || digest != hex.EncodeToString(sum[:]) {
+		t.Fatalf("the approvals page shows %q with digest %q, want the agent's text with digest %x", shown, digest, sum)
+	}
+	b.run(t, "approve", chromedp.Click(chromedp.CSS("button.approve")), chromedp.WaitNotPresent(chromedp.CSS("button.approve")))
 	b.shot(t, "approvals-after")
+	ab, err := agent.CreateBatch(ctx, leaves, time.Hour)
+	if err != nil || ab.Proposer != "proposed by agent claude for alice" {
+		t.Fatalf("the agent's call after the console's approval: %+v, %v", ab, err)
+	}
 }
 
 // signOut checks the session cookie the browser holds (HttpOnly,
