@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,8 +126,10 @@ func waitCacheServes(t *testing.T, db *store.DB, c cacheIdentity) {
 
 // TestAccessCacheRevocationAcrossProcesses: two api processes on one
 // PostgreSQL. With the second's access cache warm (a key just used there
-// successfully), revoking the key, removing the binding, or suspending
-// the tenant through the first makes the second refuse within 5 s, with
+// successfully), revoking the key, removing the binding, revoking an
+// agent's delegation, suspending the agent, removing its person's
+// binding, or suspending the tenant through the first makes the second
+// refuse within 5 s, with
 // the exact code, although its cached entries would live 10 s (decision)
 // and 30 s (authentication): the change's poke crosses over NOTIFY and
 // drops the cache.
@@ -157,6 +160,41 @@ func TestAccessCacheRevocationAcrossProcesses(t *testing.T) {
 		}
 		refusedWithin(t, 5*time.Second, client.ErrAccessDenied, func() error { _, err := c.onB.Nodes(ctx); return err })
 	})
+	// An agent acting for a person, both viewers: the agent's cached
+	// read ends with its delegation, its own suspension, or its person's
+	// binding, each changed through the first process.
+	agentOf := func(t *testing.T, name string) (person, agent cacheIdentity) {
+		person = newCacheIdentity(t, e, b, tenant.ID, name+"-person", "viewer")
+		var a struct{ ID string }
+		if err := e.Client.Call(ctx, "identities.create", map[string]any{"tenant_id": tenant.ID, "name": name + "-agent", "kind": "agent", "for": person.id}, &a); err != nil {
+			t.Fatal(err)
+		}
+		var bind struct{ ID string }
+		if err := e.Client.Call(ctx, "bindings.create", map[string]any{"tenant_id": tenant.ID, "identity_id": a.ID, "role_id": "viewer"}, &bind); err != nil {
+			t.Fatal(err)
+		}
+		k, err := e.Client.CreateAPIKey(ctx, tenant.ID, a.ID, name+"-agent", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		agent = cacheIdentity{id: a.ID, binding: bind.ID, keyID: k.ID, onB: client.New("http://"+b.APIAddr, k.Key)}
+		agent.warm(t)
+		return person, agent
+	}
+	for _, c := range []struct{ name, method, id string }{
+		{"delegation revoked", "delegations.revoke", "agent"},
+		{"agent suspended", "identities.suspend", "agent"},
+		{"person unbound", "bindings.delete", "person-binding"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			person, agent := agentOf(t, strings.ReplaceAll(c.name, " ", "-"))
+			id := map[string]string{"agent": agent.id, "person-binding": person.binding}[c.id]
+			if err := e.Client.Call(ctx, c.method, map[string]any{"tenant_id": tenant.ID, "id": id}, nil); err != nil {
+				t.Fatal(err)
+			}
+			refusedWithin(t, 5*time.Second, client.ErrAccessDenied, func() error { _, err := agent.onB.Nodes(ctx); return err })
+		})
+	}
 	t.Run("tenant suspended", func(t *testing.T) {
 		c := newCacheIdentity(t, e, b, tenant.ID, "suspended", "admin")
 		c.warm(t)
