@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/bettercompute/bettercompute/internal/clisafe"
 	"github.com/bettercompute/bettercompute/internal/mcpgate"
 )
 
@@ -20,8 +21,25 @@ func mcpCmd() *cobra.Command {
 			}
 			log := newLogger(cmd.ErrOrStderr(), "warn")
 			in := io.NopCloser(cmd.InOrStdin())
-			return mcpgate.New(mcpgate.Options{Log: log}).ServeStdio(cmd.Context(), c, in, nopWriteCloser{cmd.OutOrStdout()})
+			out := jsonStream{clisafe.Raw(cmd.OutOrStdout())}
+			return mcpgate.New(mcpgate.Options{Log: log}).ServeStdio(cmd.Context(), c, in, nopWriteCloser{out})
 		}}
+}
+
+// jsonStream writes the gate's JSON-RPC messages unchanged in meaning:
+// not through the terminal filter (clisafe.Writer), which would drop DEL
+// and the C1 controls from the strings an agent reads, but with those
+// escaped as \u00XX (clisafe.EscapeJSON), so the stream stays safe on a
+// terminal too. The SDK writes each message with one Write.
+type jsonStream struct{ w io.Writer }
+
+// Write writes p with DEL and the C1 controls escaped; it reports all of
+// p written once the escaped bytes are.
+func (j jsonStream) Write(p []byte) (int, error) {
+	if _, err := j.w.Write(clisafe.EscapeJSON(p)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // nopWriteCloser is a writer whose Close does nothing: the process's
