@@ -48,7 +48,7 @@ func main() {
 			return
 		}
 	}
-	nodes := flag.Int("nodes", 1000, "simulated nodes")
+	nodes := flag.String("nodes", "1000", "simulated nodes: one size, or a comma-separated list of sizes (1000,10000,50000) to print how the costs grow")
 	bin := flag.String("bin", "", "directory with better-compute and bcd binaries")
 	self := flag.String("self", "", "this benchmark's own binary (for the echo baseline)")
 	dbs := flag.String("db", "postgres,sqlite", "databases to run on, in order")
@@ -56,16 +56,67 @@ func main() {
 	simDir := flag.String("sim-dir", defaultSimDir(), "where the simulated nodes keep their state and journals")
 	flag.Parse()
 	fmt.Printf("simulated nodes' state and journals under %s\n", *simDir)
+	sizes, err := parseSizes(*nodes)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		os.Exit(2)
+	}
 	var rows []result
 	for _, db := range strings.Split(*dbs, ",") {
-		r, err := run(db, *nodes, *bin, *self, *pgDSN, *simDir)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "fleet: %s: %v\n", db, err)
-			os.Exit(1)
+		for _, n := range sizes {
+			r, err := run(db, n, *bin, *self, *pgDSN, *simDir)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "fleet: %s, %d nodes: %v\n", db, n, err)
+				os.Exit(1)
+			}
+			rows = append(rows, r)
 		}
-		rows = append(rows, r)
 	}
 	printTable(rows)
+	if len(sizes) > 1 {
+		printCurves(rows)
+	}
+}
+
+// parseSizes reads --nodes: one size or a comma-separated list, each a
+// positive count, in increasing order.
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("--nodes %q: want a positive count or a comma-separated list of them", s)
+		}
+		if len(out) > 0 && n <= out[len(out)-1] {
+			return nil, fmt.Errorf("--nodes %q: list the sizes in increasing order", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// printCurves prints, per database, how each cost grows with the fleet:
+// each size's figure and its ratio to the smallest size's, beside the
+// ratio of the sizes themselves (linear growth keeps the two equal).
+func printCurves(rows []result) {
+	byDB := map[string][]result{}
+	var order []string
+	for _, r := range rows {
+		if _, ok := byDB[r.DB]; !ok {
+			order = append(order, r.DB)
+		}
+		byDB[r.DB] = append(byDB[r.DB], r)
+	}
+	for _, db := range order {
+		rs := byDB[db]
+		fmt.Printf("\ngrowth on %s (figure, and its ratio to %d nodes'):\n", db, rs[0].Nodes)
+		fmt.Printf("%-8s %8s %20s %24s %24s\n", "nodes", "x nodes", "gateway RSS (MB)", "fan-out attested (s)", "restart reconnected (s)")
+		for _, r := range rs {
+			fmt.Printf("%-8d %8.1f %13.0f (%4.1fx) %17.2f (%4.1fx) %17.1f (%4.1fx)\n", r.Nodes, float64(r.Nodes)/float64(rs[0].Nodes),
+				r.GatewayRSSMB, r.GatewayRSSMB/rs[0].GatewayRSSMB, r.FanoutSeconds, r.FanoutSeconds/rs[0].FanoutSeconds,
+				r.StormSeconds, r.StormSeconds/rs[0].StormSeconds)
+		}
+	}
 }
 
 type result struct {
@@ -555,6 +606,6 @@ func printTable(rows []result) {
 	line("fan-out / crypto floor", "%.1f", func(r result) any { return r.FanoutSeconds / r.FloorSeconds })
 	line("revocation to session closed (ms)", "%.0f", func(r result) any { return r.RevokeCloseMS })
 	line("restart: all reconnected (s)", "%.1f", func(r result) any { return r.StormSeconds })
-	line("restart: reconnected nodes", "%d", func(r result) any { return r.Reconnected })
+	line("restart: reconnected (all but revoked)", "%d", func(r result) any { return r.Reconnected })
 	line("restart: peak reconnects per second", "%d", func(r result) any { return r.StormPeakPerSec })
 }
