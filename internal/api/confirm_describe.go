@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
-	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/sandboxes"
 	"github.com/bettercompute/bettercompute/internal/sandboxes/spec"
 )
 
@@ -35,32 +35,37 @@ func heldBack(m Modules, ms []Method) []Method {
 	return ms
 }
 
-// describeSandbox describes sandboxes.create by its template as the
-// control plane holds it (image, runtime, lifetime, limits, network, env
-// with secrets by reference and other values by size and SHA-256), so a
-// template changed after the approval no longer matches it. A template
-// the caller cannot read is not held back: the call then fails as it
-// would anyway.
+// describeSandbox describes sandboxes.create by the template the sandbox
+// would start under, as the control plane holds it (image, runtime,
+// lifetime, limits, network, env with secrets by reference and other
+// values by size and SHA-256), so a template changed after the approval
+// no longer matches it. A restore is described by its checkpoint's own
+// template with the checkpoint's image, runtime, network and user (what
+// CreateFrom starts), and the checkpoint's digest. A template or
+// checkpoint the caller cannot read refuses the call here, as the method
+// would: nothing unheld gets through.
 func describeSandbox(m Modules) describer {
 	return func(ctx context.Context, _ *Server, c *Caller, in any) (string, bool, error) {
 		req := in.(apitypes.SandboxCreateIn)
-		t, err := m.Sandboxes.Template(ctx, c.Scope(), req.Template)
-		if errs.CodeOf(err) == errs.NotFound {
-			return "", false, nil
-		} else if err != nil {
+		var b strings.Builder
+		var t sandboxes.Template
+		var err error
+		if req.FromCheckpoint != "" {
+			var ck sandboxes.Checkpoint
+			if t, ck, err = m.Sandboxes.RestoreTemplate(ctx, c.ActingTenant, c.Identity, req.Template, req.FromCheckpoint); err != nil {
+				return "", false, err
+			}
+			fmt.Fprintf(&b, "restores checkpoint: %s (%s, memory %t)\n", clip(ck.ID), clip(ck.Digest), ck.MemoryDigest != "")
+		} else if t, err = m.Sandboxes.Template(ctx, c.Scope(), req.Template); err != nil {
 			return "", false, err
 		}
 		limits, _ := json.Marshal(t.Limits)
-		var b strings.Builder
 		fmt.Fprintf(&b, "template: %s (%s)\n", clip(t.Name), t.ID)
 		fmt.Fprintf(&b, "image: %s (%s)\n", clip(t.Image), clip(t.ImageDigest))
 		fmt.Fprintf(&b, "runtime: %s\n", clip(t.Runtime))
 		fmt.Fprintf(&b, "lifetime: %d s (at most %d s)\n", t.Lifetime, t.MaxLifetime)
 		fmt.Fprintf(&b, "limits: %s\n", clip(string(limits)))
 		fmt.Fprintf(&b, "network: %s\nroot: %t\n", clip(t.Network), t.Root)
-		if req.FromCheckpoint != "" {
-			fmt.Fprintf(&b, "restores checkpoint: %s\n", clip(req.FromCheckpoint))
-		}
 		b.WriteString(envLines(t.Env))
 		return b.String(), true, nil
 	}

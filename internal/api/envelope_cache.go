@@ -146,7 +146,9 @@ func (a *AccessCache) putAuth(key string, gen uint64, p apikeys.Principal, chain
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if gen != a.gen || !a.usableLocked() {
+	// usableLocked first: a listener that recovered since the read drops
+	// the cache (a new generation), so the read is not stored.
+	if !a.usableLocked() || gen != a.gen {
 		return
 	}
 	if len(a.auth) >= a.max {
@@ -186,7 +188,7 @@ func (a *AccessCache) putAllowed(key string, gen uint64) {
 	now := a.clk.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if gen != a.gen || !a.usableLocked() {
+	if !a.usableLocked() || gen != a.gen {
 		return
 	}
 	if len(a.allow) >= a.max {

@@ -115,6 +115,19 @@ func TestAccessCacheFailsClosed(t *testing.T) {
 	if a.allowed("d") {
 		t.Fatal("decision served across a new listener epoch")
 	}
+	// A read made before the listener's new epoch (it may have missed a
+	// change during the outage) is not stored after it, even when its
+	// put is the first thing the cache sees in the new epoch.
+	gen, _ = a.generation()
+	epoch = 3
+	a.putAllowed("stale", gen)
+	a.putAuth("stale", gen, apikeys.Principal{Identity: "i"}, nil)
+	if a.allowed("stale") {
+		t.Fatal("a decision read before the listener's new epoch was stored")
+	}
+	if _, hit := a.getAuth("stale"); hit {
+		t.Fatal("an authentication read before the listener's new epoch was stored")
+	}
 	a.setOn(false, nil)
 	if _, ok := a.generation(); ok {
 		t.Fatal("the cache serves after its subscription ended")

@@ -99,7 +99,8 @@ func mustMismatch(t *testing.T, err error) {
 // same text and approves; a call whose text differs (the template's
 // lifetime changed) is refused approval-mismatch while the approval is
 // open; the approved call then succeeds once, and the same call again is
-// refused approval-mismatch.
+// refused approval-mismatch, as is a restore of the agent's own
+// checkpoint (held like any create).
 func TestAgentSandboxWaitsForItsPerson(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		ctx := context.Background()
@@ -136,6 +137,19 @@ func TestAgentSandboxWaitsForItsPerson(t *testing.T) {
 		}
 		_, err = s.agent.CreateSandbox(ctx, "", "small")
 		mustMismatch(t, err)
+		// A restore of the agent's own checkpoint is a sandboxes.create
+		// too: described by the checkpoint's own template and held like
+		// any other (with the approval used, refused approval-mismatch),
+		// never run unheld; a checkpoint it cannot read is refused
+		// NOT_FOUND before anything is held.
+		var ck struct{ ID string }
+		if err := s.agent.Call(ctx, "sandboxes.checkpoint", map[string]any{"id": x.ID}, &ck); err != nil {
+			t.Fatal(err)
+		}
+		mustMismatch(t, s.agent.Call(ctx, "sandboxes.create", map[string]any{"from_checkpoint": ck.ID}, nil))
+		if err := s.agent.Call(ctx, "sandboxes.create", map[string]any{"from_checkpoint": "ckp_nosuchcheckpoint"}, nil); !errors.Is(err, client.ErrNotFound) {
+			t.Fatalf("restoring a missing checkpoint: %v, want NOT_FOUND", err)
+		}
 	})
 }
 

@@ -194,19 +194,37 @@ func (s *Service) DeleteCheckpoint(ctx context.Context, actor audit.Entry, tenan
 // checkpoint was taken under; limits, lifetime and environment are the
 // template's now. It is never a warm claim.
 func (s *Service) CreateFrom(ctx context.Context, actor audit.Entry, tenant, template, ckID string) (Sandbox, error) {
-	ck, err := s.ownCheckpoint(ctx, tenant, actor.Actor, ckID)
+	t, ck, err := s.restoreTemplate(ctx, tenant, actor.Actor, template, ckID)
 	if err != nil {
 		return Sandbox{}, err
 	}
+	return s.startFrom(ctx, actor, t, false, &ck)
+}
+
+// RestoreTemplate is the template a restore of owner's checkpoint ckID in
+// tenant runs under, exactly as CreateFrom would start it (the
+// checkpoint's own template with the checkpoint's image, runtime, network
+// mode and user), and the checkpoint: what an agent's person is shown
+// before the restore is allowed (internal/api's held-back requests).
+func (s *Service) RestoreTemplate(ctx context.Context, tenant, owner, template, ckID string) (Template, Checkpoint, error) {
+	return s.restoreTemplate(ctx, tenant, owner, template, ckID)
+}
+
+// restoreTemplate is RestoreTemplate.
+func (s *Service) restoreTemplate(ctx context.Context, tenant, owner, template, ckID string) (Template, Checkpoint, error) {
+	ck, err := s.ownCheckpoint(ctx, tenant, owner, ckID)
+	if err != nil {
+		return Template{}, Checkpoint{}, err
+	}
 	t, err := s.Template(ctx, iam.ScopeOf(tenant), ck.TemplateID)
 	if err != nil {
-		return Sandbox{}, errs.New(errs.InvalidState, "the checkpoint's template was deleted; it cannot be restored")
+		return Template{}, Checkpoint{}, errs.New(errs.InvalidState, "the checkpoint's template was deleted; it cannot be restored")
 	}
 	if template != "" && template != t.ID && template != t.Name {
-		return Sandbox{}, errs.New(errs.InvalidInput, "template: a restore runs under its checkpoint's own template; leave template out")
+		return Template{}, Checkpoint{}, errs.New(errs.InvalidInput, "template: a restore runs under its checkpoint's own template; leave template out")
 	}
 	t.ImageDigest, t.Runtime, t.Network, t.Root = ck.ImageDigest, ck.Runtime, ck.Network, ck.Root
-	return s.startFrom(ctx, actor, t, false, &ck)
+	return t, ck, nil
 }
 
 // The purge's SQL: deleted checkpoints not yet purged, whether a live
