@@ -23,6 +23,9 @@ func heldBack(m Modules, ms []Method) []Method {
 		"commands.create":  describeCommand,
 		"commands.fanout":  describeFanout,
 		"batches.create":   describeBatch,
+		// A command in an approved batch runs what its quorum signed, but
+		// a kind held back is held for an agent here too.
+		"commands.createInBatch": describeCommandInBatch,
 	}
 	if m.Sandboxes != nil {
 		describers["sandboxes.create"] = describeSandbox(m)
@@ -97,10 +100,30 @@ func describeExtend(_ context.Context, _ *Server, _ *Caller, in any) (string, bo
 	return fmt.Sprintf("sandbox: %s\nextend by: %d s\n", clip(req.ID), req.Seconds), true, nil
 }
 
-// confirmKind reports whether the tenant the call acts in holds kind back.
+// confirmKind reports whether kind is held back by the tenant the call
+// acts in or by the agent's own tenant (an agent acting in a tenant below
+// its own is held by its own tenant's list too).
 func confirmKind(ctx context.Context, s *Server, c *Caller, kind string) (bool, error) {
-	kinds, err := s.deps.IAM.ConfirmKinds(ctx, c.ActingTenant)
-	return slices.Contains(kinds, kind), err
+	for _, tenant := range []string{c.ActingTenant, c.HomeTenant} {
+		if tenant == "" {
+			continue
+		}
+		kinds, err := s.deps.IAM.ConfirmKinds(ctx, tenant)
+		if err != nil || slices.Contains(kinds, kind) {
+			return err == nil, err
+		}
+	}
+	return false, nil
+}
+
+// describeCommandInBatch describes commands.createInBatch of a kind held
+// back: as commands.create, and the batch.
+func describeCommandInBatch(ctx context.Context, s *Server, c *Caller, in any) (string, bool, error) {
+	req := in.(apitypes.CommandInBatchIn)
+	if held, err := confirmKind(ctx, s, c, req.Kind); err != nil || !held {
+		return "", false, err
+	}
+	return fmt.Sprintf("batch: %s\nnode: %s\nkind: %s\npayload: %s\nttl: %d s\n", clip(req.BatchID), clip(req.NodeID), clip(req.Kind), bytesLine(req.Payload), req.TTLSeconds), true, nil
 }
 
 // describeCommand describes commands.create of a kind the tenant holds
