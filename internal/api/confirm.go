@@ -45,7 +45,11 @@ func AgentOf(ctx context.Context) (d iam.Delegation, ok bool) {
 // its roles and its person's: approving or denying held-back requests and
 // choosing which kinds are held back are its person's; a key for another
 // identity (its person's among them) would let it speak for that identity.
-var agentRefused = map[string]bool{"approvals.approve": true, "approvals.deny": true, "approvals.setKinds": true}
+// Updating or deleting a template is its person's too: a held sandbox
+// create is described by its template, which the agent could otherwise
+// change between the approved description and the create.
+var agentRefused = map[string]bool{"approvals.approve": true, "approvals.deny": true, "approvals.setKinds": true,
+	"templates.update": true, "templates.delete": true}
 
 // confirm is the stage after decide. It reads the caller's delegation only
 // for a method that can be held back or refused to agents.

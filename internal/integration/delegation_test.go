@@ -270,3 +270,38 @@ func TestAgentIdentityRefusals(t *testing.T) {
 		}
 	})
 }
+
+// TestAgentCannotRewriteTemplates: a delegated agent, even bound to admin
+// and acting for an admin, may not update or delete a template (what its
+// held sandbox creates are described by), while its person may.
+func TestAgentCannotRewriteTemplates(t *testing.T) {
+	ctx := context.Background()
+	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1, SandboxRuntime: spec.RuntimeSim})
+	importSmallTemplate(t, e, e.Client, spec.RuntimeSim, 0)
+	var agent struct{ ID string }
+	if err := e.Client.Call(ctx, "identities.create", map[string]any{"name": "tpl-agent", "kind": "agent", "for": "admin"}, &agent); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Client.Bind(ctx, "", agent.ID, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	ag := keyFor(t, e, e.Client, agent.ID)
+	var ts struct{ Templates []struct{ ID string } }
+	if err := e.Client.Call(ctx, "templates.list", map[string]any{}, &ts); err != nil || len(ts.Templates) != 1 {
+		t.Fatalf("templates: %+v %v", ts, err)
+	}
+	id := ts.Templates[0].ID
+	update := map[string]any{"id": id, "image": "busybox", "runtime": spec.RuntimeSim, "limits": map[string]any{"cpu_millis": 500, "memory_mb": 128, "pids": 64, "disk_mb": 32},
+		"lifetime_seconds": 900, "max_lifetime_seconds": 1200}
+	for _, c := range []struct {
+		method string
+		in     map[string]any
+	}{{"templates.update", update}, {"templates.delete", map[string]any{"id": id}}} {
+		if err := ag.Call(ctx, c.method, c.in, nil); !errors.Is(err, client.ErrAccessDenied) || !strings.Contains(err.Error(), "not allowed to an agent") {
+			t.Fatalf("the agent's %s: %v, want ACCESS_DENIED for an agent", c.method, err)
+		}
+	}
+	if err := e.Client.Call(ctx, "templates.update", update, nil); err != nil {
+		t.Fatalf("the person's update: %v", err)
+	}
+}
