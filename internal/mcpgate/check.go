@@ -69,11 +69,15 @@ func checkKind(kind string) error {
 }
 
 // sshMarkers are text that only SSH key material carries: public key
-// types (authorized_keys lines, certificates) and private key armour.
+// types (authorized_keys lines, certificates), private key armour, and
+// the base64 openings of a bare public key blob (its type's length and
+// name, as a key written without its type word starts).
 var sshMarkers = []string{
 	"ssh-rsa", "ssh-dss", "ssh-ed25519", "ssh-ed448", "ecdsa-sha2-", "sk-ssh-", "sk-ecdsa-",
 	"-cert-v01@openssh.com", "OPENSSH PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY",
 	"DSA PRIVATE KEY", "BEGIN PRIVATE KEY", "ENCRYPTED PRIVATE KEY", "SSH2 PUBLIC KEY", "SSH2 ENCRYPTED PRIVATE KEY",
+	"AAAAC3NzaC1lZDI1NTE5", "AAAAB3NzaC1y", "AAAAB3NzaC1k", "AAAAE2VjZHNhLXNoYTItbmlzdHA", "AAAAGnNrLXNzaC1lZDI1NTE5",
+	"AAAAInNrLWVjZHNh", "AAAACXNzaC1lZDQ0",
 }
 
 // hasSSHKey reports whether s carries SSH key material.

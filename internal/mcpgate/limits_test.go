@@ -135,6 +135,9 @@ func TestNoSSHKeys(t *testing.T) {
 		{ToolExecSandbox, map[string]any{"sandbox_id": goodSandbox, "argv": []string{"sh", "-c", "echo " + pub + " >> /root/.ssh/authorized_keys"}}},
 		{ToolRunCommand, map[string]any{"node_id": goodNode, "kind": "diag.run", "payload": map[string]any{"key": pub}}},
 		{ToolFanoutCommand, map[string]any{"node_ids": []string{goodNode}, "kind": "diag.run", "payload": map[string]any{"k": "-----BEGIN OPENSSH PRIVATE KEY-----"}}},
+		// A bare key blob, without its type word.
+		{ToolExecSandbox, map[string]any{"sandbox_id": goodSandbox, "argv": []string{"sh", "-c", "echo AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl >> k"}}},
+		{ToolRunCommand, map[string]any{"node_id": goodNode, "kind": "diag.run", "payload": map[string]any{"key": "AAAAB3NzaC1yc2EAAAADAQABAAABAQC7"}}},
 	} {
 		if text, isErr := call(t, cs, args.tool, args.in); !isErr || text != errSSHKey.Error() {
 			t.Errorf("%s with a key: %q, want %q", args.tool, text, errSSHKey.Error())
