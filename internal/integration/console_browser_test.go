@@ -255,34 +255,17 @@ func (b *browserEnv) visit(t *testing.T, name, sel string) {
 // person.
 func (b *browserEnv) checkApprovals(t *testing.T) {
 	ctx, e := context.Background(), b.e
-	var alice, claude struct{ ID string }
-	if err := e.Client.Call(ctx, "identities.create", map[string]any{"name": "alice", "kind": "person"}, &alice); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Client.Call(ctx, "identities.create", map[string]any{"name": "claude", "kind": "agent", "for": alice.ID}, &claude); err != nil {
-		t.Fatal(err)
-	}
-	keys := map[string]string{}
-	for _, id := range []string{alice.ID, claude.ID} {
-		if err := e.Client.Bind(ctx, "root", id, "admin"); err != nil {
-			t.Fatal(err)
-		}
-		k, err := e.Client.CreateAPIKey(ctx, "root", id, id, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys[id] = k.Key
-	}
-	agent := e.NewClient(t, keys[claude.ID])
+	alice, claude, aliceKey, claudeKey := rootAgent(t, e)
+	agent := e.NewClient(t, claudeKey)
 	leaves := leavesFor("node.reboot", nil, true, e.Nodes[0].NodeID())
 	_, err := agent.CreateBatch(ctx, leaves, time.Hour)
 	_, text := mustHeld(t, err)
 	b.run(t, "sign in as the person", chromedp.Navigate(b.base+"/console/signin"), chromedp.WaitVisible(chromedp.ID("api_key")),
-		chromedp.SendKeys(chromedp.ID("api_key"), keys[alice.ID]), chromedp.Click(chromedp.ID("signin")), chromedp.WaitVisible(chromedp.CSS("#nodes, #error")))
+		chromedp.SendKeys(chromedp.ID("api_key"), aliceKey), chromedp.Click(chromedp.ID("signin")), chromedp.WaitVisible(chromedp.CSS("#nodes, #error")))
 	b.visit(t, "approvals", "button.approve")
 	shown, digest := b.text(t, "pre.described"), b.text(t, "p.digest code")
 	sum := sha256.Sum256([]byte(text))
-	if !strings.Contains(shown, "agent claude ("+claude.ID+") acting for alice ("+alice.ID+") asks:") || digest != hex.EncodeToString(sum[:]) {
+	if !strings.Contains(shown, "agent claude ("+claude+") acting for alice ("+alice+") asks:") || digest != hex.EncodeToString(sum[:]) {
 		t.Fatalf("the approvals page shows %q with digest %q, want the agent's text with digest %x", shown, digest, sum)
 	}
 	b.run(t, "approve", chromedp.Click(chromedp.CSS("button.approve")), chromedp.WaitNotPresent(chromedp.CSS("button.approve")))

@@ -305,3 +305,30 @@ func TestAgentCannotRewriteTemplates(t *testing.T) {
 		t.Fatalf("the person's update: %v", err)
 	}
 }
+
+// rootAgent makes, through the root admin's API, the person alice and the
+// agent claude acting for her, both bound to admin in the root tenant,
+// each with an API key: it returns their ids and keys.
+func rootAgent(t *testing.T, e *testenv.Env) (alice, claude, aliceKey, claudeKey string) {
+	t.Helper()
+	ctx := context.Background()
+	var p, a struct{ ID string }
+	if err := e.Client.Call(ctx, "identities.create", map[string]any{"name": "alice", "kind": "person"}, &p); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Client.Call(ctx, "identities.create", map[string]any{"name": "claude", "kind": "agent", "for": p.ID}, &a); err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]string{}
+	for _, id := range []string{p.ID, a.ID} {
+		if err := e.Client.Bind(ctx, "root", id, "admin"); err != nil {
+			t.Fatal(err)
+		}
+		k, err := e.Client.CreateAPIKey(ctx, "root", id, id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[id] = k.Key
+	}
+	return p.ID, a.ID, keys[p.ID], keys[a.ID]
+}

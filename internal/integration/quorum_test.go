@@ -155,29 +155,12 @@ func TestDestructiveNeedsQuorum(t *testing.T) {
 			// An agent acting for a person, both bound to admin in root,
 			// made through the API: its batch waits for its person, then
 			// reads as the agent's, for the person its delegation names.
-			var alice, claude struct{ ID string }
-			if err := e.Client.Call(ctx, "identities.create", map[string]any{"name": "alice", "kind": "person"}, &alice); err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Client.Call(ctx, "identities.create", map[string]any{"name": "claude", "kind": "agent", "for": alice.ID}, &claude); err != nil {
-				t.Fatal(err)
-			}
-			keys := map[string]string{}
-			for _, id := range []string{alice.ID, claude.ID} {
-				if err := e.Client.Bind(ctx, "root", id, "admin"); err != nil {
-					t.Fatal(err)
-				}
-				k, err := e.Client.CreateAPIKey(ctx, "root", id, id, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				keys[id] = k.Key
-			}
-			ag := client.New(e.Client.BaseURL, keys[claude.ID])
+			_, _, aliceKey, claudeKey := rootAgent(t, e)
+			ag := client.New(e.Client.BaseURL, claudeKey)
 			leaves := leavesFor("node.reboot", nil, true, b.NodeID())
 			_, err := ag.CreateBatch(ctx, leaves, time.Hour)
 			id, _ := mustHeld(t, err)
-			if err := client.New(e.Client.BaseURL, keys[alice.ID]).Call(ctx, "approvals.approve", map[string]any{"id": id}, nil); err != nil {
+			if err := client.New(e.Client.BaseURL, aliceKey).Call(ctx, "approvals.approve", map[string]any{"id": id}, nil); err != nil {
 				t.Fatal(err)
 			}
 			ab, err := ag.CreateBatch(ctx, leaves, time.Hour)
