@@ -161,3 +161,20 @@ func rest(items []string) string {
 	d := sha256.Sum256([]byte(strings.Join(items, "\n")))
 	return fmt.Sprintf(" and %d more; all sha256 %s", len(items)-maxListed, hex.EncodeToString(d[:]))
 }
+
+// agentDenied is the refusal of a delegated agent's call that IAM denied,
+// saying why an agent may be refused (its delegation revoked, or what
+// both it and its person may do) instead of the generic message; nil
+// for a caller that is no delegated agent. It names no resource, so it
+// tells no more than the generic refusal about what exists.
+func (s *Server) agentDenied(ctx context.Context, c *Caller, action string) error {
+	d, ok, err := s.deps.IAM.DelegationOf(ctx, c.Identity)
+	if err != nil || !ok {
+		return nil
+	}
+	if !d.Active() {
+		return errs.New(errs.AccessDenied, action+" is not allowed: this agent's delegation to act for "+d.PersonName+" is revoked")
+	}
+	return errs.New(errs.AccessDenied, action+" is not allowed: an agent acting for "+d.PersonName+
+		" may do only what both its own roles and its person's allow, while neither is suspended")
+}

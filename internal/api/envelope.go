@@ -265,6 +265,9 @@ func (s *Server) decide(q *call) error {
 	}
 	if !ok {
 		s.recordDenial(q.ctx, c, m, q.target, "policy")
+		if err := s.agentDenied(q.ctx, c, m.Action); err != nil {
+			return err
+		}
 		return denied(c, m.Action, q.target)
 	}
 	c.allow = func(ctx context.Context, action, resource string) (bool, error) {

@@ -213,6 +213,9 @@ func TestAgentIsCappedAndRevocable(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitRefused(t, listSandboxes)
+		if err := listSandboxes(); err == nil || !strings.Contains(err.Error(), "this agent's delegation to act for alice is revoked") {
+			t.Fatalf("the revoked agent's refusal does not say why: %v", err)
+		}
 		var ds struct{ Delegations []iam.Delegation }
 		if err := s.admin.Call(ctx, "delegations.list", map[string]any{}, &ds); err != nil || len(ds.Delegations) != 1 || ds.Delegations[0].Active() {
 			t.Fatalf("delegations after the revocation: %+v %v", ds, err)
