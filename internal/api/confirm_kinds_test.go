@@ -11,7 +11,8 @@ import (
 // TestAgentCommandsOfHeldKindsWait: once the tenant holds a kind back, an
 // agent's commands.create, commands.fanout and commands.createInBatch of
 // that kind answer CONFIRMATION_REQUIRED before the method runs, while a
-// kind not held back goes on to the method (here the command is made).
+// kind not held back goes on to the method (here the command is made);
+// a kind its own tenant holds back holds its calls in a tenant below too.
 func TestAgentCommandsOfHeldKindsWait(t *testing.T) {
 	e := testenv.Start(t, storetest.NewTestSQLite(t), testenv.Options{Nodes: 1})
 	node := e.Nodes[0].NodeID()
@@ -31,4 +32,8 @@ func TestAgentCommandsOfHeldKindsWait(t *testing.T) {
 	post(key, "commands.fanout", `{"node_ids":["`+node+`"],"kind":"node.ping"}`, 409, "CONFIRMATION_REQUIRED")
 	post(key, "commands.createInBatch", `{"node_id":"`+node+`","kind":"node.ping","batch_id":"bat_none"}`, 409, "CONFIRMATION_REQUIRED")
 	post(key, "commands.create", `{"node_id":"`+node+`","kind":"diag.run"}`, 200, "")
+	// Acting in a tenant below its own, which holds nothing back, the
+	// agent is still held by its own tenant's list.
+	child, _ := post(e.AdminKey, "tenants.create", `{"name":"kinds-child"}`, 200, "")["id"].(string)
+	post(key, "commands.fanout", `{"tenant_id":"`+child+`","labels":{"none":"x"},"kind":"node.ping"}`, 409, "CONFIRMATION_REQUIRED")
 }
