@@ -111,17 +111,23 @@ func checkWait(s int64) error {
 	return nil
 }
 
+// checkCommand checks what a command tool and a fan-out share: the kind,
+// the wait and the payload, in that order.
+func checkCommand(kind string, wait int64, payload map[string]any) error {
+	if err := checkKind(kind); err != nil {
+		return err
+	}
+	if err := checkWait(wait); err != nil {
+		return err
+	}
+	return checkPayload(payload)
+}
+
 func checkRunCommand(in RunCommandIn) error {
 	if err := checkID("node_id", "node", prefixNode, in.NodeID); err != nil {
 		return err
 	}
-	if err := checkKind(in.Kind); err != nil {
-		return err
-	}
-	if err := checkWait(in.TimeoutSeconds); err != nil {
-		return err
-	}
-	return checkPayload(in.Payload)
+	return checkCommand(in.Kind, in.TimeoutSeconds, in.Payload)
 }
 
 func checkFanout(in FanoutIn) error {
@@ -133,13 +139,7 @@ func checkFanout(in FanoutIn) error {
 			return err
 		}
 	}
-	if err := checkKind(in.Kind); err != nil {
-		return err
-	}
-	if err := checkWait(in.TimeoutSeconds); err != nil {
-		return err
-	}
-	return checkPayload(in.Payload)
+	return checkCommand(in.Kind, in.TimeoutSeconds, in.Payload)
 }
 
 func checkCreateSandbox(in CreateSandboxIn) error {
