@@ -18,6 +18,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -371,6 +372,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", fmt.Sprint(int((retry+time.Second-1)/time.Second)))
 	}
 	w.Header().Set("Content-Type", "application/json")
+	// The length lets the caller read the whole answer once it is
+	// flushed: without it the answer is chunked, and its last chunk waits
+	// for this handler to return, after the wake-ups below.
+	w.Header().Set("Content-Length", strconv.Itoa(len(a.body)))
 	w.WriteHeader(a.status)
 	_, _ = w.Write(a.body)
 	if f, ok := w.(http.Flusher); ok {

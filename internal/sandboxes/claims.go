@@ -39,7 +39,7 @@ const ReasonClaimRefused = "claim-refused"
 // returns it with its signed update queued, without waiting for the host.
 // It answers an error only when the tenant's sandboxes quota refuses it.
 func (s *Service) claim(ctx context.Context, actor audit.Entry, t Template) (Sandbox, bool, error) {
-	xs, err := s.sandboxes(ctx, whereWarmOf, t.ID, StateWarm)
+	xs, err := s.warmOf(ctx, t.ID)
 	if err != nil || len(xs) == 0 {
 		return Sandbox{}, false, nil
 	}
@@ -107,14 +107,15 @@ func (s *Service) handOver(ctx context.Context, actor audit.Entry, t Template, x
 		if err := s.admitSandbox(ctx, tx, t, false); err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, sqlClaimed, StateRunning, actor.Actor, now.UnixMilli(), deadline.UnixMilli(),
-			maxExp.UnixMilli(), x.ID, StateWarm, cmd)
+		got, err := scanSandbox(tx.QueryRowContext(ctx, sqlClaimed, StateRunning, actor.Actor, now.UnixMilli(), deadline.UnixMilli(),
+			maxExp.UnixMilli(), x.ID, StateWarm, cmd))
+		if errors.Is(err, sql.ErrNoRows) {
+			return errTaken
+		}
 		if err != nil {
 			return fmt.Errorf("sandboxes: claim: %w", err)
 		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return errTaken
-		}
+		x = got
 		if err := p.Write(ctx, tx); err != nil {
 			return err
 		}
@@ -136,9 +137,28 @@ func (s *Service) handOver(ctx context.Context, actor audit.Entry, t Template, x
 	// the update is committed, and the claim answers before its host
 	// applies it anyway.
 	afterreply.Do(ctx, p.Queued)
-	x.State, x.FromWarm, x.CreatedBy, x.claimCommand = StateRunning, true, actor.Actor, cmd
-	x.CreatedAt, x.ExpiresAt, x.MaxExpires = now.UTC(), deadline.UTC(), maxExp.UTC()
 	return x, true, nil
+}
+
+// warmOf lists what a claim needs of template tpl's 8 oldest warm
+// sandboxes: id, host and latest possible expiry.
+func (s *Service) warmOf(ctx context.Context, tpl string) ([]Sandbox, error) {
+	rows, err := s.db.QueryContext(ctx, sqlWarmOf, tpl, StateWarm)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxes: warm pool: %w", err)
+	}
+	defer rows.Close()
+	var out []Sandbox
+	for rows.Next() {
+		var x Sandbox
+		var maxExp int64
+		if err := rows.Scan(&x.ID, &x.NodeID, &maxExp); err != nil {
+			return nil, fmt.Errorf("sandboxes: warm pool: %w", err)
+		}
+		x.MaxExpires = time.UnixMilli(maxExp).UTC()
+		out = append(out, x)
+	}
+	return out, rows.Err()
 }
 
 // GetSettled is Get for an operation that reaches into the sandbox (exec,

@@ -32,13 +32,20 @@ const (
 
 // Sandboxes.
 const (
-	sqlSelectSandboxes = `SELECT id, tenant_id, template_id, node_id, runtime, memory_mb, state, reason, claimed, created_by, created_at, expires_at, max_expires_at,
-	image_digest, network, run_as_root, from_checkpoint, claim_command FROM sandboxes`
-	sqlInsertSandbox = `INSERT INTO sandboxes (id, tenant_id, template_id, node_id, runtime, memory_mb, state, claimed, created_by, created_at, updated_at, expires_at, max_expires_at,
+	sandboxColumns = `id, tenant_id, template_id, node_id, runtime, memory_mb, state, reason, claimed, created_by, created_at, expires_at, max_expires_at,
+	image_digest, network, run_as_root, from_checkpoint, claim_command`
+	sqlSelectSandboxes = `SELECT ` + sandboxColumns + ` FROM sandboxes`
+	sqlInsertSandbox   = `INSERT INTO sandboxes (id, tenant_id, template_id, node_id, runtime, memory_mb, state, claimed, created_by, created_at, updated_at, expires_at, max_expires_at,
 			image_digest, network, run_as_root, from_checkpoint)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12, $13, $14, $15, $16)`
+	// sqlClaimed takes a warm sandbox and returns its row as claimed
+	// (sqlSelectSandboxes' columns), so a claim reads the full row once.
 	sqlClaimed = `UPDATE sandboxes SET state = $1, claimed = 2, created_by = $2, created_at = $3, updated_at = $3, expires_at = $4,
-				max_expires_at = $5, claim_command = $8 WHERE id = $6 AND state = $7`
+				max_expires_at = $5, claim_command = $8 WHERE id = $6 AND state = $7
+				RETURNING ` + sandboxColumns
+	// sqlWarmOf lists what a claim needs of a template's oldest warm
+	// sandboxes (the full row comes back from sqlClaimed).
+	sqlWarmOf = `SELECT id, node_id, max_expires_at FROM sandboxes WHERE template_id = $1 AND state = $2 ORDER BY created_at, id LIMIT 8`
 	// sqlClaimConfirmed clears a claim's pending update once its host
 	// answered it.
 	sqlClaimConfirmed = `UPDATE sandboxes SET claim_command = '' WHERE id = $1 AND claim_command = $2`
@@ -65,7 +72,6 @@ const (
 	// Conditions after sqlSelectSandboxes.
 	whereClaimedID  = `WHERE id = $1 AND claimed <> 0 AND state NOT IN ($2, $3)`
 	whereListed     = `WHERE tenant_id = $1 AND claimed <> 0 AND state IN ($2, $3) ORDER BY created_at DESC, id`
-	whereWarmOf     = `WHERE template_id = $1 AND state = $2 ORDER BY created_at, id LIMIT 8`
 	whereExpiredNow = `WHERE state IN ($1, $2, $3, $4) AND expires_at <= $5`
 )
 
