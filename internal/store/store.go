@@ -151,6 +151,11 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 		// writer writes. query_only refuses a write on them.
 		reader := sql.OpenDB(cachingConnector{dsn: "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=query_only(1)", drv: &sqlite.Driver{}})
 		reader.SetMaxOpenConns(4)
+		// Keep all four open: database/sql keeps two idle by default and
+		// closes the others as they come back, and a connection closed
+		// loses its prepared statements (statement parsing was a third of
+		// a warm claim's authorization when readers came and went).
+		reader.SetMaxIdleConns(4)
 		if err := reader.PingContext(ctx); err != nil {
 			reader.Close()
 			sqldb.Close()
