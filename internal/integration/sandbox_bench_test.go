@@ -166,7 +166,7 @@ func BenchmarkSandboxLatency(b *testing.B) {
 		med, p99 := pct(d, 50), pct(d, 99)
 		b.ReportMetric(float64(med.Microseconds())/1000, name+"-median-ms")
 		b.ReportMetric(float64(p99.Microseconds())/1000, name+"-p99-ms")
-		fmt.Printf("%-28s n=%d median=%.1fms p99=%.1fms\n", name, len(d), float64(med.Microseconds())/1000, float64(p99.Microseconds())/1000)
+		fmt.Printf("%-28s n=%d median=%.2fms p99=%.2fms\n", name, len(d), float64(med.Microseconds())/1000, float64(p99.Microseconds())/1000)
 	}
 	report("raw-runc-run", rawRun)
 	report("create-cold", cold)

@@ -73,7 +73,7 @@ func BenchmarkSandboxCheckpoint(b *testing.B) {
 	for _, name := range []string{"plain-tar-c", "checkpoint-layer", "cold-create", "plain-tar-x", "restore-layer",
 		"raw-runsc-ckpt-restore", "checkpoint-memory", "restore-memory"} {
 		d := m[name]
-		fmt.Printf("%-28s n=%d median=%.1fms p99=%.1fms\n", name, len(d), float64(pct(d, 50).Microseconds())/1000, float64(pct(d, 99).Microseconds())/1000)
+		fmt.Printf("%-28s n=%d median=%.2fms p99=%.2fms\n", name, len(d), float64(pct(d, 50).Microseconds())/1000, float64(pct(d, 99).Microseconds())/1000)
 	}
 }
 
