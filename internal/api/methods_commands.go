@@ -21,7 +21,7 @@ func fanout(m Modules) func(ctx context.Context, c *Caller, in apitypes.FanoutIn
 		var fleet []nodes.Node
 		if sel.ByLabels() {
 			var err error
-			if fleet, err = m.Nodes.List(ctx, c.Scope()); err != nil {
+			if fleet, err = m.Nodes.Labeled(ctx, c.Scope()); err != nil {
 				return nil, err
 			}
 		}

@@ -664,6 +664,33 @@ func (s *Service) List(ctx context.Context, scope iam.Scope) ([]Node, error) {
 	return s.query(ctx, q, a.Values()...)
 }
 
+// Labeled returns the nodes List returns with only their id, tenant and
+// labels set: what a fan-out by labels selects on. It skips List's
+// per-node session and certificate reads, which on PostgreSQL made a
+// 10,000-node fan-out wait seconds for the listing.
+func (s *Service) Labeled(ctx context.Context, scope iam.Scope) ([]Node, error) {
+	a := s.db.NewArgs()
+	q := sqlLabeledNodes + ` WHERE ` + scope.Filter(a, "n.tenant_id") + ` AND n.deleted_at IS NULL ORDER BY n.name, n.id`
+	rows, err := s.db.QueryContext(ctx, q, a.Values()...)
+	if err != nil {
+		return nil, fmt.Errorf("nodes: list labels: %w", err)
+	}
+	defer rows.Close()
+	out := []Node{}
+	for rows.Next() {
+		var n Node
+		var labels string
+		if err := rows.Scan(&n.ID, &n.TenantID, &labels); err != nil {
+			return nil, fmt.Errorf("nodes: list labels: %w", err)
+		}
+		if err := json.Unmarshal([]byte(labels), &n.Labels); err != nil {
+			return nil, fmt.Errorf("nodes: decode labels: %w", err)
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
 func (s *Service) query(ctx context.Context, q string, args ...any) ([]Node, error) {
 	st, err := s.db.Stmt(ctx, q)
 	if err != nil {

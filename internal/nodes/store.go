@@ -89,6 +89,8 @@ const (
 		(SELECT MAX(c.not_after) FROM node_certs c WHERE c.node_id = n.id AND c.revoked_at IS NULL),
 		(SELECT c.revoke_reason FROM node_certs c WHERE c.node_id = n.id AND c.revoked_at IS NOT NULL ORDER BY c.revoked_at DESC, c.serial LIMIT 1)
 		FROM nodes n`
+	// sqlLabeledNodes is what Labeled reads of each node.
+	sqlLabeledNodes = `SELECT n.id, n.tenant_id, n.labels FROM nodes n`
 )
 
 // scanner is a row or rows being scanned.
