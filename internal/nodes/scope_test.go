@@ -16,7 +16,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/store/storetest"
 )
 
-// TestScopeAndTenantsOf: List and Get show a tenant's scope only its own
+// TestScopeAndTenantsOf: List, Labeled and Get show a tenant's scope only its own
 // nodes and the root scope every node; the zero scope sees none.
 // TenantsOf answers every known node's tenant in one call and leaves
 // unknown ids out.
@@ -34,25 +34,29 @@ func TestScopeAndTenantsOf(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		names := func(scope iam.Scope) []string {
-			ns, err := s.List(ctx, scope)
-			if err != nil {
-				t.Fatal(err)
+		// List and Labeled (what a fan-out by labels selects from) keep
+		// to the same scope.
+		for name, list := range map[string]func(context.Context, iam.Scope) ([]Node, error){"List": s.List, "Labeled": s.Labeled} {
+			names := func(scope iam.Scope) []string {
+				ns, err := list(ctx, scope)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out []string
+				for _, n := range ns {
+					out = append(out, n.ID)
+				}
+				return out
 			}
-			var out []string
-			for _, n := range ns {
-				out = append(out, n.ID)
+			if got := names(iam.RootScope()); len(got) != 2 {
+				t.Errorf("%s: root scope lists %v", name, got)
 			}
-			return out
-		}
-		if got := names(iam.RootScope()); len(got) != 2 {
-			t.Errorf("root scope lists %v", got)
-		}
-		if got := names(iam.ScopeOf(tenant.ID)); len(got) != 1 || got[0] != "n-acme" {
-			t.Errorf("tenant scope lists %v", got)
-		}
-		if got := names(iam.Scope{}); len(got) != 0 {
-			t.Errorf("zero scope lists %v", got)
+			if got := names(iam.ScopeOf(tenant.ID)); len(got) != 1 || got[0] != "n-acme" {
+				t.Errorf("%s: tenant scope lists %v", name, got)
+			}
+			if got := names(iam.Scope{}); len(got) != 0 {
+				t.Errorf("%s: zero scope lists %v", name, got)
+			}
 		}
 		if _, err := s.Get(ctx, iam.ScopeOf(tenant.ID), "n-root"); errs.CodeOf(err) != errs.NotFound {
 			t.Errorf("another tenant's node: %v", err)
