@@ -34,6 +34,13 @@ func TestScopeAndTenantsOf(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if _, err := db.ExecContext(ctx, `UPDATE nodes SET labels = $1 WHERE id = $2`, `{"fleet":"a"}`, "n-acme"); err != nil {
+			t.Fatal(err)
+		}
+		// Labeled fills what a fan-out by labels selects on.
+		if ns, err := s.Labeled(ctx, iam.ScopeOf(tenant.ID)); err != nil || len(ns) != 1 || ns[0].TenantID != tenant.ID || ns[0].Labels["fleet"] != "a" {
+			t.Errorf("Labeled: %+v %v, want n-acme of %s labelled fleet=a", ns, err, tenant.ID)
+		}
 		// List and Labeled (what a fan-out by labels selects from) keep
 		// to the same scope.
 		for name, list := range map[string]func(context.Context, iam.Scope) ([]Node, error){"List": s.List, "Labeled": s.Labeled} {
