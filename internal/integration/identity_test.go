@@ -31,6 +31,10 @@ import (
 func copyNodeDir(t *testing.T, from string) string {
 	t.Helper()
 	to := filepath.Join(t.TempDir(), "copy")
+	// The node may be running: a file it writes atomically (a temporary
+	// name, then a rename) can vanish between the listing and the read.
+	// Such a file is skipped; its content is under its final name.
+	gone := func(err error) bool { return errors.Is(err, fs.ErrNotExist) }
 	err := filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -38,6 +42,9 @@ func copyNodeDir(t *testing.T, from string) string {
 		rel, _ := filepath.Rel(from, path)
 		dst := filepath.Join(to, rel)
 		info, err := d.Info()
+		if gone(err) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -45,6 +52,9 @@ func copyNodeDir(t *testing.T, from string) string {
 			return os.MkdirAll(dst, info.Mode().Perm())
 		}
 		b, err := os.ReadFile(path)
+		if gone(err) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
