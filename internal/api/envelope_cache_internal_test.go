@@ -70,14 +70,8 @@ func TestAccessCacheDropAndGeneration(t *testing.T) {
 	if _, hit := a.getAuth("k"); hit {
 		t.Fatal("authentication served after Drop")
 	}
-	a.putAllowed("late", gen)
-	a.putAuth("late", gen, apikeys.Principal{Identity: "i"}, nil)
-	if a.allowed("late") {
-		t.Fatal("a decision read before the drop was stored after it")
-	}
-	if _, hit := a.getAuth("late"); hit {
-		t.Fatal("an authentication read before the drop was stored after it")
-	}
+	putBoth(a, "late", gen)
+	refusesBoth(t, a, "late", "read before the drop was stored after it")
 }
 
 // TestAccessCacheFailsClosed: a cache whose subscription does not run, or
@@ -120,14 +114,8 @@ func TestAccessCacheFailsClosed(t *testing.T) {
 	// put is the first thing the cache sees in the new epoch.
 	gen, _ = a.generation()
 	epoch = 3
-	a.putAllowed("stale", gen)
-	a.putAuth("stale", gen, apikeys.Principal{Identity: "i"}, nil)
-	if a.allowed("stale") {
-		t.Fatal("a decision read before the listener's new epoch was stored")
-	}
-	if _, hit := a.getAuth("stale"); hit {
-		t.Fatal("an authentication read before the listener's new epoch was stored")
-	}
+	putBoth(a, "stale", gen)
+	refusesBoth(t, a, "stale", "read before the listener's new epoch was stored")
 	a.setOn(false, nil)
 	if _, ok := a.generation(); ok {
 		t.Fatal("the cache serves after its subscription ended")
@@ -177,5 +165,24 @@ func TestAuthCacheKeyPerAddress(t *testing.T) {
 	c.Addr = "10.0.0.2"
 	if d1 == decisionCacheKey(c, "compute:nodes:get", "node/n") {
 		t.Fatal("a decision is shared across caller addresses")
+	}
+}
+
+// putBoth stores an allowed decision and an authentication under key,
+// both read at generation gen.
+func putBoth(a *AccessCache, key string, gen uint64) {
+	a.putAllowed(key, gen)
+	a.putAuth(key, gen, apikeys.Principal{Identity: "i"}, nil)
+}
+
+// refusesBoth fails the test when a serves the decision or the
+// authentication under key; what says why neither may be served.
+func refusesBoth(t *testing.T, a *AccessCache, key, what string) {
+	t.Helper()
+	if a.allowed(key) {
+		t.Fatal("a decision " + what)
+	}
+	if _, hit := a.getAuth(key); hit {
+		t.Fatal("an authentication " + what)
 	}
 }

@@ -194,7 +194,7 @@ func (s *Service) DeleteCheckpoint(ctx context.Context, actor audit.Entry, tenan
 // checkpoint was taken under; limits, lifetime and environment are the
 // template's now. It is never a warm claim.
 func (s *Service) CreateFrom(ctx context.Context, actor audit.Entry, tenant, template, ckID string) (Sandbox, error) {
-	t, ck, err := s.restoreTemplate(ctx, tenant, actor.Actor, template, ckID)
+	t, ck, err := s.RestoreTemplate(ctx, tenant, actor.Actor, template, ckID)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -207,11 +207,6 @@ func (s *Service) CreateFrom(ctx context.Context, actor audit.Entry, tenant, tem
 // mode and user), and the checkpoint: what an agent's person is shown
 // before the restore is allowed (internal/api's held-back requests).
 func (s *Service) RestoreTemplate(ctx context.Context, tenant, owner, template, ckID string) (Template, Checkpoint, error) {
-	return s.restoreTemplate(ctx, tenant, owner, template, ckID)
-}
-
-// restoreTemplate is RestoreTemplate.
-func (s *Service) restoreTemplate(ctx context.Context, tenant, owner, template, ckID string) (Template, Checkpoint, error) {
 	ck, err := s.ownCheckpoint(ctx, tenant, owner, ckID)
 	if err != nil {
 		return Template{}, Checkpoint{}, err

@@ -450,7 +450,7 @@ func (s *Service) start(ctx context.Context, actor audit.Entry, t Template, warm
 }
 
 // startFrom is start, restoring checkpoint from when it is not nil (t is
-// then the checkpoint's own template, as restoreTemplate made it).
+// then the checkpoint's own template, as RestoreTemplate made it).
 func (s *Service) startFrom(ctx context.Context, actor audit.Entry, t Template, warm bool, from *Checkpoint) (Sandbox, error) {
 	if !warm {
 		if err := s.recheckEnvSecrets(ctx, t); err != nil {
