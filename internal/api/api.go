@@ -416,8 +416,8 @@ func errorBody(rid string, code errs.Code, msg string) answer {
 	return answer{status: errs.HTTPStatus(code), body: append(b, '\n')}
 }
 
-func (s *Server) run(ctx context.Context, c *Caller, m Method, in any) answer {
-	res, err := m.run(ctx, c, in)
+// answerOf is the answer to a method that returned res and err.
+func (s *Server) answerOf(c *Caller, res any, err error) answer {
 	if err != nil {
 		return s.errorAnswer(c.RequestID, err)
 	}

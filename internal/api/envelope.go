@@ -209,12 +209,16 @@ func (s *Server) scope(q *call) error {
 	}
 	q.resource = "tenant/" + c.ActingTenant
 	if t.Kind != "" {
+		q.resource = t.Kind + "/" + t.ID
+	}
+	if tenant, hit := s.allowedCached(q); hit {
+		c.ActingTenant = tenant
+	} else if t.Kind != "" {
 		tenant, err := s.resolve(q)
 		if err != nil {
 			return err
 		}
 		c.ActingTenant = tenant
-		q.resource = t.Kind + "/" + t.ID
 	}
 	q.chain = q.callerChain
 	if c.ActingTenant != c.HomeTenant || q.chain == nil {
@@ -238,11 +242,7 @@ func (s *Server) resolve(q *call) (string, error) {
 	tenant, err := resolve(q.ctx, t.ID)
 	switch {
 	case errs.CodeOf(err) == errs.NotFound:
-		if c.Root() {
-			return "", errs.New(errs.NotFound, t.Kind+" not found")
-		}
-		s.recordDenial(q.ctx, c, q.m, t, "not-found")
-		return "", denied(c, q.m.Action, t)
+		return "", s.missing(q)
 	case err != nil:
 		return "", err
 	case !c.Root() && tenant != c.HomeTenant && !s.reaches(q.ctx, c, tenant):
@@ -250,6 +250,18 @@ func (s *Server) resolve(q *call) (string, error) {
 		return "", denied(c, q.m.Action, t)
 	}
 	return tenant, nil
+}
+
+// missing is the answer to a call whose resource does not exist:
+// NOT_FOUND for a root caller and, like another tenant's resource, the one
+// denial (recorded) for anyone else.
+func (s *Server) missing(q *call) error {
+	c, t := q.c, q.target
+	if c.Root() {
+		return errs.New(errs.NotFound, t.Kind+" not found")
+	}
+	s.recordDenial(q.ctx, c, q.m, t, "not-found")
+	return denied(c, q.m.Action, t)
 }
 
 // decide is the fifth stage: IAM decides the method's action on the
@@ -286,7 +298,10 @@ func (s *Server) decide(q *call) error {
 // runIdempotent is the last stage: the handler runs, under the caller's
 // Idempotency-Key when a mutation carries one.
 func (s *Server) runIdempotent(q *call) answer {
-	run := func() answer { return s.run(q.ctx, q.c, q.m, q.in) }
+	run := func() answer {
+		res, err := q.m.run(q.ctx, q.c, q.in)
+		return s.answerOf(q.c, res, s.goneSinceCached(q, err))
+	}
 	if key := q.r.Header.Get("Idempotency-Key"); q.m.Mutates && key != "" {
 		return s.idempotent(q.ctx, q.c, q.m, key, q.raw, run)
 	}

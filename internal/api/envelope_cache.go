@@ -36,8 +36,8 @@ type Liveness func() (epoch uint64, ok bool)
 
 // AccessCache keeps, per caller address, credentials' successful
 // authentications (AuthCacheTTL) and allowed decisions of read methods
-// (DecisionCacheTTL), so that a repeated call skips those database round
-// trips. Refusals and mutating methods are never cached. Every change that
+// with the tenant their resource resolved to (DecisionCacheTTL), so that
+// a repeated call skips those database round trips. Refusals and mutating methods are never cached. Every change that
 // can narrow access drops it (Drop, and bus.TopicAccessChanged through
 // Server.CacheAccess); it serves only while that subscription runs and,
 // across processes, while the poke listener is live. It is safe for
@@ -55,7 +55,14 @@ type AccessCache struct {
 	// is not stored, so a read that raced a change cannot outlive it.
 	gen   uint64
 	auth  map[string]authEntry
-	allow map[string]time.Time
+	allow map[string]allowEntry
+}
+
+// allowEntry is a cached allowed decision: the tenant the call acted in
+// (its resource's tenant, as the resolver read it), until a time.
+type allowEntry struct {
+	tenant string
+	until  time.Time
 }
 
 // authEntry is a cached authentication: the principal and its home
@@ -69,7 +76,7 @@ type authEntry struct {
 // NewAccessCache returns an empty cache on clk, which serves nothing until
 // a Server's CacheAccess loop runs.
 func NewAccessCache(clk clock.Clock) *AccessCache {
-	return &AccessCache{clk: clk, max: AccessCacheSize, auth: map[string]authEntry{}, allow: map[string]time.Time{}}
+	return &AccessCache{clk: clk, max: AccessCacheSize, auth: map[string]authEntry{}, allow: map[string]allowEntry{}}
 }
 
 // Drop forgets every cached authentication and decision, and keeps any
@@ -164,27 +171,36 @@ func (a *AccessCache) putAuth(key string, gen uint64, p apikeys.Principal, chain
 	a.auth[key] = authEntry{p: p, chain: chain, until: until}
 }
 
-func (a *AccessCache) allowed(key string) bool {
+// allowed returns the tenant of the allowed decision cached under key;
+// ok is false when none is (or the cache does not serve).
+func (a *AccessCache) allowed(key string) (tenant string, ok bool) {
 	if a == nil {
-		return false
+		return "", false
 	}
 	now := a.clk.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.usableLocked() {
-		return false
+		return "", false
 	}
-	until, ok := a.allow[key]
-	if !ok || !now.Before(until) {
+	e, ok := a.allow[key]
+	if !ok || !now.Before(e.until) {
 		delete(a.allow, key)
-		return false
+		return "", false
 	}
-	return true
+	return e.tenant, true
 }
 
-// putAllowed keeps an allowed decision under key for DecisionCacheTTL,
-// unless the cache dropped since gen.
-func (a *AccessCache) putAllowed(key string, gen uint64) {
+// forget drops the decision cached under key (its resource is gone).
+func (a *AccessCache) forget(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.allow, key)
+}
+
+// putAllowed keeps an allowed decision, made in tenant, under key for
+// DecisionCacheTTL, unless the cache dropped since gen.
+func (a *AccessCache) putAllowed(key string, gen uint64, tenant string) {
 	now := a.clk.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -192,8 +208,8 @@ func (a *AccessCache) putAllowed(key string, gen uint64) {
 		return
 	}
 	if len(a.allow) >= a.max {
-		for k, until := range a.allow {
-			if !now.Before(until) {
+		for k, e := range a.allow {
+			if !now.Before(e.until) {
 				delete(a.allow, k)
 			}
 		}
@@ -201,7 +217,7 @@ func (a *AccessCache) putAllowed(key string, gen uint64) {
 			clear(a.allow)
 		}
 	}
-	a.allow[key] = now.Add(DecisionCacheTTL)
+	a.allow[key] = allowEntry{tenant: tenant, until: now.Add(DecisionCacheTTL)}
 }
 
 // setOn starts or stops serving, with live as the liveness of pokes from
@@ -268,8 +284,11 @@ func (s *Server) authCacheKey(r *http.Request, addr string) string {
 }
 
 // decisionCacheKey keys an allowed decision by the caller (identity and
-// credential), its address, the action, the resource and the tenant it
-// acts in.
-func decisionCacheKey(c *Caller, action, resource string) string {
-	return strings.Join([]string{c.Identity, c.KeyID, c.SessionID, c.Addr, action, resource, c.ActingTenant}, "\x00")
+// credential), its address, the action, the resource and whether the
+// resource was resolved (kind, "" for a tenant the input names: "tenant/X"
+// then acts in X, a resolved tenant X in its parent). The tenant the call
+// acts in follows from these and is kept in the entry: a hit spares the
+// resolver's read too.
+func decisionCacheKey(c *Caller, action, kind, resource string) string {
+	return strings.Join([]string{c.Identity, c.KeyID, c.SessionID, c.Addr, action, kind, resource}, "\x00")
 }

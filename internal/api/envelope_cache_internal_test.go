@@ -31,9 +31,9 @@ func TestAccessCacheTTL(t *testing.T) {
 	chain := []iam.Tenant{{ID: "t1", State: iam.StateActive}}
 	a.putAuth("k", gen, apikeys.Principal{Identity: "i1", HomeTenant: "t1"}, chain)
 	a.putAuth("short", gen, apikeys.Principal{Identity: "i2", ExpiresAt: clk.Now().Add(5 * time.Second)}, nil)
-	a.putAllowed("d", gen)
+	a.putAllowed("d", gen, "t")
 	clk.Advance(DecisionCacheTTL - time.Millisecond)
-	if !a.allowed("d") {
+	if !isAllowed(a, "d") {
 		t.Fatal("decision gone before its TTL")
 	}
 	if e, hit := a.getAuth("k"); !hit || e.p.Identity != "i1" || len(e.chain) != 1 {
@@ -43,7 +43,7 @@ func TestAccessCacheTTL(t *testing.T) {
 		t.Fatal("an authentication outlived its credential's expiry")
 	}
 	clk.Advance(time.Millisecond)
-	if a.allowed("d") {
+	if isAllowed(a, "d") {
 		t.Fatal("decision kept past DecisionCacheTTL")
 	}
 	clk.Advance(AuthCacheTTL - DecisionCacheTTL - time.Millisecond)
@@ -61,10 +61,10 @@ func TestAccessCacheTTL(t *testing.T) {
 func TestAccessCacheDropAndGeneration(t *testing.T) {
 	a, _ := onCache(nil)
 	gen, _ := a.generation()
-	a.putAllowed("d", gen)
+	a.putAllowed("d", gen, "t")
 	a.putAuth("k", gen, apikeys.Principal{Identity: "i"}, nil)
 	a.Drop()
-	if a.allowed("d") {
+	if isAllowed(a, "d") {
 		t.Fatal("decision served after Drop")
 	}
 	if _, hit := a.getAuth("k"); hit {
@@ -83,16 +83,16 @@ func TestAccessCacheFailsClosed(t *testing.T) {
 		t.Fatal("a cache never turned on serves")
 	}
 	var nilCache *AccessCache
-	if _, ok := nilCache.generation(); ok || nilCache.allowed("d") {
+	if _, ok := nilCache.generation(); ok || isAllowed(nilCache, "d") {
 		t.Fatal("no cache serves")
 	}
 	epoch, live := uint64(1), true
 	a, _ := onCache(func() (uint64, bool) { return epoch, live })
 	gen, _ := a.generation()
-	a.putAllowed("d", gen)
+	a.putAllowed("d", gen, "t")
 	a.putAuth("k", gen, apikeys.Principal{Identity: "i"}, nil)
 	live = false
-	if a.allowed("d") {
+	if isAllowed(a, "d") {
 		t.Fatal("decision served while the poke listener is down")
 	}
 	if _, hit := a.getAuth("k"); hit {
@@ -102,11 +102,11 @@ func TestAccessCacheFailsClosed(t *testing.T) {
 		t.Fatal("the cache serves while the poke listener is down")
 	}
 	live = true
-	if !a.allowed("d") {
+	if !isAllowed(a, "d") {
 		t.Fatal("decision lost while the listener stayed in one epoch")
 	}
 	epoch = 2
-	if a.allowed("d") {
+	if isAllowed(a, "d") {
 		t.Fatal("decision served across a new listener epoch")
 	}
 	// A read made before the listener's new epoch (it may have missed a
@@ -129,7 +129,7 @@ func TestAccessCacheBounded(t *testing.T) {
 	gen, _ := a.generation()
 	for i := 0; i < 100; i++ {
 		k := string(rune('a' + i))
-		a.putAllowed(k, gen)
+		a.putAllowed(k, gen, "t")
 		a.putAuth(k, gen, apikeys.Principal{}, nil)
 		if len(a.allow) > a.max || len(a.auth) > a.max {
 			t.Fatalf("%d decisions, %d authentications, bound %d", len(a.allow), len(a.auth), a.max)
@@ -161,9 +161,9 @@ func TestAuthCacheKeyPerAddress(t *testing.T) {
 		t.Fatalf("session key %q, bearer key %q", k, k1)
 	}
 	c := &Caller{Principal: apikeys.Principal{Identity: "i", KeyID: "k"}, Addr: "10.0.0.1", ActingTenant: "t"}
-	d1 := decisionCacheKey(c, "compute:nodes:get", "node/n")
+	d1 := decisionCacheKey(c, "compute:nodes:get", "node", "node/n")
 	c.Addr = "10.0.0.2"
-	if d1 == decisionCacheKey(c, "compute:nodes:get", "node/n") {
+	if d1 == decisionCacheKey(c, "compute:nodes:get", "node", "node/n") {
 		t.Fatal("a decision is shared across caller addresses")
 	}
 }
@@ -171,7 +171,7 @@ func TestAuthCacheKeyPerAddress(t *testing.T) {
 // putBoth stores an allowed decision and an authentication under key,
 // both read at generation gen.
 func putBoth(a *AccessCache, key string, gen uint64) {
-	a.putAllowed(key, gen)
+	a.putAllowed(key, gen, "t")
 	a.putAuth(key, gen, apikeys.Principal{Identity: "i"}, nil)
 }
 
@@ -179,10 +179,16 @@ func putBoth(a *AccessCache, key string, gen uint64) {
 // authentication under key; what says why neither may be served.
 func refusesBoth(t *testing.T, a *AccessCache, key, what string) {
 	t.Helper()
-	if a.allowed(key) {
+	if isAllowed(a, key) {
 		t.Fatal("a decision " + what)
 	}
 	if _, hit := a.getAuth(key); hit {
 		t.Fatal("an authentication " + what)
 	}
+}
+
+// isAllowed reports whether a serves an allowed decision under key.
+func isAllowed(a *AccessCache, key string) bool {
+	_, ok := a.allowed(key)
+	return ok
 }

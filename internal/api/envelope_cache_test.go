@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,4 +115,53 @@ func TestAccessCacheInEnvelope(t *testing.T) {
 		}
 		expectCode(t, read(c.key), 401, "UNAUTHENTICATED")
 	})
+}
+
+// TestCachedDecisionOfDeletedResource: a read's cached decision keeps the
+// tenant its resource resolved to, so a resource deleted since answers
+// from the method, not the resolver; the envelope turns that answer into
+// exactly the one a resource that never existed gets (the one denial for
+// a tenant's caller, NOT_FOUND for root), byte for byte but the request
+// id.
+func TestCachedDecisionOfDeletedResource(t *testing.T) {
+	db := storetest.NewTestSQLite(t)
+	e := testenv.Start(t, db, testenv.Options{})
+	ctx := context.Background()
+	tenant, err := e.Client.CreateTenant(ctx, "", "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := newCacheCaller(t, e, tenant.ID, "admin", "admin")
+	get := func(key, id string) reply {
+		return do(t, e, "POST", "/api/v1/nodes.get", key, nil, `{"id":"`+id+`"}`)
+	}
+	for _, c := range []struct {
+		who, key string
+		status   int
+		code     string
+	}{{"tenant admin", admin.key, 403, "ACCESS_DENIED"}, {"root", e.AdminKey, 404, "NOT_FOUND"}} {
+		t.Run(c.who, func(t *testing.T) {
+			id := "ngone" + strings.ReplaceAll(c.who, " ", "")
+			exec(t, db, `INSERT INTO nodes (id, tenant_id, name, role, created_at) VALUES ($1, $2, $1, 'node', 0)`, id, tenant.ID)
+			expectCode(t, get(c.key, id), 200, "")
+			exec(t, db, `DELETE FROM nodes WHERE id = $1`, id)
+			gone, never := get(c.key, id), get(c.key, "nnever"+id)
+			expectCode(t, gone, c.status, c.code)
+			if g, n := withoutRequestID(gone.body, id), withoutRequestID(never.body, "nnever"+id); g != n {
+				t.Fatalf("a deleted resource answers\n%s\nand a missing one\n%s", g, n)
+			}
+			expectCode(t, get(c.key, id), c.status, c.code)
+		})
+	}
+}
+
+// withoutRequestID is an answer's body without its request id, and with
+// the resource id it names replaced by "ID".
+func withoutRequestID(body []byte, id string) string {
+	var eb api.ErrorBody
+	_ = json.Unmarshal(body, &eb)
+	eb.Error.RequestID = ""
+	eb.Error.Message = strings.ReplaceAll(eb.Error.Message, id, "ID")
+	b, _ := json.Marshal(eb)
+	return string(b)
 }

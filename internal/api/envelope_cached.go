@@ -2,6 +2,7 @@ package api
 
 import (
 	"github.com/bettercompute/bettercompute/internal/apikeys"
+	"github.com/bettercompute/bettercompute/internal/errs"
 )
 
 // cachedCall is what the access cache (AccessCache) knows of one call:
@@ -17,6 +18,11 @@ type cachedCall struct {
 	// the home tenant's chain in call.callerChain).
 	authKey string
 	authHit bool
+	// decisionKey is the call's decision cache key ("" when not
+	// cacheable), and allowHit is set when its allowed decision, with its
+	// tenant, came from the cache.
+	decisionKey string
+	allowHit    bool
 }
 
 // authenticateCached is authenticate, answered from the access cache when
@@ -47,23 +53,47 @@ func (s *Server) rememberAuth(q *call) {
 	s.access.putAuth(q.cached.authKey, q.cached.gen, q.c.Principal, q.callerChain)
 }
 
+// allowedCached returns, for a read method whose allowed decision for
+// this caller, address, action and resource is cached, the tenant the
+// call acted in then; the scope stage then skips the resolver's read, and
+// decideCached the decision's. Resource ids are never reused and a
+// resource never changes tenant, so the tenant can only be stale for a
+// resource deleted since (goneSinceCached).
+func (s *Server) allowedCached(q *call) (string, bool) {
+	if !q.cached.on || q.m.Mutates {
+		return "", false
+	}
+	q.cached.decisionKey = decisionCacheKey(q.c, q.m.Action, q.target.Kind, q.resource)
+	tenant, hit := s.access.allowed(q.cached.decisionKey)
+	q.cached.allowHit = hit
+	return tenant, hit
+}
+
 // decideCached is IAM's decision of the call's own action, answered from
-// the access cache for a read method whose allowed decision for this
-// caller, address, action, resource and tenant is cached. Only an allowed
-// decision of a method that does not mutate is stored: a refusal, and any
-// decision of a mutating method, is decided afresh every time.
+// the access cache when allowedCached found it. Only an allowed decision
+// of a method that does not mutate is stored, with the tenant it was made
+// in: a refusal, and any decision of a mutating method, is decided afresh
+// every time.
 func (s *Server) decideCached(q *call) (bool, error) {
 	c, m := q.c, q.m
-	key := ""
-	if q.cached.on && !m.Mutates {
-		key = decisionCacheKey(c, m.Action, q.resource)
-		if s.access.allowed(key) {
-			return true, nil
-		}
+	if q.cached.allowHit {
+		return true, nil
 	}
 	ok, err := s.deps.IAM.Decide(q.ctx, c.Identity, m.Action, q.resource, q.chain, c.Scopes)
-	if err == nil && ok && key != "" {
-		s.access.putAllowed(key, q.cached.gen)
+	if err == nil && ok && q.cached.decisionKey != "" {
+		s.access.putAllowed(q.cached.decisionKey, q.cached.gen, c.ActingTenant)
 	}
 	return ok, err
+}
+
+// goneSinceCached turns the NOT_FOUND of a method whose resource's tenant
+// came from the cache into the answer the resolver gives for a missing
+// resource (missing), and forgets the entry: a resource deleted since its
+// decision was cached answers exactly as one that never existed.
+func (s *Server) goneSinceCached(q *call, err error) error {
+	if err == nil || !q.cached.allowHit || q.target.Kind == "" || errs.CodeOf(err) != errs.NotFound {
+		return err
+	}
+	s.access.forget(q.cached.decisionKey)
+	return s.missing(q)
 }
