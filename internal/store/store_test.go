@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 	"time"
 
@@ -61,5 +62,30 @@ func TestSQLiteReadersBesideTheWriter(t *testing.T) {
 	defer cancel()
 	if err := db.QueryRowContext(rctx, `SELECT COUNT(*) FROM tenants WHERE id IN ('t1', 't3')`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("a read beside an open write transaction: %d %v, want the committed row only", n, err)
+	}
+}
+
+// TestPostgresPoolKeepsItsConnections: connections that concurrent calls
+// opened on PostgreSQL stay in the pool when they come back, instead of
+// all but two being closed (each new connection is a newly forked backend
+// that prepares every statement again).
+func TestPostgresPoolKeepsItsConnections(t *testing.T) {
+	db := storetest.NewTestPostgres(t)
+	ctx := context.Background()
+	var held []*sql.Conn
+	for i := 0; i < 8; i++ {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	for _, c := range held {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := db.Stats(); st.MaxIdleClosed != 0 || st.Idle < 8 {
+		t.Fatalf("of 8 connections back in the pool %d were closed, %d kept idle", st.MaxIdleClosed, st.Idle)
 	}
 }
