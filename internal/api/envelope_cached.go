@@ -86,12 +86,19 @@ func (s *Server) decideCached(q *call) (bool, error) {
 	return ok, err
 }
 
-// goneSinceCached turns the NOT_FOUND of a method whose resource's tenant
-// came from the cache into the answer the resolver gives for a missing
-// resource (missing), and forgets the entry: a resource deleted since its
-// decision was cached answers exactly as one that never existed.
+// goneSinceCached is the answer to a method that returned err after its
+// resource's tenant came from the cache: when the method answered
+// NOT_FOUND and the resolver now finds no such resource, the resolver's
+// missing-resource answer (missing), with the entry forgotten, so a
+// resource deleted since its decision was cached answers exactly as one
+// that never existed. A NOT_FOUND of the method's own about a resource
+// that still exists (something else it names) is kept, as without the
+// cache.
 func (s *Server) goneSinceCached(q *call, err error) error {
 	if err == nil || !q.cached.allowHit || q.target.Kind == "" || errs.CodeOf(err) != errs.NotFound {
+		return err
+	}
+	if _, rerr := s.deps.Resolvers[q.target.Kind](q.ctx, q.target.ID); errs.CodeOf(rerr) != errs.NotFound {
 		return err
 	}
 	s.access.forget(q.cached.decisionKey)
