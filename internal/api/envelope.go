@@ -200,7 +200,10 @@ func (s *Server) limit(q *call) (release func(), err error) {
 // input's tenant, else the caller's home tenant, then the named
 // resource's tenant), refusing a resource that does not exist or is
 // outside the caller's reach as the same denial, and reads that tenant's
-// chain, which must be live for a caller acting below its own tenant.
+// chain, which must be live for a caller acting below its own tenant. A
+// read whose allowed decision is cached takes the tenant from the cache
+// (allowedCached); a resource deleted since is then refused after the
+// method, by goneSinceCached, with the same answer.
 func (s *Server) scope(q *call) error {
 	c, t := q.c, q.target
 	c.ActingTenant = t.Tenant

@@ -37,8 +37,9 @@ type Liveness func() (epoch uint64, ok bool)
 // AccessCache keeps, per caller address, credentials' successful
 // authentications (AuthCacheTTL) and allowed decisions of read methods
 // with the tenant their resource resolved to (DecisionCacheTTL), so that
-// a repeated call skips those database round trips. Refusals and mutating methods are never cached. Every change that
-// can narrow access drops it (Drop, and bus.TopicAccessChanged through
+// a repeated call skips those database round trips. Refusals and
+// mutating methods are never cached. Every change that can narrow access
+// drops it (Drop, and bus.TopicAccessChanged through
 // Server.CacheAccess); it serves only while that subscription runs and,
 // across processes, while the poke listener is live. It is safe for
 // concurrent use.

@@ -6,8 +6,8 @@ import (
 )
 
 // cachedCall is what the access cache (AccessCache) knows of one call:
-// the generation its reads run under, whether the cache serves, and the
-// credential's cache key.
+// the generation its reads run under, whether the cache serves, the
+// credential's cache key and the decision's, and what came from the cache.
 type cachedCall struct {
 	// on is set when the cache served at the call's start; gen is its
 	// generation then. A result is stored only under that generation.

@@ -101,10 +101,7 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request, rid, label 
 	if err != nil {
 		return s.errorAnswer(rid, err), q.out
 	}
-	err = s.scope(q)
-	if errs.CodeOf(err) == errs.AccessDenied {
-		err = errs.New(errs.NotFound, "upload not found")
-	}
+	err = uploadRefusal(s.scope(q))
 	if err == nil {
 		err = s.decide(q)
 	}
@@ -118,6 +115,16 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request, rid, label 
 		return s.errorAnswer(rid, err), q.out
 	}
 	return s.runUpload(w, q, id), q.out
+}
+
+// uploadRefusal is err as the upload endpoint answers it: the one denial
+// for another tenant's upload or a missing one is NOT_FOUND (an upload's
+// id is a capability its caller was given, not something to probe).
+func uploadRefusal(err error) error {
+	if errs.CodeOf(err) == errs.AccessDenied {
+		return errs.New(errs.NotFound, "upload not found")
+	}
+	return err
 }
 
 // uploadShape is the upload endpoint's request-shape check: GET or PUT,
@@ -147,7 +154,10 @@ func (s *Server) runUpload(w http.ResponseWriter, q *call, id string) answer {
 	var next int64
 	var err error
 	if r.Method == http.MethodGet {
+		// A read may have its tenant from the access cache: an upload
+		// gone since answers as one that never existed.
 		next, err = s.uploads.UploadOffset(q.ctx, id)
+		err = uploadRefusal(s.goneSinceCached(q, err))
 	} else {
 		next, err = s.writeUpload(w, q, id, limit)
 	}

@@ -348,3 +348,34 @@ func TestUploadStreamHoldsNoMutationSlot(t *testing.T) {
 		t.Fatalf("the upload answered %d", code)
 	}
 }
+
+// TestUploadGoneWhileCached: an upload removed after a read cached its
+// decision (the collector deletes unfinished uploads) answers the next
+// read exactly as an upload nobody had read: the same status, code and
+// message, and the same denial rows.
+func TestUploadGoneWhileCached(t *testing.T) {
+	db := storetest.NewTestSQLite(t)
+	e := testenv.Start(t, db, testenv.Options{SandboxRuntime: spec.RuntimeSim})
+	_, a := e.TenantAdmin(t, "acme")
+	for _, who := range []struct{ name, key string }{{"tenant-admin", a.Key()}, {"root", e.AdminKey}} {
+		t.Run(who.name, func(t *testing.T) {
+			read, never := beginUpload(t, a), beginUpload(t, a)
+			expectCode(t, do(t, e, "GET", read.UploadPath, who.key, getHdr, ""), 200, "")
+			exec(t, db, `DELETE FROM sandbox_uploads WHERE id IN ($1, $2)`, read.UploadID, never.UploadID)
+			get := func(path, rid string) (reply, int) {
+				r := do(t, e, "GET", path, who.key, map[string]string{"Content-Type": "", "X-Request-Id": rid}, "")
+				var n int
+				if err := db.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM audit_events WHERE request_id = $1`, rid).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return r, n
+			}
+			gone, goneRows := get(read.UploadPath, "gone-"+who.name)
+			missing, missingRows := get(never.UploadPath, "missing-"+who.name)
+			expectCode(t, gone, 404, "NOT_FOUND")
+			if g, m := withoutRequestID(gone.body, read.UploadID), withoutRequestID(missing.body, never.UploadID); g != m || goneRows != missingRows {
+				t.Fatalf("gone %s (%d audit rows), never read %s (%d)", g, goneRows, m, missingRows)
+			}
+		})
+	}
+}
