@@ -61,17 +61,24 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(2)
 	}
+	restore, err := raiseLimits(sizes[len(sizes)-1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		os.Exit(2)
+	}
 	var rows []result
 	for _, db := range strings.Split(*dbs, ",") {
 		for _, n := range sizes {
 			r, err := run(db, n, *bin, *self, *pgDSN, *simDir)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "fleet: %s, %d nodes: %v\n", db, n, err)
+				restore()
 				os.Exit(1)
 			}
 			rows = append(rows, r)
 		}
 	}
+	restore()
 	printTable(rows)
 	if len(sizes) > 1 {
 		printCurves(rows)
@@ -356,6 +363,9 @@ func run(dbName string, n int, bin, self, pgDSN, simRoot string) (result, error)
 	rssAfter := rssKB(gw.Process.Pid)
 	r.GatewayRSSMB = rssAfter / 1024
 	r.GatewayRSSPerNodeKB = (rssAfter - rssBefore) / float64(n)
+	if profDir != "" {
+		saveHeapProfiles(profDir, dbName, r.OneProcess)
+	}
 
 	fmt.Fprintf(os.Stderr, "%s: idle CPU over 10 s\n", dbName)
 	t0 := cpuTicks(gw.Process.Pid)
@@ -608,4 +618,30 @@ func printTable(rows []result) {
 	line("restart: all reconnected (s)", "%.1f", func(r result) any { return r.StormSeconds })
 	line("restart: reconnected (all but revoked)", "%d", func(r result) any { return r.Reconnected })
 	line("restart: peak reconnects per second", "%d", func(r result) any { return r.StormPeakPerSec })
+}
+
+// saveHeapProfiles saves the gateway's and the simulator's live heap with
+// every session up (BC_BENCH_PROFILE_DIR), to show what a session costs.
+func saveHeapProfiles(dir, dbName string, oneProcess bool) {
+	procs := map[string]string{"gateway": "127.0.0.1:6061", "simulate": "127.0.0.1:6063"}
+	if oneProcess {
+		procs["gateway"] = "127.0.0.1:6062"
+	}
+	for name, addr := range procs {
+		// The profile, its text form (which ends with the runtime's
+		// memory statistics: stacks, GC goal) and the goroutines.
+		for file, path := range map[string]string{"heap.pprof": "heap?gc=1", "heap.txt": "heap?debug=1", "goroutine.txt": "goroutine?debug=1"} {
+			resp, err := http.Get("http://" + addr + "/debug/pprof/" + path)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "profile %s of %s: %v\n", path, name, err)
+				continue
+			}
+			f, err := os.Create(filepath.Join(dir, dbName+"-"+name+"-"+file))
+			if err == nil {
+				_, _ = io.Copy(f, resp.Body)
+				_ = f.Close()
+			}
+			_ = resp.Body.Close()
+		}
+	}
 }

@@ -468,6 +468,9 @@ func (n *Node) Dial() (*grpc.ClientConn, error) {
 		// Updates carry results of up to nodev1.MaxMessageBytes (a sandbox
 		// exec's two 8 MiB streams); the gateway accepts as much.
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(nodev1.MaxMessageBytes), grpc.MaxCallRecvMsgSize(nodev1.MaxMessageBytes)),
+		// TLS buffers what it decrypted; gRPC's own 32 KiB read buffer
+		// would only add memory (the gateway does the same).
+		grpc.WithReadBufferSize(0),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}))
 }
 

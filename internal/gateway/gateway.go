@@ -248,6 +248,10 @@ func (g *Gateway) GRPCServer() *grpc.Server {
 		grpc.Creds(credentials.NewTLS(g.TLSConfig())),
 		grpc.MaxRecvMsgSize(nodev1.MaxMessageBytes),
 		grpc.MaxSendMsgSize(nodev1.MaxMessageBytes),
+		// No read buffer of gRPC's own: TLS already buffers what it
+		// decrypted, and gRPC's 32 KiB a connection was half of a
+		// session's heap (docs/performance.md, "50,000 sessions").
+		grpc.ReadBufferSize(0),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// Every method but PublicMethods is authenticated before its

@@ -108,8 +108,7 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	defer expiry.Stop()
 	recvErr := make(chan error, 1)
 	g.sessionLoops.Go(func() { recvErr <- g.receive(sctx, stream, id.NodeID, id.Serial, send) })
-	g.sessionLoops.Go(func() { g.deliver(sctx, s, send) })
-	g.sessionLoops.Go(func() { g.deliverApproverSets(sctx, id.NodeID, send, approverPoke) })
+	g.sessionLoops.Go(func() { g.deliver(sctx, s, send, approverPoke) })
 
 	select {
 	case err := <-recvErr:
@@ -296,27 +295,19 @@ func (g *Gateway) receive(ctx context.Context, stream nodev1.Gateway_SessionServ
 	}
 }
 
-// deliverApproverSets sends the approver-set chain again whenever it
-// changes (poked on the bus; other processes' changes reach a node at its
-// next session).
-func (g *Gateway) deliverApproverSets(ctx context.Context, nodeID string, send sender, poke <-chan struct{}) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-poke:
+// sendApproverSets sends the approver-set chain again after it changed
+// (poked on the bus; other processes' changes reach a node at its next
+// session). It reports false only when the stream is broken; a failed read
+// is logged and the chain goes out at the next change or session.
+func (g *Gateway) sendApproverSets(ctx context.Context, nodeID string, send sender) bool {
+	sets, err := g.svc.ApproverSets(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			g.cfg.Log.Error("read approver sets", "node_id", nodeID, "err", err)
 		}
-		sets, err := g.svc.ApproverSets(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				g.cfg.Log.Error("read approver sets", "node_id", nodeID, "err", err)
-			}
-			continue
-		}
-		if err := send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_ApproverSets{ApproverSets: &nodev1.ApproverSets{Sets: sets}}}); err != nil {
-			return
-		}
+		return true
 	}
+	return send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_ApproverSets{ApproverSets: &nodev1.ApproverSets{Sets: sets}}}) == nil
 }
 
 // deliver sends what the dispatcher put in the session's outbox, in
@@ -324,8 +315,10 @@ func (g *Gateway) deliverApproverSets(ctx context.Context, nodeID string, send s
 // process signed something for it) asks the dispatcher to fetch for this
 // node. When it returns it reports the session ended, after its last
 // send: what it sent that the node never reported on goes back to the
-// queue.
-func (g *Gateway) deliver(ctx context.Context, s *session, send sender) {
+// queue. It also sends the approver sets again when approverPoke says they
+// changed: one goroutine per session for both, since every goroutine is
+// memory held for each of a gateway's sessions.
+func (g *Gateway) deliver(ctx context.Context, s *session, send sender, approverPoke <-chan struct{}) {
 	busPoke, stop := g.poke.Subscribe(bus.NodeTopic(s.nodeID))
 	defer stop()
 	d := g.disp
@@ -352,6 +345,10 @@ func (g *Gateway) deliver(ctx context.Context, s *session, send sender) {
 		case <-busPoke:
 			d.wantNode(s.nodeID)
 		case <-s.out.wake:
+		case <-approverPoke:
+			if !g.sendApproverSets(ctx, s.nodeID, send) {
+				return
+			}
 		}
 	}
 }
