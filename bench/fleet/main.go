@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,6 +34,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/apikeys"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
+	"github.com/bettercompute/bettercompute/internal/commands"
 	"github.com/bettercompute/bettercompute/internal/iam"
 	"github.com/bettercompute/bettercompute/internal/store"
 )
@@ -73,6 +75,9 @@ func main() {
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "fleet: %s, %d nodes: %v\n", db, n, err)
 				restore()
+				if len(rows) > 0 {
+					printTable(rows) // what the sizes before it measured
+				}
 				os.Exit(1)
 			}
 			rows = append(rows, r)
@@ -396,14 +401,8 @@ func run(dbName string, n int, bin, self, pgDSN, simRoot string) (result, error)
 		}
 	}
 	fanStart := time.Now()
-	var fo struct {
-		Count int `json:"count"`
-	}
-	if err := cl.Call(ctx, "commands.fanout", map[string]any{"labels": map[string]string{"fleet": "bench"}, "kind": "diag.run", "ttl_seconds": 3600}, &fo); err != nil {
-		return r, fmt.Errorf("fanout: %w", err)
-	}
-	if fo.Count != n {
-		return r, fmt.Errorf("fanout addressed %d nodes, want %d", fo.Count, n)
+	if err := fanout(ctx, cl, db, n); err != nil {
+		return r, err
 	}
 	r.FanoutCreatedS = time.Since(fanStart).Seconds()
 	// Poll lightly (the state index, every 100 ms) so that measuring does
@@ -644,4 +643,58 @@ func saveHeapProfiles(dir, dbName string, oneProcess bool) {
 			_ = resp.Body.Close()
 		}
 	}
+}
+
+// fanout sends one diag.run to each of the n nodes: one commands.fanout by
+// label, or, past the API's cap of commands.MaxFanout nodes a call, one
+// call per that many node ids, one after the other (an operator reaching
+// a larger fleet does the same).
+func fanout(ctx context.Context, cl *client.Client, db *store.DB, n int) error {
+	call := func(params map[string]any) (int, error) {
+		var fo struct {
+			Count int `json:"count"`
+		}
+		params["kind"], params["ttl_seconds"] = "diag.run", 3600
+		err := cl.Call(ctx, "commands.fanout", params, &fo)
+		return fo.Count, err
+	}
+	if n <= commands.MaxFanout {
+		got, err := call(map[string]any{"labels": map[string]string{"fleet": "bench"}})
+		if err != nil {
+			return fmt.Errorf("fanout: %w", err)
+		}
+		if got != n {
+			return fmt.Errorf("fanout addressed %d nodes, want %d", got, n)
+		}
+		return nil
+	}
+	rows, err := db.QueryContext(ctx, `SELECT id FROM nodes ORDER BY id`)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	total := 0
+	for chunk := range slices.Chunk(ids, commands.MaxFanout) {
+		got, err := call(map[string]any{"node_ids": chunk})
+		if err != nil {
+			return fmt.Errorf("fanout: %w", err)
+		}
+		total += got
+	}
+	if total != n {
+		return fmt.Errorf("fanout addressed %d nodes, want %d", total, n)
+	}
+	return nil
 }
