@@ -645,10 +645,14 @@ func saveHeapProfiles(dir, dbName string, oneProcess bool) {
 	}
 }
 
+// idsPerFanout is how many node ids one commands.fanout names past the
+// cap: as many as fit the API's 64 KiB body.
+const idsPerFanout = 2500
+
 // fanout sends one diag.run to each of the n nodes: one commands.fanout by
 // label, or, past the API's cap of commands.MaxFanout nodes a call, one
-// call per that many node ids, one after the other (an operator reaching
-// a larger fleet does the same).
+// call per idsPerFanout node ids, one after the other (an operator
+// reaching a larger fleet does the same).
 func fanout(ctx context.Context, cl *client.Client, db *store.DB, n int) error {
 	call := func(params map[string]any) (int, error) {
 		var fo struct {
@@ -686,7 +690,7 @@ func fanout(ctx context.Context, cl *client.Client, db *store.DB, n int) error {
 		return err
 	}
 	total := 0
-	for chunk := range slices.Chunk(ids, commands.MaxFanout) {
+	for chunk := range slices.Chunk(ids, idsPerFanout) {
 		got, err := call(map[string]any{"node_ids": chunk})
 		if err != nil {
 			return fmt.Errorf("fanout: %w", err)
