@@ -308,6 +308,7 @@ func run(dbName string, n int, bin, self, pgDSN, simRoot string) (result, error)
 		if gw, err = start(ctx, dir, "gw", gwArgs...); err != nil {
 			return r, err
 		}
+		defer gw.Process.Kill() // a run that fails before the restart leaves none behind
 	}
 	if err := waitTCP(apiAddr, 30*time.Second); err != nil {
 		return r, err
