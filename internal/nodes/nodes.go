@@ -335,17 +335,18 @@ func (s *Service) Join(ctx context.Context, token string, csrDER []byte, name st
 			return errRefused
 		}
 		chain = [][]byte{leaf}
-		reason, err = writeJoin(ctx, tx, t.ID, nodeID, name, row, leaf, now)
-		return err
+		if reason, err = writeJoin(ctx, tx, t.ID, nodeID, name, row, leaf, now); err != nil {
+			return err
+		}
+		// The event commits with the join: one commit a join, not two
+		// (a commit waits for the disk), and no join without its event.
+		return s.events.PublishTx(ctx, tx, EventJoined, nodeID, map[string]any{"name": name})
 	})
 	if errors.Is(err, errRefused) {
 		return "", nil, s.refuse(ctx, EventJoinRefused, reason, "", map[string]any{"token_id": t.ID})
 	}
 	if err != nil {
 		return "", nil, err
-	}
-	if err := s.events.Publish(ctx, EventJoined, nodeID, map[string]any{"name": name}); err != nil {
-		s.log.Warn("publish join event", "err", err)
 	}
 	return nodeID, chain, nil
 }

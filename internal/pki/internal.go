@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -14,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -81,33 +83,106 @@ func issueInternal(caCert *x509.Certificate, caKey crypto.Signer, trustDomain st
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
 }
 
+// InternalPeerVerifier is VerifyInternalPeer for one set of internal CAs,
+// one expected identity and one usage, remembering the chains it
+// accepted: the api checks the gateway's certificate on every internal
+// call (a connection outlives a certificate's validity), and verifying
+// the chain each time was an eighth of the api's CPU during joins. A
+// remembered chain is accepted again only within the validity window of
+// every certificate of the chain it verified under; outside it, and for
+// any chain not accepted before, it verifies in full. Refusals are never
+// remembered.
+type InternalPeerVerifier struct {
+	cas   []*x509.Certificate
+	want  *url.URL
+	usage x509.ExtKeyUsage
+	mu    sync.Mutex
+	seen  map[[32]byte]validity // SHA-256 of the leaf's DER -> window
+}
+
+// validity is when a verified chain stays valid: the latest NotBefore and
+// the earliest NotAfter of its certificates.
+type validity struct{ from, until time.Time }
+
+// maxRememberedPeers bounds the memo; a full memo starts over (there are
+// as many entries as gateway certificates in use, a handful).
+const maxRememberedPeers = 64
+
+// NewInternalPeerVerifier returns a verifier of peers with identity want
+// and usage under internalCAs (fixed for its life).
+func NewInternalPeerVerifier(internalCAs []*x509.Certificate, want *url.URL, usage x509.ExtKeyUsage) *InternalPeerVerifier {
+	return &InternalPeerVerifier{cas: internalCAs, want: want, usage: usage, seen: map[[32]byte]validity{}}
+}
+
+// Verify is VerifyInternalPeer(rawCerts, v's CAs, identity and usage, now).
+func (v *InternalPeerVerifier) Verify(rawCerts [][]byte, now time.Time) error {
+	if len(rawCerts) == 0 {
+		return errors.New("pki: no peer certificate")
+	}
+	key := sha256.Sum256(rawCerts[0])
+	v.mu.Lock()
+	w, ok := v.seen[key]
+	v.mu.Unlock()
+	if ok && !now.Before(w.from) && !now.After(w.until) {
+		return nil
+	}
+	chain, err := verifyInternalPeer(rawCerts, v.cas, v.want, v.usage, now)
+	if err != nil {
+		return err
+	}
+	w = validity{from: chain[0].NotBefore, until: chain[0].NotAfter}
+	for _, c := range chain[1:] {
+		if c.NotBefore.After(w.from) {
+			w.from = c.NotBefore
+		}
+		if c.NotAfter.Before(w.until) {
+			w.until = c.NotAfter
+		}
+	}
+	v.mu.Lock()
+	if len(v.seen) >= maxRememberedPeers {
+		clear(v.seen)
+	}
+	v.seen[key] = w
+	v.mu.Unlock()
+	return nil
+}
+
 // VerifyInternalPeer checks a peer on the internal channel: the leaf
 // chains to one of the internal CAs (Bundle.InternalRoots: active, staged,
 // previous) for usage at now and its only URI SAN is want.
 func VerifyInternalPeer(rawCerts [][]byte, internalCAs []*x509.Certificate, want *url.URL, usage x509.ExtKeyUsage, now time.Time) error {
+	_, err := verifyInternalPeer(rawCerts, internalCAs, want, usage, now)
+	return err
+}
+
+// verifyInternalPeer is VerifyInternalPeer, returning the verified chain
+// (leaf first).
+func verifyInternalPeer(rawCerts [][]byte, internalCAs []*x509.Certificate, want *url.URL, usage x509.ExtKeyUsage, now time.Time) ([]*x509.Certificate, error) {
 	if len(rawCerts) == 0 {
-		return errors.New("pki: no peer certificate")
+		return nil, errors.New("pki: no peer certificate")
 	}
 	leaf, err := x509.ParseCertificate(rawCerts[0])
 	if err != nil {
-		return fmt.Errorf("pki: parse peer certificate: %w", err)
+		return nil, fmt.Errorf("pki: parse peer certificate: %w", err)
 	}
 	roots := x509.NewCertPool()
 	for _, ca := range internalCAs {
 		roots.AddCert(ca)
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
-		return fmt.Errorf("pki: peer certificate does not verify: %w", err)
+	chains, err := leaf.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}})
+	if err != nil {
+		return nil, fmt.Errorf("pki: peer certificate does not verify: %w", err)
 	}
 	// An X.509-SVID carries exactly one URI SAN, a SPIFFE ID (x509svid).
 	got, err := x509svid.IDFromCert(leaf)
 	if err != nil {
-		return fmt.Errorf("pki: peer is not %s: %w", want, err)
+		return nil, fmt.Errorf("pki: peer is not %s: %w", want, err)
 	}
 	if wantID, err := spiffeid.FromURI(want); err != nil || got != wantID {
-		return fmt.Errorf("pki: peer is not %s", want)
+		return nil, fmt.Errorf("pki: peer is not %s", want)
 	}
-	return nil
+	return chains[0], nil
 }
 
 // WriteGatewayFiles writes what a gateway process needs into dir (made

@@ -118,3 +118,46 @@ func TestVerifyInternalPeer(t *testing.T) {
 		t.Fatal("no certificate passed")
 	}
 }
+
+// An InternalPeerVerifier accepts a chain it accepted before only within
+// that chain's validity, and never accepts what VerifyInternalPeer would
+// refuse: another identity, or the same certificate once expired or not
+// yet valid.
+func TestInternalPeerVerifierRemembersWithinValidity(t *testing.T) {
+	b, kek, _ := newBundle(t)
+	caKey, err := b.InternalCAKey(kek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := IssueGatewayCert(b.InternalCA, caKey, td, nil, nil, time.Hour, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := IssueControlCert(b.InternalCA, caKey, td, nil, nil, time.Hour, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := NewInternalPeerVerifier(b.InternalRoots(), GatewaySPIFFEID(td), x509.ExtKeyUsageClientAuth)
+	now := t0.Add(time.Minute)
+	for i := 0; i < 2; i++ { // the second time from the memo
+		if err := v.Verify(gw.Certificate, now); err != nil {
+			t.Fatalf("gateway, call %d: %v", i, err)
+		}
+	}
+	if err := v.Verify(gw.Certificate, t0.Add(2*time.Hour)); err == nil {
+		t.Fatal("a remembered certificate passed after it expired")
+	}
+	if err := v.Verify(gw.Certificate, t0.Add(-24*time.Hour)); err == nil {
+		t.Fatal("a remembered certificate passed before it was valid")
+	}
+	if err := v.Verify(ctl.Certificate, now); err == nil {
+		t.Fatal("the control certificate passed as the gateway")
+	}
+	if err := v.Verify(nil, now); err == nil {
+		t.Fatal("no certificate passed")
+	}
+	other := NewInternalPeerVerifier(b.NodeRoots(), GatewaySPIFFEID(td), x509.ExtKeyUsageClientAuth)
+	if err := other.Verify(gw.Certificate, now); err == nil {
+		t.Fatal("a certificate passed under another CA")
+	}
+}

@@ -159,6 +159,7 @@ func (c *controlServer) Secret(ctx context.Context, req *internalv1.SecretReques
 // requireGateway refuses any call whose client certificate is not a
 // gateway's (the TLS layer checked the chain to the internal CA already).
 func requireGateway(td string, internalCAs []*x509.Certificate, clk clock.Clock) grpc.UnaryServerInterceptor {
+	gateways := pki.NewInternalPeerVerifier(internalCAs, pki.GatewaySPIFFEID(td), x509.ExtKeyUsageClientAuth)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		p, ok := peer.FromContext(ctx)
 		if !ok {
@@ -172,7 +173,7 @@ func requireGateway(td string, internalCAs []*x509.Certificate, clk clock.Clock)
 		for _, c := range ti.State.PeerCertificates {
 			raw = append(raw, c.Raw)
 		}
-		if err := pki.VerifyInternalPeer(raw, internalCAs, pki.GatewaySPIFFEID(td), x509.ExtKeyUsageClientAuth, clk.Now()); err != nil {
+		if err := gateways.Verify(raw, clk.Now()); err != nil {
 			return nil, status.Error(codes.Unauthenticated, string(errs.Unauthenticated))
 		}
 		return handler(ctx, req)
