@@ -2,6 +2,7 @@ package pki
 
 import (
 	"bytes"
+	"crypto/tls"
 	"crypto/x509"
 	"net"
 	"os"
@@ -79,9 +80,10 @@ func TestLoadPublicDropsSealedKeys(t *testing.T) {
 	}
 }
 
-// A peer on the internal channel is accepted only with the expected SPIFFE
-// ID, under the internal CA, for the expected usage.
-func TestVerifyInternalPeer(t *testing.T) {
+// internalPeers returns a bundle and a gateway and a control certificate
+// issued by its internal CA at t0 for an hour.
+func internalPeers(t *testing.T) (*Bundle, tls.Certificate, tls.Certificate) {
+	t.Helper()
 	b, kek, _ := newBundle(t)
 	caKey, err := b.InternalCAKey(kek)
 	if err != nil {
@@ -95,6 +97,13 @@ func TestVerifyInternalPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b, gw, ctl
+}
+
+// A peer on the internal channel is accepted only with the expected SPIFFE
+// ID, under the internal CA, for the expected usage.
+func TestVerifyInternalPeer(t *testing.T) {
+	b, gw, ctl := internalPeers(t)
 	now := t0.Add(time.Minute)
 	if err := VerifyInternalPeer(gw.Certificate, b.InternalRoots(), GatewaySPIFFEID(td), x509.ExtKeyUsageClientAuth, now); err != nil {
 		t.Fatalf("gateway as client: %v", err)
@@ -124,19 +133,7 @@ func TestVerifyInternalPeer(t *testing.T) {
 // refuse: another identity, or the same certificate once expired or not
 // yet valid.
 func TestInternalPeerVerifierRemembersWithinValidity(t *testing.T) {
-	b, kek, _ := newBundle(t)
-	caKey, err := b.InternalCAKey(kek)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := IssueGatewayCert(b.InternalCA, caKey, td, nil, nil, time.Hour, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl, err := IssueControlCert(b.InternalCA, caKey, td, nil, nil, time.Hour, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, gw, ctl := internalPeers(t)
 	v := NewInternalPeerVerifier(b.InternalRoots(), GatewaySPIFFEID(td), x509.ExtKeyUsageClientAuth)
 	now := t0.Add(time.Minute)
 	for i := 0; i < 2; i++ { // the second time from the memo
