@@ -250,7 +250,7 @@ func (g *Gateway) GRPCServer() *grpc.Server {
 		grpc.MaxSendMsgSize(nodev1.MaxMessageBytes),
 		// No read buffer of gRPC's own: TLS already buffers what it
 		// decrypted, and gRPC's 32 KiB a connection was half of a
-		// session's heap (docs/performance.md, "50,000 sessions").
+		// session's heap (docs/performance.md, "Sessions and memory").
 		grpc.ReadBufferSize(0),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
