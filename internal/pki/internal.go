@@ -130,15 +130,7 @@ func (v *InternalPeerVerifier) Verify(rawCerts [][]byte, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	w = validity{from: chain[0].NotBefore, until: chain[0].NotAfter}
-	for _, c := range chain[1:] {
-		if c.NotBefore.After(w.from) {
-			w.from = c.NotBefore
-		}
-		if c.NotAfter.Before(w.until) {
-			w.until = c.NotAfter
-		}
-	}
+	w.from, w.until = chainValidity(chain)
 	v.mu.Lock()
 	if len(v.seen) >= maxRememberedPeers {
 		clear(v.seen)
@@ -146,6 +138,22 @@ func (v *InternalPeerVerifier) Verify(rawCerts [][]byte, now time.Time) error {
 	v.seen[key] = w
 	v.mu.Unlock()
 	return nil
+}
+
+// chainValidity is when every certificate of chain is valid: the latest
+// NotBefore and the earliest NotAfter (a memo of a verified chain holds
+// only within it).
+func chainValidity(chain []*x509.Certificate) (from, until time.Time) {
+	from, until = chain[0].NotBefore, chain[0].NotAfter
+	for _, c := range chain[1:] {
+		if c.NotBefore.After(from) {
+			from = c.NotBefore
+		}
+		if c.NotAfter.Before(until) {
+			until = c.NotAfter
+		}
+	}
+	return from, until
 }
 
 // VerifyInternalPeer checks a peer on the internal channel: the leaf

@@ -91,15 +91,8 @@ func (c *WorkerChainCache) Verify(workerDER []byte, commandRoots []*x509.Certifi
 	if err != nil {
 		return nil, err
 	}
-	e := workerChainEntry{pub: append(ed25519.PublicKey(nil), pub...), notBefore: chain[0].NotBefore, notAfter: chain[0].NotAfter}
-	for _, x := range chain[1:] {
-		if x.NotBefore.After(e.notBefore) {
-			e.notBefore = x.NotBefore
-		}
-		if x.NotAfter.Before(e.notAfter) {
-			e.notAfter = x.NotAfter
-		}
-	}
+	e := workerChainEntry{pub: append(ed25519.PublicKey(nil), pub...)}
+	e.notBefore, e.notAfter = chainValidity(chain)
 	c.mu.Lock()
 	if _, ok := c.entries[key]; !ok && len(c.entries) >= c.size {
 		clear(c.entries)
