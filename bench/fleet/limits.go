@@ -13,6 +13,10 @@ import (
 // renewals' 64 connections in flight, journal writes, the Go runtime's.
 const processOwnFiles = 1024
 
+// portHeadroom is how many loopback ports beyond one a session the run
+// needs: the joins' and renewals' short connections, the baselines'.
+const portHeadroom = 4096
+
 // portRangeFile is where Linux keeps the ephemeral ports a connect may
 // pick from.
 const portRangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
@@ -57,10 +61,10 @@ func raiseLimits(n int) (restore func(), err error) {
 	if err1 != nil || err2 != nil {
 		return restore, fmt.Errorf("%s: unexpected %q", portRangeFile, old)
 	}
-	if hi-lo >= n+4096 {
+	if hi-lo >= n+portHeadroom {
 		return restore, nil
 	}
-	if n+4096 > 65535-1024 {
+	if n+portHeadroom > 65535-1024 {
 		return restore, fmt.Errorf("%d nodes need more loopback ports than one address has", n)
 	}
 	if err := os.WriteFile(portRangeFile, []byte("1024 65535"), 0o644); err != nil {
