@@ -110,8 +110,10 @@ func checkPurge(t *testing.T, e *testenv.Env, admin *client.Client, ck checkpoin
 	if _, err := admin.DeleteSandbox(ctx, live); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := e.CP.Sandboxes.PurgeCheckpoints(ctx); err != nil || n != 1 {
-		t.Fatalf("purge: %d %v, want 1", n, err)
+	// The workers' loop purges too (the delete pokes it): whichever purge
+	// marked the checkpoint has removed its object once this one returns.
+	if n, err := e.CP.Sandboxes.PurgeCheckpoints(ctx); err != nil || n > 1 {
+		t.Fatalf("purge: %d %v, want at most 1", n, err)
 	}
 	if ok, err := st.Exists(ctx, ck.Digest); err != nil || ok {
 		t.Fatalf("a deleted checkpoint nothing uses still has its object: %v %v", ok, err)

@@ -286,6 +286,8 @@ func (s *Service) dropOrphans(ctx context.Context) error {
 // checkpoints it purged. A purge never touches what a live sandbox or a
 // kept checkpoint needs; an object it could not remove is kept.
 func (s *Service) PurgeCheckpoints(ctx context.Context) (int, error) {
+	s.purging.Lock()
+	defer s.purging.Unlock()
 	if err := s.dropOrphans(ctx); err != nil {
 		return 0, err
 	}
@@ -313,8 +315,12 @@ func (s *Service) PurgeCheckpoints(ctx context.Context) (int, error) {
 		if live > 0 {
 			continue
 		}
-		if _, err := s.db.ExecContext(ctx, sqlMarkPurge, s.clk.Now().UnixMilli(), c.id); err != nil {
+		res, err := s.db.ExecContext(ctx, sqlMarkPurge, s.clk.Now().UnixMilli(), c.id)
+		if err != nil {
 			return n, fmt.Errorf("sandboxes: mark purged: %w", err)
+		}
+		if k, err := res.RowsAffected(); err != nil || k == 0 {
+			continue // another process's purge marked it first and removes its objects
 		}
 		n++
 		for _, d := range []string{c.digest, c.memory} {

@@ -129,6 +129,9 @@ type Service struct {
 	writing  sync.Map
 	// owners, when set, lets the purge drop deleted owners' checkpoints.
 	owners Owners
+	// purging runs one purge at a time in this process: a purge that
+	// returns has removed every object it marked, whoever started first.
+	purging sync.Mutex
 	// kek seals templates' environments; secrets checks their references
 	// (SetSecretEnv).
 	kek     pki.KEK
