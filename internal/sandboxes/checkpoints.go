@@ -319,7 +319,7 @@ func (s *Service) PurgeCheckpoints(ctx context.Context) (int, error) {
 		if err != nil {
 			return n, fmt.Errorf("sandboxes: mark purged: %w", err)
 		}
-		if k, err := res.RowsAffected(); err != nil || k == 0 {
+		if k, err := res.RowsAffected(); err == nil && k == 0 {
 			continue // another process's purge marked it first and removes its objects
 		}
 		n++
