@@ -34,12 +34,16 @@ type benchHello struct {
 // benchOp is one request to the client: "claim" makes N sandboxes.create
 // of Template, each timed and, with Wait, followed by an untimed exec of
 // `true` (which waits for the host to apply the claim); "noop" makes N
-// identities.whoami.
+// identities.whoami, each after an untimed exec of `true` in sandbox
+// AfterExec when it is set (the position of a claim made alone), or after
+// a pause of Pause milliseconds (a call to an idle machine).
 type benchOp struct {
-	Op       string `json:"op"`
-	N        int    `json:"n"`
-	Template string `json:"template,omitempty"`
-	Wait     bool   `json:"wait,omitempty"`
+	Op        string `json:"op"`
+	N         int    `json:"n"`
+	Template  string `json:"template,omitempty"`
+	Wait      bool   `json:"wait,omitempty"`
+	AfterExec string `json:"after_exec,omitempty"`
+	Pause     int    `json:"pause,omitempty"`
 }
 
 // benchResult is the client's answer to one op: the durations in
@@ -100,6 +104,16 @@ func benchRun(c *client.Client, op benchOp) benchResult {
 				}
 			}
 		case "noop":
+			if op.AfterExec != "" {
+				if _, err := c.Exec(ctx, op.AfterExec, []string{"true"}, 10); err != nil {
+					r.Error = err.Error()
+					return r
+				}
+			}
+			if op.Pause > 0 {
+				time.Sleep(time.Duration(op.Pause) * time.Millisecond)
+			}
+			t0 = time.Now()
 			if err := c.Call(ctx, "identities.whoami", struct{}{}, nil); err != nil {
 				r.Error = err.Error()
 				return r

@@ -159,8 +159,19 @@ func BenchmarkSandboxLatency(b *testing.B) {
 	for _, id := range claimed {
 		_, _ = admin.DeleteSandbox(ctx, id)
 	}
-	// The API's own no-op read (identities.whoami), the floor of any call.
+	// The API's own no-op read (identities.whoami), the floor of any call:
+	// back to back; each after an untimed exec, as a claim made alone
+	// follows one (the processes' caches and the machine's idle CPUs are
+	// then as a claim finds them); and each after a pause of 30 ms, a call
+	// to an idle machine.
 	noop, _ = bc.do(b, benchOp{Op: "noop", N: n})
+	x, err = admin.CreateSandbox(ctx, "", "cold")
+	if err != nil {
+		b.Fatal(err)
+	}
+	noopExec, _ := bc.do(b, benchOp{Op: "noop", N: n, AfterExec: x.ID})
+	_, _ = admin.DeleteSandbox(ctx, x.ID)
+	noopIdle, _ := bc.do(b, benchOp{Op: "noop", N: n, Pause: 30})
 	b.StopTimer()
 	report := func(name string, d []time.Duration) {
 		med, p99 := pct(d, 50), pct(d, 99)
@@ -173,6 +184,8 @@ func BenchmarkSandboxLatency(b *testing.B) {
 	report("create-warm", warm)
 	report("create-warm-burst", burst)
 	report("api-noop-read", noop)
+	report("api-noop-after-exec", noopExec)
+	report("api-noop-after-pause", noopIdle)
 	report("raw-runc-exec", rawExec)
 	report("exec-roundtrip", execRT)
 	if out, err := exec.Command(bin, "--version").Output(); err == nil {
