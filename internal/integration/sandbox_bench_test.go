@@ -29,7 +29,9 @@ import (
 // 100) of each: a cold sandboxes.create through the whole system (API,
 // signing, gateway, bcd verification, image cache, bundle, runc), a
 // create claiming a warm sandbox (beside the API's own no-op read,
-// identities.whoami), and an exec round trip (echo), each
+// identities.whoami, in the same position: after an exec when the claim
+// is made alone, back to back beside claims back to back; and after a
+// pause, a call to an idle machine), and an exec round trip (echo), each
 // beside the raw runtime doing the same on the same image in the same run
 // (the bundle, overlay and `runc run -d`; `runc exec`). Run it with
 // bench/sandbox/run; it reports medians and p99s in milliseconds.
