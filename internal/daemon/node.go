@@ -34,6 +34,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
+	"github.com/bettercompute/bettercompute/internal/tickets/spentfile"
 )
 
 // Version is reported in Hello.
@@ -279,6 +280,13 @@ func load(cfg Config) (*Node, error) {
 	if err := j.CompactErr(); err != nil {
 		cfg.Log.Warn("journal not compacted, data folder not writable", "err", err)
 	}
+	spent, err := spentfile.Open(filepath.Join(cfg.DataDir, spentFile), cfg.Clock, MaxSpentTickets)
+	if err != nil {
+		return nil, err
+	}
+	if err := spent.CompactErr(); err != nil {
+		cfg.Log.Warn("spent tickets not compacted, data folder not writable", "err", err)
+	}
 	if cfg.Gateway == "" {
 		cfg.Gateway = rec.Gateway
 	}
@@ -287,7 +295,7 @@ func load(cfg Config) (*Node, error) {
 		verify: &Verifier{NodeID: rec.NodeID, Role: nid.Role, TrustDomain: tb.TrustDomain, CommandRoots: roots,
 			Deployment: tb.Deployment, Approvers: ap.current, WorkerChains: cfg.WorkerChains, CurrentRoots: pinned.commandRoots}, reports: newReports(), hev: newHelperEvents(), outbox: newOutbox(cfg.ResendAfter),
 		pacing: pacing{clock: clock.Real{}, jitter: fullJitter}, seen: j.Seen,
-		tunnels: newTunnels(cfg, time.UnixMilli(max(st.HighestServerTimeMS, cfg.Clock.Now().UnixMilli())))}, nil
+		tunnels: newTunnels(cfg, spent, time.UnixMilli(max(st.HighestServerTimeMS, cfg.Clock.Now().UnixMilli())))}, nil
 }
 
 // failInterrupted reports (and journals) every command a crash

@@ -20,6 +20,9 @@ const (
 	identityFile = "identity.json" // the node key and its current certificate chain
 	stateFile    = "state.json"    // the highest signed time statement accepted
 	journalFile  = "journal.log"
+	// spentFile holds the tunnel, exec and preview tickets' jtis this
+	// node accepted, so a restart refuses them as spent (spentfile).
+	spentFile = "tickets-spent.jsonl"
 )
 
 // JoinRecord is what bcd keeps from its join: its node id, and the trust

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
 	"github.com/bettercompute/bettercompute/internal/tickets"
+	"github.com/bettercompute/bettercompute/internal/tickets/spentfile"
 )
 
 // DefaultTunnelPorts is the tunnel allow list of a node configured with
@@ -32,16 +33,17 @@ const MaxSpentTickets = 10000
 const tunnelDialTimeout = 5 * time.Second
 
 // ReasonTicketBeforeStart: the ticket was issued before this bcd process
-// started. The node's spent store is in memory, so a ticket spent by the
-// process before a restart would pass again; refusing tickets older than
-// the process closes that replay (a client whose ticket raced a restart
-// asks for a new one).
+// started, by the node's clock as it stood then. The spent store outlives
+// the process (spentfile), so this is a second line: a ticket spent
+// before a restart is refused as spent whatever the clock; one issued
+// before it and never used is refused here (a client whose ticket raced a
+// restart asks for a new one).
 const ReasonTicketBeforeStart = "ticket-before-start"
 
 // tunnels is the node's side of tunnels: its allow list and spent jtis.
 type tunnels struct {
 	ports   []uint32
-	spent   *tickets.Memory
+	spent   *spentfile.Store
 	started time.Time // by the node's signed-time-corrected clock
 	wg      sync.WaitGroup
 }
@@ -218,14 +220,14 @@ func pumpTunnel(stream nodev1.Gateway_TunnelClient, local halfCloser, cancel con
 }
 
 // newTunnels is the node's tunnel state: cfg's allow list (or the
-// default) and an empty spent store; tickets issued before started are
-// refused.
-func newTunnels(cfg Config, started time.Time) *tunnels {
+// default) and the spent store read back from the data folder; tickets
+// issued before started are refused.
+func newTunnels(cfg Config, spent *spentfile.Store, started time.Time) *tunnels {
 	ports := cfg.TunnelPorts
 	if ports == nil {
 		ports = DefaultTunnelPorts
 	}
-	return &tunnels{ports: ports, spent: tickets.NewMemory(cfg.Clock, MaxSpentTickets), started: started}
+	return &tunnels{ports: ports, spent: spent, started: started}
 }
 
 // ParseTunnelPorts checks a tunnel allow list given as flag (for errors):

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/pki"
@@ -30,13 +31,19 @@ type rogueGateway struct {
 	opens  chan *nodev1.TunnelOpen
 	hellos chan *nodev1.TunnelHello
 	up     chan struct{}
+	// timeOf, when set, gives the signed time its Welcome carries.
+	timeOf func() *nodev1.SignedTimeStatement
 }
 
 func (g *rogueGateway) Session(s nodev1.Gateway_SessionServer) error {
 	if _, err := s.Recv(); err != nil {
 		return err
 	}
-	if err := s.Send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Welcome{Welcome: &nodev1.Welcome{SessionId: "rogue"}}}); err != nil {
+	w := &nodev1.Welcome{SessionId: "rogue"}
+	if g.timeOf != nil {
+		w.Time = g.timeOf()
+	}
+	if err := s.Send(&nodev1.ServerMessage{Msg: &nodev1.ServerMessage_Welcome{Welcome: w}}); err != nil {
 		return err
 	}
 	g.up <- struct{}{}
@@ -187,6 +194,90 @@ func TestNodeVerifiesTunnelTicketsItself(t *testing.T) {
 		select {
 		case s := <-got:
 			t.Fatalf("a refused ticket reached the port: %q", s)
+		default:
+		}
+	})
+}
+
+// slowClock is a node clock running by behind the control plane's.
+type slowClock struct {
+	clock.Clock
+	by time.Duration
+}
+
+func (c slowClock) Now() time.Time { return c.Clock.Now().Add(-c.by) }
+
+// TestSpentTicketRefusedAfterRestart: a ticket a node accepted is refused
+// as spent by the next bcd process on the same data folder, also on a node
+// whose clock is minutes slow (the signed time in the gateway's Welcome
+// corrects it, but the process's start was taken on the slow clock, so the
+// ticket-before-start check alone let the ticket through again).
+func TestSpentTicketRefusedAfterRestart(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lis.Close()
+		port := uint32(lis.Addr().(*net.TCPAddr).Port)
+		got := make(chan string, 8)
+		go func() {
+			for {
+				c, err := lis.Accept()
+				if err != nil {
+					return
+				}
+				b, _ := io.ReadAll(c)
+				got <- string(b)
+				c.Close()
+			}
+		}()
+		g := &rogueGateway{opens: make(chan *nodev1.TunnelOpen), hellos: make(chan *nodev1.TunnelHello), up: make(chan struct{}, 1),
+			timeOf: func() *nodev1.SignedTimeStatement {
+				st, err := e.CP.Signer.SignTime(context.Background())
+				if err != nil {
+					t.Error(err)
+				}
+				return st
+			}}
+		cfg := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{gatewayCert(t, e.Bundle, e.KEK, e.Bundle.TrustDomain)}, ClientAuth: tls.RequestClientCert}
+		addr, _ := serve(t, cfg, g, false)
+		joined := e.Join(t, pki.RoleNode, "")
+		joined.Close()
+		slow := func(c *daemon.Config) {
+			c.TunnelPorts, c.Clock = []uint32{port}, slowClock{Clock: e.Clock, by: 3 * time.Minute}
+		}
+		n := e.OpenNodeAtWith(t, joined.Dir, "", addr, slow)
+		n.Start(t)
+		<-g.up
+		now := e.Clock.Now()
+		st, err := e.CP.Signer.SignTicket(context.Background(), &nodev1.TicketBody{Jti: ids.New("j"), NodeId: n.NodeID(), Port: port,
+			Action: tickets.ActionNodeTunnel, TenantId: "root", Caller: "x", IssuedAtMs: now.UnixMilli(), ExpiresAtMs: now.Add(time.Minute).UnixMilli()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ask := func() string {
+			id := ids.New("tun")
+			g.opens <- &nodev1.TunnelOpen{TunnelId: id, Ticket: st}
+			return (<-g.hellos).GetRefused()
+		}
+		if r := ask(); r != "" {
+			t.Fatalf("first use refused: %s", r)
+		}
+		if s := <-got; s != "ping" {
+			t.Fatalf("the port got %q", s)
+		}
+		n.Stop()
+		n = e.OpenNodeAtWith(t, joined.Dir, "", addr, slow)
+		n.Start(t)
+		<-g.up
+		if r := ask(); r != string(tickets.ReasonSpent) {
+			t.Fatalf("the ticket again after a restart: refused %q, want %q", r, tickets.ReasonSpent)
+		}
+		select {
+		case s := <-got:
+			t.Fatalf("the replayed ticket reached the port: %q", s)
 		default:
 		}
 	})

@@ -73,6 +73,18 @@ func (m *Memory) Len() int {
 	return len(m.until)
 }
 
+// Each calls fn with every jti held that is not past its keeping time,
+// and the expiry it was spent with (a store that persists them,
+// spentfile, writes them out with it). fn must not call m.
+func (m *Memory) Each(fn func(jti string, expires time.Time)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dropExpired(m.clk.Now())
+	for jti, until := range m.until {
+		fn(jti, until.Add(-Retention))
+	}
+}
+
 // dropExpired forgets every jti kept until before now. m.mu is held.
 func (m *Memory) dropExpired(now time.Time) {
 	for m.order.Len() > 0 && m.order[0].until.Before(now) {
