@@ -245,11 +245,16 @@ func (s *Server) resolve(q *call) (string, error) {
 	tenant, err := resolve(q.ctx, t.ID)
 	switch {
 	case errs.CodeOf(err) == errs.NotFound:
+		if !c.Root() {
+			// The tenant-tree read another tenant's resource costs (reaches),
+			// made for a missing one too: the two take the same time.
+			s.reaches(q.ctx, c, "")
+		}
 		return "", s.missing(q)
 	case err != nil:
 		return "", err
 	case !c.Root() && tenant != c.HomeTenant && !s.reaches(q.ctx, c, tenant):
-		s.recordDenial(q.ctx, c, q.m, t, "other-tenant")
+		s.outOfReach(q, "other-tenant")
 		return "", denied(c, q.m.Action, t)
 	}
 	return tenant, nil
@@ -263,8 +268,22 @@ func (s *Server) missing(q *call) error {
 	if c.Root() {
 		return errs.New(errs.NotFound, t.Kind+" not found")
 	}
-	s.recordDenial(q.ctx, c, q.m, t, "not-found")
+	s.outOfReach(q, "not-found")
 	return denied(c, q.m.Action, t)
+}
+
+// ReasonOutOfReach is the reason the audit row of a denial gives for a
+// resource that is missing or another tenant's: the caller's tenant reads
+// its own audit log, so the row must not say which (an existence oracle);
+// the operator's log does.
+const ReasonOutOfReach = "out-of-reach"
+
+// outOfReach records the denial of a call whose resource is missing or
+// another tenant's (why): one reason in the caller's audit log, why in the
+// operator's.
+func (s *Server) outOfReach(q *call, why string) {
+	s.deps.Log.Info("resource out of reach", "request_id", q.c.RequestID, "resource", q.target.Kind+"/"+q.target.ID, "why", why)
+	s.recordDenial(q.ctx, q.c, q.m, q.target, ReasonOutOfReach)
 }
 
 // decide is the fifth stage: IAM decides the method's action on the

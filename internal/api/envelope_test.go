@@ -310,6 +310,47 @@ func TestNoExistenceOracle(t *testing.T) {
 	})
 }
 
+// TestNoExistenceOracleInAuditLog: the denial rows a tenant's own audit
+// log holds for another tenant's node and for a node that does not exist
+// are alike (reason out-of-reach): the log the tenant reads does not say
+// which of the two its probe hit.
+func TestNoExistenceOracleInAuditLog(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		ctx := context.Background()
+		tenantA, adminA := e.TenantAdmin(t, "tenant-a")
+		tenantB, _ := e.TenantAdmin(t, "tenant-b")
+		if _, err := db.ExecContext(ctx, `INSERT INTO nodes (id, tenant_id, name, role, created_at) VALUES ('nbbbbbbbbbbbbbbbb', $1, 'b-node', 'node', 0)`, tenantB); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"nbbbbbbbbbbbbbbbb", "nzzzzzzzzzzzzzzzz"} {
+			expectCode(t, do(t, e, "POST", "/api/v1/nodes.get", clientKey(t, adminA), nil, `{"id":"`+id+`"}`), 403, "ACCESS_DENIED")
+		}
+		rows, err := db.QueryContext(ctx, `SELECT resource, details FROM audit_events WHERE tenant_id = $1 AND action = 'compute:nodes:get' AND outcome = 'denied' ORDER BY resource`, tenantA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		got := map[string]string{}
+		for rows.Next() {
+			var res, details string
+			if err := rows.Scan(&res, &details); err != nil {
+				t.Fatal(err)
+			}
+			got[res] = details
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		want := `{"reason":"` + api.ReasonOutOfReach + `"}`
+		for _, res := range []string{"node/nbbbbbbbbbbbbbbbb", "node/nzzzzzzzzzzzzzzzz"} {
+			if got[res] != want {
+				t.Errorf("tenant A's audit row for %s: details %q, want %q (rows %v)", res, got[res], want, got)
+			}
+		}
+	})
+}
+
 func clientKey(t *testing.T, c *client.Client) string {
 	t.Helper()
 	k := c.Key()
