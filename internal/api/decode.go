@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
@@ -161,13 +162,17 @@ func isBytes(t reflect.Type) bool {
 	return t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8
 }
 
-// Decode strictly decodes a JSON object into v: duplicate keys, unknown
-// fields (names match exactly, never case-insensitively), wrong types,
-// values outside a field's limits and trailing data are INVALID_INPUT
-// naming the field by its JSON path.
+// Decode strictly decodes a JSON object into v: bytes that are not UTF-8
+// (which Go's decoder would turn into U+FFFD unseen), duplicate keys,
+// unknown fields (names match exactly, never case-insensitively), wrong
+// types, values outside a field's limits and trailing data are
+// INVALID_INPUT naming the field by its JSON path.
 func Decode(raw []byte, v any) error {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
 		return errs.New(errs.InvalidInput, "the body must be a JSON object")
+	}
+	if !utf8.Valid(raw) {
+		return errs.New(errs.InvalidInput, "the body is not valid UTF-8")
 	}
 	if err := checkDuplicateKeys(raw); err != nil {
 		return err

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/bettercompute/bettercompute/internal/api/apitypes"
 	"github.com/bettercompute/bettercompute/internal/errs"
@@ -30,7 +31,7 @@ func FuzzDecodeStrict(f *testing.F) {
 		`{"NAME":"a"}`, `{"name":"a","Name":"b"}`, `{"Tenant_ID":"x"}`, `{"tenant_id":"root"}`,
 		`{"count":71}`, `{"count":-4}`, `{"count":1.5}`, `{"count":18446744073709551616}`,
 		`{"inner":{"N":1}}`, `{"inner":{"n":256}}`, `{"tags":["a","b","c","d"]}`, `{"labels":{"long":"v"}}`,
-		`{"name":"\u00e9\u00e9\u00e9\u00e9\u00e9"}`, `{"name":null}`, `{}`,
+		`{"name":"\u00e9\u00e9\u00e9\u00e9\u00e9"}`, `{"name":null}`, `{}`, "{\"name\":\"\xff\"}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -38,6 +39,9 @@ func FuzzDecodeStrict(f *testing.F) {
 		var in fuzzIn
 		if err := Decode(raw, &in); err != nil {
 			return
+		}
+		if !utf8.Valid(raw) {
+			t.Fatalf("accepted %q, not UTF-8", raw)
 		}
 		var top map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &top); err != nil {
@@ -76,6 +80,19 @@ func FuzzDecodeStrict(f *testing.F) {
 	})
 }
 
+// TestDecodeRefusesInvalidUTF8: a body with bytes that are not UTF-8 is
+// INVALID_INPUT, in a value or a key, never stored as U+FFFD (which Go's
+// decoder makes of them).
+func TestDecodeRefusesInvalidUTF8(t *testing.T) {
+	for _, raw := range []string{"{\"name\":\"\xff\"}", "{\"tenant_id\":\"\xff\xfe\"}", "{\"tags\":[\"a\xc3\"]}", "{\"\xffname\":\"a\"}"} {
+		var in fuzzIn
+		err := Decode([]byte(raw), &in)
+		if errs.CodeOf(err) != errs.InvalidInput || errs.SafeMessage(err) != "the body is not valid UTF-8" {
+			t.Errorf("%q: %v, want INVALID_INPUT the body is not valid UTF-8", raw, err)
+		}
+	}
+}
+
 // TestDecodeRefusesBadBase64: a []byte field takes only what encoding/json
 // decodes (standard, padded base64); anything else is INVALID_INPUT naming
 // the field, never the internal error of a decode that checks disagreed
@@ -89,10 +106,14 @@ func TestDecodeRefusesBadBase64(t *testing.T) {
 	if err := Decode([]byte(`{"sig":"AQ=="}`), &v); err != nil || len(v.Sig) != 1 {
 		t.Fatalf("valid base64: %v %v", v.Sig, err)
 	}
-	for _, body := range []string{`{"sig":"A\u00ebQ=="}`, "{\"sig\":\"A\xeb\xebQ==\"}", `{"sig":"AQ"}`, `{"sig":"A-_="}`} {
+	for _, body := range []string{`{"sig":"A\u00ebQ=="}`, `{"sig":"AQ"}`, `{"sig":"A-_="}`} {
 		err := Decode([]byte(body), &v)
 		if errs.CodeOf(err) != errs.InvalidInput || err.Error() != `INVALID_INPUT: field "sig": not base64 (standard alphabet, padded)` {
 			t.Errorf("%q: %v, want INVALID_INPUT naming sig", body, err)
 		}
+	}
+	// Bytes that are not UTF-8 are refused before any field is read.
+	if err := Decode([]byte("{\"sig\":\"A\xeb\xebQ==\"}"), &v); errs.CodeOf(err) != errs.InvalidInput || err.Error() != "INVALID_INPUT: the body is not valid UTF-8" {
+		t.Errorf("raw bytes in sig: %v, want INVALID_INPUT the body is not valid UTF-8", err)
 	}
 }

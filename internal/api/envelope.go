@@ -230,6 +230,12 @@ func (s *Server) scope(q *call) error {
 			return err
 		}
 	}
+	if len(q.chain) == 0 && c.Root() {
+		// Only root reaches here with a tenant that does not exist (the
+		// pre-check denied anyone else one outside its reach): as for its
+		// missing resources, it is told so.
+		return errs.New(errs.NotFound, "tenant not found")
+	}
 	return actingState(c, q.chain, q.m.Mutates)
 }
 

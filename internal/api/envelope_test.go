@@ -351,6 +351,28 @@ func TestNoExistenceOracleInAuditLog(t *testing.T) {
 	})
 }
 
+// TestRootNamingMissingTenant: a root caller naming a tenant that does not
+// exist is told NOT_FOUND (as for its missing resources), with no denial
+// row; a tenant's caller naming it still gets the one denial.
+func TestRootNamingMissingTenant(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		e := testenv.Start(t, db, testenv.Options{})
+		_, adminA := e.TenantAdmin(t, "tenant-a")
+		for _, m := range []string{"nodes.list", "sandboxes.list", "templates.list"} {
+			r := do(t, e, "POST", "/api/v1/"+m, clientKey(t, e.Client), nil, `{"tenant_id":"tnope"}`)
+			expectCode(t, r, 404, "NOT_FOUND")
+			if !strings.Contains(string(r.body), `"message":"tenant not found"`) {
+				t.Errorf("%s: %s, want the message tenant not found", m, r.body)
+			}
+			expectCode(t, do(t, e, "POST", "/api/v1/"+m, clientKey(t, adminA), nil, `{"tenant_id":"tnope"}`), 403, "ACCESS_DENIED")
+		}
+		var n int
+		if err := db.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM audit_events WHERE tenant_id = 'root' AND outcome = 'denied'`).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("root's denial rows: %d (%v), want none", n, err)
+		}
+	})
+}
+
 func clientKey(t *testing.T, c *client.Client) string {
 	t.Helper()
 	k := c.Key()
