@@ -7,13 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/bettercompute/bettercompute/internal/jsonstrict"
 	"io"
 	"math"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
@@ -171,10 +171,7 @@ func Decode(raw []byte, v any) error {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
 		return errs.New(errs.InvalidInput, "the body must be a JSON object")
 	}
-	if !utf8.Valid(raw) {
-		return errs.New(errs.InvalidInput, "the body is not valid UTF-8")
-	}
-	if err := checkDuplicateKeys(raw); err != nil {
+	if err := jsonstrict.Check(raw, "body"); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -478,60 +475,6 @@ func LimitProblems(t reflect.Type) []string {
 	walk(t, "", bounds{}, "")
 	slices.Sort(out)
 	return out
-}
-
-// checkDuplicateKeys walks raw and refuses an object with a key twice.
-func checkDuplicateKeys(raw []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	type frame struct {
-		obj    bool
-		keys   map[string]bool
-		expect bool // the next string token in an object is a key
-	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return errs.New(errs.InvalidInput, "the body is not valid JSON")
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if top != nil && top.obj && top.expect {
-			if k, ok := tok.(string); ok {
-				if top.keys[k] {
-					return errs.New(errs.InvalidInput, fmt.Sprintf("duplicate key %q", k))
-				}
-				top.keys[k] = true
-				top.expect = false
-				continue
-			}
-		}
-		switch d := tok.(type) {
-		case json.Delim:
-			switch d {
-			case '{', '[':
-				if len(stack) >= 64 {
-					return errs.New(errs.InvalidInput, "the body nests too deeply")
-				}
-				if top != nil && top.obj {
-					top.expect = true
-				}
-				stack = append(stack, &frame{obj: d == '{', keys: map[string]bool{}, expect: d == '{'})
-			case '}', ']':
-				stack = stack[:len(stack)-1]
-			}
-		default:
-			if top != nil && top.obj {
-				top.expect = true
-			}
-		}
-	}
 }
 
 // NumberBound is one integer field of an input type: its JSON path (each

@@ -22,7 +22,9 @@ package mcpgate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -32,6 +34,7 @@ import (
 	"github.com/bettercompute/bettercompute/internal/buildinfo"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/jsonstrict"
 )
 
 // MaxInFlight is how many tool calls one caller may have in flight.
@@ -105,10 +108,58 @@ const instructions = "Better Compute: fleet nodes, signed commands, sandboxes an
 // handler is one tool's work with its typed input.
 type handler[In any] func(ctx context.Context, api *client.Client, in In) (any, error)
 
+// argsChecks are each tool's check of its raw arguments (decodeArgs),
+// by tool name; a server's map is filled as its tools are added, before
+// it serves.
+type argsChecks map[string]func(json.RawMessage) error
+
+// strictArguments refuses a tools/call whose arguments its tool's check
+// refuses, before the SDK decodes them: the SDK would take the last of
+// duplicate keys, keep bytes that are not UTF-8 as U+FFFD, and answer a
+// number out of range with Go's own error, which names Go types.
+func strictArguments(checks argsChecks) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if r, ok := req.(*mcp.CallToolRequest); ok && method == "tools/call" && r.Params != nil && len(r.Params.Arguments) > 0 {
+				if check := checks[r.Params.Name]; check != nil {
+					if err := check(r.Params.Arguments); err != nil {
+						var res mcp.CallToolResult
+						res.SetError(err)
+						return &res, nil
+					}
+				}
+			}
+			return next(ctx, method, req)
+		}
+	}
+}
+
+// decodeArgs checks raw as In's arguments: strictly JSON (jsonstrict) and
+// of the fields' types and ranges, each refusal INVALID_INPUT naming the
+// field by its JSON name, never a Go type.
+func decodeArgs[In any](raw json.RawMessage) error {
+	if err := jsonstrict.Check(raw, "arguments"); err != nil {
+		return err
+	}
+	var in In
+	err := json.Unmarshal(raw, &in)
+	var te *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &te) && te.Field != "":
+		return errs.New(errs.InvalidInput, fmt.Sprintf("field %q: wrong type or out of range", te.Field))
+	default:
+		return errs.New(errs.InvalidInput, "the arguments must be a JSON object of the tool's fields")
+	}
+}
+
 // addTool registers a tool whose calls are checked, limited and scrubbed
-// alike: the input is validated first (check), then the call takes an
+// alike: the raw arguments are checked first (decodeArgs, through
+// checks), then the input is validated (check), then the call takes an
 // in-flight slot of its caller or is refused, then the API is called.
-func addTool[In any](g *Gate, s *mcp.Server, resolve resolver, t *mcp.Tool, check func(In) error, h handler[In]) {
+func addTool[In any](g *Gate, s *mcp.Server, checks argsChecks, resolve resolver, t *mcp.Tool, check func(In) error, h handler[In]) {
+	checks[t.Name] = decodeArgs[In]
 	mcp.AddTool(s, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
 		if err := check(in); err != nil {
 			return nil, nil, err

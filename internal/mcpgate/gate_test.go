@@ -87,7 +87,7 @@ func startStdio(t *testing.T, g *Gate, fake http.Handler) *mcp.ClientSession {
 }
 
 // call calls a tool and returns its text and whether it is a tool error.
-func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) (string, bool) {
+func call(t *testing.T, cs *mcp.ClientSession, tool string, args any) (string, bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
 	defer cancel()

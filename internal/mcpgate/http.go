@@ -106,7 +106,9 @@ type requestCallerKey struct{}
 // serverWith is server with a shared schema cache.
 func (g *Gate) serverWith(cache *mcp.SchemaCache, resolve resolver) *mcp.Server {
 	s := mcp.NewServer(implementation(), &mcp.ServerOptions{Instructions: instructions, SchemaCache: cache})
-	g.addTools(s, resolve)
+	checks := argsChecks{}
+	g.addTools(s, checks, resolve)
+	s.AddReceivingMiddleware(strictArguments(checks))
 	return s
 }
 

@@ -2,6 +2,7 @@ package mcpgate
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
@@ -191,5 +192,33 @@ func TestConfirmationGoesToThePerson(t *testing.T) {
 	fake.mu.Unlock()
 	if text, _ := call(t, cs, ToolDeleteSandbox, map[string]any{"sandbox_id": goodSandbox}); text != "NOT_FOUND: no such sandbox (request req_test)" {
 		t.Fatalf("NOT_FOUND answered %q", text)
+	}
+}
+
+// TestArgumentsDecodeStrictly: a tool's arguments with a key twice, or a
+// number its field cannot hold, are refused INVALID_INPUT naming the key
+// or field by its JSON name (never a Go type, as the SDK's own decoding
+// error would), before anything reaches the API, as the API refuses such
+// a body.
+func TestArgumentsDecodeStrictly(t *testing.T) {
+	fake := &fakeAPI{answer: finalAnswers}
+	cs := startStdio(t, New(Options{}), fake)
+	for _, c := range []struct {
+		tool string
+		args json.RawMessage
+		want string
+	}{
+		{ToolListAuditEvents, json.RawMessage(`{"limit":1e20}`), `INVALID_INPUT: field "limit": wrong type or out of range`},
+		{ToolListAuditEvents, json.RawMessage(`{"since":"x"}`), `INVALID_INPUT: field "since": wrong type or out of range`},
+		{ToolListNodes, json.RawMessage(`{"tenant_id":"root","tenant_id":"tbbbbbbbbbbbbbbbb"}`), `INVALID_INPUT: duplicate key "tenant_id"`},
+		{ToolRunCommand, json.RawMessage(`{"node_id":"` + goodNode + `","kind":"node.ping","payload":{"a":1,"a":2}}`), `INVALID_INPUT: duplicate key "a"`},
+	} {
+		text, isErr := call(t, cs, c.tool, c.args)
+		if !isErr || text != c.want {
+			t.Errorf("%s %s: %q (error %v), want %q", c.tool, c.args, text, isErr, c.want)
+		}
+	}
+	if got := fake.methods(); len(got) != 0 {
+		t.Fatalf("refused arguments reached the API: %v", got)
 	}
 }
