@@ -3,7 +3,6 @@ package daemon_test
 import (
 	"context"
 	"crypto/tls"
-	"io"
 	"net"
 	"strconv"
 	"sync/atomic"
@@ -50,24 +49,8 @@ func (d *dialDriver) DialSandbox(ctx context.Context, sandboxID string, port uin
 func TestNodeVerifiesPreviewTicketsItself(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		e := testenv.Start(t, db, testenv.Options{})
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lis.Close()
-		port := uint32(lis.Addr().(*net.TCPAddr).Port)
-		got := make(chan string, 8)
-		go func() {
-			for {
-				c, err := lis.Accept()
-				if err != nil {
-					return
-				}
-				b, _ := io.ReadAll(c)
-				got <- string(b)
-				c.Close()
-			}
-		}()
+		// The node's allowed port has a listener that records what it gets.
+		port, got := recordingListener(t)
 		g := &rogueGateway{opens: make(chan *nodev1.TunnelOpen), hellos: make(chan *nodev1.TunnelHello), up: make(chan struct{}, 1)}
 		cfg := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{gatewayCert(t, e.Bundle, e.KEK, e.Bundle.TrustDomain)}, ClientAuth: tls.RequestClientCert}
 		addr, _ := serve(t, cfg, g, false)
@@ -78,7 +61,7 @@ func TestNodeVerifiesPreviewTicketsItself(t *testing.T) {
 			// The node tunnel allow list holds another port: a preview
 			// never goes through it.
 			c.TunnelPorts = []uint32{22}
-			dd = &dialDriver{Driver: c.Driver, addr: lis.Addr().String()}
+			dd = &dialDriver{Driver: c.Driver, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port)))}
 			c.Driver = dd
 		})
 		n.Start(t)

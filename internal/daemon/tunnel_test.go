@@ -84,24 +84,7 @@ func TestNodeVerifiesTunnelTicketsItself(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		e := testenv.Start(t, db, testenv.Options{})
 		// The node's allowed port has a listener that records what it gets.
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lis.Close()
-		port := uint32(lis.Addr().(*net.TCPAddr).Port)
-		got := make(chan string, 8)
-		go func() {
-			for {
-				c, err := lis.Accept()
-				if err != nil {
-					return
-				}
-				b, _ := io.ReadAll(c)
-				got <- string(b)
-				c.Close()
-			}
-		}()
+		port, got := recordingListener(t)
 		g := &rogueGateway{opens: make(chan *nodev1.TunnelOpen), hellos: make(chan *nodev1.TunnelHello), up: make(chan struct{}, 1)}
 		cfg := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{gatewayCert(t, e.Bundle, e.KEK, e.Bundle.TrustDomain)}, ClientAuth: tls.RequestClientCert}
 		addr, _ := serve(t, cfg, g, false)
@@ -199,6 +182,30 @@ func TestNodeVerifiesTunnelTicketsItself(t *testing.T) {
 	})
 }
 
+// recordingListener listens on a loopback port, closed at the test's end,
+// and hands each connection's bytes (read to EOF) to got.
+func recordingListener(t *testing.T) (port uint32, got chan string) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	got = make(chan string, 8)
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			b, _ := io.ReadAll(c)
+			got <- string(b)
+			c.Close()
+		}
+	}()
+	return uint32(lis.Addr().(*net.TCPAddr).Port), got
+}
+
 // slowClock is a node clock running by behind the control plane's.
 type slowClock struct {
 	clock.Clock
@@ -215,24 +222,8 @@ func (c slowClock) Now() time.Time { return c.Clock.Now().Add(-c.by) }
 func TestSpentTicketRefusedAfterRestart(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		e := testenv.Start(t, db, testenv.Options{})
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lis.Close()
-		port := uint32(lis.Addr().(*net.TCPAddr).Port)
-		got := make(chan string, 8)
-		go func() {
-			for {
-				c, err := lis.Accept()
-				if err != nil {
-					return
-				}
-				b, _ := io.ReadAll(c)
-				got <- string(b)
-				c.Close()
-			}
-		}()
+		// The node's allowed port has a listener that records what it gets.
+		port, got := recordingListener(t)
 		g := &rogueGateway{opens: make(chan *nodev1.TunnelOpen), hellos: make(chan *nodev1.TunnelHello), up: make(chan struct{}, 1),
 			timeOf: func() *nodev1.SignedTimeStatement {
 				st, err := e.CP.Signer.SignTime(context.Background())

@@ -26,6 +26,16 @@ func open(t *testing.T, path string, clk clock.Clock, capacity int) *spentfile.S
 	return s
 }
 
+// wantSpent checks that s refuses each of jtis as spent.
+func wantSpent(t *testing.T, s *spentfile.Store, exp time.Time, jtis ...string) {
+	t.Helper()
+	for _, jti := range jtis {
+		if err := s.Spend(context.Background(), jti, exp); !errors.Is(err, tickets.ErrSpent) {
+			t.Fatalf("%s after reopen: %v, want ErrSpent", jti, err)
+		}
+	}
+}
+
 // TestSpentSurvivesReopen: a jti spent by one store is refused as spent by
 // the next store opened on the same file (a bcd restart), whatever the
 // clock, until its keeping time has passed; the file is 0600.
@@ -83,12 +93,7 @@ func TestTornLineIgnored(t *testing.T) {
 	if err := s.Spend(ctx, "tk_b", exp); err != nil {
 		t.Fatalf("tk_b (torn, never honoured): %v", err)
 	}
-	s = open(t, path, clk, 0)
-	for _, jti := range []string{"tk_a", "tk_b"} {
-		if err := s.Spend(ctx, jti, exp); !errors.Is(err, tickets.ErrSpent) {
-			t.Fatalf("%s after the second open: %v, want ErrSpent", jti, err)
-		}
-	}
+	wantSpent(t, open(t, path, clk, 0), exp, "tk_a", "tk_b")
 }
 
 // TestUnwritableRefusesThenRewrites: a spend that cannot be written is an
@@ -120,12 +125,7 @@ func TestUnwritableRefusesThenRewrites(t *testing.T) {
 	if err := s.Spend(ctx, "tk_b", exp); err != nil {
 		t.Fatalf("spend with the folder back: %v", err)
 	}
-	s = open(t, path, clk, 0)
-	for _, jti := range []string{"tk_a", "tk_b"} {
-		if err := s.Spend(ctx, jti, exp); !errors.Is(err, tickets.ErrSpent) {
-			t.Fatalf("%s after reopen: %v, want ErrSpent", jti, err)
-		}
-	}
+	wantSpent(t, open(t, path, clk, 0), exp, "tk_a", "tk_b")
 }
 
 // TestFileStaysBounded: appends are compacted once as many lines were
