@@ -62,8 +62,10 @@ type Event struct {
 	Reason string
 	// Peer is the CP's address as the worker's connection sees it.
 	Peer string
-	// Detail is the target, or why the job was refused (for the machine's
-	// owner; it is never sent to the CP).
+	// Detail is the target the CP sent, or for a malformed job why it is
+	// malformed. The event reaches the CP (the bastion's event chain), so
+	// it never says what a target resolved to on the owner's network: that
+	// goes to the owner's log only.
 	Detail string
 }
 
@@ -209,7 +211,8 @@ func (r *runner) serve(ctx context.Context, conn net.Conn, line []byte) bool {
 	out, err := r.cfg.Guard.DialContext(ctx, "tcp", target)
 	if err != nil {
 		r.release()
-		r.refuse(conn, guardReason(err), err.Error())
+		r.log.Info("egress target refused by the guard", "target", target, "err", err)
+		r.refuse(conn, guardReason(err), target)
 		return false
 	}
 	r.cfg.Audit(Event{Kind: KindAccept, Lane: Lane, Peer: peer(conn), Detail: target})

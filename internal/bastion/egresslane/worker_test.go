@@ -43,8 +43,10 @@ func TestRefusesNonPublicTargets(t *testing.T) {
 	for _, c := range cases {
 		_, err := l.dial(c.target)
 		wantRefused(t, err, c.reason)
-		if e := l.lastEvent(); e.Kind != KindRefuse || e.Lane != Lane || e.Reason != c.reason {
-			t.Fatalf("%s: audit %+v, want a refuse event with reason %q", c.target, e, c.reason)
+		// The event reaches the CP: it names the target the CP sent,
+		// never what the name resolved to on the owner's network.
+		if e := l.lastEvent(); e.Kind != KindRefuse || e.Lane != Lane || e.Reason != c.reason || e.Detail != c.target {
+			t.Fatalf("%s: audit %+v, want a refuse event with reason %q and the target alone as detail", c.target, e, c.reason)
 		}
 		l.backoff()
 	}
