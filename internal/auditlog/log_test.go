@@ -213,7 +213,27 @@ func TestVerifyFindsTampering(t *testing.T) {
 		{"row-inserted", func(t *testing.T, f *fixture, ids []string) {
 			f.exec(t, `INSERT INTO audit_events (id, tenant_id, at, actor, action, resource, outcome, seq) VALUES ('ev_forged', 'root', 1, 'user:mallory', 'nodes.revoke', 'node/x', 'allowed', 12)`)
 		}, func([]string) []string {
-			return []string{"row-inserted seq=12 event=ev_forged (no sealed leaf has this event)"}
+			return []string{"row-inserted seq=12 event=ev_forged (numbered past the log's size 12)"}
+		}},
+		{"row-and-leaf-forged-past-the-log", func(t *testing.T, f *fixture, ids []string) {
+			r := auditlog.Row{Seq: 1000000, ID: "ev_forged", TenantID: "root", At: 1, Actor: "user:mallory", Action: "nodes.revoke", Resource: "node/x", Outcome: "allowed", Details: "{}"}
+			f.exec(t, `INSERT INTO audit_events (id, tenant_id, at, actor, action, resource, outcome, seq) VALUES ('ev_forged', 'root', 1, 'user:mallory', 'nodes.revoke', 'node/x', 'allowed', 1000000)`)
+			f.exec(t, `INSERT INTO audit_log_nodes (tenant_id, level, idx, hash, event_id) VALUES ('root', 0, 1000000, $1, 'ev_forged')`, auditlog.LeafHash(r))
+		}, func([]string) []string {
+			return []string{"row-inserted seq=1000000 event=ev_forged (numbered past the log's size 12)"}
+		}},
+		{"tail-rolled-back-and-rewritten", func(t *testing.T, f *fixture, ids []string) {
+			// The last checkpoint deleted and the log's size set back to the
+			// one before, its rows kept, one of them rewritten with its leaf.
+			f.exec(t, `DELETE FROM audit_checkpoints WHERE tenant_id = 'root' AND size = 12`)
+			f.exec(t, `UPDATE audit_log_state SET size = 8 WHERE tenant_id = 'root'`)
+			f.exec(t, `UPDATE audit_events SET actor = 'user:mallory' WHERE id = $1`, ids[9])
+		}, func(ids []string) []string {
+			var out []string
+			for i := 8; i < 12; i++ {
+				out = append(out, fmt.Sprintf("row-inserted seq=%d event=%s (numbered past the log's size 8)", i, ids[i]))
+			}
+			return out
 		}},
 		{"row-inserted-renumbered", func(t *testing.T, f *fixture, ids []string) {
 			f.exec(t, `UPDATE audit_events SET seq = seq + 1000 WHERE tenant_id = 'root' AND seq >= 10`)

@@ -114,7 +114,7 @@ func (l *Log) Verify(ctx context.Context, tenant string, v note.Verifier, progre
 
 	// Rows, in seq order, against every trusted root.
 	w := &rowWalk{l: l, tenant: tenant, good: chain.good, cur: l.rf.NewEmptyRange(0),
-		acc: &rowAcc{inserted: map[string]Row{}, deleted: map[string]leaf{}}, buf: make([]byte, 0, 512)}
+		acc: &rowAcc{inserted: map[string]Row{}, deleted: map[string]leaf{}, size: rep.Size}, buf: make([]byte, 0, 512)}
 	if err := w.walk(ctx, rep, progress); err != nil {
 		return nil, err
 	}
@@ -247,12 +247,25 @@ func (w *rowWalk) walk(ctx context.Context, rep *Report, progress func(done, tot
 	if progress != nil {
 		progress(rep.Rows, rep.Size)
 	}
-	// Rows past the last verified checkpoint are checked against the stored
-	// leaves (a checkpoint is missing or refused, reported above) and rows
-	// numbered past the log's size were never sealed.
-	if w.tail || uint64(rep.Size) > w.lo {
-		if _, err := w.l.localise(ctx, w.tenant, int64(w.lo), math.MaxInt64, w.acc); err != nil {
+	// Rows past the last verified checkpoint and below the log's size are
+	// checked against the stored leaves (a checkpoint is missing or
+	// refused, reported above).
+	if uint64(rep.Size) > w.lo {
+		if _, err := w.l.localise(ctx, w.tenant, int64(w.lo), rep.Size, w.acc); err != nil {
 			return err
+		}
+	}
+	// A row numbered at or past the log's size was appended by no seal
+	// (a seal numbers its rows and signs their checkpoint in one
+	// transaction), whatever leaves the tables hold for it: stored leaves
+	// are the database's word, and its writer could forge them too.
+	if w.tail {
+		past, err := audit.RowsBetween(ctx, w.l.db, w.tenant, rep.Size, math.MaxInt64, 0)
+		if err != nil {
+			return fmt.Errorf("auditlog: read rows: %w", err)
+		}
+		for _, r := range past {
+			w.acc.inserted[r.ID] = r
 		}
 	}
 	return nil
@@ -370,6 +383,7 @@ type rowAcc struct {
 	out      []Finding
 	inserted map[string]Row
 	deleted  map[string]leaf
+	size     int64 // the log's size: a row numbered past it was never sealed
 }
 
 func (a *rowAcc) merge() []Finding {
@@ -377,7 +391,11 @@ func (a *rowAcc) merge() []Finding {
 	for ev, r := range a.inserted {
 		lf, ok := a.deleted[ev]
 		if !ok {
-			out = append(out, Finding{Kind: FindingRowInserted, Seq: i64(r.Seq), Event: ev, Detail: "no sealed leaf has this event"})
+			detail := "no sealed leaf has this event"
+			if r.Seq >= a.size {
+				detail = fmt.Sprintf("numbered past the log's size %d", a.size)
+			}
+			out = append(out, Finding{Kind: FindingRowInserted, Seq: i64(r.Seq), Event: ev, Detail: detail})
 			continue
 		}
 		delete(a.deleted, ev)
