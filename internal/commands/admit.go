@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/kinds"
@@ -103,9 +102,8 @@ func SecretRefs(payload []byte) ([]string, error) {
 // refsIn returns the references one string names.
 func refsIn(str string) []string {
 	var out []string
-	lower := strings.ToLower(str)
 	for i := 0; ; {
-		k := strings.Index(lower[i:], secretScheme)
+		k := indexSchemeFold(str[i:])
 		if k < 0 {
 			return out
 		}
@@ -117,6 +115,32 @@ func refsIn(str string) []string {
 		out = append(out, str[start:end])
 		i = start + len(secretScheme)
 	}
+}
+
+// indexSchemeFold returns the index of the first secretScheme in s,
+// matched without regard to ASCII case, or -1. It folds bytes in place
+// rather than searching a lowercased copy: strings.ToLower changes the
+// length of some letters (U+023A grows, the Kelvin sign shrinks), so the
+// copy's indexes would not be the string's.
+func indexSchemeFold(s string) int {
+	for i := 0; i+len(secretScheme) <= len(s); i++ {
+		j := 0
+		for j < len(secretScheme) && asciiLower(s[i+j]) == secretScheme[j] {
+			j++
+		}
+		if j == len(secretScheme) {
+			return i
+		}
+	}
+	return -1
+}
+
+// asciiLower lowers an ASCII capital letter; any other byte is itself.
+func asciiLower(c byte) byte {
+	if c >= 'A' && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // refChar reports whether c can be part of a reference's tenant or name.

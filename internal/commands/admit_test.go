@@ -19,6 +19,11 @@ func TestSecretRefs(t *testing.T) {
 		`["SECRET://e/v secret://a/x","secret://a/x"]`: {"SECRET://e/v", "secret://a/x"},
 		`{"k":"secret://a/x","k":"y"}`:                 {"secret://a/x"},
 		`{"x":"secret://"}`:                            {"secret://"},
+		// Letters whose lower case has another length (U+023A grows, the
+		// Kelvin sign shrinks) shift nothing.
+		`{"x":"ȺȺȺȺȺȺȺȺȺȺsecret://"}`:       {"secret://"},
+		`{"x":"ȺȺȺsecret://ro/t/x"}`:        {"secret://ro/t/x"},
+		`{"x":"KKKKxxSeCrEt://root/fleet"}`: {"SeCrEt://root/fleet"},
 	} {
 		got, err := SecretRefs([]byte(payload))
 		if err != nil || !slices.Equal(got, want) {
@@ -33,6 +38,7 @@ func TestSecretRefs(t *testing.T) {
 func FuzzSecretRefs(f *testing.F) {
 	f.Add([]byte(`{"ref":"secret://a/x","argv":["secret://b/y"]}`))
 	f.Add([]byte(`["secret:\/\/c/z", {"secret://d/w": null}]`))
+	f.Add([]byte(`{"x":"ȺȺȺȺȺȺȺȺȺȺsecret://","y":"KKSECRET://a/b"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if !json.Valid(data) {
 			return

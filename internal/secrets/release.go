@@ -198,7 +198,7 @@ func checkSubjectGrant(g grantFacts) (tenant, reason string, err error) {
 	if !g.NodeKnown {
 		return "", "node-unknown", nil
 	}
-	if tenant != g.CommandSubject || g.CommandTenant == "" || g.CommandTenant != g.NodeTenant {
+	if tenant != g.CommandSubject || !fleetHost(g) {
 		return "", "tenant-mismatch", nil
 	}
 	if !g.SecretFound || g.SecretScope != ScopeTenant {
@@ -250,10 +250,18 @@ func checkEnvKeyGrant(g grantFacts, tenant, sandbox string) (string, string, err
 	if !g.NodeKnown {
 		return "", "node-unknown", nil
 	}
-	if tenant != g.CommandSubject || g.CommandTenant == "" || g.CommandTenant != g.NodeTenant {
+	if tenant != g.CommandSubject || !fleetHost(g) {
 		return "", "tenant-mismatch", nil
 	}
 	return releasedTo(g, tenant)
+}
+
+// fleetHost reports whether a subject command and its node are both the
+// fleet's (the root tenant's): a tenant's secret or env key goes to a
+// host for a subject tenant only when the host is a fleet host, whatever
+// the module that placed the command decided.
+func fleetHost(g grantFacts) bool {
+	return g.CommandTenant == iam.RootTenant && g.NodeTenant == iam.RootTenant
 }
 
 // needsEnvKey reports whether a sandbox command of kind with payload p

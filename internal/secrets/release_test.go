@@ -304,6 +304,8 @@ func TestCheckSubjectGrant(t *testing.T) {
 			g.Ref, g.CommandPayload, g.CommandSubject, g.SecretScope = r, []byte(`{"env":{"DB":"`+r+`"}}`), iam.RootTenant, ScopeFleet
 		}, want: "unknown-ref"},
 		{name: "node of another tenant", edit: func(g *grantFacts) { g.NodeTenant = "tother" }, want: "tenant-mismatch"},
+		{name: "command and node of one other tenant", edit: func(g *grantFacts) { g.CommandTenant, g.NodeTenant = "tother", "tother" }, want: "tenant-mismatch"},
+		{name: "command and node of the subject tenant", edit: func(g *grantFacts) { g.CommandTenant, g.NodeTenant = "tabc", "tabc" }, want: "tenant-mismatch"},
 		{name: "node unknown", edit: func(g *grantFacts) { g.NodeKnown = false }, want: "node-unknown"},
 		{name: "secret missing", edit: func(g *grantFacts) { g.SecretFound = false }, want: "unknown-ref"},
 		{name: "suspended", edit: func(g *grantFacts) { g.TenantState = iam.StateSuspended }, want: "tenant-suspended"},
@@ -369,6 +371,7 @@ func TestCheckEnvKeyGrant(t *testing.T) {
 		{name: "other kind", edit: func(g *grantFacts) { g.CommandKind = "sandbox.checkpoint" }, want: "not-bound"},
 		{name: "another subject tenant", edit: func(g *grantFacts) { g.CommandSubject = "tother" }, want: "tenant-mismatch"},
 		{name: "another node", edit: func(g *grantFacts) { g.NodeTenant = "tother" }, want: "tenant-mismatch"},
+		{name: "command and node of one other tenant", edit: func(g *grantFacts) { g.CommandTenant, g.NodeTenant = "tother", "tother" }, want: "tenant-mismatch"},
 		{name: "node unknown", edit: func(g *grantFacts) { g.NodeKnown = false }, want: "node-unknown"},
 		{name: "suspended", edit: func(g *grantFacts) { g.TenantState = iam.StateSuspended }, want: "tenant-suspended"},
 		{name: "deleted", edit: func(g *grantFacts) { g.TenantState = iam.StateDeleted }, want: "tenant-deleted"},
