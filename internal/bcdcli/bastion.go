@@ -90,13 +90,13 @@ func forwardsFromEnv(noForwards bool) map[forward.Kind]string {
 func bastionRunCmd() *cobra.Command {
 	var dir, level string
 	var services []string
-	var noForwards bool
+	var noForwards, egress bool
 	c := &cobra.Command{
-		Use:   "run [--data DIR] [--service NAME=unix:PATH]...",
+		Use:   "run [--data DIR] [--service NAME=unix:PATH]... [--egress]",
 		Short: "Run the bastion: hold the stream to the control plane and serve the gated lanes in the tunnel",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := agent.Config{DataDir: dir, Forwards: forwardsFromEnv(noForwards), Log: bastionLogger(cmd.ErrOrStderr(), level), Version: buildinfo.Read().Version}
+			cfg := agent.Config{DataDir: dir, Forwards: forwardsFromEnv(noForwards), Log: bastionLogger(cmd.ErrOrStderr(), level), Version: buildinfo.Read().Version, EgressEnabled: egress}
 			for _, s := range services {
 				svc, err := agent.ParseService(s)
 				if err != nil {
@@ -118,6 +118,7 @@ func bastionRunCmd() *cobra.Command {
 	c.Flags().StringVar(&dir, "data", DefaultBastionDir(), "state directory from bcd bastion pair")
 	c.Flags().StringArrayVar(&services, "service", nil, "expose a server in a service slot: NAME=unix:/path/to.sock (repeatable)")
 	c.Flags().BoolVar(&noForwards, "no-forwards", false, "serve no inference forward")
+	c.Flags().BoolVar(&egress, "egress", false, "let the control plane open connections to the public internet from this machine (the egress lane; it also needs the egress grant)")
 	c.Flags().StringVar(&level, "log-level", "info", "log level")
 	return c
 }

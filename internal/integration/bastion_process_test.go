@@ -59,11 +59,18 @@ func thisMachine() string {
 // rules: loopback, this machine's own address, private (LAN) and
 // link-local (metadata) addresses and a name resolving to loopback are
 // each refused with their reason; without the family every target is
-// refused egress-not-granted. Each refusal reaches the control plane's
-// audit log in the bastion's tenant.
+// refused egress-not-granted, and on a bastion whose owner did not turn
+// egress on (bcd bastion run without --egress) every target is refused
+// egress-not-enabled, the grant notwithstanding. Each refusal reaches the
+// control plane's audit log in the bastion's tenant.
 func TestBastionEgressLaneRefusesLocalTargets(t *testing.T) {
 	e := bastionEnv(t, storetest.NewTestSQLite(t))
-	a := pairBastion(t, e, nil)
+	off := pairBastion(t, e, nil)
+	grantBastion(t, e, off, apitypes.BastionGrantIn{Allow: []string{"egress"}}, func(p grant.Policy) bool { return p.Allows("egress") })
+	waitFor(t, "parked egress workers", func() bool { return e.CP.Lanes.EgressParked(off.ID()) > 0 })
+	wantLaneRefused(t, e.Client, off.ID(), "egress/93.184.216.34:443", "ACCESS_DENIED", "egress-not-enabled")
+
+	a := pairBastionWith(t, e, agent.Config{EgressEnabled: true})
 	waitFor(t, "parked egress workers", func() bool { return e.CP.Lanes.EgressParked(a.ID()) > 0 })
 	wantLaneRefused(t, e.Client, a.ID(), "egress/93.184.216.34:443", "ACCESS_DENIED", "egress-not-granted")
 

@@ -94,6 +94,10 @@ type Config struct {
 	// (from OLLAMA_ADDR, BC_LLM_ADDR, BC_PII_ADDR, or the kind's default);
 	// a kind missing from the map is not served.
 	Forwards map[forward.Kind]string
+	// EgressEnabled is the owner's consent to the egress lane (bcd bastion
+	// run --egress); without it the lane refuses every job
+	// (egresslane.ReasonNotEnabled), whatever the grants hold.
+	EgressEnabled bool
 	// Egress judges the egress lane's targets; nil: netguard's rules with
 	// no exception.
 	Egress   *netguard.Dialer

@@ -188,6 +188,7 @@ func (a *Agent) startEgress(ctx context.Context, tun *wgtun.Tunnel, at netip.Add
 		_ = egresslane.RunWorkers(ctx, egresslane.WorkerConfig{
 			Dial:    func(ctx context.Context) (net.Conn, error) { return tun.DialContext(ctx, "tcp", at.String()) },
 			Guard:   a.cfg.Egress,
+			Enabled: a.cfg.EgressEnabled,
 			Allowed: func() bool { return a.Policy().Allows(grant.FamilyEgress) },
 			Clock:   a.cfg.Clock,
 			Audit:   func(e egresslane.Event) { a.record(e.Kind, e.Lane, e.Reason, e.Peer, e.Detail) },

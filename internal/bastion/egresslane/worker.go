@@ -18,6 +18,9 @@ import (
 const (
 	// ReasonNotGranted: the pairing's grants do not hold the egress family.
 	ReasonNotGranted = "egress-not-granted"
+	// ReasonNotEnabled: the machine's owner has not turned the egress lane
+	// on (bcd bastion run --egress), whatever the grants say.
+	ReasonNotEnabled = "egress-not-enabled"
 	// ReasonMalformedJob: the job line is not a valid job.
 	ReasonMalformedJob = "malformed-job"
 	// ReasonBusy: MaxActive spliced connections are already live.
@@ -76,6 +79,11 @@ type WorkerConfig struct {
 	// Guard checks and dials targets: production uses
 	// netguard.NewDialer(netguard.Config{}) with no Allow exceptions.
 	Guard Guard
+	// Enabled is the machine's owner's consent to the lane (bcd bastion run
+	// --egress): without it every job is refused egress-not-enabled, so
+	// the control plane's signed grants alone never make the owner's
+	// machine a relay.
+	Enabled bool
 	// Allowed reports whether the current grants hold the egress family; it
 	// is read for every job.
 	Allowed func() bool
@@ -198,6 +206,10 @@ func (r *runner) serve(ctx context.Context, conn net.Conn, line []byte) bool {
 	target, err := decodeJob(line)
 	if err != nil {
 		r.refuse(conn, ReasonMalformedJob, err.Error())
+		return false
+	}
+	if !r.cfg.Enabled {
+		r.refuse(conn, ReasonNotEnabled, target)
 		return false
 	}
 	if !r.cfg.Allowed() {

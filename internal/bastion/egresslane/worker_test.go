@@ -23,6 +23,7 @@ func TestRefusesNonPublicTargets(t *testing.T) {
 		"mixed.example":    {netip.MustParseAddr("93.184.215.14"), netip.MustParseAddr("10.1.2.3")},
 	}
 	l := startLane(t, WorkerConfig{
+		Enabled: true,
 		Guard:   newGuard(t, netguard.Config{Resolver: res}),
 		Allowed: func() bool { return true },
 		Workers: 1,
@@ -60,6 +61,7 @@ func TestRefusesNonPublicTargets(t *testing.T) {
 func TestRefusesThisMachine(t *testing.T) {
 	public := netip.MustParseAddr("93.184.215.14")
 	l := startLane(t, WorkerConfig{
+		Enabled: true,
 		Guard:   newGuard(t, netguard.Config{Local: localSet{public}}),
 		Allowed: func() bool { return true },
 		Workers: 1,
@@ -69,6 +71,7 @@ func TestRefusesThisMachine(t *testing.T) {
 	l.backoff()
 
 	real := startLane(t, WorkerConfig{
+		Enabled: true,
 		Guard:   newGuard(t, netguard.Config{}),
 		Allowed: func() bool { return true },
 		Workers: 1,
@@ -102,6 +105,7 @@ func TestNotGranted(t *testing.T) {
 	echo := startEcho(t)
 	var granted atomic.Bool
 	l := startLane(t, WorkerConfig{
+		Enabled: true,
 		Guard:   newGuard(t, netguard.Config{Allow: []string{"127.0.0.1"}}),
 		Allowed: granted.Load,
 		Workers: 1,
@@ -120,10 +124,31 @@ func TestNotGranted(t *testing.T) {
 	_ = c.Close()
 }
 
+// TestNotEnabled: without the owner's consent on the machine (Enabled
+// false) every job is refused egress-not-enabled, also with the grant, and
+// nothing is dialled.
+func TestNotEnabled(t *testing.T) {
+	echo := startEcho(t)
+	l := startLane(t, WorkerConfig{
+		Guard:   newGuard(t, netguard.Config{Allow: []string{"127.0.0.1"}}),
+		Allowed: func() bool { return true },
+		Workers: 1,
+	})
+	_, err := l.dial(echo.addr)
+	wantRefused(t, err, ReasonNotEnabled)
+	if e := l.lastEvent(); e.Kind != KindRefuse || e.Reason != ReasonNotEnabled {
+		t.Fatalf("audit %+v, want a refuse event %s", e, ReasonNotEnabled)
+	}
+	if n := echo.accepted(); n != 0 {
+		t.Fatalf("target reached %d times without the owner's consent", n)
+	}
+}
+
 // TestRefusalBacksOff checks a refused worker parks again only after
 // Backoff on the clock, and not a moment before.
 func TestRefusalBacksOff(t *testing.T) {
 	l := startLane(t, WorkerConfig{
+		Enabled: true,
 		Guard:   newGuard(t, netguard.Config{}),
 		Allowed: func() bool { return false },
 		Workers: 1,
@@ -154,6 +179,7 @@ func TestRefusalBacksOff(t *testing.T) {
 func TestSuccessSplicesAndReparks(t *testing.T) {
 	echo := startEcho(t)
 	l := startLane(t, WorkerConfig{
+		Enabled: true,
 		Guard:   newGuard(t, netguard.Config{Allow: []string{"127.0.0.1"}}),
 		Allowed: func() bool { return true },
 	})
@@ -186,6 +212,7 @@ func TestSuccessSplicesAndReparks(t *testing.T) {
 // TestDialFailed refuses a target that does not answer with dial-failed.
 func TestDialFailed(t *testing.T) {
 	l := startLane(t, WorkerConfig{
+		Enabled: true,
 		Guard:   newGuard(t, netguard.Config{Allow: []string{"127.0.0.1"}}),
 		Allowed: func() bool { return true },
 		Workers: 1,
@@ -201,6 +228,7 @@ func TestDialFailed(t *testing.T) {
 func TestMaxActive(t *testing.T) {
 	echo := startEcho(t)
 	l := startLane(t, WorkerConfig{
+		Enabled: true,
 		Guard:   newGuard(t, netguard.Config{Allow: []string{"127.0.0.1"}}),
 		Allowed: func() bool { return true },
 	})
@@ -274,6 +302,7 @@ func TestMalformedJob(t *testing.T) {
 	}
 	addr, accept := rawCP(t)
 	l := startWorkers(t, WorkerConfig{
+		Enabled: true,
 		Guard:   newGuard(t, netguard.Config{Allow: []string{"127.0.0.1"}}),
 		Allowed: func() bool { return true },
 		Workers: 1,
@@ -306,6 +335,7 @@ func TestMalformedJob(t *testing.T) {
 // rather than dialling it in a loop.
 func TestUnreachableCPBacksOff(t *testing.T) {
 	l := startWorkers(t, WorkerConfig{
+		Enabled: true,
 		Guard:   newGuard(t, netguard.Config{}),
 		Allowed: func() bool { return true },
 		Workers: 1,
