@@ -687,3 +687,71 @@ func TestCheckpointsCarryConsistencyProofs(t *testing.T) {
 		}
 	})
 }
+
+// TestVerifyHeldFindsARollback: a writer of the database who rolls the log
+// back past its last checkpoint (that checkpoint, its rows and tree nodes
+// deleted, the log state restored from a copy) leaves a log that verifies
+// clean on its own, and after the next honest seal the real key has
+// signed a second checkpoint of the same size (a fork). Verified against
+// the checkpoint held from the verify before, the first is
+// log-rolled-back and the second checkpoint-forked.
+func TestVerifyHeldFindsARollback(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		f := newFixture(t, db, 4)
+		f.record(t, iam.RootTenant, 8)
+		f.seal(t, iam.RootTenant) // checkpoints at 4 and 8
+		var size int64
+		var compactBlob []byte
+		if err := db.QueryRowContext(ctx, `SELECT size, compact FROM audit_log_state WHERE tenant_id = 'root'`).Scan(&size, &compactBlob); err != nil {
+			t.Fatal(err)
+		}
+		f.record(t, iam.RootTenant, 4)
+		f.seal(t, iam.RootTenant) // and at 12
+		rep, err := f.log.Verify(ctx, iam.RootTenant, f.v, nil)
+		if err != nil || !rep.OK() {
+			t.Fatalf("before: %+v %v", rep, err)
+		}
+		held, err := auditlog.OpenCheckpoint(rep.Latest, f.v, rep.Origin)
+		if err != nil || held.Size != 12 {
+			t.Fatalf("the latest checkpoint: %+v %v, want size 12", held, err)
+		}
+		verifyHeld := func() []string {
+			t.Helper()
+			rep, err := f.log.VerifyHeld(ctx, iam.RootTenant, f.v, []auditlog.Checkpoint{held}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, fd := range rep.Findings {
+				out = append(out, fd.String())
+			}
+			return out
+		}
+		if got := verifyHeld(); len(got) != 0 {
+			t.Fatalf("untouched log against its own checkpoint: %q", got)
+		}
+
+		f.exec(t, `DELETE FROM audit_checkpoints WHERE tenant_id = 'root' AND size = 12`)
+		f.exec(t, `DELETE FROM audit_events WHERE tenant_id = 'root' AND seq >= 8`)
+		f.exec(t, `DELETE FROM audit_log_nodes WHERE tenant_id = 'root' AND (idx << level) >= 8`)
+		f.exec(t, `UPDATE audit_log_state SET size = $1, compact = $2 WHERE tenant_id = 'root'`, size, compactBlob)
+		if got := f.verify(t, iam.RootTenant); len(got) != 0 {
+			t.Fatalf("the rolled-back log on its own: %q (a shorter consistent log verifies)", got)
+		}
+		want := []string{"log-rolled-back size=12 (the log's size 8 is below a checkpoint held)"}
+		if got := verifyHeld(); !slices.Equal(got, want) {
+			t.Fatalf("rolled back, against the held checkpoint:\n got  %q\n want %q", got, want)
+		}
+
+		f.record(t, iam.RootTenant, 4)
+		f.seal(t, iam.RootTenant) // a second checkpoint of size 12
+		if got := f.verify(t, iam.RootTenant); len(got) != 0 {
+			t.Fatalf("the forked log on its own: %q", got)
+		}
+		want = []string{"checkpoint-forked size=12 (the log's checkpoint of this size has another root than the one held: rolled back and sealed again)"}
+		if got := verifyHeld(); !slices.Equal(got, want) {
+			t.Fatalf("forked, against the held checkpoint:\n got  %q\n want %q", got, want)
+		}
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,6 +33,14 @@ const (
 	FindingCheckpointInconsistent = "checkpoint-inconsistent"
 	FindingRootMismatch           = "root-mismatch"
 	FindingStateEdited            = "log-state-edited"
+	// FindingCheckpointForked: a checkpoint the verifier held from before
+	// (Held) has another root than the log's checkpoint of its size: the
+	// log was rolled back and sealed again, a fork signed by the real key
+	// that nothing inside the database shows.
+	FindingCheckpointForked = "checkpoint-forked"
+	// FindingLogRolledBack: the log is shorter than a checkpoint the
+	// verifier held from before.
+	FindingLogRolledBack = "log-rolled-back"
 )
 
 // Finding is one thing Verify found wrong. Seq names a row position, Size a
@@ -74,6 +83,11 @@ type Report struct {
 	Checkpoints int       `json:"checkpoints"` // checkpoints that verified
 	Rows        int64     `json:"rows"`        // sealed rows read
 	Findings    []Finding `json:"findings"`
+	// Latest is the signed note of the last checkpoint that verified (nil
+	// when none did): what a verifier keeps and holds against the log
+	// next time (Held), since nothing inside the database can show that
+	// the log was rolled back and sealed again.
+	Latest []byte `json:"-"`
 }
 
 // OK reports whether everything held.
@@ -87,6 +101,7 @@ type storedCheckpoint struct {
 type trusted struct {
 	size uint64
 	root []byte
+	note []byte
 }
 
 // Verify recomputes the tenant's log from its rows and checks every stored
@@ -96,6 +111,16 @@ type trusted struct {
 // when not nil, is called now and then with rows read and the log's size.
 // Its error is for failures to read; tampering is reported as findings.
 func (l *Log) Verify(ctx context.Context, tenant string, v note.Verifier, progress func(done, total int64)) (*Report, error) {
+	return l.VerifyHeld(ctx, tenant, v, nil, progress)
+}
+
+// VerifyHeld is Verify that also checks the log against checkpoints the
+// verifier held from before (each already opened under v for this
+// tenant's origin: OpenCheckpoint, or a proof's, CheckProof): the log's
+// checkpoint of a held one's size must have its root
+// (FindingCheckpointForked), and the log must be no shorter
+// (FindingLogRolledBack).
+func (l *Log) VerifyHeld(ctx context.Context, tenant string, v note.Verifier, held []Checkpoint, progress func(done, total int64)) (*Report, error) {
 	rep := &Report{Tenant: tenant, Origin: v.Name() + "/" + tenant, Findings: []Finding{}}
 	stateSize, err := l.stateSize(ctx, tenant)
 	if err != nil {
@@ -111,6 +136,10 @@ func (l *Log) Verify(ctx context.Context, tenant string, v note.Verifier, progre
 	var f []Finding
 	rep.Size, f = checkStateSize(stateSize, chain.last)
 	rep.Findings = append(rep.Findings, f...)
+	rep.Findings = append(rep.Findings, checkHeld(held, chain.good, rep.Size)...)
+	if n := len(chain.good); n > 0 {
+		rep.Latest = chain.good[n-1].note
+	}
 
 	// Rows, in seq order, against every trusted root.
 	w := &rowWalk{l: l, tenant: tenant, good: chain.good, cur: l.rf.NewEmptyRange(0),
@@ -164,7 +193,27 @@ func checkCheckpoints(cps []storedCheckpoint, v note.Verifier, origin string) ch
 				add(f)
 			}
 		}
-		out.good = append(out.good, trusted{size: cp.Size, root: cp.Root})
+		out.good = append(out.good, trusted{size: cp.Size, root: cp.Root, note: c.note})
+	}
+	return out
+}
+
+// checkHeld compares checkpoints held from before with the log's that
+// verified (good) and its size: one of a held size with another root is a
+// fork; a held size past the log's is a rollback; a held size the log has
+// no verified checkpoint of is missing.
+func checkHeld(held []Checkpoint, good []trusted, size int64) []Finding {
+	var out []Finding
+	for _, h := range held {
+		i := slices.IndexFunc(good, func(t trusted) bool { return t.size == h.Size })
+		switch {
+		case i >= 0 && !bytes.Equal(good[i].root, h.Root):
+			out = append(out, Finding{Kind: FindingCheckpointForked, Size: i64(int64(h.Size)), Detail: "the log's checkpoint of this size has another root than the one held: rolled back and sealed again"})
+		case i < 0 && int64(h.Size) > size:
+			out = append(out, Finding{Kind: FindingLogRolledBack, Size: i64(int64(h.Size)), Detail: fmt.Sprintf("the log's size %d is below a checkpoint held", size)})
+		case i < 0:
+			out = append(out, Finding{Kind: FindingCheckpointMissing, Size: i64(int64(h.Size)), Detail: "a checkpoint held has no verified checkpoint of its size in the log"})
+		}
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/atomicfile"
 	"github.com/bettercompute/bettercompute/internal/auditlog"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/pki"
@@ -157,7 +159,8 @@ func auditSealCmd() *cobra.Command {
 }
 
 func auditVerifyCmd() *cobra.Command {
-	var dsn, pkiDir, keyFile, tenant string
+	var dsn, pkiDir, keyFile, tenant, save string
+	var held []string
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "verify",
@@ -172,6 +175,10 @@ func auditVerifyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			hs, err := readHeld(held, v, v.Name()+"/"+dbTenant(tenant))
+			if err != nil {
+				return err
+			}
 			db, l, err := openAuditLog(ctx, dsn, dep, false)
 			if err != nil {
 				return err
@@ -181,7 +188,7 @@ func auditVerifyCmd() *cobra.Command {
 			if f, ok := cmd.ErrOrStderr().(*os.File); ok && isTerminal(f) {
 				progress = func(done, total int64) { fmt.Fprintf(f, "\rverified %d of %d rows", done, total) }
 			}
-			rep, err := l.Verify(ctx, dbTenant(tenant), v, progress)
+			rep, err := l.VerifyHeld(ctx, dbTenant(tenant), v, hs, progress)
 			if progress != nil {
 				fmt.Fprintln(cmd.ErrOrStderr())
 			}
@@ -204,15 +211,50 @@ func auditVerifyCmd() *cobra.Command {
 			if !rep.OK() {
 				return &ExitError{Code: 1}
 			}
+			if save != "" && rep.Latest != nil {
+				if err := atomicfile.Write(save, rep.Latest, publicFileMode); err != nil {
+					return err
+				}
+			}
 			return nil
 		},
 	}
 	dbFlag(c, &dsn)
+	c.Flags().StringArrayVar(&held, "held", nil, "a checkpoint `FILE` kept from before (--save-checkpoint's, or a proof from audit prove): the log must not be shorter, nor have another root at its size (repeatable)")
+	c.Flags().StringVar(&save, "save-checkpoint", "", "when everything holds, write the last verified checkpoint to `FILE`, to hold with --held next time")
 	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (default: the root tenant)")
 	c.Flags().StringVar(&pkiDir, "pki", "", "PKI bundle directory, only its public audit key is used (default $BC_PKI unless --key)")
 	c.Flags().StringVar(&keyFile, "key", "", "audit verifier key `FILE` (made by 'audit key')")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the findings as a JSON array")
 	return c
+}
+
+// readHeld opens each checkpoint file kept from before for verify --held:
+// a signed checkpoint note, or a proof file (its checkpoint, once the
+// proof checks), under v for origin; anything else is bad input.
+func readHeld(paths []string, v note.Verifier, origin string) ([]auditlog.Checkpoint, error) {
+	var out []auditlog.Checkpoint
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, badInput(fmt.Errorf("--held: %w", err))
+		}
+		var cp auditlog.Checkpoint
+		if bytes.HasPrefix(b, []byte(auditlog.ProofHeader+"\n")) {
+			got, err := auditlog.CheckProof(b, v)
+			if err != nil {
+				return nil, badInput(fmt.Errorf("--held %s: %w", p, err))
+			}
+			cp = got.Checkpoint
+		} else if cp, err = auditlog.OpenCheckpoint(b, v, origin); err != nil {
+			return nil, badInput(fmt.Errorf("--held %s: %w", p, err))
+		}
+		if cp.Origin != origin {
+			return nil, badInput(fmt.Errorf("--held %s: a checkpoint of %s, not %s", p, cp.Origin, origin))
+		}
+		out = append(out, cp)
+	}
+	return out, nil
 }
 
 func auditProveCmd() *cobra.Command {

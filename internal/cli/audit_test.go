@@ -114,6 +114,21 @@ func TestAuditCommands(t *testing.T) {
 	if code, _, _ := run(t, "audit", "verify", "--tenant", "root", "--db", dsn, "--key", filepath.Join(dir, "missing")); code != 2 {
 		t.Fatalf("verify with a missing key file: exit %d, want 2", code)
 	}
+	// A checkpoint saved by one verify is held by the next; a held file
+	// that does not verify (the flipped proof) is bad input.
+	held := filepath.Join(dir, "held.txt")
+	if code, out, errs := run(t, "audit", "verify", "--db", dsn, "--key", keyFile, "--save-checkpoint", held); code != 0 {
+		t.Fatalf("verify --save-checkpoint: %d %q %q", code, out, errs)
+	}
+	if b, err := os.ReadFile(held); err != nil || !strings.HasPrefix(string(b), "cli.bc.local/audit/root\n5\n") {
+		t.Fatalf("saved checkpoint: %q %v", b, err)
+	}
+	if code, out, errs := run(t, "audit", "verify", "--db", dsn, "--key", keyFile, "--held", held); code != 0 || !strings.Contains(out, "ok: ") {
+		t.Fatalf("verify --held its own checkpoint: %d %q %q", code, out, errs)
+	}
+	if code, _, errs := run(t, "audit", "verify", "--db", dsn, "--key", keyFile, "--held", proofFile); code != 2 || !strings.Contains(errs, "--held") {
+		t.Fatalf("verify --held a flipped proof: exit %d %q, want 2", code, errs)
+	}
 
 	// Tamper: verify names it and exits 1, in text and JSON.
 	db, err = store.Open(ctx, dsn)
