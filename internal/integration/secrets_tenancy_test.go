@@ -24,6 +24,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/bettercompute/bettercompute/client"
+	"github.com/bettercompute/bettercompute/internal/api"
 	"github.com/bettercompute/bettercompute/internal/audit"
 	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/daemon"
@@ -423,8 +424,8 @@ func TestSecretsGetForeignAnswersAsMissing(t *testing.T) {
 				t.Fatalf("%s: denial row: %v", what, err)
 			}
 			var d struct{ Reason string }
-			if err := json.Unmarshal([]byte(details), &d); err != nil || d.Reason != "other-tenant" {
-				t.Fatalf("%s: denied for %q (%v), want other-tenant as for every reference of another tenant", what, d.Reason, err)
+			if err := json.Unmarshal([]byte(details), &d); err != nil || d.Reason != api.ReasonOutOfReach {
+				t.Fatalf("%s: denied for %q (%v), want out-of-reach as for every reference of another tenant", what, d.Reason, err)
 			}
 		}
 	})
