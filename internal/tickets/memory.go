@@ -65,6 +65,21 @@ func (m *Memory) Spend(_ context.Context, jti string, expires time.Time) error {
 	return nil
 }
 
+// Restore records jti, whose ticket expires at expires, as Spend does but
+// past the store's capacity and without answering ErrSpent: it reads back
+// a store's own record (spentfile), which must never fail for want of room
+// nor forget an entry; until enough of them expire, Spend answers ErrFull.
+func (m *Memory) Restore(jti string, expires time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	keep := expires.Add(Retention)
+	if old, held := m.until[jti]; held && !keep.After(old) {
+		return
+	}
+	m.until[jti] = keep
+	heap.Push(&m.order, expiryEntry{jti: jti, until: keep})
+}
+
 // Len returns how many jtis the store holds (some may be past their time
 // until the next Spend drops them).
 func (m *Memory) Len() int {

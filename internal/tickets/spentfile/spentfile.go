@@ -11,15 +11,16 @@
 // appended since the last compaction as the store may hold jtis: the
 // entries past their keeping time are dropped (tickets.Retention after the
 // expiry, as tickets.Memory keeps them), so it stays within twice the
-// store's capacity. A torn last line (a crash mid-append) is ignored: the
-// ticket it recorded was not yet honoured. A write that fails (the folder
+// store's capacity. A last line without its newline (a crash mid-append)
+// is ignored: the ticket it recorded was not yet honoured. Any other line
+// that does not parse is a damaged file, which Open refuses rather than
+// forget the lines after it. A write that fails (the folder
 // full or read-only) refuses its ticket and leaves the file to be
 // rewritten whole, from memory, before anything is appended to it again,
 // so no line is ever lost behind a broken one.
 package spentfile
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -86,34 +87,28 @@ func (s *Store) CompactErr() error {
 }
 
 // load spends every jti of the file in memory; the expired ones are
-// dropped by the memory store itself.
+// dropped by the memory store itself. Only a last line without its
+// newline (a crash mid-append) is skipped: any other line that does not
+// parse is an error, never a reason to forget the lines after it.
 func (s *Store) load() error {
-	f, err := os.Open(s.path)
+	b, err := os.ReadFile(s.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("spentfile: open: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, maxLine), maxLine)
-	for sc.Scan() {
-		var e entry
-		if json.Unmarshal(sc.Bytes(), &e) != nil || e.JTI == "" {
-			break // a torn last line: its ticket was never honoured
-		}
-		switch err := s.mem.Spend(context.Background(), e.JTI, time.UnixMilli(e.ExpiresMS)); {
-		case err == nil, errors.Is(err, tickets.ErrSpent):
-		default:
-			// Full: more unexpired jtis than the store holds (a capacity
-			// lowered since). Refusing to start is the only answer that
-			// forgets none of them.
-			return fmt.Errorf("spentfile: load: %w", err)
-		}
-	}
-	if err := sc.Err(); err != nil && !errors.Is(err, bufio.ErrTooLong) {
 		return fmt.Errorf("spentfile: read: %w", err)
+	}
+	lines := bytes.Split(b, []byte("\n"))
+	// The last element follows the last newline: empty, or a torn line.
+	for i, line := range lines[:len(lines)-1] {
+		var e entry
+		if len(line) > maxLine || json.Unmarshal(line, &e) != nil || e.JTI == "" {
+			return fmt.Errorf("spentfile: %s line %d is not a spent ticket: the file is damaged", s.path, i+1)
+		}
+		// Past capacity too: the file can hold more unexpired jtis than
+		// the store may (a clock set back); they are all kept, and spends
+		// are refused ErrFull until enough expire.
+		s.mem.Restore(e.JTI, time.UnixMilli(e.ExpiresMS))
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,4 +161,61 @@ func TestFileStaysBounded(t *testing.T) {
 	if err := s.Spend(ctx, "tk_one_more", clk.Now().Add(time.Hour)); !errors.Is(err, tickets.ErrFull) {
 		t.Fatalf("spend into a full store: %v, want ErrFull", err)
 	}
+}
+
+// TestDamagedFileRefused: a line that does not parse before the last one,
+// or one past the line bound, is a damaged file (Open fails) rather than
+// the end of the record: the jtis after it are never forgotten.
+func TestDamagedFileRefused(t *testing.T) {
+	exp := t0.Add(tickets.Lifetime).UnixMilli()
+	good := func(jti string) string { return fmt.Sprintf("{\"jti\":%q,\"exp\":%d}\n", jti, exp) }
+	for name, body := range map[string]string{
+		"a bad line in the middle": good("tk_a") + "GARBAGE\n" + good("tk_b"),
+		"an empty jti":             good("tk_a") + "{\"jti\":\"\",\"exp\":1}\n" + good("tk_b"),
+		"a line past the bound":    good("tk_a") + "{\"jti\":\"" + strings.Repeat("x", 5000) + "\",\"exp\":1}\n" + good("tk_b"),
+	} {
+		path := filepath.Join(t.TempDir(), "spent.jsonl")
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := spentfile.Open(path, clock.NewFake(t0), 0); err == nil {
+			t.Errorf("%s: opened, want an error (the entries after it would be forgotten)", name)
+		}
+	}
+}
+
+// TestClockSetBackStillOpens: the file can hold more jtis than the
+// store's capacity (entries expired since the last compaction stay in it
+// until the next); after the clock is set back they all count as
+// unexpired again. The store still opens with every one of them spent,
+// and refuses new spends (ErrFull) until enough expire.
+func TestClockSetBackStillOpens(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "spent.jsonl")
+	clk := clock.NewFake(t0)
+	const capacity = 4
+	s := open(t, path, clk, capacity)
+	spend := func(jti string, life time.Duration) {
+		t.Helper()
+		if err := s.Spend(ctx, jti, clk.Now().Add(life)); err != nil {
+			t.Fatalf("spend %s: %v", jti, err)
+		}
+	}
+	past := func() { clk.Set(clk.Now().Add(time.Second + tickets.Retention + time.Millisecond)) }
+	for i := range capacity {
+		spend(fmt.Sprintf("tk_w%d", i), time.Second)
+	}
+	past()
+	spend("tk_x", time.Hour) // compacts: the file holds tk_x alone
+	for i := range capacity - 1 {
+		spend(fmt.Sprintf("tk_y%d", i), time.Second)
+	}
+	past()
+	spend("tk_z", time.Hour) // appended: tk_x, three expired tk_y, tk_z
+	clk.Set(t0)
+	s = open(t, path, clk, capacity)
+	if err := s.Spend(ctx, "tk_new", t0.Add(time.Hour)); !errors.Is(err, tickets.ErrFull) {
+		t.Fatalf("spend after the clock went back: %v, want ErrFull (more than capacity held)", err)
+	}
+	wantSpent(t, s, t0.Add(time.Hour), "tk_x", "tk_y0", "tk_y1", "tk_y2", "tk_z")
 }
