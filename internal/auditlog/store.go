@@ -55,8 +55,8 @@ const (
 type Row = audit.Row
 
 // readCheckpoints reads the tenant's stored checkpoints in size order.
-func (l *Log) readCheckpoints(ctx context.Context, tenant string) ([]storedCheckpoint, error) {
-	rows, err := l.db.QueryContext(ctx, qCheckpoints, tenant)
+func (l *Log) readCheckpoints(ctx context.Context, q audit.Querier, tenant string) ([]storedCheckpoint, error) {
+	rows, err := q.QueryContext(ctx, qCheckpoints, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("auditlog: read checkpoints: %w", err)
 	}
@@ -73,8 +73,8 @@ func (l *Log) readCheckpoints(ctx context.Context, tenant string) ([]storedCheck
 }
 
 // readLeaves reads the stored leaves with lo <= idx < hi, by event id.
-func (l *Log) readLeaves(ctx context.Context, tenant string, lo, hi int64) (map[string]leaf, error) {
-	rows, err := l.db.QueryContext(ctx, qLeaves, tenant, lo, hi)
+func (l *Log) readLeaves(ctx context.Context, q audit.Querier, tenant string, lo, hi int64) (map[string]leaf, error) {
+	rows, err := q.QueryContext(ctx, qLeaves, tenant, lo, hi)
 	if err != nil {
 		return nil, fmt.Errorf("auditlog: read leaves: %w", err)
 	}
@@ -96,9 +96,9 @@ func (l *Log) readLeaves(ctx context.Context, tenant string, lo, hi int64) (map[
 
 // stateSize reads the tenant's log size per its state (0 when it has
 // none).
-func (l *Log) stateSize(ctx context.Context, tenant string) (int64, error) {
+func (l *Log) stateSize(ctx context.Context, q audit.Querier, tenant string) (int64, error) {
 	var size int64
-	err := l.db.QueryRowContext(ctx, qStateSize, tenant).Scan(&size)
+	err := q.QueryRowContext(ctx, qStateSize, tenant).Scan(&size)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("auditlog: read log state: %w", err)
 	}

@@ -3,6 +3,7 @@ package auditlog
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"math"
 	"math/bits"
@@ -120,13 +121,30 @@ func (l *Log) Verify(ctx context.Context, tenant string, v note.Verifier, progre
 // checkpoint of a held one's size must have its root
 // (FindingCheckpointForked), and the log must be no shorter
 // (FindingLogRolledBack).
+//
+// Every read is made in one snapshot (store.DB.ReadTx): rows a seal
+// numbers while it runs are neither seen nor taken for tampering.
 func (l *Log) VerifyHeld(ctx context.Context, tenant string, v note.Verifier, held []Checkpoint, progress func(done, total int64)) (*Report, error) {
-	rep := &Report{Tenant: tenant, Origin: v.Name() + "/" + tenant, Findings: []Finding{}}
-	stateSize, err := l.stateSize(ctx, tenant)
+	var rep *Report
+	err := l.db.ReadTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		rep, err = l.verifyIn(ctx, tx, tenant, v, held, progress)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	cps, err := l.readCheckpoints(ctx, tenant)
+	return rep, nil
+}
+
+// verifyIn is VerifyHeld with every read made through q.
+func (l *Log) verifyIn(ctx context.Context, q audit.Querier, tenant string, v note.Verifier, held []Checkpoint, progress func(done, total int64)) (*Report, error) {
+	rep := &Report{Tenant: tenant, Origin: v.Name() + "/" + tenant, Findings: []Finding{}}
+	stateSize, err := l.stateSize(ctx, q, tenant)
+	if err != nil {
+		return nil, err
+	}
+	cps, err := l.readCheckpoints(ctx, q, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +160,7 @@ func (l *Log) VerifyHeld(ctx context.Context, tenant string, v note.Verifier, he
 	}
 
 	// Rows, in seq order, against every trusted root.
-	w := &rowWalk{l: l, tenant: tenant, good: chain.good, cur: l.rf.NewEmptyRange(0),
+	w := &rowWalk{l: l, q: q, tenant: tenant, good: chain.good, cur: l.rf.NewEmptyRange(0),
 		acc: &rowAcc{inserted: map[string]Row{}, deleted: map[string]leaf{}, size: rep.Size}, buf: make([]byte, 0, 512)}
 	if err := w.walk(ctx, rep, progress); err != nil {
 		return nil, err
@@ -249,6 +267,7 @@ func checkStateSize(stateSize, last int64) (int64, []Finding) {
 // does not match.
 type rowWalk struct {
 	l      *Log
+	q      audit.Querier // the snapshot every read is made in
 	tenant string
 	good   []trusted      // trusted checkpoints, in size order
 	ti     int            // next trusted checkpoint
@@ -266,7 +285,7 @@ type rowWalk struct {
 func (w *rowWalk) walk(ctx context.Context, rep *Report, progress func(done, total int64)) error {
 	next := int64(math.MinInt64)
 	for {
-		page, err := audit.RowsFrom(ctx, w.l.db, w.tenant, next, verifyPage)
+		page, err := audit.RowsFrom(ctx, w.q, w.tenant, next, verifyPage)
 		if err != nil {
 			return fmt.Errorf("auditlog: read rows: %w", err)
 		}
@@ -300,7 +319,7 @@ func (w *rowWalk) walk(ctx context.Context, rep *Report, progress func(done, tot
 	// checked against the stored leaves (a checkpoint is missing or
 	// refused, reported above).
 	if uint64(rep.Size) > w.lo {
-		if _, err := w.l.localise(ctx, w.tenant, int64(w.lo), rep.Size, w.acc); err != nil {
+		if _, err := w.l.localise(ctx, w.q, w.tenant, int64(w.lo), rep.Size, w.acc); err != nil {
 			return err
 		}
 	}
@@ -309,7 +328,7 @@ func (w *rowWalk) walk(ctx context.Context, rep *Report, progress func(done, tot
 	// transaction), whatever leaves the tables hold for it: stored leaves
 	// are the database's word, and its writer could forge them too.
 	if w.tail {
-		past, err := audit.RowsBetween(ctx, w.l.db, w.tenant, rep.Size, math.MaxInt64, 0)
+		past, err := audit.RowsBetween(ctx, w.q, w.tenant, rep.Size, math.MaxInt64, 0)
 		if err != nil {
 			return fmt.Errorf("auditlog: read rows: %w", err)
 		}
@@ -375,7 +394,7 @@ func (w *rowWalk) closeSegment(ctx context.Context) error {
 		w.lo = t.size
 		return nil
 	}
-	n, err := w.l.localise(ctx, w.tenant, int64(w.lo), int64(t.size), w.acc)
+	n, err := w.l.localise(ctx, w.q, w.tenant, int64(w.lo), int64(t.size), w.acc)
 	if err != nil {
 		return err
 	}
@@ -398,7 +417,7 @@ func (w *rowWalk) closeSegment(ctx context.Context) error {
 // signedStoredRange loads the stored tree at t's size and reports whether
 // it hashes to t's signed root.
 func (w *rowWalk) signedStoredRange(ctx context.Context, t trusted) (*compact.Range, bool) {
-	next, err := w.l.storedRange(ctx, w.l.db, w.tenant, t.size)
+	next, err := w.l.storedRange(ctx, w.q, w.tenant, t.size)
 	if err != nil {
 		return nil, false
 	}
@@ -481,12 +500,12 @@ func (a *rowAcc) merge() []Finding {
 // id: a row whose event has no stored leaf is inserted, a stored leaf whose
 // event has no row is deleted, and a row whose leaf (at its stored position)
 // differs is edited. It returns how many differences it found.
-func (l *Log) localise(ctx context.Context, tenant string, lo, hi int64, acc *rowAcc) (int, error) {
-	rs, err := audit.RowsBetween(ctx, l.db, tenant, lo, hi, 0)
+func (l *Log) localise(ctx context.Context, q audit.Querier, tenant string, lo, hi int64, acc *rowAcc) (int, error) {
+	rs, err := audit.RowsBetween(ctx, q, tenant, lo, hi, 0)
 	if err != nil {
 		return 0, fmt.Errorf("auditlog: read rows: %w", err)
 	}
-	stored, err := l.readLeaves(ctx, tenant, lo, hi)
+	stored, err := l.readLeaves(ctx, q, tenant, lo, hi)
 	if err != nil {
 		return 0, err
 	}

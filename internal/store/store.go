@@ -193,6 +193,28 @@ func (db *DB) Tx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return nil
 }
 
+// ReadTx runs fn in a read-only transaction that sees one snapshot of the
+// database from its first read to its end, whatever commits meanwhile:
+// on SQLite a deferred transaction on a read-only connection (WAL keeps
+// its snapshot and never blocks the writer), on PostgreSQL REPEATABLE
+// READ, READ ONLY. It is always rolled back. For a long check that must
+// not mistake a write committed while it reads for tampering (audit
+// verify).
+func (db *DB) ReadTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	var tx *sql.Tx
+	var err error
+	if db.reader != nil {
+		tx, err = db.reader.BeginTx(ctx, nil)
+	} else {
+		tx, err = db.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	}
+	if err != nil {
+		return fmt.Errorf("store: begin read: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	return fn(tx)
+}
+
 // IsUniqueViolation reports whether err is a unique-constraint or
 // primary-key violation in either dialect, by the driver's error code
 // (PostgreSQL SQLSTATE 23505; SQLite's extended codes, which modernc
