@@ -273,7 +273,6 @@ type rowWalk struct {
 	ti     int            // next trusted checkpoint
 	cur    *compact.Range // the tree so far
 	lo     uint64         // start of the current segment
-	tail   bool           // rows past the last trusted checkpoint
 	acc    *rowAcc
 	buf    []byte
 }
@@ -327,14 +326,12 @@ func (w *rowWalk) walk(ctx context.Context, rep *Report, progress func(done, tot
 	// (a seal numbers its rows and signs their checkpoint in one
 	// transaction), whatever leaves the tables hold for it: stored leaves
 	// are the database's word, and its writer could forge them too.
-	if w.tail {
-		past, err := audit.RowsBetween(ctx, w.q, w.tenant, rep.Size, math.MaxInt64, 0)
-		if err != nil {
-			return fmt.Errorf("auditlog: read rows: %w", err)
-		}
-		for _, r := range past {
-			w.acc.inserted[r.ID] = r
-		}
+	past, err := audit.RowsBetween(ctx, w.q, w.tenant, rep.Size, math.MaxInt64, 0)
+	if err != nil {
+		return fmt.Errorf("auditlog: read rows: %w", err)
+	}
+	for _, r := range past {
+		w.acc.inserted[r.ID] = r
 	}
 	return nil
 }
@@ -360,8 +357,8 @@ func cutPage(page []Row, size int) (out []Row, next int64, full bool, err error)
 }
 
 // add appends row r to the tree, first closing every segment that ends at
-// or before it; a row past the last trusted checkpoint only marks the
-// tail.
+// or before it; a row past the last trusted checkpoint is checked after
+// the walk (walk's tail checks).
 func (w *rowWalk) add(ctx context.Context, r Row) error {
 	for w.ti < len(w.good) && uint64(r.Seq) >= w.good[w.ti].size {
 		if err := w.closeSegment(ctx); err != nil {
@@ -369,7 +366,6 @@ func (w *rowWalk) add(ctx context.Context, r Row) error {
 		}
 	}
 	if w.ti == len(w.good) {
-		w.tail = true
 		return nil
 	}
 	w.buf = AppendRow(w.buf[:0], r)
