@@ -84,7 +84,7 @@ func FuzzDecodeStrict(f *testing.F) {
 // INVALID_INPUT, in a value or a key, never stored as U+FFFD (which Go's
 // decoder makes of them).
 func TestDecodeRefusesInvalidUTF8(t *testing.T) {
-	for _, raw := range []string{"{\"name\":\"\xff\"}", "{\"tenant_id\":\"\xff\xfe\"}", "{\"tags\":[\"a\xc3\"]}", "{\"\xffname\":\"a\"}"} {
+	for _, raw := range []string{"{\"name\":\"\xff\"}", "{\"tenant_id\":\"\xff\xfe\"}", "{\"tags\":[\"a\xc3\"]}", "{\"\xffname\":\"a\"}", `{"name":"a\ud800b"}`} {
 		var in fuzzIn
 		err := Decode([]byte(raw), &in)
 		if errs.CodeOf(err) != errs.InvalidInput || errs.SafeMessage(err) != "the body is not valid UTF-8" {

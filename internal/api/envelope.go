@@ -252,9 +252,10 @@ func (s *Server) resolve(q *call) (string, error) {
 	switch {
 	case errs.CodeOf(err) == errs.NotFound:
 		if !c.Root() {
-			// The tenant-tree read another tenant's resource costs (reaches),
-			// made for a missing one too: the two take the same time.
-			s.reaches(q.ctx, c, "")
+			// The tenant-tree read another tenant's resource costs (reaches
+			// reads its chain), made for a missing one too, of the caller's
+			// own chain: the two take about the same time.
+			_, _ = s.deps.IAM.Chain(q.ctx, c.HomeTenant)
 		}
 		return "", s.missing(q)
 	case err != nil:

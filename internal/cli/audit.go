@@ -211,7 +211,10 @@ func auditVerifyCmd() *cobra.Command {
 			if !rep.OK() {
 				return &ExitError{Code: 1}
 			}
-			if save != "" && rep.Latest != nil {
+			if save != "" {
+				if rep.Latest == nil {
+					return badInput(errors.New("--save-checkpoint: the log has no verified checkpoint yet (seal it first); nothing saved"))
+				}
 				if err := atomicfile.Write(save, rep.Latest, publicFileMode); err != nil {
 					return err
 				}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,6 +114,13 @@ func TestAuditCommands(t *testing.T) {
 	}
 	if code, _, _ := run(t, "audit", "verify", "--tenant", "root", "--db", dsn, "--key", filepath.Join(dir, "missing")); code != 2 {
 		t.Fatalf("verify with a missing key file: exit %d, want 2", code)
+	}
+	// A tenant's log with no checkpoint yet has none to save.
+	if code, _, errs := run(t, "audit", "verify", "--db", dsn, "--key", keyFile, "--tenant", "tnobody", "--save-checkpoint", filepath.Join(dir, "none.txt")); code != 2 || !strings.Contains(errs, "no verified checkpoint") {
+		t.Fatalf("verify --save-checkpoint of an empty log: %d %q, want exit 2", code, errs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "none.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("an empty log's checkpoint file: %v, want none written", err)
 	}
 	// A checkpoint saved by one verify is held by the next; a held file
 	// that does not verify (the flipped proof) is bad input.

@@ -18,6 +18,10 @@ func TestCheck(t *testing.T) {
 	for raw, want := range map[string]string{
 		"{\"a\":\"\xff\"}":                  "the body is not valid UTF-8",
 		"{\"\xc3\":1}":                      "the body is not valid UTF-8",
+		`{"a":"x\ud800y"}`:                  "the body is not valid UTF-8",
+		`{"a":"x\udc00"}`:                   "the body is not valid UTF-8",
+		`{"a":"\ud800\u0041"}`:              "the body is not valid UTF-8",
+		`{"\uDBFF":1}`:                      "the body is not valid UTF-8",
 		`{"a":1,"a":2}`:                     `duplicate key "a"`,
 		`{"x":{"a":1,"b":[{"a":1,"a":2}]}}`: `duplicate key "a"`,
 		`{"a":`:                             "the body is not valid JSON",
@@ -29,16 +33,19 @@ func TestCheck(t *testing.T) {
 		}
 	}
 	ok := strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth)
-	for _, raw := range []string{`{}`, `{"a":1,"b":{"a":2},"c":[{"a":1},{"a":2}]}`, `{"é":"\u00e9"}`, ok} {
+	for _, raw := range []string{`{}`, `{"a":1,"b":{"a":2},"c":[{"a":1},{"a":2}]}`, `{"é":"\u00e9"}`, ok,
+		`{"a":"\ud83d\ude00 \\ud800"}`, `{"a":"\\\ud83d\ude00"}`, `{"a":"\"\ud83d\ude00"}`} {
 		if err := Check([]byte(raw), "body"); err != nil {
 			t.Errorf("%q refused: %v", raw, err)
 		}
 	}
 }
 
-// FuzzCheck: whatever Check accepts is UTF-8 and JSON that Go decodes.
+// FuzzCheck: whatever Check accepts is UTF-8 and JSON that Go decodes, and
+// decodes to U+FFFD only where the input spelled it.
 func FuzzCheck(f *testing.F) {
-	for _, s := range []string{`{}`, `{"a":1,"a":2}`, "{\"a\":\"\xff\"}", `[[[]]]`, `{"a":{"b":[1,2,{"c":null}]}}`, `1 2`} {
+	for _, s := range []string{`{}`, `{"a":1,"a":2}`, "{\"a\":\"\xff\"}", `[[[]]]`, `{"a":{"b":[1,2,{"c":null}]}}`, `1 2`,
+		`{"a":"\ud800"}`, `{"a":"\ud83d\ude00"}`, `{"a":"\\ud800"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
@@ -57,6 +64,11 @@ func FuzzCheck(f *testing.F) {
 			}
 			if err != nil {
 				t.Fatalf("accepted %q, which Go does not decode: %v", raw, err)
+			}
+			enc, _ := json.Marshal(v)
+			spelled := bytes.Contains(raw, []byte("\uFFFD")) || bytes.Contains(bytes.ToLower(raw), []byte(`\ufffd`))
+			if bytes.Contains(enc, []byte("\uFFFD")) && !spelled {
+				t.Fatalf("accepted %q, which decodes to U+FFFD", raw)
 			}
 		}
 	})

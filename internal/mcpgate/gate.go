@@ -138,7 +138,7 @@ func strictArguments(checks argsChecks) mcp.Middleware {
 // of the fields' types and ranges, each refusal INVALID_INPUT naming the
 // field by its JSON name, never a Go type.
 func decodeArgs[In any](raw json.RawMessage) error {
-	if err := jsonstrict.Check(raw, "arguments"); err != nil {
+	if err := jsonstrict.Check(raw, "arguments object"); err != nil {
 		return err
 	}
 	var in In

@@ -212,6 +212,9 @@ func TestArgumentsDecodeStrictly(t *testing.T) {
 		{ToolListAuditEvents, json.RawMessage(`{"since":"x"}`), `INVALID_INPUT: field "since": wrong type or out of range`},
 		{ToolListNodes, json.RawMessage(`{"tenant_id":"root","tenant_id":"tbbbbbbbbbbbbbbbb"}`), `INVALID_INPUT: duplicate key "tenant_id"`},
 		{ToolRunCommand, json.RawMessage(`{"node_id":"` + goodNode + `","kind":"node.ping","payload":{"a":1,"a":2}}`), `INVALID_INPUT: duplicate key "a"`},
+		{ToolListNodes, json.RawMessage(`{"tenant_id":"root\ud800"}`), `INVALID_INPUT: the arguments object is not valid UTF-8`},
+		{ToolRunCommand, json.RawMessage(`{"node_id":"` + goodNode + `","kind":"node.ping","payload":` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}`),
+			`INVALID_INPUT: the arguments object nests too deeply`},
 	} {
 		text, isErr := call(t, cs, c.tool, c.args)
 		if !isErr || text != c.want {
