@@ -104,7 +104,11 @@ func (m *Memory) Each(fn func(jti string, expires time.Time)) {
 func (m *Memory) dropExpired(now time.Time) {
 	for m.order.Len() > 0 && m.order[0].until.Before(now) {
 		e := heap.Pop(&m.order).(expiryEntry)
-		delete(m.until, e.jti)
+		// A jti Restore kept longer has a later entry too: only the
+		// entry of its current time forgets it.
+		if m.until[e.jti].Equal(e.until) {
+			delete(m.until, e.jti)
+		}
 	}
 }
 

@@ -126,3 +126,21 @@ func TestMemoryDropsInExpiryOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoreKeepsTheLaterExpiry: a jti restored twice (a record holding
+// it twice) is kept until the later of its times, not forgotten when the
+// earlier one passes.
+func TestRestoreKeepsTheLaterExpiry(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	m := tickets.NewMemory(clk, 0)
+	m.Restore("tk_a", t0.Add(time.Second))
+	m.Restore("tk_a", t0.Add(time.Hour))
+	clk.Set(t0.Add(time.Second + tickets.Retention + time.Millisecond))
+	if err := m.Spend(ctx, "tk_b", t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Spend(ctx, "tk_a", t0.Add(time.Hour)); !errors.Is(err, tickets.ErrSpent) {
+		t.Fatalf("tk_a after its earlier time: %v, want ErrSpent (kept until the later one)", err)
+	}
+}
