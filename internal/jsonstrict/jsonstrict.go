@@ -2,7 +2,9 @@
 // for what encoding/json lets through silently: bytes that are not UTF-8
 // and escaped UTF-16 surrogates that are not a pair (both decoded as
 // U+FFFD), a key given twice in one object (the last one
-// wins) and nesting deep enough to be a denial of service. The API's
+// wins), a number too large for a float64 (which a decoder into any
+// refuses only later, with Go's own words) and nesting deep enough to be
+// a denial of service. The API's
 // bodies and the MCP gate's tool arguments are checked by it, so both
 // front doors refuse the same inputs with the same messages.
 package jsonstrict
@@ -12,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/bettercompute/bettercompute/internal/errs"
@@ -23,7 +26,8 @@ const MaxDepth = 64
 // Check refuses raw, named what in the message ("body", "arguments"),
 // with INVALID_INPUT when it is not UTF-8, not well-formed JSON (a caller
 // that wants exactly one value checks for trailing data itself),
-// nests deeper than MaxDepth, or has an object with a key twice.
+// nests deeper than MaxDepth, has an object with a key twice, or has a
+// number beyond float64's range.
 func Check(raw []byte, what string) error {
 	if !utf8.Valid(raw) || !surrogatesPaired(raw) {
 		return errs.New(errs.InvalidInput, "the "+what+" is not valid UTF-8")
@@ -71,6 +75,13 @@ func Check(raw []byte, what string) error {
 				stack = append(stack, &frame{obj: d == '{', keys: map[string]bool{}, expect: d == '{'})
 			case '}', ']':
 				stack = stack[:len(stack)-1]
+			}
+		case json.Number:
+			if _, err := strconv.ParseFloat(string(d), 64); err != nil {
+				return errs.New(errs.InvalidInput, "the "+what+" has a number out of range")
+			}
+			if top != nil && top.obj {
+				top.expect = true
 			}
 		default:
 			if top != nil && top.obj {

@@ -26,6 +26,8 @@ func TestCheck(t *testing.T) {
 		`{"x":{"a":1,"b":[{"a":1,"a":2}]}}`: `duplicate key "a"`,
 		`{"a":`:                             "the body is not valid JSON",
 		deep:                                "the body nests too deeply",
+		`{"a":9E00000000400}`:               "the body has a number out of range",
+		`[-1e309]`:                          "the body has a number out of range",
 	} {
 		err := Check([]byte(raw), "body")
 		if errs.CodeOf(err) != errs.InvalidInput || errs.SafeMessage(err) != want {
@@ -34,7 +36,7 @@ func TestCheck(t *testing.T) {
 	}
 	ok := strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth)
 	for _, raw := range []string{`{}`, `{"a":1,"b":{"a":2},"c":[{"a":1},{"a":2}]}`, `{"é":"\u00e9"}`, ok,
-		`{"a":"\ud83d\ude00 \\ud800"}`, `{"a":"\\\ud83d\ude00"}`, `{"a":"\"\ud83d\ude00"}`} {
+		`{"a":"\ud83d\ude00 \\ud800"}`, `{"a":"\\\ud83d\ude00"}`, `{"a":"\"\ud83d\ude00"}`, `[1e308,-1e308,1e-400,0.5]`} {
 		if err := Check([]byte(raw), "body"); err != nil {
 			t.Errorf("%q refused: %v", raw, err)
 		}
