@@ -2,10 +2,15 @@ package secrets
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 
+	"github.com/bettercompute/bettercompute/internal/audit"
+	"github.com/bettercompute/bettercompute/internal/clock"
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
+	"github.com/bettercompute/bettercompute/internal/store"
+	"github.com/bettercompute/bettercompute/internal/store/storetest"
 )
 
 func TestParseRef(t *testing.T) {
@@ -38,13 +43,41 @@ func FuzzParseRef(f *testing.F) {
 	})
 }
 
+// TestAADBindsRefTenantVersion: a value put through the service opens,
+// as a release opens it, only for its own reference, tenant and version:
+// its ciphertext moved to another reference or tenant, or read as an
+// older version, does not open.
 func TestAADBindsRefTenantVersion(t *testing.T) {
-	base := string(aad("secret://a/x", "a", 1))
-	for _, other := range []string{string(aad("secret://a/y", "a", 1)), string(aad("secret://a/x", "b", 1)), string(aad("secret://a/x", "a", 2))} {
-		if other == base {
-			t.Fatal("authenticated data does not bind every field")
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		s := New(db, clock.NewFake(testNow), rekeyTestKEK(7), nil, nil, nil, nil, slog.New(slog.DiscardHandler))
+		actor := audit.Entry{TenantID: iam.RootTenant, Actor: "test"}
+		for _, v := range []string{"x1", "x2"} {
+			if _, err := s.Put(ctx, actor, iam.RootTenant, "x", ScopeTenant, []byte(v)); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
+		ref := Ref(iam.RootTenant, "x")
+		var sec sealedSecret
+		if err := db.QueryRowContext(ctx, sqlSealedLatest, ref, iam.RootTenant).Scan(&sec.version, &sec.sealed, new(string)); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.value(ref, iam.RootTenant, sec); err != nil || string(got) != "x2" || sec.version != 2 {
+			t.Fatalf("own row: %q %v (version %d), want x2 at version 2", got, err, sec.version)
+		}
+		for name, c := range map[string]struct {
+			ref, tenant string
+			version     int64
+		}{
+			"another reference": {Ref(iam.RootTenant, "y"), iam.RootTenant, 2},
+			"another tenant":    {Ref("tother", "x"), "tother", 2},
+			"an older version":  {ref, iam.RootTenant, 1},
+		} {
+			if got, err := s.value(c.ref, c.tenant, sealedSecret{version: c.version, sealed: sec.sealed}); err == nil {
+				t.Errorf("%s: the ciphertext opened to %q", name, got)
+			}
+		}
+	})
 }
 
 // TestTenantOfReadsNothing checks that the envelope's resolver answers from
