@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/bettercompute/bettercompute/client"
@@ -94,10 +95,35 @@ func TestUploadOtherTenantNotFound(t *testing.T) {
 		_, a := e.TenantAdmin(t, "acme")
 		_, b := e.TenantAdmin(t, "other")
 		up := beginUpload(t, a)
-		expectCode(t, do(t, e, "PUT", up.UploadPath, b.Key(), putAt(0), "hello"), 404, "NOT_FOUND")
-		expectCode(t, do(t, e, "GET", up.UploadPath, b.Key(), getHdr, ""), 404, "NOT_FOUND")
-		expectCode(t, do(t, e, "PUT", api.UploadPath+"upl_missing", b.Key(), putAt(0), "hello"), 404, "NOT_FOUND")
-		expectCode(t, do(t, e, "PUT", api.UploadPath+"../x", b.Key(), putAt(0), "hello"), 404, "NOT_FOUND")
+		// Another tenant's upload, a missing one and ids no upload can
+		// have: the same answer and the same one denial row each.
+		want := map[string]string{}
+		for _, c := range []struct{ name, path string }{
+			{"others", up.UploadPath}, {"missing", api.UploadPath + "upl_missing"},
+			{"malformed", api.UploadPath + "../x"}, {"overlong", api.UploadPath + strings.Repeat("u", 65)},
+		} {
+			for _, verb := range []string{"PUT", "GET"} {
+				rid := c.name + "-" + verb
+				hdr, body := map[string]string{"Content-Type": "", "X-Request-Id": rid}, ""
+				if verb == "PUT" {
+					hdr, body = putAt(0), "hello"
+					hdr["X-Request-Id"] = rid
+				}
+				r := do(t, e, verb, c.path, b.Key(), hdr, body)
+				expectCode(t, r, 404, "NOT_FOUND")
+				got := withoutRequestID(r.body, "")
+				if want[verb] == "" {
+					want[verb] = got
+				} else if got != want[verb] {
+					t.Errorf("%s %s: %s, want %s", verb, c.name, got, want[verb])
+				}
+				var details string
+				err := db.QueryRowContext(context.Background(), `SELECT details FROM audit_events WHERE request_id = $1 AND outcome = 'denied'`, rid).Scan(&details)
+				if wantRow := `{"reason":"` + api.ReasonOutOfReach + `"}`; err != nil || details != wantRow {
+					t.Errorf("%s %s: denial row %q %v, want one with %s", verb, c.name, details, err, wantRow)
+				}
+			}
+		}
 		if n := uploadOffset(t, e, up.UploadID); n != 0 {
 			t.Fatalf("another tenant's write kept %d bytes", n)
 		}
