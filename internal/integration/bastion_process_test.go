@@ -125,7 +125,9 @@ func TestBastionEgressLaneRefusesLocalTargets(t *testing.T) {
 // then lists the process's sockets: one UDP port (the tunnel's) on
 // non-loopback addresses, and no TCP listener at all. Then `bcd bastion
 // audit verify` checks the on-machine chain, and an unpair takes the
-// tunnel down, ends the process with status 3 and deletes its keys.
+// tunnel down, ends the process with status 3 and deletes its keys. Run
+// without --egress, the process refuses the granted egress lane
+// (egress-not-enabled).
 func TestBastionProcessListensOnlyItsTunnelPort(t *testing.T) {
 	e := bastionEnv(t, storetest.NewTestSQLite(t))
 	bcd := builtBcd(t)
@@ -176,6 +178,10 @@ func TestBastionProcessListensOnlyItsTunnelPort(t *testing.T) {
 	}
 	conn.Close()
 	checkOnlyTunnelPort(t, run.Process.Pid)
+	// Run without --egress: the egress lane, granted, is refused on the
+	// machine for want of its owner's consent.
+	waitFor(t, "parked egress workers", func() bool { return e.CP.Lanes.EgressParked(id) > 0 })
+	wantLaneRefused(t, e.Client, id, "egress/93.184.216.34:443", "ACCESS_DENIED", "egress-not-enabled")
 
 	if out, err := exec.Command(bcd, "bastion", "audit", "verify", "--data", dir).CombinedOutput(); err != nil || !strings.Contains(string(out), "chain intact") {
 		t.Fatalf("bcd bastion audit verify: %v\n%s", err, out)
@@ -187,12 +193,12 @@ func TestBastionProcessListensOnlyItsTunnelPort(t *testing.T) {
 	}
 }
 
-// grantBastion2 grants inference for llama3:8b to bastion id and waits
+// grantBastion2 grants inference for llama3:8b, and egress, to bastion id and waits
 // until a lane answers with it.
 func grantBastion2(t *testing.T, e *testenv.Env, id string) {
 	t.Helper()
 	var g apitypes.BastionGrant
-	if err := e.Client.Call(context.Background(), "bastions.grant", apitypes.BastionGrantIn{BastionID: id, Allow: []string{"inference"}, Models: []string{"llama3:8b"}}, &g); err != nil {
+	if err := e.Client.Call(context.Background(), "bastions.grant", apitypes.BastionGrantIn{BastionID: id, Allow: []string{"inference", "egress"}, Models: []string{"llama3:8b"}}, &g); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the bastion process to hold the grant", func() bool {
