@@ -32,14 +32,29 @@ type Record struct {
 	Leaf []byte `json:"leaf"` // RFC 6962 leaf hash of EncodeRow(Row), base64 in JSON
 }
 
+// SinkCheckpoint is a tenant's signed checkpoint as a sink holds it,
+// copied after the rows it covers: outside the database, a checkpoint
+// lets a verifier check the copied rows offline (VerifySink) and hold the
+// database's log against it (a rolled-back or forked log shows).
+type SinkCheckpoint struct {
+	TenantID string `json:"tenant"`
+	Size     int64  `json:"size"`
+	Note     string `json:"checkpoint"` // the signed note, as sealed
+}
+
 // Sink receives a copy of every sealed audit row, per tenant in seq order,
-// on a store the database's operators cannot change.
+// and of the checkpoint that covers them, on a store the database's
+// operators cannot change.
 type Sink interface {
 	// Append copies recs: rows of one tenant with consecutive seqs. It
 	// returns only once they are durable; on error the pump retries them
 	// later, so a sink must not hold a row twice when given it again (see
 	// Last).
 	Append(ctx context.Context, tenant string, recs []Record) error
+	// AppendCheckpoint copies a signed checkpoint whose rows the sink
+	// holds; it returns once it is durable. Given one again, a sink may
+	// hold it twice (readers take it once).
+	AppendCheckpoint(ctx context.Context, c SinkCheckpoint) error
 	// Last reports the last record the sink holds, when the sink cannot
 	// recognise a repeated record by itself (an append-only file). The pump
 	// moves its cursor past it before copying anything, which makes a copy
@@ -113,9 +128,23 @@ func (s *FileSink) Append(_ context.Context, _ string, recs []Record) error {
 			return fmt.Errorf("auditlog: encode record: %w", err)
 		}
 	}
+	return s.write(b.Bytes())
+}
+
+// AppendCheckpoint writes c as one JSON line and fsyncs.
+func (s *FileSink) AppendCheckpoint(_ context.Context, c SinkCheckpoint) error {
+	line, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("auditlog: encode checkpoint: %w", err)
+	}
+	return s.write(append(line, '\n'))
+}
+
+// write appends whole lines and fsyncs.
+func (s *FileSink) write(lines []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := s.f.Write(b.Bytes()); err != nil {
+	if _, err := s.f.Write(lines); err != nil {
 		return fmt.Errorf("auditlog: write sink file: %w", err)
 	}
 	if err := s.f.Sync(); err != nil {
@@ -186,6 +215,20 @@ func (s *BlobSink) Append(ctx context.Context, tenant string, recs []Record) err
 	return nil
 }
 
+// CheckpointKey is the object key of one checkpoint: the tenant's
+// checkpoints/<size, 20 digits>.note, beside its rows.
+func CheckpointKey(tenant string, size int64) string {
+	return fmt.Sprintf("%s/checkpoints/%020d.note", url.PathEscape(tenant), size)
+}
+
+// AppendCheckpoint writes c's note as one object (CheckpointKey).
+func (s *BlobSink) AppendCheckpoint(ctx context.Context, c SinkCheckpoint) error {
+	if err := s.b.WriteAll(ctx, CheckpointKey(c.TenantID, c.Size), []byte(c.Note), &blob.WriterOptions{ContentType: "text/plain; charset=utf-8"}); err != nil {
+		return fmt.Errorf("auditlog: write sink checkpoint: %w", err)
+	}
+	return nil
+}
+
 // Last returns ok false: a bucket sink recognises a repeat by its key.
 func (s *BlobSink) Last(context.Context) (string, int64, bool, error) { return "", 0, false, nil }
 
@@ -198,7 +241,10 @@ const DefaultPumpBatch = 1000
 // Pump copies sealed rows to a sink, per tenant in seq order, and keeps its
 // position in audit_sink_cursors under the sink's name. A failed Append
 // leaves the cursor where it was, so an outage delays copying and never
-// drops or reorders a row. Only one pump may run per sink name.
+// drops or reorders a row. After a run copies a tenant's rows up to its
+// log's size it copies the signed checkpoint of that size, so the sink
+// holds checkpoints outside the database. Only one pump may run per sink
+// name.
 type Pump struct {
 	db    *store.DB
 	sink  Sink
@@ -289,9 +335,32 @@ func (p *Pump) Run(ctx context.Context) (int, error) {
 				return copied, err
 			}
 			copied += len(recs)
+			if next == l.size {
+				if err := p.copyCheckpoint(ctx, l.tenant, l.size); err != nil {
+					return copied, err
+				}
+			}
 		}
 	}
 	return copied, nil
+}
+
+// copyCheckpoint copies the tenant's checkpoint of size, the size its
+// log's state gives: a seal writes the two together, so a state with no
+// checkpoint of its size was changed by hand and copying stops there.
+func (p *Pump) copyCheckpoint(ctx context.Context, tenant string, size int64) error {
+	var n []byte
+	err := p.db.QueryRowContext(ctx, qCheckpointAt, tenant, size).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: tenant %s has no checkpoint of its log's size %d; the sink stops there", ErrTampered, tenant, size)
+	}
+	if err != nil {
+		return fmt.Errorf("auditlog: read checkpoint to copy: %w", err)
+	}
+	if err := p.sink.AppendCheckpoint(ctx, SinkCheckpoint{TenantID: tenant, Size: size, Note: string(n)}); err != nil {
+		return fmt.Errorf("auditlog: sink %s: %w", p.name, err)
+	}
+	return nil
 }
 
 func (p *Pump) cursor(ctx context.Context, tenant string) (int64, error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +23,15 @@ import (
 type flakySink struct {
 	down bool
 	got  []auditlog.Record
+	cps  []auditlog.SinkCheckpoint
+}
+
+func (s *flakySink) AppendCheckpoint(_ context.Context, c auditlog.SinkCheckpoint) error {
+	if s.down {
+		return errors.New("sink unreachable")
+	}
+	s.cps = append(s.cps, c)
+	return nil
 }
 
 func (s *flakySink) Append(_ context.Context, _ string, recs []auditlog.Record) error {
@@ -93,6 +103,15 @@ func TestSinkOutageDelaysNeverDropsOrReorders(t *testing.T) {
 		if got := seqsOf(sink.got, "t2"); !slices.Equal(got, count(2)) {
 			t.Fatalf("t2 seqs copied %v", got)
 		}
+		// Each run that brought a tenant's copy up to its log's size copied
+		// the checkpoint of that size too; the outage none.
+		var cps []string
+		for _, c := range sink.cps {
+			cps = append(cps, fmt.Sprintf("%s@%d", c.TenantID, c.Size))
+		}
+		if want := []string{iam.RootTenant + "@5", "t2@2", iam.RootTenant + "@11"}; !slices.Equal(cps, want) {
+			t.Fatalf("checkpoints copied %v, want %v", cps, want)
+		}
 		for _, r := range sink.got {
 			if string(r.Leaf) != string(auditlog.LeafHash(r.Row)) {
 				t.Fatalf("record %d carries a wrong leaf", r.Seq)
@@ -151,8 +170,8 @@ func TestFileSinkExactlyOnceAfterCrash(t *testing.T) {
 		sc := bufio.NewScanner(fh)
 		for sc.Scan() {
 			var r auditlog.Record
-			if json.Unmarshal(sc.Bytes(), &r) != nil {
-				continue // the torn fragment
+			if json.Unmarshal(sc.Bytes(), &r) != nil || r.ID == "" {
+				continue // the torn fragment, or a checkpoint
 			}
 			seqs = append(seqs, r.Seq)
 		}
@@ -199,7 +218,7 @@ func TestBlobSinkWritesOneObjectPerRow(t *testing.T) {
 		}
 		keys = append(keys, o.Key)
 	}
-	want := []string{auditlog.BlobKey(iam.RootTenant, 0), auditlog.BlobKey(iam.RootTenant, 1), auditlog.BlobKey(iam.RootTenant, 2)}
+	want := []string{auditlog.BlobKey(iam.RootTenant, 0), auditlog.BlobKey(iam.RootTenant, 1), auditlog.BlobKey(iam.RootTenant, 2), auditlog.CheckpointKey(iam.RootTenant, 3)}
 	if !slices.Equal(keys, want) {
 		t.Fatalf("objects %v, want %v", keys, want)
 	}

@@ -28,7 +28,7 @@ import (
 // BC_PKI and BC_KEK_FILE. docs/audit.md describes them.
 func auditCmd() *cobra.Command {
 	c := &cobra.Command{Use: "audit", Short: "Seal, verify, prove and list the tamper-evident audit log (list and prove through the API without --db)"}
-	c.AddCommand(auditSealCmd(), auditVerifyCmd(), auditProveCmd(), auditCheckProofCmd(), auditKeyCmd(), auditListCmd())
+	c.AddCommand(auditSealCmd(), auditVerifyCmd(), auditVerifySinkCmd(), auditProveCmd(), auditCheckProofCmd(), auditKeyCmd(), auditListCmd())
 	return c
 }
 
@@ -159,7 +159,7 @@ func auditSealCmd() *cobra.Command {
 }
 
 func auditVerifyCmd() *cobra.Command {
-	var dsn, pkiDir, keyFile, tenant, save string
+	var dsn, pkiDir, keyFile, tenant, save, heldSink string
 	var held []string
 	var asJSON bool
 	c := &cobra.Command{
@@ -178,6 +178,15 @@ func auditVerifyCmd() *cobra.Command {
 			hs, err := readHeld(held, v, v.Name()+"/"+dbTenant(tenant))
 			if err != nil {
 				return err
+			}
+			if heldSink != "" {
+				// The sink's checkpoints were copied out of the database as
+				// they were sealed: the log must still hold each of them.
+				sc, err := auditlog.ReadSink(ctx, heldSink)
+				if err != nil {
+					return badInput(fmt.Errorf("--held-sink: %w", err))
+				}
+				hs = append(hs, auditlog.VerifySink(sc, dbTenant(tenant), v).Held...)
 			}
 			db, l, err := openAuditLog(ctx, dsn, dep, false)
 			if err != nil {
@@ -225,10 +234,76 @@ func auditVerifyCmd() *cobra.Command {
 	dbFlag(c, &dsn)
 	c.Flags().StringArrayVar(&held, "held", nil, "a checkpoint `FILE` kept from before (--save-checkpoint's, or a proof from audit prove): the log must not be shorter, nor have another root at its size (repeatable)")
 	c.Flags().StringVar(&save, "save-checkpoint", "", "when everything holds, write the last verified checkpoint to `FILE`, to hold with --held next time")
+	c.Flags().StringVar(&heldSink, "held-sink", "", "hold the log against every signed checkpoint of the tenant in the audit sink `SPEC` (serve --audit-sink's file or bucket URL)")
 	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (default: the root tenant)")
 	c.Flags().StringVar(&pkiDir, "pki", "", "PKI bundle directory, only its public audit key is used (default $BC_PKI unless --key)")
 	c.Flags().StringVar(&keyFile, "key", "", "audit verifier key `FILE` (made by 'audit key')")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the findings as a JSON array")
+	return c
+}
+
+func auditVerifySinkCmd() *cobra.Command {
+	var pkiDir, keyFile, tenant string
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "verify-sink SPEC",
+		Short: "Check an audit sink's copy without the database: every row, every checkpoint's signature and root; exit 0 all holds, 1 a finding, 2 bad input",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := contextOf(cmd)
+			if keyFile == "" && pkiDir == "" {
+				pkiDir = os.Getenv(envPKI)
+			}
+			v, _, err := auditVerifier(keyFile, pkiDir)
+			if err != nil {
+				return err
+			}
+			sc, err := auditlog.ReadSink(ctx, args[0])
+			if err != nil {
+				return badInput(err)
+			}
+			tenants := sc.Tenants()
+			if tenant != "" {
+				tenants = []string{tenant}
+			}
+			if len(tenants) == 0 {
+				return badInput(fmt.Errorf("%s holds no audit rows or checkpoints", args[0]))
+			}
+			reps := make([]*auditlog.SinkReport, 0, len(tenants))
+			ok := true
+			for _, t := range tenants {
+				rep := auditlog.VerifySink(sc, t, v)
+				reps = append(reps, rep)
+				ok = ok && rep.OK()
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				if err := printJSON(out, reps); err != nil {
+					return err
+				}
+			} else {
+				for _, rep := range reps {
+					for _, f := range rep.Findings {
+						fmt.Fprintf(out, "%s: %s\n", rep.Tenant, f.String())
+					}
+					if rep.OK() {
+						fmt.Fprintf(out, "ok: %s: %d rows, %d checkpoints verified, %d rows after the last\n", rep.Origin, rep.Rows, rep.Checkpoints, rep.Rows-rep.Covered)
+					}
+				}
+				if sc.Unreadable > 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "note: %d lines or objects did not parse and were skipped (a line cut short by a crash is one)\n", sc.Unreadable)
+				}
+			}
+			if !ok {
+				return &ExitError{Code: 1}
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&tenant, "tenant", "", "check only this tenant (default: every tenant the sink holds)")
+	c.Flags().StringVar(&pkiDir, "pki", "", "PKI bundle directory, only its public audit key is used (default $BC_PKI unless --key)")
+	c.Flags().StringVar(&keyFile, "key", "", "audit verifier key `FILE` (made by 'audit key')")
+	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of reports, one a tenant")
 	return c
 }
 
