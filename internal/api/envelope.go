@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bettercompute/bettercompute/internal/errs"
 	"github.com/bettercompute/bettercompute/internal/iam"
@@ -248,7 +249,19 @@ func (s *Server) resolve(q *call) (string, error) {
 	if resolve == nil {
 		return "", fmt.Errorf("api: no resolver for %q", t.Kind)
 	}
-	tenant, err := resolve(q.ctx, t.ID)
+	var tenant string
+	var err error
+	if possibleID(t.ID) {
+		tenant, err = resolve(q.ctx, t.ID)
+	} else {
+		// No resource has such an id (a query string's, which no decoder
+		// checked): it is missing, and named in the denial row and the log
+		// by malformedID, never by the caller's bytes. The database never
+		// sees it (PostgreSQL refuses NUL and bytes that are not UTF-8 in
+		// text, which would answer 500 there and a denial on SQLite).
+		q.target.ID = malformedID
+		err = errs.New(errs.NotFound, t.Kind+" not found")
+	}
 	switch {
 	case errs.CodeOf(err) == errs.NotFound:
 		if !c.Root() {
@@ -265,6 +278,16 @@ func (s *Server) resolve(q *call) (string, error) {
 		return "", denied(c, q.m.Action, t)
 	}
 	return tenant, nil
+}
+
+// malformedID stands, in denial rows and the log, for an id no resource
+// can have: its parentheses are in no id's alphabet.
+const malformedID = "(malformed)"
+
+// possibleID reports whether id could name a resource: UTF-8 without NUL,
+// as every id the control plane makes is, and as the database can hold.
+func possibleID(id string) bool {
+	return utf8.ValidString(id) && strings.IndexByte(id, 0) < 0
 }
 
 // missing is the answer to a call whose resource does not exist:

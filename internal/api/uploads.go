@@ -51,10 +51,6 @@ func (s *Server) ServeUploads(u Uploads) { s.uploads = u }
 
 var uploadIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// malformedUploadID stands for an id that uploadIDRE refuses: outside
-// its alphabet, so it names no upload.
-const malformedUploadID = "(malformed)"
-
 // serveUploadHTTP answers a request to the upload endpoint, in the
 // envelope's shape and with its metrics.
 func (s *Server) serveUploadHTTP(w http.ResponseWriter, r *http.Request) {
@@ -98,7 +94,7 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request, rid, label 
 		// No upload has such an id: it is resolved, answered and audited
 		// as a missing one (the same denial row), under a name no id can
 		// take, so no caller's bytes reach the audit log.
-		id = malformedUploadID
+		id = malformedID
 	}
 	q.target = Target{Kind: "image-upload", ID: id}
 	if err := s.callerState(q); err != nil {

@@ -2,7 +2,9 @@
 // for what encoding/json lets through silently: bytes that are not UTF-8
 // and escaped UTF-16 surrogates that are not a pair (both decoded as
 // U+FFFD), a key given twice in one object (the last one
-// wins), a number too large for a float64 (which a decoder into any
+// wins), a NUL character in a string (which PostgreSQL cannot store in
+// text, so it would fail there and pass on SQLite), a number too large
+// for a float64 (which a decoder into any
 // refuses only later, with Go's own words) and nesting deep enough to be
 // a denial of service. The API's
 // bodies and the MCP gate's tool arguments are checked by it, so both
@@ -15,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/bettercompute/bettercompute/internal/errs"
@@ -26,8 +29,8 @@ const MaxDepth = 64
 // Check refuses raw, named what in the message ("body", "arguments"),
 // with INVALID_INPUT when it is not UTF-8, not well-formed JSON (a caller
 // that wants exactly one value checks for trailing data itself),
-// nests deeper than MaxDepth, has an object with a key twice, or has a
-// number beyond float64's range.
+// nests deeper than MaxDepth, has an object with a key twice, has a NUL
+// in a string or key, or has a number beyond float64's range.
 func Check(raw []byte, what string) error {
 	if !utf8.Valid(raw) || !surrogatesPaired(raw) {
 		return errs.New(errs.InvalidInput, "the "+what+" is not valid UTF-8")
@@ -51,6 +54,9 @@ func Check(raw []byte, what string) error {
 		var top *frame
 		if len(stack) > 0 {
 			top = stack[len(stack)-1]
+		}
+		if str, ok := tok.(string); ok && strings.IndexByte(str, 0) >= 0 {
+			return errs.New(errs.InvalidInput, "the "+what+" has a NUL character in a string")
 		}
 		if top != nil && top.obj && top.expect {
 			if k, ok := tok.(string); ok {

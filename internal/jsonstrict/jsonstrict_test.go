@@ -28,6 +28,8 @@ func TestCheck(t *testing.T) {
 		deep:                                "the body nests too deeply",
 		`{"a":9E00000000400}`:               "the body has a number out of range",
 		`[-1e309]`:                          "the body has a number out of range",
+		`{"id":"n\u0000"}`:                  "the body has a NUL character in a string",
+		`{"a":{"\u0000":1}}`:                "the body has a NUL character in a string",
 	} {
 		err := Check([]byte(raw), "body")
 		if errs.CodeOf(err) != errs.InvalidInput || errs.SafeMessage(err) != want {
