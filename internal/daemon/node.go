@@ -252,7 +252,7 @@ func load(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	var id identity
-	if err := readJSON(cfg.DataDir, identityFile, &id); err != nil {
+	if err := readSecretJSON(cfg.DataDir, identityFile, &id); err != nil {
 		return nil, fmt.Errorf("daemon: identity: %w", err)
 	}
 	key, chain, err := id.parse()

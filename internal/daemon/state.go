@@ -12,6 +12,7 @@ import (
 
 	"github.com/bettercompute/bettercompute/internal/atomicfile"
 	"github.com/bettercompute/bettercompute/internal/pki"
+	"github.com/bettercompute/bettercompute/internal/secretfile"
 )
 
 // File names under a node's data directory. All are 0600.
@@ -66,6 +67,20 @@ func writeJSON(dir, name string, v any) error {
 
 func readJSON(dir, name string, v any) error {
 	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("daemon: decode %s: %w", name, err)
+	}
+	return nil
+}
+
+// readSecretJSON is readJSON for a file that holds a private key: one
+// that group or other may access is refused (secretfile), as ssh refuses
+// an open private key, so a key left readable is found before it is used.
+func readSecretJSON(dir, name string, v any) error {
+	b, err := secretfile.Read("daemon: "+name, filepath.Join(dir, name))
 	if err != nil {
 		return err
 	}
