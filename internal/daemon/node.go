@@ -120,10 +120,13 @@ type Node struct {
 	timeAt    time.Time // read at timeAt by the node's own clock
 	connected bool
 	sessionID string
-	refusals  map[string]int // commands refused since Open, by reason
-	intent    []byte         // the last verified SignedDesiredState (intent.go)
-	intentGen uint64         // its generation
-	onIntent  func(generation uint64, err error)
+	// sessionConn is the live session's connection (nil between
+	// sessions): the gateway answers a secret request only on it.
+	sessionConn *grpc.ClientConn
+	refusals    map[string]int // commands refused since Open, by reason
+	intent      []byte         // the last verified SignedDesiredState (intent.go)
+	intentGen   uint64         // its generation
+	onIntent    func(generation uint64, err error)
 
 	// onState, when set, is told of session changes (tests and dev wait on
 	// it instead of sleeping).
@@ -598,6 +601,15 @@ func (n *Node) Renew(ctx context.Context, conn *grpc.ClientConn) error {
 	return nil
 }
 
+// SessionConn returns the live session's connection, nil when the node
+// has none. The gateway answers a secret request (FetchSecret) only on
+// the connection of the node's live session.
+func (n *Node) SessionConn() *grpc.ClientConn {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.sessionConn
+}
+
 // session runs one session: Hello, Welcome, pending results and reports,
 // then commands. It reports whether the gateway answered Hello with a
 // Welcome (Run's back-off restarts then).
@@ -622,8 +634,13 @@ func (n *Node) session(ctx context.Context) (welcomed bool, err error) {
 	}
 	send := lockedSend(stream)
 	n.mu.Lock()
-	n.sessionID = w.SessionId
+	n.sessionID, n.sessionConn = w.SessionId, conn
 	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		n.sessionConn = nil
+		n.mu.Unlock()
+	}()
 	n.setConnected(true)
 	defer n.setConnected(false)
 	n.cfg.Log.Info("session up", "node_id", n.rec.NodeID, "session_id", w.SessionId)

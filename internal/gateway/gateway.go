@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/bettercompute/bettercompute/internal/bus"
@@ -512,14 +513,27 @@ func (g *Gateway) Renew(ctx context.Context, req *nodev1.RenewRequest) (*nodev1.
 	return &nodev1.RenewResponse{CertChainDer: chain, Bundle: b}, nil
 }
 
+// ReasonSecretOffSession is the reason a secret request is refused when it
+// does not come on the connection of its node's live session on this
+// gateway: a copy of a node's files dials its own connection, and must
+// then say Hello, which counts it as a duplicate boot.
+const ReasonSecretOffSession = "not-on-live-session"
+
 // Secret relays a secret request from an authenticated node to the broker
-// and returns its JWE. Any refusal is one generic ACCESS_DENIED.
+// and returns its JWE. It is answered only on the connection of the node's
+// live session with the same certificate (ReasonSecretOffSession). Any
+// refusal is one generic ACCESS_DENIED.
 func (g *Gateway) Secret(ctx context.Context, req *nodev1.SecretRequest) (*nodev1.SecretResponse, error) {
 	c, err := mustCaller(ctx, nodev1.Gateway_Secret_FullMethodName)
 	if err != nil {
 		return nil, err
 	}
 	id := c.id
+	if !g.onLiveSession(id, peerAddr(ctx)) {
+		g.cfg.Log.Info("call refused", "method", nodev1.Gateway_Secret_FullMethodName, "node_id", id.NodeID, "reason", ReasonSecretOffSession)
+		g.svc.Refused(ctx, refusals[nodev1.Gateway_Secret_FullMethodName].event, ReasonSecretOffSession, id.NodeID)
+		return nil, errAccessDenied
+	}
 	jwe, err := g.svc.Secret(ctx, id, peerChain(ctx), req)
 	if err != nil {
 		if errs.CodeOf(err) == errs.Internal {
@@ -529,6 +543,23 @@ func (g *Gateway) Secret(ctx context.Context, req *nodev1.SecretRequest) (*nodev
 		return nil, status.Error(codes.PermissionDenied, string(errs.AccessDenied))
 	}
 	return &nodev1.SecretResponse{Jwe: jwe}, nil
+}
+
+// onLiveSession reports whether id's node has a live session on this
+// gateway, of id's certificate, on the connection from addr.
+func (g *Gateway) onLiveSession(id pki.NodeIdentity, addr string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.sessions[id.NodeID]
+	return s != nil && addr != "" && s.peer == addr && s.serial == id.Serial && s.ctx.Err() == nil
+}
+
+// peerAddr is the remote address of the call's connection ("" unknown).
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
 }
 
 // BootTag is what the control plane keeps and shows of a node's boot id: a

@@ -23,6 +23,9 @@ type session struct {
 	id     string
 	nodeID string
 	serial string
+	// peer is the remote address of the session's connection: a secret
+	// request is answered only on it (Gateway.Secret).
+	peer   string
 	ctx    context.Context // ends with the session
 	cancel context.CancelCauseFunc
 	out    *outbox // what the dispatcher handed this session
@@ -72,7 +75,7 @@ func (g *Gateway) Session(stream nodev1.Gateway_SessionServer) error {
 	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	s := &session{id: ids.New("s"), nodeID: id.NodeID, serial: id.Serial, ctx: sctx, cancel: cancel, out: newOutbox(), ready: make(chan struct{})}
+	s := &session{id: ids.New("s"), nodeID: id.NodeID, serial: id.Serial, peer: peerAddr(ctx), ctx: sctx, cancel: cancel, out: newOutbox(), ready: make(chan struct{})}
 	bootTag := BootTag(hello.BootId)
 	if err := g.open(ctx, s, c.ci, HelloInfo{NodeID: id.NodeID, BootID: bootTag, Serial: id.Serial, SessionID: s.id,
 		GatewayID: g.cfg.GatewayID, Version: hello.Version, Labels: hello.Labels, Inventory: inv}); err != nil {

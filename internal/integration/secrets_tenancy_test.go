@@ -453,12 +453,7 @@ func TestSecretBrokerOwnRefusals(t *testing.T) {
 			return &nodev1.SecretRequestBody{NodeId: n.NodeID(), Ref: ref, CommandId: cmd}
 		}
 		sendRaw := func(req *nodev1.SecretRequest) error {
-			conn, err := n.Dial()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			_, err = nodev1.NewGatewayClient(conn).Secret(ctx, req)
+			_, err := sendSecret(t, n, req)
 			return err
 		}
 		sign := func(b *nodev1.SecretRequestBody) *nodev1.SecretRequest {

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/bettercompute/bettercompute/internal/errs"
+	"github.com/bettercompute/bettercompute/internal/gateway"
 	"github.com/bettercompute/bettercompute/internal/ids"
 	"github.com/bettercompute/bettercompute/internal/pki"
 	"github.com/bettercompute/bettercompute/internal/proto/nodev1"
@@ -198,11 +199,24 @@ func request(t *testing.T, n *testenv.Node, body *nodev1.SecretRequestBody) (*no
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := n.Dial()
-	if err != nil {
-		t.Fatal(err)
+	return sendSecret(t, n, req)
+}
+
+// sendSecret sends req as the node does: on its live session's
+// connection (the only one the gateway answers a secret request on), or,
+// with no session, on a connection of its own (which the gateway refuses,
+// by the certificate's state or for want of the session).
+func sendSecret(t *testing.T, n *testenv.Node, req *nodev1.SecretRequest) (*nodev1.SecretResponse, error) {
+	t.Helper()
+	conn := n.SessionConn()
+	if conn == nil {
+		own, err := n.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer own.Close()
+		conn = own
 	}
-	defer conn.Close()
 	return nodev1.NewGatewayClient(conn).Secret(context.Background(), req)
 }
 
@@ -279,9 +293,67 @@ func TestSecretBrokerRefusals(t *testing.T) {
 			if _, err := e.CP.Nodes.Revoke(ctx, admin, n.NodeID(), "", "operator"); err != nil {
 				t.Fatal(err)
 			}
+			// The revocation ends the session; the request then comes on a
+			// connection of its own and is refused for the certificate.
+			n.WaitDisconnected(t)
 			_, err := request(t, n, &nodev1.SecretRequestBody{NodeId: n.NodeID(), Ref: f.ref, CommandId: f.command})
 			expectSecretRefused(t, e, err, "certificate-revoked")
 		})
+	})
+}
+
+// TestSecretOnlyOnLiveSession: a copy of a node's files, used from its own
+// connection while the node holds its session, gets no secret, and
+// neither does the node's own key on a second connection or once the node
+// has no session: the gateway answers a secret request only on the
+// connection of the node's live session (not-on-live-session, each
+// recorded), so a copy must say Hello first, which counts it as a second
+// boot of the identity. The node on its session is answered.
+func TestSecretOnlyOnLiveSession(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		f := newSecretFixture(t, db, pki.RoleNode)
+		e, n := f.e, f.node
+		body := func() *nodev1.SecretRequestBody {
+			return &nodev1.SecretRequestBody{NodeId: n.NodeID(), Ref: f.ref, CommandId: f.command}
+		}
+		refused := func(want int) {
+			t.Helper()
+			got := 0
+			for _, ev := range events(t, e, secrets.EventRefused) {
+				if ev.Details["reason"] == gateway.ReasonSecretOffSession {
+					got++
+				}
+			}
+			if got != want {
+				t.Fatalf("%d %s refusals recorded, want %d", got, gateway.ReasonSecretOffSession, want)
+			}
+		}
+		clone := e.OpenNode(t, copyNodeDir(t, n.Dir), "clone-boot")
+		_, err := request(t, clone, body())
+		expectSecretRefused(t, e, err, gateway.ReasonSecretOffSession)
+		refused(1)
+
+		req, err := n.SignSecretRequest(body())
+		if err != nil {
+			t.Fatal(err)
+		}
+		own, err := n.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = nodev1.NewGatewayClient(own).Secret(context.Background(), req)
+		own.Close()
+		expectSecretRefused(t, e, err, gateway.ReasonSecretOffSession)
+		refused(2)
+
+		if _, err := request(t, n, body()); err != nil {
+			t.Fatalf("the node on its session: %v", err)
+		}
+		n.Stop()
+		n.WaitDisconnected(t)
+		_, err = request(t, n, body())
+		expectSecretRefused(t, e, err, gateway.ReasonSecretOffSession)
+		refused(3)
 	})
 }
 
