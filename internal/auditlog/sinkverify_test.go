@@ -218,14 +218,9 @@ func TestVerifySinkFindsTampering(t *testing.T) {
 				t.Fatal(err)
 			}
 			rep := auditlog.VerifySink(got, iam.RootTenant, f.v)
-			var kinds []string
-			for _, fd := range rep.Findings {
-				kinds = append(kinds, fd.Kind)
-			}
-			slices.Sort(kinds)
 			want := slices.Clone(c.want)
 			slices.Sort(want)
-			if !slices.Equal(kinds, want) {
+			if !slices.Equal(findingKinds(rep), want) {
 				t.Fatalf("findings %v, want %v", rep.Findings, c.want)
 			}
 			if t2 := auditlog.VerifySink(got, "t2", f.v); !t2.OK() || t2.Rows != 2 {
@@ -233,6 +228,16 @@ func TestVerifySinkFindsTampering(t *testing.T) {
 			}
 		})
 	}
+}
+
+// findingKinds is the kinds of rep's findings, sorted.
+func findingKinds(rep *auditlog.SinkReport) []string {
+	var kinds []string
+	for _, fd := range rep.Findings {
+		kinds = append(kinds, fd.Kind)
+	}
+	slices.Sort(kinds)
+	return kinds
 }
 
 func writeLines(t *testing.T, lines []string) string {
@@ -269,12 +274,7 @@ func TestVerifySinkBucketMisplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := auditlog.VerifySink(c, iam.RootTenant, f.v)
-	var kinds []string
-	for _, fd := range rep.Findings {
-		kinds = append(kinds, fd.Kind)
-	}
-	slices.Sort(kinds)
-	if want := []string{auditlog.FindingSinkRowMisplaced, auditlog.FindingSinkRowMissing}; !slices.Equal(kinds, want) {
+	if want := []string{auditlog.FindingSinkRowMisplaced, auditlog.FindingSinkRowMissing}; !slices.Equal(findingKinds(rep), want) {
 		t.Fatalf("findings %v, want %v", rep.Findings, want)
 	}
 }
