@@ -372,7 +372,8 @@ func TestConsoleCallsTheAPIWithTheSession(t *testing.T) {
 }
 
 // A refusal of the API renders as an error page with its code and
-// status: a command of another tenant (NOT_FOUND) looks like a missing one.
+// status: whatever the API answers for a command it will not show (the
+// fake answers NOT_FOUND, as the API does for root) is what the page says.
 func TestConsoleRendersRefusals(t *testing.T) {
 	h := newConsole(t, newFakeAPI(), testOrigin)
 	w := do(h, "GET", "/console/commands/c_other", "", nil, true)
