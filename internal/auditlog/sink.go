@@ -255,6 +255,7 @@ type Pump struct {
 
 	mu      sync.Mutex
 	resumed bool
+	cpDone  map[string]int64 // the size of the last checkpoint copied, by tenant
 }
 
 // NewPump returns a pump that copies to sink, keeping its cursor under name.
@@ -265,7 +266,7 @@ func NewPump(db *store.DB, sink Sink, name string, clk clock.Clock, log *slog.Lo
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Pump{db: db, sink: sink, name: name, clk: clk, log: log, batch: DefaultPumpBatch}
+	return &Pump{db: db, sink: sink, name: name, clk: clk, log: log, batch: DefaultPumpBatch, cpDone: map[string]int64{}}
 }
 
 // Run copies every sealed row not yet copied and returns how many it copied.
@@ -335,11 +336,15 @@ func (p *Pump) Run(ctx context.Context) (int, error) {
 				return copied, err
 			}
 			copied += len(recs)
-			if next == l.size {
-				if err := p.copyCheckpoint(ctx, l.tenant, l.size); err != nil {
-					return copied, err
-				}
+		}
+		// After the rows, the checkpoint of their size: once a size in this
+		// process, and again after a failed copy (the cursor has moved past
+		// the rows, so the check is not inside the row loop).
+		if next == l.size && l.size > 0 && p.cpDone[l.tenant] != l.size {
+			if err := p.copyCheckpoint(ctx, l.tenant, l.size); err != nil {
+				return copied, err
 			}
+			p.cpDone[l.tenant] = l.size
 		}
 	}
 	return copied, nil

@@ -21,13 +21,14 @@ import (
 
 // flakySink fails while down is set, and otherwise keeps what it is given.
 type flakySink struct {
-	down bool
-	got  []auditlog.Record
-	cps  []auditlog.SinkCheckpoint
+	down   bool
+	cpDown bool // only checkpoints fail
+	got    []auditlog.Record
+	cps    []auditlog.SinkCheckpoint
 }
 
 func (s *flakySink) AppendCheckpoint(_ context.Context, c auditlog.SinkCheckpoint) error {
-	if s.down {
+	if s.down || s.cpDown {
 		return errors.New("sink unreachable")
 	}
 	s.cps = append(s.cps, c)
@@ -118,6 +119,28 @@ func TestSinkOutageDelaysNeverDropsOrReorders(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestSinkCheckpointAfterFailedCopy: a checkpoint whose copy failed after
+// its rows were copied is copied by the next run, though no row is left.
+func TestSinkCheckpointAfterFailedCopy(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewTestSQLite(t)
+	f := newFixture(t, db, 100)
+	sink := &flakySink{cpDown: true}
+	pump := auditlog.NewPump(db, sink, "test", f.clk, quietLogger())
+	f.record(t, iam.RootTenant, 3)
+	f.seal(t, iam.RootTenant)
+	if n, err := pump.Run(ctx); err == nil || n != 3 {
+		t.Fatalf("copy with checkpoints failing: %d %v, want 3 rows and an error", n, err)
+	}
+	sink.cpDown = false
+	if n, err := pump.Run(ctx); err != nil || n != 0 || len(sink.cps) != 1 || sink.cps[0].Size != 3 {
+		t.Fatalf("next copy: %d %v, checkpoints %+v, want the checkpoint of size 3", n, err, sink.cps)
+	}
+	if _, err := pump.Run(ctx); err != nil || len(sink.cps) != 1 {
+		t.Fatalf("a third copy: %v, checkpoints %+v, want it copied once", err, sink.cps)
+	}
 }
 
 // TestFileSinkExactlyOnceAfterCrash: a copy written to the file but not

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -261,6 +262,9 @@ func VerifySink(c *SinkContents, tenant string, v note.Verifier) *SinkReport {
 		}
 		if int64(cp.Size) != sc.Size {
 			add(Finding{Kind: FindingCheckpointEdited, Size: i64(sc.Size), Detail: fmt.Sprintf("stored as size %d, signed for %d", sc.Size, cp.Size)})
+		}
+		if slices.ContainsFunc(cps, func(o signed) bool { return o.size == int64(cp.Size) && bytes.Equal(o.cp.Root, cp.Root) }) {
+			continue // the same checkpoint copied again
 		}
 		rep.Held = append(rep.Held, cp)
 		cps = append(cps, signed{cp: cp, size: int64(cp.Size)})
