@@ -222,9 +222,24 @@ func VerifySink(c *SinkContents, tenant string, v note.Verifier) *SinkReport {
 		add(Finding{Kind: FindingSinkRowMisplaced, Detail: key})
 	}
 
-	// The rows, by seq: one each, contiguous from 0.
-	bySeq := map[int64]Record{}
-	for _, r := range c.Rows[tenant] {
+	bySeq, gap := sinkRows(c.Rows[tenant], rep, add)
+	cps := sinkCheckpoints(c.Checkpoints[tenant], v, origin, rep, add)
+	checkRoots(bySeq, cps, gap, rep, add)
+	return rep
+}
+
+// signedCheckpoint is a sink's checkpoint whose signature held.
+type signedCheckpoint struct {
+	cp   Checkpoint
+	size int64
+}
+
+// sinkRows indexes rows by seq, one each, and counts in rep those
+// contiguous from 0; gap is true when a later one is missing its
+// predecessor.
+func sinkRows(rows []Record, rep *SinkReport, add func(Finding)) (bySeq map[int64]Record, gap bool) {
+	bySeq = map[int64]Record{}
+	for _, r := range rows {
 		if prev, dup := bySeq[r.Seq]; dup {
 			if !bytes.Equal(EncodeRow(prev.Row), EncodeRow(r.Row)) || !bytes.Equal(prev.Leaf, r.Leaf) {
 				add(Finding{Kind: FindingSinkRowConflict, Seq: i64(r.Seq), Event: r.ID})
@@ -233,7 +248,6 @@ func VerifySink(c *SinkContents, tenant string, v note.Verifier) *SinkReport {
 		}
 		bySeq[r.Seq] = r
 	}
-	gap := false
 	for !gap && int64(len(bySeq)) > rep.Rows {
 		if _, ok := bySeq[rep.Rows]; !ok {
 			add(Finding{Kind: FindingSinkRowMissing, Seq: i64(rep.Rows)})
@@ -242,14 +256,16 @@ func VerifySink(c *SinkContents, tenant string, v note.Verifier) *SinkReport {
 		}
 		rep.Rows++
 	}
+	return bySeq, gap
+}
 
-	// The checkpoints, by size, each opened under v.
-	type signed struct {
-		cp   Checkpoint
-		size int64
-	}
+// sinkCheckpoints opens each checkpoint under v for origin, once each,
+// in size order, adding the good ones to rep.Held; two of one size with
+// different roots are a fork.
+func sinkCheckpoints(all []SinkCheckpoint, v note.Verifier, origin string, rep *SinkReport, add func(Finding)) []signedCheckpoint {
+	type signed = signedCheckpoint
 	var cps []signed
-	for _, sc := range c.Checkpoints[tenant] {
+	for _, sc := range all {
 		cp, err := OpenCheckpoint([]byte(sc.Note), v, origin)
 		if err != nil {
 			kind := FindingCheckpointBadSignature
@@ -275,6 +291,12 @@ func VerifySink(c *SinkContents, tenant string, v note.Verifier) *SinkReport {
 			add(Finding{Kind: FindingCheckpointForked, Size: i64(cps[i].size), Detail: "two signed checkpoints of this size with different roots"})
 		}
 	}
+	return cps
+}
+
+// checkRoots recomputes the tree over the rows in seq order and compares
+// each checkpoint's root at its size, counting in rep those that hold.
+func checkRoots(bySeq map[int64]Record, cps []signedCheckpoint, gap bool, rep *SinkReport, add func(Finding)) {
 
 	// Recompute the tree over the rows in seq order, comparing each
 	// checkpoint's root at its size.
@@ -309,5 +331,4 @@ func VerifySink(c *SinkContents, tenant string, v note.Verifier) *SinkReport {
 			break
 		}
 	}
-	return rep
 }

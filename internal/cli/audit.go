@@ -179,14 +179,8 @@ func auditVerifyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if heldSink != "" {
-				// The sink's checkpoints were copied out of the database as
-				// they were sealed: the log must still hold each of them.
-				sc, err := auditlog.ReadSink(ctx, heldSink)
-				if err != nil {
-					return badInput(fmt.Errorf("--held-sink: %w", err))
-				}
-				hs = append(hs, auditlog.VerifySink(sc, dbTenant(tenant), v).Held...)
+			if hs, err = appendHeldSink(ctx, hs, heldSink, dbTenant(tenant), v); err != nil {
+				return err
 			}
 			db, l, err := openAuditLog(ctx, dsn, dep, false)
 			if err != nil {
@@ -305,6 +299,20 @@ func auditVerifySinkCmd() *cobra.Command {
 	c.Flags().StringVar(&keyFile, "key", "", "audit verifier key `FILE` (made by 'audit key')")
 	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of reports, one a tenant")
 	return c
+}
+
+// appendHeldSink adds to hs the tenant's signed checkpoints in the audit
+// sink at spec (none when spec is empty): they were copied out of the
+// database as they were sealed, so the log must still hold each of them.
+func appendHeldSink(ctx context.Context, hs []auditlog.Checkpoint, spec, tenant string, v note.Verifier) ([]auditlog.Checkpoint, error) {
+	if spec == "" {
+		return hs, nil
+	}
+	sc, err := auditlog.ReadSink(ctx, spec)
+	if err != nil {
+		return nil, badInput(fmt.Errorf("--held-sink: %w", err))
+	}
+	return append(hs, auditlog.VerifySink(sc, tenant, v).Held...), nil
 }
 
 // readHeld opens each checkpoint file kept from before for verify --held:
