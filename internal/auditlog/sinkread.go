@@ -263,8 +263,7 @@ func sinkRows(rows []Record, rep *SinkReport, add func(Finding)) (bySeq map[int6
 // in size order, adding the good ones to rep.Held; two of one size with
 // different roots are a fork.
 func sinkCheckpoints(all []SinkCheckpoint, v note.Verifier, origin string, rep *SinkReport, add func(Finding)) []signedCheckpoint {
-	type signed = signedCheckpoint
-	var cps []signed
+	var cps []signedCheckpoint
 	for _, sc := range all {
 		cp, err := OpenCheckpoint([]byte(sc.Note), v, origin)
 		if err != nil {
@@ -279,11 +278,11 @@ func sinkCheckpoints(all []SinkCheckpoint, v note.Verifier, origin string, rep *
 		if int64(cp.Size) != sc.Size {
 			add(Finding{Kind: FindingCheckpointEdited, Size: i64(sc.Size), Detail: fmt.Sprintf("stored as size %d, signed for %d", sc.Size, cp.Size)})
 		}
-		if slices.ContainsFunc(cps, func(o signed) bool { return o.size == int64(cp.Size) && bytes.Equal(o.cp.Root, cp.Root) }) {
+		if slices.ContainsFunc(cps, func(o signedCheckpoint) bool { return o.size == int64(cp.Size) && bytes.Equal(o.cp.Root, cp.Root) }) {
 			continue // the same checkpoint copied again
 		}
 		rep.Held = append(rep.Held, cp)
-		cps = append(cps, signed{cp: cp, size: int64(cp.Size)})
+		cps = append(cps, signedCheckpoint{cp: cp, size: int64(cp.Size)})
 	}
 	sort.SliceStable(cps, func(i, j int) bool { return cps[i].size < cps[j].size })
 	for i := 1; i < len(cps); i++ {
@@ -297,9 +296,6 @@ func sinkCheckpoints(all []SinkCheckpoint, v note.Verifier, origin string, rep *
 // checkRoots recomputes the tree over the rows in seq order and compares
 // each checkpoint's root at its size, counting in rep those that hold.
 func checkRoots(bySeq map[int64]Record, cps []signedCheckpoint, gap bool, rep *SinkReport, add func(Finding)) {
-
-	// Recompute the tree over the rows in seq order, comparing each
-	// checkpoint's root at its size.
 	rng := (&compact.RangeFactory{Hash: rfc6962.DefaultHasher.HashChildren}).NewEmptyRange(0)
 	next := 0
 	for seq := int64(0); seq <= rep.Rows; seq++ {
